@@ -1,0 +1,85 @@
+// orchard data fashion-mnist|images|inspect
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+#include <memory>
+
+#include "orchard/cli/commands.h"
+#include "orchard/core/error.h"
+#include "orchard/core/files.h"
+#include "orchard/core/tfrecord.h"
+#include "orchard/data/example.h"
+#include "orchard/data/tools.h"
+
+namespace orchard::cli {
+
+void add_data_command(CLI::App& app) {
+  auto* data = app.add_subcommand("data", "Make and look at TFRecord data sets");
+  data->require_subcommand(1);
+
+  {
+    auto o = std::make_shared<data::FashionMnistOptions>();
+    auto* c = data->add_subcommand("fashion-mnist", "Fashion-MNIST idx files -> ImageNet-schema TFRecord shards");
+    c->add_option("--out_dir", o->out_dir, "Output directory")->required();
+    c->add_option("--source_dir", o->source_dir, "Directory with the idx .gz files")->capture_default_str();
+    c->add_option("--num_shards", o->train_shards, "Number of train shards")->capture_default_str();
+    c->add_option("--num_validation_shards", o->validation_shards, "Number of validation shards")
+        ->capture_default_str();
+    c->add_option("--format", o->format, "Image encoding: png or jpeg")->capture_default_str();
+    c->add_option("--limit", o->limit, "Only the first N images of each split (0 = all)");
+    c->callback([o] {
+      auto [tr, va] = data::convert_fashion_mnist(*o);
+      spdlog::info("wrote {} train and {} validation records to {} (+ labels.txt)", tr, va, o->out_dir);
+    });
+  }
+  {
+    auto o = std::make_shared<data::ImageFolderOptions>();
+    auto* c = data->add_subcommand("images", "A class-per-folder image tree -> ImageNet-schema TFRecord shards");
+    c->add_option("--input_dir", o->input_dir, "input_dir/<class>/<image>.{jpg,png}")->required();
+    c->add_option("--out_dir", o->out_dir, "Output directory")->required();
+    c->add_option("--num_shards", o->num_shards, "Number of train shards")->capture_default_str();
+    c->add_option("--validation_fraction", o->validation_fraction, "Fraction held out for validation")
+        ->capture_default_str();
+    c->add_option("--seed", o->seed, "Shuffle seed")->capture_default_str();
+    c->callback([o] {
+      auto [tr, va] = data::convert_image_folder(*o);
+      spdlog::info("wrote {} train and {} validation records to {} (+ labels.txt)", tr, va, o->out_dir);
+    });
+  }
+  {
+    struct InspectOptions {
+      std::string pattern;
+      int64_t limit = 0;
+      bool skip_corrupt = false;
+    };
+    auto o = std::make_shared<InspectOptions>();
+    auto* c = data->add_subcommand("inspect", "Print each record's features as one JSON line");
+    c->add_option("file", o->pattern, "TFRecord file, directory or pattern")->required();
+    c->add_option("--limit", o->limit, "Stop after N records (0 = all)");
+    c->add_flag("--skip_corrupt_records", o->skip_corrupt, "Skip records with bad CRCs instead of failing");
+    c->callback([o] {
+      TFRecordReaderOptions ropt;
+      ropt.skip_corrupt_records = o->skip_corrupt;
+      int64_t n = 0, skipped = 0;
+      for (const auto& file : expand_file_pattern(o->pattern)) {
+        TFRecordReader reader(file, ropt);
+        std::string rec;
+        while ((o->limit <= 0 || n < o->limit) && reader.next(&rec)) {
+          try {
+            std::cout << data::record_to_json(rec) << "\n";
+          } catch (const Error& e) {
+            throw DataError(where(file, reader.records_read() - 1, -1, e.what()));
+          }
+          ++n;
+        }
+        skipped += reader.skipped();
+        if (o->limit > 0 && n >= o->limit) break;
+      }
+      std::cout.flush();
+      if (skipped) spdlog::warn("skipped {} corrupt records", skipped);
+    });
+  }
+}
+
+}  // namespace orchard::cli

@@ -1,0 +1,23 @@
+// File-system helpers: TensorFlow-style file patterns and atomic writes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace orchard {
+
+// Expands a pattern the way TF users write them: a comma-separated list of items, each
+// a file, a directory (its regular files, not recursive) or a glob with * ? [..]
+// (e.g. "train-?????-of-01024"). Result is sorted within each item, items in order,
+// duplicates removed. Throws Error naming the item that matched nothing.
+std::vector<std::string> expand_file_pattern(const std::string& pattern);
+
+// Writes `contents` to "<path>.tmp-<pid>", fsyncs it and renames it over path.
+void atomic_write_file(const std::string& path, const std::string& contents);
+
+std::string read_file(const std::string& path);
+
+// Creates the directory (and parents); throws Error if it cannot be created or written.
+void ensure_writable_dir(const std::string& dir);
+
+}  // namespace orchard

@@ -1,0 +1,200 @@
+#include "orchard/core/tfrecord.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "orchard/core/crc32c.h"
+#include "orchard/core/error.h"
+
+namespace orchard {
+namespace {
+
+void put_u64(char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+void put_u32(char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+uint64_t get_u64(const unsigned char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+uint32_t get_u32(const unsigned char* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+// A record longer than this is framing garbage, not data (TF caps at 2 GiB as well in practice).
+constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 31;
+
+}  // namespace
+
+Compression parse_compression(const std::string& name) {
+  if (name.empty() || name == "NONE" || name == "none") return Compression::kNone;
+  if (name == "GZIP" || name == "gzip") return Compression::kGzip;
+  throw Error("unknown TFRecord compression '" + name + "' (use NONE or GZIP)");
+}
+
+TFRecordReader::TFRecordReader(std::string path, TFRecordReaderOptions options)
+    : path_(std::move(path)), options_(options) {
+  gzFile gz = gzopen(path_.c_str(), "rb");
+  if (!gz) throw DataError(path_ + ": cannot open: " + std::strerror(errno));
+  gzbuffer(gz, 1 << 18);
+  gz_ = gz;
+}
+
+TFRecordReader::~TFRecordReader() {
+  if (gz_) gzclose(static_cast<gzFile>(gz_));
+}
+
+size_t TFRecordReader::read_fully(void* dst, size_t n) {
+  auto* p = static_cast<char*>(dst);
+  size_t got = 0;
+  while (got < n) {
+    unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - got, 1u << 30));
+    int r = gzread(static_cast<gzFile>(gz_), p + got, chunk);
+    if (r < 0) {
+      int errnum = 0;
+      const char* msg = gzerror(static_cast<gzFile>(gz_), &errnum);
+      throw DataError(where(path_, index_, static_cast<int64_t>(offset_), std::string("read failed: ") + msg));
+    }
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  return got;
+}
+
+void TFRecordReader::corrupt(const std::string& what, uint64_t at) {
+  if (!options_.skip_corrupt_records)
+    throw DataError(where(path_, index_, static_cast<int64_t>(at), what + " (not a TFRecord file, or corrupt; "
+                                                                    "--skip_corrupt_records skips such records)"));
+  ++skipped_;
+}
+
+bool TFRecordReader::next(std::string* record) {
+  while (!stop_) {
+    const uint64_t start = offset_;
+    unsigned char header[12];
+    size_t got = read_fully(header, sizeof header);
+    if (got == 0) return false;
+    if (got < sizeof header) {
+      stop_ = true;
+      corrupt("truncated record header (" + std::to_string(got) + " of 12 bytes)", start);
+      return false;
+    }
+    const uint64_t len = get_u64(header);
+    if (options_.verify_crc && crc32c::mask(crc32c::value(header, 8)) != get_u32(header + 8)) {
+      // The length cannot be trusted, so nothing after it can be found: stop this file.
+      stop_ = true;
+      corrupt("length CRC mismatch", start);
+      return false;
+    }
+    if (len > kMaxRecordBytes) {
+      stop_ = true;
+      corrupt("implausible record length " + std::to_string(len), start);
+      return false;
+    }
+    record->resize(len);
+    unsigned char footer[4];
+    size_t body = read_fully(record->data(), len);
+    size_t foot = body == len ? read_fully(footer, 4) : 0;
+    offset_ = start + 12 + body + foot;
+    if (body < len || foot < 4) {
+      stop_ = true;
+      corrupt("truncated record: expected " + std::to_string(len) + " data bytes + 4 CRC bytes, file ends after " +
+                  std::to_string(body + foot),
+              start);
+      return false;
+    }
+    if (options_.verify_crc && crc32c::mask(crc32c::value(record->data(), len)) != get_u32(footer)) {
+      corrupt("data CRC mismatch", start);
+      ++index_;
+      continue;  // framing is intact: the next record can still be read
+    }
+    ++index_;
+    return true;
+  }
+  return false;
+}
+
+std::string frame_record(const std::string& data) {
+  std::string out(data.size() + 16, '\0');
+  put_u64(out.data(), data.size());
+  put_u32(out.data() + 8, crc32c::mask(crc32c::value(out.data(), 8)));
+  std::memcpy(out.data() + 12, data.data(), data.size());
+  put_u32(out.data() + 12 + data.size(), crc32c::mask(crc32c::value(data.data(), data.size())));
+  return out;
+}
+
+TFRecordWriter::TFRecordWriter(std::string path, Compression compression)
+    : path_(std::move(path)), compression_(compression) {
+  tmp_path_ = path_ + ".tmp-" + std::to_string(::getpid());
+  if (compression_ == Compression::kGzip) {
+    gzFile gz = gzopen(tmp_path_.c_str(), "wb6");
+    if (!gz) throw Error(tmp_path_ + ": cannot create: " + std::strerror(errno));
+    gzbuffer(gz, 1 << 18);
+    gz_ = gz;
+  } else {
+    file_ = std::fopen(tmp_path_.c_str(), "wb");
+    if (!file_) throw Error(tmp_path_ + ": cannot create: " + std::strerror(errno));
+  }
+}
+
+TFRecordWriter::~TFRecordWriter() {
+  if (gz_ || file_) {
+    if (gz_) gzclose(static_cast<gzFile>(gz_));
+    if (file_) std::fclose(file_);
+    std::remove(tmp_path_.c_str());
+  }
+}
+
+void TFRecordWriter::put(const void* data, size_t n) {
+  if (gz_) {
+    if (n && gzwrite(static_cast<gzFile>(gz_), data, static_cast<unsigned>(n)) != static_cast<int>(n))
+      throw Error(tmp_path_ + ": write failed");
+  } else if (n && std::fwrite(data, 1, n, file_) != n) {
+    throw Error(tmp_path_ + ": write failed: " + std::strerror(errno));
+  }
+}
+
+void TFRecordWriter::write(const void* data, size_t n) {
+  char header[12];
+  put_u64(header, n);
+  put_u32(header + 8, crc32c::mask(crc32c::value(header, 8)));
+  char footer[4];
+  put_u32(footer, crc32c::mask(crc32c::value(data, n)));
+  put(header, 12);
+  put(data, n);
+  put(footer, 4);
+  ++count_;
+}
+
+void TFRecordWriter::close() {
+  if (gz_) {
+    if (gzclose(static_cast<gzFile>(gz_)) != Z_OK) throw Error(tmp_path_ + ": gzip close failed");
+    gz_ = nullptr;
+    int fd = ::open(tmp_path_.c_str(), O_RDONLY);
+    if (fd >= 0) {
+      ::fsync(fd);
+      ::close(fd);
+    }
+  } else if (file_) {
+    bool ok = std::fflush(file_) == 0 && ::fsync(fileno(file_)) == 0;
+    ok = std::fclose(file_) == 0 && ok;
+    file_ = nullptr;
+    if (!ok) throw Error(tmp_path_ + ": flush failed: " + std::strerror(errno));
+  } else {
+    return;
+  }
+  if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0)
+    throw Error(path_ + ": rename failed: " + std::strerror(errno));
+}
+
+}  // namespace orchard

@@ -1,0 +1,83 @@
+// TFRecord files, byte-compatible with TensorFlow's tf.io.TFRecordWriter / TFRecordDataset:
+//   uint64 length (little-endian) | uint32 masked crc32c(length) | data | uint32 masked crc32c(data)
+// Plain or GZIP-compressed (compression is detected on read from the gzip magic bytes).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace orchard {
+
+enum class Compression { kNone, kGzip };
+
+// Parses "", "NONE", "GZIP" (TensorFlow's compression_type strings).
+Compression parse_compression(const std::string& name);
+
+struct TFRecordReaderOptions {
+  bool verify_crc = true;
+  // Skip a record whose CRC is wrong (and the rest of a file whose framing is broken)
+  // instead of throwing; skipped records are counted in TFRecordReader::skipped().
+  bool skip_corrupt_records = false;
+};
+
+class TFRecordReader {
+ public:
+  explicit TFRecordReader(std::string path, TFRecordReaderOptions options = {});
+  ~TFRecordReader();
+  TFRecordReader(const TFRecordReader&) = delete;
+  TFRecordReader& operator=(const TFRecordReader&) = delete;
+
+  // Reads the next record into *record. Returns false at the end of the file.
+  // Throws DataError naming the file, record index and byte offset for corrupt or
+  // truncated data (unless skip_corrupt_records).
+  bool next(std::string* record);
+
+  const std::string& path() const { return path_; }
+  int64_t records_read() const { return index_; }  // index of the next record
+  int64_t skipped() const { return skipped_; }
+  uint64_t offset() const { return offset_; }  // uncompressed byte offset of the next record
+
+ private:
+  // Reads exactly n bytes; returns the number read (< n only at end of file).
+  size_t read_fully(void* dst, size_t n);
+  void corrupt(const std::string& what, uint64_t at);
+
+  std::string path_;
+  TFRecordReaderOptions options_;
+  void* gz_ = nullptr;  // gzFile; zlib reads plain files transparently
+  uint64_t offset_ = 0;
+  int64_t index_ = 0;
+  int64_t skipped_ = 0;
+  bool stop_ = false;
+};
+
+// Writes to "<path>.tmp-<pid>" and renames to path on close(), so a killed writer never
+// leaves a half-written file under the final name.
+class TFRecordWriter {
+ public:
+  explicit TFRecordWriter(std::string path, Compression compression = Compression::kNone);
+  ~TFRecordWriter();  // discards the temporary file if close() was not called
+  TFRecordWriter(const TFRecordWriter&) = delete;
+  TFRecordWriter& operator=(const TFRecordWriter&) = delete;
+
+  void write(const void* data, size_t n);
+  void write(const std::string& record) { write(record.data(), record.size()); }
+  void close();  // flush, fsync, rename
+  int64_t records_written() const { return count_; }
+
+ private:
+  void put(const void* data, size_t n);
+
+  std::string path_;
+  std::string tmp_path_;
+  Compression compression_;
+  void* gz_ = nullptr;
+  std::FILE* file_ = nullptr;
+  int64_t count_ = 0;
+};
+
+// Encodes one framed record (for golden tests and in-memory use).
+std::string frame_record(const std::string& data);
+
+}  // namespace orchard

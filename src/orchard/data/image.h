@@ -1,0 +1,55 @@
+// Image decoding and encoding. Decoded images are interleaved RGB uint8, row-major
+// [height, width, 3]. JPEG uses libjpeg-turbo (including partial, DCT-scaled decoding of
+// a crop window); PNG uses libpng.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace orchard::data {
+
+struct Image {
+  int height = 0;
+  int width = 0;
+  std::vector<uint8_t> pixels;  // [height, width, 3] RGB
+};
+
+struct ImageSize {
+  int height = 0;
+  int width = 0;
+};
+
+// Pixel window in the full-resolution image.
+struct CropWindow {
+  int y = 0, x = 0, height = 0, width = 0;
+};
+
+enum class ImageFormat { kJpeg, kPng, kUnknown };
+ImageFormat sniff_format(const std::string& bytes);
+
+// Reads only the header. Throws DataError mentioning `what` (e.g. "file: record 3").
+ImageSize image_size(const std::string& bytes, const std::string& what);
+
+// Decodes a whole JPEG or PNG image to RGB (grayscale and CMYK become RGB).
+Image decode_image(const std::string& bytes, const std::string& what);
+
+// Decodes only `crop` of a JPEG (the fused decode-and-crop of tf.image.decode_and_crop_jpeg):
+// rows outside the window are skipped and columns cropped at iMCU granularity. When the
+// window is at least 2x larger than `min_height` x `min_width`, the DCT scales it down
+// by 2, 4 or 8 during decoding, so the result may be smaller than the window but never
+// smaller than the minimum. PNG input falls back to decode + crop.
+Image decode_crop(const std::string& bytes, CropWindow crop, int min_height, int min_width,
+                  const std::string& what);
+
+// Decodes the whole image, letting the JPEG DCT scale it down while both sides stay
+// >= min_short_side on the short side (0 = full size).
+Image decode_scaled(const std::string& bytes, int min_short_side, const std::string& what);
+
+std::string encode_jpeg(const Image& image, int quality = 95);
+std::string encode_png(const Image& image);
+// Grayscale variants for the data tools ([height, width] uint8).
+std::string encode_gray_png(const uint8_t* pixels, int height, int width);
+std::string encode_gray_jpeg(const uint8_t* pixels, int height, int width, int quality = 95);
+
+}  // namespace orchard::data

@@ -1,0 +1,87 @@
+// The input pipeline, on C++ threads:
+//   list shards -> (training) shuffle file order per epoch -> shard by worker ->
+//   interleave reads over cycle_length files -> (training) shuffle buffer of raw records ->
+//   parse + decode + augment on a thread pool -> batch into one contiguous tensor ->
+//   prefetch a few batches ahead.
+// Output order and augmentation are a pure function of (seed, epoch, position): the same
+// for any thread count, which is what makes resume exact.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "orchard/core/tfrecord.h"
+
+namespace orchard::data {
+
+// Shapes of what a task's parser writes for one record.
+struct SampleSpec {
+  std::vector<int64_t> image_shape;  // e.g. {3, 224, 224} or {224, 224, 3}
+  int64_t target_dim = 0;           // > 0: a float target vector per sample (multi-label)
+};
+
+// Parses one serialized record. Writes prod(image_shape) floats to `image`, the class to
+// `*label` and target_dim floats to `target` (null when target_dim == 0). `source` is
+// "file: record N" for error messages. Throws DataError on bad records.
+using ParseFn = std::function<void(const std::string& record, const std::string& source, std::mt19937_64& rng,
+                                   float* image, int64_t* label, float* target)>;
+
+struct PipelineOptions {
+  std::string file_pattern;
+  bool training = true;  // shuffles files and records, drops the last partial batch of an epoch
+  int64_t batch_size = 32;
+  uint64_t seed = 0;
+  int worker_index = 0;
+  int num_workers = 1;
+  int cycle_length = 10;
+  int num_threads = 0;  // parse threads; 0 = all cores
+  int64_t shuffle_buffer = 10000;
+  int prefetch_batches = 3;
+  bool cache = false;       // keep raw records in memory after the first pass
+  int64_t num_epochs = -1;  // -1: repeat forever
+  int64_t start_epoch = 0;  // resume position: first epoch and batch within it
+  int64_t start_batch = 0;
+  TFRecordReaderOptions reader;
+  bool pin_memory = false;
+};
+
+struct Batch {
+  at::Tensor images;   // float32 [B, *image_shape]
+  at::Tensor labels;   // int64 [B]
+  at::Tensor targets;  // float32 [B, target_dim], undefined when target_dim == 0
+  int64_t size = 0;
+  int64_t epoch = 0;
+  int64_t index_in_epoch = 0;  // this batch's index within its epoch
+};
+
+class Pipeline {
+ public:
+  Pipeline(PipelineOptions options, SampleSpec spec, ParseFn parse);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // Next batch; false when num_epochs are exhausted. Rethrows the first data error.
+  bool next(Batch* batch);
+
+  const std::vector<std::string>& files() const;
+  int64_t skipped_records() const;  // corrupt records skipped (skip_corrupt_records)
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Counts the records in files (for steps-per-epoch), honouring the worker shard.
+int64_t count_records(const std::vector<std::string>& files, const TFRecordReaderOptions& options);
+
+// A deterministic 64-bit mix of several values (splitmix64), for deriving RNG seeds.
+uint64_t mix_seed(uint64_t a, uint64_t b, uint64_t c = 0);
+
+}  // namespace orchard::data

@@ -1,0 +1,135 @@
+#include "orchard/data/preprocess.h"
+
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "orchard/core/error.h"
+
+namespace orchard::data {
+namespace {
+
+// Follows TensorFlow's GenerateRandomCrop (sample_distorted_bounding_box_op.cc): sample
+// a height for the aspect ratio between the min and max area, then a position.
+bool random_crop(int width, int height, float min_rel_area, float max_rel_area, float aspect, std::mt19937_64& rng,
+                 CropWindow* crop) {
+  const float total = static_cast<float>(width) * height;
+  const float min_area = min_rel_area * total, max_area = max_rel_area * total;
+  int h = static_cast<int>(std::lrint(std::sqrt(min_area / aspect)));
+  int max_h = static_cast<int>(std::lrint(std::sqrt(max_area / aspect)));
+  if (std::lrint(max_h * aspect) > width) {
+    const float kEps = 0.0000001f;
+    max_h = static_cast<int>((width + 0.5f - kEps) / aspect);
+  }
+  max_h = std::min(max_h, height);
+  if (h >= max_h) h = max_h;
+  if (h < max_h) h += std::uniform_int_distribution<int>(0, max_h - h)(rng);
+  int w = static_cast<int>(std::lrint(h * aspect));
+  float area = static_cast<float>(w) * h;
+  if (area < min_area) {
+    h += 1;
+    w = static_cast<int>(std::lrint(h * aspect));
+    area = static_cast<float>(w) * h;
+  }
+  if (area < min_area || area > max_area || w > width || h > height || w <= 0 || h <= 0) return false;
+  crop->y = std::uniform_int_distribution<int>(0, height - h)(rng);
+  crop->x = std::uniform_int_distribution<int>(0, width - w)(rng);
+  crop->height = h;
+  crop->width = w;
+  return true;
+}
+
+bool covers(const CropWindow& c, int height, int width, const std::vector<Box>& boxes, float min_covered) {
+  if (boxes.empty()) return true;  // the whole image is the box: any crop covers >= min_area of it
+  for (const Box& b : boxes) {
+    const float by0 = b.ymin * height, bx0 = b.xmin * width, by1 = b.ymax * height, bx1 = b.xmax * width;
+    const float barea = (by1 - by0) * (bx1 - bx0);
+    if (barea <= 0) continue;
+    const float iy = std::min<float>(by1, c.y + c.height) - std::max<float>(by0, c.y);
+    const float ix = std::min<float>(bx1, c.x + c.width) - std::max<float>(bx0, c.x);
+    if (iy > 0 && ix > 0 && iy * ix / barea >= min_covered) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+CropWindow sample_distorted_crop(int height, int width, const std::vector<Box>& boxes,
+                                 const DistortedBoxOptions& o, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> aspect_dist(o.min_aspect_ratio, o.max_aspect_ratio);
+  for (int attempt = 0; attempt < o.max_attempts; ++attempt) {
+    CropWindow c;
+    if (!random_crop(width, height, o.min_area, o.max_area, aspect_dist(rng), rng, &c)) continue;
+    if (covers(c, height, width, boxes, boxes.empty() ? 0.f : o.min_object_covered)) return c;
+  }
+  return {0, 0, height, width};
+}
+
+int eval_resize_min(int image_size) {
+  return static_cast<int>(std::lround(static_cast<double>(kResizeMin) * image_size / 224.0));
+}
+
+void resize_normalize(const Image& image, int out_h, int out_w, bool flip, bool channels_last, float* out) {
+  cv::Mat src(image.height, image.width, CV_8UC3, const_cast<uint8_t*>(image.pixels.data()));
+  cv::Mat resized;
+  if (image.height == out_h && image.width == out_w)
+    resized = src;
+  else
+    cv::resize(src, resized, cv::Size(out_w, out_h), 0, 0, cv::INTER_LINEAR);
+  if (flip) cv::flip(resized, resized, 1);
+  const float m0 = kChannelMeans[0], m1 = kChannelMeans[1], m2 = kChannelMeans[2];
+  const size_t plane = static_cast<size_t>(out_h) * out_w;
+  for (int y = 0; y < out_h; ++y) {
+    const uint8_t* row = resized.ptr<uint8_t>(y);
+    if (channels_last) {
+      float* dst = out + static_cast<size_t>(y) * out_w * 3;
+      for (int x = 0; x < out_w; ++x) {
+        dst[3 * x] = row[3 * x] - m0;
+        dst[3 * x + 1] = row[3 * x + 1] - m1;
+        dst[3 * x + 2] = row[3 * x + 2] - m2;
+      }
+    } else {
+      float* r = out + static_cast<size_t>(y) * out_w;
+      float* g = r + plane;
+      float* b = g + plane;
+      for (int x = 0; x < out_w; ++x) {
+        r[x] = row[3 * x] - m0;
+        g[x] = row[3 * x + 1] - m1;
+        b[x] = row[3 * x + 2] - m2;
+      }
+    }
+  }
+}
+
+void preprocess_train(const std::string& encoded, const std::vector<Box>& boxes, const PreprocessOptions& options,
+                      std::mt19937_64& rng, float* out, const std::string& what) {
+  const ImageSize size = image_size(encoded, what);
+  const CropWindow crop = sample_distorted_crop(size.height, size.width, boxes, options.crop, rng);
+  const bool flip = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
+  const Image img = decode_crop(encoded, crop, options.image_size, options.image_size, what);
+  resize_normalize(img, options.image_size, options.image_size, flip, options.channels_last, out);
+}
+
+void preprocess_eval(const std::string& encoded, const PreprocessOptions& options, float* out,
+                     const std::string& what) {
+  const int resize_min = eval_resize_min(options.image_size);
+  const Image img = decode_scaled(encoded, resize_min, what);
+  // Aspect-preserving resize so the short side is resize_min, then a central crop.
+  const double scale = static_cast<double>(resize_min) / std::min(img.height, img.width);
+  const int new_h = std::max(options.image_size, static_cast<int>(std::lround(img.height * scale)));
+  const int new_w = std::max(options.image_size, static_cast<int>(std::lround(img.width * scale)));
+  cv::Mat src(img.height, img.width, CV_8UC3, const_cast<uint8_t*>(img.pixels.data()));
+  cv::Mat resized;
+  cv::resize(src, resized, cv::Size(new_w, new_h), 0, 0, cv::INTER_LINEAR);
+  const int top = (new_h - options.image_size) / 2, left = (new_w - options.image_size) / 2;
+  Image cropped;
+  cropped.height = cropped.width = options.image_size;
+  cropped.pixels.resize(static_cast<size_t>(options.image_size) * options.image_size * 3);
+  cv::Mat dst(options.image_size, options.image_size, CV_8UC3, cropped.pixels.data());
+  resized(cv::Rect(left, top, options.image_size, options.image_size)).copyTo(dst);
+  resize_normalize(cropped, options.image_size, options.image_size, false, options.channels_last, out);
+}
+
+}  // namespace orchard::data

@@ -1,0 +1,58 @@
+// "ResNet preprocessing" (TF Models official/legacy/image_classification/resnet/
+// imagenet_preprocessing.py), written into a caller-owned float buffer.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "orchard/data/image.h"
+
+namespace orchard::data {
+
+// Normalised box [ymin, xmin, ymax, xmax] in [0, 1].
+struct Box {
+  float ymin = 0, xmin = 0, ymax = 1, xmax = 1;
+};
+
+struct DistortedBoxOptions {
+  float min_object_covered = 0.1f;
+  float min_aspect_ratio = 0.75f, max_aspect_ratio = 1.33f;
+  float min_area = 0.05f, max_area = 1.0f;
+  int max_attempts = 100;
+};
+
+// tf.image.sample_distorted_bounding_box: a random crop whose area fraction and aspect ratio
+// lie in the ranges and that covers at least min_object_covered of one of `boxes` (the whole
+// image when `boxes` is empty). After max_attempts failures, returns the whole image.
+CropWindow sample_distorted_crop(int height, int width, const std::vector<Box>& boxes,
+                                 const DistortedBoxOptions& options, std::mt19937_64& rng);
+
+constexpr std::array<float, 3> kChannelMeans = {123.68f, 116.78f, 103.94f};
+constexpr int kResizeMin = 256;  // eval short side for 224 outputs
+
+struct PreprocessOptions {
+  int image_size = 224;
+  bool channels_last = false;  // false: out is [3, S, S]; true: [S, S, 3]
+  DistortedBoxOptions crop;
+};
+
+// Train path: distorted crop (fused JPEG decode-and-crop), random horizontal flip, bilinear
+// resize to image_size x image_size, subtract channel means. `out` holds 3 * S * S floats.
+void preprocess_train(const std::string& encoded, const std::vector<Box>& boxes, const PreprocessOptions& options,
+                      std::mt19937_64& rng, float* out, const std::string& what);
+
+// Eval path: aspect-preserving resize of the short side to 256 * S / 224, central crop
+// S x S, subtract channel means.
+void preprocess_eval(const std::string& encoded, const PreprocessOptions& options, float* out,
+                     const std::string& what);
+
+// Eval geometry for tests: the (scaled) short side, then the centred crop offsets.
+int eval_resize_min(int image_size);
+
+// Resizes an RGB image bilinearly, then writes (pixel - mean) in the requested layout.
+void resize_normalize(const Image& image, int out_h, int out_w, bool flip, bool channels_last, float* out);
+
+}  // namespace orchard::data
