@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   orchard::init_logging();
   app.add_flag_callback("-v,--verbose", [] { spdlog::set_level(spdlog::level::debug); }, "Debug logging");
   orchard::cli::add_data_command(app);
-  //CLASSIFY orchard::cli::add_classify_command(app);
+  orchard::cli::add_classify_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs Orchard's Debian dependencies (only the missing ones) and builds build/orchard.
+# Sourced by scripts/demo.sh and scripts/test.sh; safe to run again.
+set -euo pipefail
+
+ORCHARD_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${ORCHARD_BUILD_DIR:-$ORCHARD_ROOT/build}"
+
+ORCHARD_PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config
+  libtorch-dev libgloo-dev            # libtorch 1.13 (CPU) + c10d Gloo
+  libprotobuf-dev protobuf-compiler   # tf.train.Example, TensorBoard events
+  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev
+  libopencv-imgproc-dev libopencv-core-dev
+  libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  dataset-fashion-mnist               # the demo's data
+  python3-torchvision                 # the peer for benchmarks and reference tests
+  nodejs                              # runs the independent TFRecord implementation in the tests
+)
+
+orchard_install_packages() {
+  local missing=()
+  for p in "${ORCHARD_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  # nodejs may come from another source (e.g. nodesource): accept any working node + npm.
+  if command -v node >/dev/null && command -v npm >/dev/null; then
+    missing=("${missing[@]/nodejs/}")
+  fi
+  local wanted=()
+  for p in "${missing[@]}"; do [ -n "$p" ] && wanted+=("$p"); done
+  [ ${#wanted[@]} -eq 0 ] && return 0
+  echo "orchard: installing Debian packages: ${wanted[*]}"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -q || true
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${wanted[@]}" npm 2>/dev/null \
+    || DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${wanted[@]}"
+}
+
+orchard_build() {
+  local jobs
+  jobs="$(nproc)"
+  if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+    cmake -S "$ORCHARD_ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+  fi
+  cmake --build "$BUILD_DIR" -j "$jobs"
+}

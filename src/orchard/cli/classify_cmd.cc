@@ -1,0 +1,530 @@
+// orchard classify train|eval|predict: the ResNet CTL seed's flags, mapped onto typed
+// configuration (tasks::ClassificationConfig, train::TrainerOptions) in one place.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "orchard/cli/commands.h"
+#include "orchard/core/error.h"
+#include "orchard/core/files.h"
+#include "orchard/core/tfrecord.h"
+#include "orchard/data/preprocess.h"
+#include "orchard/data/tools.h"
+#include "orchard/tasks/classification.h"
+#include "orchard/train/checkpoint.h"
+#include "orchard/train/runtime.h"
+#include "orchard/train/trainer.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace orchard::cli {
+namespace {
+
+// Every flag of `orchard classify`, with the seed's names and defaults.
+struct ClassifyFlags {
+  // resnet_ctl_imagenet_main / common.py
+  std::string data_dir = "/tmp";
+  std::string model_dir = "/tmp";
+  bool clean = false;
+  int64_t batch_size = 32;
+  int64_t train_epochs = 1;
+  int64_t epochs_between_evals = 1;
+  int64_t train_steps = 0;  // 0: no cap
+  bool use_synthetic_data = false;
+  bool skip_eval = false;
+  int num_gpus = -2;  // -2: not given (1 if a GPU is present, else 0); -1: all
+  std::string distribution_strategy = "mirrored";
+  std::string dtype = "fp32";
+  std::string loss_scale;
+  int64_t steps_per_loop = 0;  // 0: steps per epoch
+  bool enable_checkpoint_and_export = false;
+  bool enable_tensorboard = false;
+  int64_t log_steps = 100;
+  bool single_l2_loss_op = false;
+  std::string data_format;  // "" -> channels_first on GPU, channels_last on CPU (as the seed)
+  bool training_dataset_cache = false;
+  int datasets_num_private_threads = 0;
+  std::string profile_steps;
+  // TF-only switches accepted so existing command lines run; they change nothing here.
+  std::string use_tf_function, use_tf_while_loop, enable_eager, enable_xla, tpu, all_reduce_alg, num_packs,
+      batchnorm_spatial_persistent;
+  // Orchard additions
+  std::string model = "resnet50";
+  int64_t num_classes = 0;  // 0: lines of data_dir/labels.txt, else 1000
+  int64_t width = 0;
+  int image_size = 224;
+  std::string stats_file;
+  int num_threads = 0;
+  uint64_t seed = 0;
+  double base_learning_rate = 0.1;
+  double warmup_epochs = 5;
+  std::string lr_boundaries = "30,60,80";
+  std::string lr_multipliers = "1.0,0.1,0.01,0.001";
+  double momentum = 0.9;
+  double weight_decay = 1e-4;
+  double label_smoothing = 0;
+  bool zero_init_residual = false;
+  double min_crop_area = 0.05;
+  int64_t num_train_examples = 0;  // 0: count the train shards
+  int max_to_keep = 10;
+  bool skip_corrupt_records = false;
+  int shuffle_buffer = 10000;
+};
+
+void add_model_flags(CLI::App* c, ClassifyFlags& f) {
+  c->add_option("--model", f.model, "Registered model name (resnet18..152, *_small, resnet_tiny)")
+      ->capture_default_str();
+  c->add_option("--num_classes", f.num_classes, "Classes (0: lines of data_dir/labels.txt, else 1000)");
+  c->add_option("--width", f.width, "Base width override (0: the model's own)");
+  c->add_option("--image_size", f.image_size, "Input size in pixels")->capture_default_str();
+  c->add_option("--data_format", f.data_format, "channels_first | channels_last (default: channels_last on CPU)");
+  c->add_option("--num_threads", f.num_threads, "Intra-op threads (0: all cores)");
+}
+
+void add_train_flags(CLI::App* c, ClassifyFlags& f) {
+  c->add_option("--data_dir,--dd", f.data_dir, "Directory with train-* and validation-* TFRecord shards")
+      ->capture_default_str();
+  c->add_option("--model_dir,--md", f.model_dir, "Checkpoints, summaries and config")->capture_default_str();
+  c->add_flag("--clean", f.clean, "Remove Orchard's files from model_dir first");
+  c->add_option("--batch_size,--bs", f.batch_size, "Global batch size")->capture_default_str();
+  c->add_option("--train_epochs,--te", f.train_epochs, "Epochs to train")->capture_default_str();
+  c->add_option("--epochs_between_evals,--ebe", f.epochs_between_evals, "Evaluate every N epochs")
+      ->capture_default_str();
+  c->add_option("--train_steps", f.train_steps, "Cap on the total number of steps (0: none)");
+  c->add_flag("--use_synthetic_data", f.use_synthetic_data, "Random images instead of the data (throughput)");
+  c->add_flag("--skip_eval", f.skip_eval, "Train only");
+  c->add_option("--num_gpus", f.num_gpus, "GPUs (0: CPU, -1: all)");
+  c->add_option("--distribution_strategy,--ds", f.distribution_strategy,
+                "off | one_device | mirrored | multi_worker_mirrored")
+      ->capture_default_str();
+  c->add_option("--dtype", f.dtype, "fp32 | bf16 | fp16")->capture_default_str();
+  c->add_option("--loss_scale", f.loss_scale, "fp16 loss scale (number or 'dynamic')");
+  c->add_option("--steps_per_loop", f.steps_per_loop, "Steps per host loop (0: one epoch)");
+  c->add_flag("--enable_checkpoint_and_export", f.enable_checkpoint_and_export,
+              "Checkpoint every 5 loops and at the end");
+  c->add_flag("--enable_tensorboard", f.enable_tensorboard, "Write TensorBoard event files");
+  c->add_option("--log_steps", f.log_steps, "Log throughput every N steps")->capture_default_str();
+  c->add_flag("--single_l2_loss_op", f.single_l2_loss_op, "One L2 op over all weights");
+  c->add_flag("--training_dataset_cache", f.training_dataset_cache, "Cache raw training records in memory");
+  c->add_option("--datasets_num_private_threads", f.datasets_num_private_threads,
+                "Input pipeline threads (0: all cores)");
+  c->add_option("--profile_steps", f.profile_steps, "'first,last' steps to profile into a Chrome trace");
+  for (auto [name, dst] : {std::pair{"--use_tf_function", &f.use_tf_function},
+                           {"--use_tf_while_loop", &f.use_tf_while_loop}, {"--enable_eager", &f.enable_eager},
+                           {"--enable_xla", &f.enable_xla}, {"--tpu", &f.tpu}, {"--all_reduce_alg", &f.all_reduce_alg},
+                           {"--num_packs", &f.num_packs},
+                           {"--batchnorm_spatial_persistent", &f.batchnorm_spatial_persistent}})
+    c->add_option(name, *dst, "TensorFlow-only; accepted and ignored")->group("TensorFlow compatibility");
+  add_model_flags(c, f);
+  c->add_option("--stats_file", f.stats_file, "Write the run's stats JSON here");
+  c->add_option("--seed", f.seed, "Random seed (data order, augmentation, init)")->capture_default_str();
+  c->add_option("--base_learning_rate", f.base_learning_rate, "LR for batch 256 (scaled linearly)")
+      ->capture_default_str();
+  c->add_option("--warmup_epochs", f.warmup_epochs, "Linear warm-up epochs")->capture_default_str();
+  c->add_option("--lr_boundaries", f.lr_boundaries, "Epochs where the LR drops")->capture_default_str();
+  c->add_option("--lr_multipliers", f.lr_multipliers, "LR multipliers (one more than boundaries)")
+      ->capture_default_str();
+  c->add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str();
+  c->add_option("--weight_decay", f.weight_decay, "L2 coefficient on non-BN weights")->capture_default_str();
+  c->add_option("--label_smoothing", f.label_smoothing, "Label smoothing")->capture_default_str();
+  c->add_flag("--zero_init_residual", f.zero_init_residual, "Zero-init each block's last BN gamma");
+  c->add_option("--min_crop_area", f.min_crop_area, "Lower end of the distorted crop's area range")
+      ->capture_default_str();
+  c->add_option("--num_train_examples", f.num_train_examples, "Examples per epoch (0: count the shards)");
+  c->add_option("--max_to_keep", f.max_to_keep, "Checkpoints to keep")->capture_default_str();
+  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs (counted in stats)");
+  c->add_option("--shuffle_buffer", f.shuffle_buffer, "Example shuffle buffer")->capture_default_str();
+}
+
+bool channels_last(const ClassifyFlags& f, bool cuda) {
+  if (f.data_format.empty()) return !cuda;
+  if (f.data_format == "channels_last") return true;
+  if (f.data_format == "channels_first") return false;
+  throw Error("--data_format must be channels_first or channels_last, not '" + f.data_format + "'");
+}
+
+int64_t resolve_num_classes(const ClassifyFlags& f) {
+  if (f.num_classes > 0) return f.num_classes;
+  auto labels = data::read_labels((fs::path(f.data_dir) / "labels.txt").string());
+  return labels.empty() ? 1000 : static_cast<int64_t>(labels.size());
+}
+
+tasks::ClassificationConfig task_config(const ClassifyFlags& f, bool cuda) {
+  tasks::ClassificationConfig c;
+  c.model.arch = f.model;
+  c.model.num_classes = resolve_num_classes(f);
+  c.model.width = f.width;
+  c.model.zero_init_residual = f.zero_init_residual;
+  c.image_size = f.image_size;
+  c.channels_last = channels_last(f, cuda);
+  c.weight_decay = f.weight_decay;
+  c.single_l2_loss_op = f.single_l2_loss_op;
+  c.label_smoothing = f.label_smoothing;
+  c.crop.min_area = static_cast<float>(f.min_crop_area);
+  if (f.image_size < 8) throw Error("--image_size must be at least 8");
+  if (f.min_crop_area <= 0 || f.min_crop_area > 1) throw Error("--min_crop_area must be in (0, 1]");
+  return c;
+}
+
+json config_json(const ClassifyFlags& f, const tasks::ClassificationConfig& c) {
+  return {{"task", "classify"},
+          {"model", c.model.arch},
+          {"num_classes", c.model.num_classes},
+          {"width", c.model.width},
+          {"zero_init_residual", c.model.zero_init_residual},
+          {"image_size", c.image_size},
+          {"data_format", c.channels_last ? "channels_last" : "channels_first"},
+          {"weight_decay", c.weight_decay},
+          {"single_l2_loss_op", c.single_l2_loss_op},
+          {"label_smoothing", c.label_smoothing},
+          {"min_crop_area", f.min_crop_area},
+          {"data_dir", f.data_dir},
+          {"batch_size", f.batch_size},
+          {"train_epochs", f.train_epochs},
+          {"train_steps", f.train_steps},
+          {"epochs_between_evals", f.epochs_between_evals},
+          {"base_learning_rate", f.base_learning_rate},
+          {"warmup_epochs", f.warmup_epochs},
+          {"lr_boundaries", f.lr_boundaries},
+          {"lr_multipliers", f.lr_multipliers},
+          {"momentum", f.momentum},
+          {"seed", f.seed},
+          {"dtype", f.dtype},
+          {"use_synthetic_data", f.use_synthetic_data}};
+}
+
+// Reads model_dir/config.json back into the flags that define the model.
+void load_model_config(const std::string& model_dir, ClassifyFlags* f) {
+  const std::string path = (fs::path(model_dir) / "config.json").string();
+  if (!fs::exists(path)) throw Error(path + ": not found (is " + model_dir + " an Orchard classify model_dir?)");
+  json j;
+  try {
+    j = json::parse(read_file(path));
+  } catch (const json::exception& e) {
+    throw Error(path + ": " + e.what());
+  }
+  if (j.value("task", "") != "classify") throw Error(path + ": not a classify model_dir");
+  f->model = j.at("model").get<std::string>();
+  f->num_classes = j.at("num_classes").get<int64_t>();
+  f->width = j.value("width", int64_t{0});
+  f->image_size = j.at("image_size").get<int>();
+  f->data_format = j.value("data_format", std::string("channels_first"));
+  f->zero_init_residual = j.value("zero_init_residual", false);
+  if (f->data_dir == "/tmp") f->data_dir = j.value("data_dir", f->data_dir);
+}
+
+void clean_model_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  int removed = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    const bool ours = train::checkpoint_step(name) >= 0 || name == "checkpoint" || name == "config.json" ||
+                      name == "labels.txt" || name == "train" || name == "eval" || name.rfind("ckpt-", 0) == 0;
+    if (ours) removed += static_cast<int>(fs::remove_all(e.path(), ec));
+  }
+  spdlog::info("--clean: removed {} files from {}", removed, dir);
+}
+
+// The seed's synthetic input: one batch of truncated-normal images (mean 127, stddev 60,
+// inside [0, 255]) and random labels, repeated; no decoding at all.
+train::BatchSource synthetic_source(const data::SampleSpec& spec, int64_t batch_size, int64_t num_classes,
+                                    uint64_t seed, int64_t steps_per_epoch, int64_t start_epoch, int64_t start_batch) {
+  torch::manual_seed(seed);
+  std::vector<int64_t> shape = {batch_size};
+  shape.insert(shape.end(), spec.image_shape.begin(), spec.image_shape.end());
+  auto images = torch::empty(shape).normal_(127, 60);
+  for (int i = 0; i < 20; ++i) {
+    auto bad = (images - 127).abs() > 120;  // truncated at 2 stddev: stays inside [7, 247]
+    if (!bad.any().item<bool>()) break;
+    images = torch::where(bad, torch::empty(shape).normal_(127, 60), images);
+  }
+  auto labels = torch::randint(num_classes, {batch_size}, torch::kLong);
+  auto pos = std::make_shared<int64_t>(start_epoch * steps_per_epoch + start_batch);
+  return [=](data::Batch* b) {
+    b->images = images;
+    b->labels = labels;
+    b->size = batch_size;
+    b->epoch = *pos / steps_per_epoch;
+    b->index_in_epoch = *pos % steps_per_epoch;
+    ++*pos;
+    return true;
+  };
+}
+
+// Wraps a Pipeline in a BatchSource, keeping it alive.
+train::BatchSource pipeline_source(data::PipelineOptions options, const tasks::Task& task, bool training) {
+  auto pipeline = std::make_shared<data::Pipeline>(std::move(options), task.sample_spec(), task.parser(training));
+  return [pipeline](data::Batch* b) { return pipeline->next(b); };
+}
+
+void check_distribution(const ClassifyFlags& f, bool cuda) {
+  std::string ds = f.distribution_strategy;
+  std::transform(ds.begin(), ds.end(), ds.begin(), ::tolower);
+  if (ds == "parameter_server" || ds == "tpu")
+    throw Error("--distribution_strategy " + ds +
+                " is not supported: use mirrored (one process) or orchard launch with multi_worker_mirrored");
+  if (ds != "off" && ds != "one_device" && ds != "mirrored" && ds != "multi_worker_mirrored")
+    throw Error("--distribution_strategy must be off, one_device, mirrored or multi_worker_mirrored, not '" +
+                f.distribution_strategy + "'");
+  if (f.num_gpus > 0 && !cuda)
+    throw Error("--num_gpus " + std::to_string(f.num_gpus) + " but no CUDA device is available; use --num_gpus 0");
+  if (f.num_gpus > 1)
+    throw Error("--num_gpus " + std::to_string(f.num_gpus) +
+                ": one process drives one device; start one process per GPU with orchard launch");
+}
+
+std::pair<int64_t, int64_t> parse_profile_steps(const std::string& s) {
+  if (s.empty()) return {-1, -1};
+  auto v = train::parse_double_list(s, "--profile_steps");
+  if (v.size() != 2 || v[0] < 0 || v[1] < v[0]) throw Error("--profile_steps must be 'first,last', e.g. 2,4");
+  return {static_cast<int64_t>(v[0]), static_cast<int64_t>(v[1])};
+}
+
+void run_train(ClassifyFlags f) {
+  const bool cuda = torch::cuda::is_available() && f.num_gpus != 0;
+  check_distribution(f, cuda);
+  train::check_dtype(f.dtype, cuda);
+  if (f.batch_size < 1) throw Error("--batch_size must be positive");
+  if (f.log_steps < 1) throw Error("--log_steps must be positive");
+  const int threads = train::configure_threads(f.num_threads);
+  if (f.clean) clean_model_dir(f.model_dir);
+  ensure_writable_dir(f.model_dir);
+
+  auto tcfg = task_config(f, cuda);
+  torch::manual_seed(f.seed);
+  tasks::ClassificationTask task(tcfg);
+
+  data::PipelineOptions train_input;
+  int64_t num_examples = f.num_train_examples;
+  if (!f.use_synthetic_data) {
+    if (!fs::is_directory(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
+    train_input.file_pattern = (fs::path(f.data_dir) / "train-*").string();
+    const auto files = expand_file_pattern(train_input.file_pattern);
+    if (num_examples <= 0) {
+      num_examples = 0;
+      for (const auto& file : files) num_examples += count_records_fast(file);
+    }
+    if (num_examples == 0) throw Error(train_input.file_pattern + ": the training shards hold no records");
+  } else if (num_examples <= 0) {
+    num_examples = 1281167;  // ImageNet, as the seed's synthetic input assumes
+  }
+  const int64_t steps_per_epoch = num_examples / f.batch_size;
+  if (steps_per_epoch < 1)
+    throw Error("--batch_size " + std::to_string(f.batch_size) + " is larger than the " + std::to_string(num_examples) +
+                " training examples");
+  int64_t total_steps = steps_per_epoch * f.train_epochs;
+  if (f.train_steps > 0) total_steps = std::min(total_steps, f.train_steps);
+  int64_t steps_per_loop = f.steps_per_loop > 0 ? f.steps_per_loop : steps_per_epoch;
+  if (steps_per_loop > steps_per_epoch) {
+    spdlog::warn("--steps_per_loop {} is larger than an epoch; using {}", steps_per_loop, steps_per_epoch);
+    steps_per_loop = steps_per_epoch;
+  }
+
+  train::TrainerOptions topt;
+  topt.model_dir = f.model_dir;
+  topt.global_batch_size = f.batch_size;
+  topt.steps_per_epoch = steps_per_epoch;
+  topt.total_steps = total_steps;
+  topt.steps_per_loop = steps_per_loop;
+  topt.eval_every = f.epochs_between_evals * steps_per_epoch;
+  topt.skip_eval = f.skip_eval || f.use_synthetic_data;
+  topt.enable_checkpoints = f.enable_checkpoint_and_export;
+  topt.checkpoint_every = steps_per_loop * 5;
+  topt.max_to_keep = f.max_to_keep;
+  topt.enable_tensorboard = f.enable_tensorboard;
+  topt.log_steps = f.log_steps;
+  topt.stats_file = f.stats_file;
+  std::tie(topt.profile_start, topt.profile_end) = parse_profile_steps(f.profile_steps);
+  topt.dtype = f.dtype;
+  topt.device = cuda ? "cuda" : "cpu";
+
+  train::PiecewiseWarmupConfig lr;
+  lr.base_lr = f.base_learning_rate;
+  lr.batch_size = f.batch_size;
+  lr.steps_per_epoch = steps_per_epoch;
+  lr.warmup_epochs = f.warmup_epochs;
+  lr.boundary_epochs = train::parse_double_list(f.lr_boundaries, "--lr_boundaries");
+  lr.multipliers = train::parse_double_list(f.lr_multipliers, "--lr_multipliers");
+  auto schedule = train::piecewise_constant_with_warmup(lr);
+  auto optimizer = std::make_unique<torch::optim::SGD>(task.module()->parameters(),
+                                                       torch::optim::SGDOptions(0.0).momentum(f.momentum));
+
+  train_input.training = true;
+  train_input.batch_size = f.batch_size;
+  train_input.seed = f.seed;
+  train_input.num_threads = f.datasets_num_private_threads;
+  train_input.cache = f.training_dataset_cache;
+  train_input.shuffle_buffer = f.shuffle_buffer;
+  train_input.reader.skip_corrupt_records = f.skip_corrupt_records;
+  train_input.pin_memory = cuda;
+  data::PipelineOptions eval_input = train_input;
+  eval_input.training = false;
+  eval_input.num_epochs = 1;
+  eval_input.cache = false;
+  eval_input.file_pattern = (fs::path(f.data_dir) / "validation-*").string();
+
+  // The configuration is the single truth: save it next to the run.
+  atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, tcfg).dump(2) + "\n");
+  const std::string labels = (fs::path(f.data_dir) / "labels.txt").string();
+  if (!f.use_synthetic_data && fs::exists(labels))
+    atomic_write_file((fs::path(f.model_dir) / "labels.txt").string(), read_file(labels));
+
+  spdlog::info("classify: {} ({} classes) at {}px, {}, {} examples/epoch, {} steps/epoch, {} steps, {} threads",
+               tcfg.model.arch, tcfg.model.num_classes, tcfg.image_size,
+               tcfg.channels_last ? "channels_last" : "channels_first", num_examples, steps_per_epoch, total_steps,
+               threads);
+  train::Trainer trainer(topt, task, std::move(optimizer), schedule);
+  const auto spec = task.sample_spec();
+  train::TrainInputFactory make_train = [&](int64_t epoch, int64_t batch) {
+    if (f.use_synthetic_data)
+      return synthetic_source(spec, f.batch_size, tcfg.model.num_classes, f.seed, steps_per_epoch, epoch, batch);
+    auto o = train_input;
+    o.start_epoch = epoch;
+    o.start_batch = batch;
+    return pipeline_source(o, task, true);
+  };
+  train::EvalInputFactory make_eval = [&] { return pipeline_source(eval_input, task, false); };
+  auto stats = trainer.train_and_evaluate(make_train, topt.skip_eval ? train::EvalInputFactory{} : make_eval);
+  if (!f.stats_file.empty()) {
+    train::write_stats(f.stats_file, stats);
+    spdlog::info("stats written to {}", f.stats_file);
+  }
+  if (stats.eval.count("accuracy"))
+    spdlog::info("final: top-1 accuracy {:.4f}, top-5 accuracy {:.4f}, eval loss {:.4f} at step {}",
+                 stats.eval.at("accuracy"), stats.eval.at("top_5_accuracy"), stats.eval.at("loss"), stats.global_step);
+  spdlog::info("model_dir: {}", f.model_dir);
+}
+
+void restore_for_inference(tasks::ClassificationTask& task, const std::string& model_dir, const std::string& ckpt) {
+  train::CheckpointManager manager(model_dir);
+  const std::string path = ckpt.empty() ? manager.latest() : ckpt;
+  if (path.empty()) throw Error(model_dir + ": no checkpoint (train with --enable_checkpoint_and_export)");
+  train::RestoreOptions ro;
+  ro.load_optimizer = false;
+  ro.load_rng = false;
+  ro.expect = task.signature();
+  auto [step, meta] = train::restore_checkpoint(path, *task.module(), nullptr, ro);
+  spdlog::info("restored {} (step {})", path, step);
+}
+
+}  // namespace
+
+void add_classify_command(CLI::App& app) {
+  auto* cls = app.add_subcommand("classify", "Image classification: the ResNet custom training loop");
+  cls->require_subcommand(1);
+
+  {
+    auto f = std::make_shared<ClassifyFlags>();
+    auto* c = cls->add_subcommand("train", "Train (and evaluate) a ResNet classifier");
+    add_train_flags(c, *f);
+    c->callback([f] { run_train(*f); });
+  }
+  {
+    auto f = std::make_shared<ClassifyFlags>();
+    auto ckpt = std::make_shared<std::string>();
+    auto stats_file = std::make_shared<std::string>();
+    auto* c = cls->add_subcommand("eval", "Evaluate the latest (or a named) checkpoint on the validation shards");
+    c->add_option("--model_dir", f->model_dir, "Model directory")->required();
+    c->add_option("--data_dir", f->data_dir, "Data directory (default: the one used for training)");
+    c->add_option("--checkpoint", *ckpt, "A checkpoint file (default: the latest)");
+    c->add_option("--batch_size", f->batch_size, "Batch size")->capture_default_str();
+    c->add_option("--num_threads", f->num_threads, "Intra-op threads (0: all cores)");
+    c->add_option("--stats_file", *stats_file, "Write the metrics as JSON here");
+    c->callback([f, ckpt, stats_file] {
+      train::configure_threads(f->num_threads);
+      load_model_config(f->model_dir, f.get());
+      tasks::ClassificationTask task(task_config(*f, false));
+      restore_for_inference(task, f->model_dir, *ckpt);
+      data::PipelineOptions o;
+      o.file_pattern = (fs::path(f->data_dir) / "validation-*").string();
+      o.training = false;
+      o.num_epochs = 1;
+      o.batch_size = f->batch_size;
+      train::TrainerOptions topt;
+      topt.model_dir = f->model_dir;
+      topt.global_batch_size = f->batch_size;
+      topt.enable_tensorboard = false;
+      train::Trainer trainer(topt, task, std::make_unique<torch::optim::SGD>(task.module()->parameters(), 0.0),
+                             [](int64_t) { return 0.0; });
+      auto metrics = trainer.evaluate([&] { return pipeline_source(o, task, false); }, 0, false);
+      json j = {{"accuracy_top_1", metrics.at("accuracy")},
+                {"top_5_accuracy", metrics.at("top_5_accuracy")},
+                {"eval_loss", metrics.at("loss")}};
+      std::cout << j.dump() << std::endl;
+      if (!stats_file->empty()) atomic_write_file(*stats_file, j.dump(2) + "\n");
+    });
+  }
+  {
+    struct PredictFlags {
+      ClassifyFlags f;
+      std::vector<std::string> inputs;
+      std::string checkpoint;
+      int top_k = 5;
+      bool json_out = false;
+    };
+    auto p = std::make_shared<PredictFlags>();
+    auto* c = cls->add_subcommand("predict", "Top-k classes of images (files, globs or directories)");
+    c->add_option("--model_dir", p->f.model_dir, "Model directory")->required();
+    c->add_option("inputs", p->inputs, "Images, globs or directories")->required();
+    c->add_option("--checkpoint", p->checkpoint, "A checkpoint file (default: the latest)");
+    c->add_option("--top_k", p->top_k, "Classes to print per image")->capture_default_str();
+    c->add_flag("--json", p->json_out, "One JSON line per image");
+    c->add_option("--batch_size", p->f.batch_size, "Images per forward pass")->capture_default_str();
+    c->add_option("--num_threads", p->f.num_threads, "Intra-op threads (0: all cores)");
+    c->callback([p] {
+      auto& f = p->f;
+      train::configure_threads(f.num_threads);
+      load_model_config(f.model_dir, &f);
+      auto tcfg = task_config(f, false);
+      tasks::ClassificationTask task(tcfg);
+      restore_for_inference(task, f.model_dir, p->checkpoint);
+      task.module()->eval();
+      auto names = data::read_labels((fs::path(f.model_dir) / "labels.txt").string());
+      std::vector<std::string> files;
+      for (const auto& in : p->inputs)
+        for (auto& file : expand_file_pattern(in)) files.push_back(std::move(file));
+      data::PreprocessOptions po;
+      po.image_size = tcfg.image_size;
+      po.channels_last = tcfg.channels_last;
+      const auto spec = task.sample_spec();
+      torch::NoGradGuard no_grad;
+      const int64_t k = std::min<int64_t>(p->top_k, tcfg.model.num_classes);
+      for (size_t begin = 0; begin < files.size(); begin += static_cast<size_t>(f.batch_size)) {
+        const size_t end = std::min(files.size(), begin + static_cast<size_t>(f.batch_size));
+        std::vector<int64_t> shape = {static_cast<int64_t>(end - begin)};
+        shape.insert(shape.end(), spec.image_shape.begin(), spec.image_shape.end());
+        auto batch = torch::empty(shape);
+        const int64_t numel = batch[0].numel();
+        for (size_t i = begin; i < end; ++i)
+          data::preprocess_eval(read_file(files[i]), po, batch.data_ptr<float>() + (i - begin) * numel, files[i]);
+        auto probs = torch::softmax(task.forward(batch), 1);
+        auto [top_p, top_i] = probs.topk(k, 1);
+        for (size_t i = begin; i < end; ++i) {
+          json preds = json::array();
+          std::string line = files[i] + ":";
+          for (int64_t j = 0; j < k; ++j) {
+            const int64_t id = top_i[static_cast<int64_t>(i - begin)][j].item<int64_t>();
+            const double prob = top_p[static_cast<int64_t>(i - begin)][j].item<double>();
+            const std::string name = id < static_cast<int64_t>(names.size()) ? names[static_cast<size_t>(id)]
+                                                                               : "class " + std::to_string(id);
+            preds.push_back({{"label", name}, {"class_id", id}, {"probability", prob}});
+            line += fmt::format(" {} ({:.3f}){}", name, prob, j + 1 < k ? "," : "");
+          }
+          if (p->json_out)
+            std::cout << json{{"file", files[i]}, {"predictions", preds}}.dump() << "\n";
+          else
+            std::cout << line << "\n";
+        }
+      }
+      std::cout.flush();
+    });
+  }
+}
+
+}  // namespace orchard::cli

@@ -1,0 +1,28 @@
+// Models by name. Registration is explicit (register_builtin_models), not by static
+// initialisers that static libraries drop; a failed lookup lists what exists.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "orchard/models/resnet.h"
+
+namespace orchard::models {
+
+struct ModelConfig {
+  std::string arch = "resnet50";
+  int64_t num_classes = 1000;
+  int64_t width = 0;  // 0: the architecture's own base width
+  bool zero_init_residual = false;
+};
+
+using ResNetFactory = std::function<ResNetOptions(const ModelConfig&)>;
+
+// Names: resnet18/34/50/101/152 (ImageNet stem), the same with a "_small" suffix (3x3
+// stem, no max-pool; for inputs of 64 px or less), and resnet_tiny (tests).
+ResNet build_model(const ModelConfig& config);
+ResNetOptions model_options(const ModelConfig& config);
+std::vector<std::string> model_names();
+
+}  // namespace orchard::models

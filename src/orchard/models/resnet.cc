@@ -1,0 +1,143 @@
+#include "orchard/models/resnet.h"
+
+#include <torch/nn/functional.h>
+#include <torch/nn/init.h>
+
+#include <cmath>
+
+namespace orchard::models {
+namespace {
+
+namespace F = torch::nn::functional;
+
+torch::nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride) {
+  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).bias(false));
+}
+
+torch::nn::BatchNorm2d bn(int64_t c, const ResNetOptions& o) {
+  return torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(c).momentum(o.bn_momentum).eps(o.bn_eps));
+}
+
+// Two 3x3 convolutions (ResNet-18/34).
+struct BasicBlockImpl : torch::nn::Module {
+  static constexpr int64_t kExpansion = 1;
+  BasicBlockImpl(int64_t in, int64_t planes, int64_t stride, torch::nn::Sequential down, const ResNetOptions& o)
+      : conv1(register_module("conv1", conv(in, planes, 3, stride))),
+        bn1(register_module("bn1", bn(planes, o))),
+        conv2(register_module("conv2", conv(planes, planes, 3, 1))),
+        bn2(register_module("bn2", bn(planes, o))) {
+    if (down) downsample = register_module("downsample", down);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor identity = downsample ? downsample->forward(x) : x;
+    auto out = torch::relu(bn1(conv1(x)));
+    out = bn2(conv2(out));
+    return torch::relu(out + identity);
+  }
+  torch::nn::BatchNorm2d last_bn() { return bn2; }
+  torch::nn::Conv2d conv1, conv2;
+  torch::nn::BatchNorm2d bn1, bn2;
+  torch::nn::Sequential downsample{nullptr};
+};
+TORCH_MODULE(BasicBlock);
+
+// 1x1 -> 3x3 (stride here: v1.5) -> 1x1 with 4x expansion (ResNet-50/101/152).
+struct BottleneckImpl : torch::nn::Module {
+  static constexpr int64_t kExpansion = 4;
+  BottleneckImpl(int64_t in, int64_t planes, int64_t stride, torch::nn::Sequential down, const ResNetOptions& o)
+      : conv1(register_module("conv1", conv(in, planes, 1, 1))),
+        bn1(register_module("bn1", bn(planes, o))),
+        conv2(register_module("conv2", conv(planes, planes, 3, stride))),
+        bn2(register_module("bn2", bn(planes, o))),
+        conv3(register_module("conv3", conv(planes, planes * kExpansion, 1, 1))),
+        bn3(register_module("bn3", bn(planes * kExpansion, o))) {
+    if (down) downsample = register_module("downsample", down);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor identity = downsample ? downsample->forward(x) : x;
+    auto out = torch::relu(bn1(conv1(x)));
+    out = torch::relu(bn2(conv2(out)));
+    out = bn3(conv3(out));
+    return torch::relu(out + identity);
+  }
+  torch::nn::BatchNorm2d last_bn() { return bn3; }
+  torch::nn::Conv2d conv1, conv2, conv3;
+  torch::nn::BatchNorm2d bn1, bn2, bn3;
+  torch::nn::Sequential downsample{nullptr};
+};
+TORCH_MODULE(Bottleneck);
+
+}  // namespace
+
+ResNetImpl::ResNetImpl(const ResNetOptions& o) : options_(o), inplanes_(o.base_width) {
+  TORCH_CHECK(o.block == "basic" || o.block == "bottleneck", "unknown ResNet block '", o.block, "'");
+  TORCH_CHECK(o.layers.size() == 4, "ResNet needs 4 stages");
+  conv1 = register_module("conv1", o.small_input ? conv(3, o.base_width, 3, 1)
+                                                 : torch::nn::Conv2d(torch::nn::Conv2dOptions(3, o.base_width, 7)
+                                                                         .stride(2)
+                                                                         .padding(3)
+                                                                         .bias(false)));
+  bn1 = register_module("bn1", bn(o.base_width, o));
+  layer1 = register_module("layer1", make_layer(o.base_width, o.layers[0], 1));
+  layer2 = register_module("layer2", make_layer(o.base_width * 2, o.layers[1], 2));
+  layer3 = register_module("layer3", make_layer(o.base_width * 4, o.layers[2], 2));
+  layer4 = register_module("layer4", make_layer(o.base_width * 8, o.layers[3], 2));
+  fc = register_module("fc", torch::nn::Linear(inplanes_, o.num_classes));
+
+  torch::NoGradGuard no_grad;
+  for (auto& m : modules(/*include_self=*/false)) {
+    if (auto* c = m->as<torch::nn::Conv2d>()) {
+      // he_normal (Keras: truncated normal, stddev sqrt(2 / fan_in)); torchvision uses
+      // kaiming_normal fan_out. TF's choice is the one the seed specifies.
+      const auto& w = c->weight;
+      const double fan_in = static_cast<double>(w.size(1) * w.size(2) * w.size(3));
+      const double std = std::sqrt(2.0 / fan_in) / 0.87962566103423978;  // stddev of the untruncated normal
+      w.normal_(0, std);
+      for (int round = 0; round < 20; ++round) {  // redraw values beyond 2 sigma
+        auto bad = w.abs() > 2 * std;
+        if (!bad.any().item<bool>()) break;
+        w.copy_(torch::where(bad, torch::empty_like(w).normal_(0, std), w));
+      }
+    } else if (auto* b = m->as<torch::nn::BatchNorm2d>()) {
+      b->weight.fill_(1);
+      b->bias.zero_();
+    }
+  }
+  fc->weight.normal_(0, 0.01);
+  fc->bias.zero_();
+  if (o.zero_init_residual) {
+    for (auto& m : modules(false)) {
+      if (auto* blk = m->as<BasicBlockImpl>()) blk->last_bn()->weight.zero_();
+      if (auto* blk = m->as<BottleneckImpl>()) blk->last_bn()->weight.zero_();
+    }
+  }
+}
+
+torch::nn::Sequential ResNetImpl::make_layer(int64_t planes, int64_t blocks, int64_t stride) {
+  const bool bottleneck = options_.block == "bottleneck";
+  const int64_t expansion = bottleneck ? BottleneckImpl::kExpansion : BasicBlockImpl::kExpansion;
+  torch::nn::Sequential layer;
+  for (int64_t i = 0; i < blocks; ++i) {
+    const int64_t s = i == 0 ? stride : 1;
+    torch::nn::Sequential down{nullptr};
+    if (i == 0 && (s != 1 || inplanes_ != planes * expansion))
+      down = torch::nn::Sequential(conv(inplanes_, planes * expansion, 1, s), bn(planes * expansion, options_));
+    if (bottleneck)
+      layer->push_back(Bottleneck(inplanes_, planes, s, down, options_));
+    else
+      layer->push_back(BasicBlock(inplanes_, planes, s, down, options_));
+    inplanes_ = planes * expansion;
+  }
+  return layer;
+}
+
+torch::Tensor ResNetImpl::features(torch::Tensor x) {
+  x = torch::relu(bn1(conv1(x)));
+  if (!options_.small_input) x = F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
+  x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));
+  return x.mean({2, 3});
+}
+
+torch::Tensor ResNetImpl::forward(torch::Tensor x) { return fc(features(std::move(x))); }
+
+}  // namespace orchard::models

@@ -1,0 +1,52 @@
+// ResNet v1.5 (stride on the 3x3 conv of the bottleneck), as TF Models' resnet_model.py
+// and torchvision's resnet: parameter names and shapes match torchvision's state dict
+// (conv1, bn1, layer1.0.conv1, ..., layerN.M.downsample.{0,1}, fc), so its weights import.
+//
+// Input: float32 [N, 3, H, W] (channels_last memory format welcome), mean-subtracted RGB.
+// Output: logits [N, num_classes].
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <string>
+#include <vector>
+
+namespace orchard::models {
+
+struct ResNetOptions {
+  std::string block = "bottleneck";        // "basic" (18/34) or "bottleneck" (50+)
+  std::vector<int64_t> layers = {3, 4, 6, 3};
+  int64_t num_classes = 1000;
+  int64_t base_width = 64;                 // channels of the stem and layer1 (64 in the paper)
+  bool small_input = false;                // 3x3 stride-1 stem, no max-pool (inputs <= 64 px)
+  bool zero_init_residual = false;         // gamma = 0 in each block's last BN
+  double bn_momentum = 0.1;                // TF momentum 0.9 == torch momentum 0.1
+  double bn_eps = 1e-5;
+};
+
+class ResNetImpl : public torch::nn::Module {
+ public:
+  explicit ResNetImpl(const ResNetOptions& options);
+  torch::Tensor forward(torch::Tensor x);
+  // Globally average-pooled features [N, C] (the TF-Hub feature-vector output).
+  torch::Tensor features(torch::Tensor x);
+  const ResNetOptions& options() const { return options_; }
+
+ private:
+  torch::nn::Sequential make_layer(int64_t planes, int64_t blocks, int64_t stride);
+
+  ResNetOptions options_;
+  int64_t inplanes_;
+  torch::nn::Conv2d conv1{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr};
+  torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr}, layer4{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(ResNet);
+
+}  // namespace orchard::models

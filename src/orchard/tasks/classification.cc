@@ -1,0 +1,110 @@
+#include "orchard/tasks/classification.h"
+
+#include <torch/torch.h>
+
+namespace orchard::tasks {
+
+ClassificationTask::ClassificationTask(const ClassificationConfig& config)
+    : config_(config), model_(models::build_model(config.model)) {
+  // BN parameters carry no L2 (the seed filters variables whose name contains "bn"); the
+  // downsample BN is "downsample.1" in torchvision naming.
+  for (const auto& item : model_->named_modules()) {
+    if (item.value()->as<torch::nn::BatchNorm2d>()) continue;
+    for (const auto& p : item.value()->named_parameters(/*recurse=*/false))
+      if (p.value().requires_grad()) l2_params_.push_back(p.value());
+  }
+  if (config_.channels_last) {
+    // Keep 4-d weights NHWC so oneDNN/cuDNN run the channels_last kernels end to end.
+    torch::NoGradGuard no_grad;
+    for (auto& p : model_->parameters())
+      if (p.dim() == 4) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
+  }
+}
+
+torch::Tensor ClassificationTask::forward(const torch::Tensor& images) {
+  auto x = images;
+  if (config_.channels_last && x.dim() == 4 && x.size(3) == 3 && x.size(1) != 3)
+    x = x.permute({0, 3, 1, 2});  // NHWC storage viewed as NCHW: channels_last memory format
+  return model_->forward(x);
+}
+
+data::SampleSpec ClassificationTask::sample_spec() const {
+  return data::imagenet_spec(config_.image_size, config_.channels_last);
+}
+
+data::ParseFn ClassificationTask::parser(bool training) const {
+  data::ImageNetParseOptions o;
+  o.preprocess.image_size = config_.image_size;
+  o.preprocess.channels_last = config_.channels_last;
+  o.preprocess.crop = config_.crop;
+  o.training = training;
+  o.num_classes = config_.model.num_classes;
+  return data::make_imagenet_parser(o);
+}
+
+torch::Tensor ClassificationTask::l2_loss(bool single_op) const {
+  if (l2_params_.empty()) return torch::zeros({});
+  if (single_op) {
+    std::vector<torch::Tensor> flat;
+    flat.reserve(l2_params_.size());
+    for (const auto& p : l2_params_) flat.push_back(p.reshape({-1}));
+    return config_.weight_decay * torch::cat(flat).pow(2).sum();
+  }
+  torch::Tensor total = torch::zeros({}, l2_params_[0].options());
+  for (const auto& p : l2_params_) total = total + config_.weight_decay * p.pow(2).sum();
+  return total;
+}
+
+LossTerms ClassificationTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
+  auto logits = outputs.to(torch::kFloat);  // softmax in float32 even under autocast
+  auto ce = torch::nn::functional::cross_entropy(
+      logits, batch.labels,
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum).label_smoothing(config_.label_smoothing));
+  ce = ce / static_cast<double>(global_batch_size);
+  LossTerms terms;
+  terms["cross_entropy"] = ce;
+  if (config_.weight_decay > 0) {
+    terms["l2_loss"] = l2_loss(config_.single_l2_loss_op);
+    terms["total"] = ce + terms["l2_loss"];
+  } else {
+    terms["total"] = ce;
+  }
+  return terms;
+}
+
+void ClassificationTask::update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss,
+                                        bool training, MetricSums* sums) const {
+  torch::NoGradGuard no_grad;
+  const auto& labels = batch.labels;
+  const int64_t k = std::min<int64_t>(5, outputs.size(1));
+  auto topk = std::get<1>(outputs.topk(k, 1));
+  auto hits = topk.eq(labels.unsqueeze(1));
+  sums->add("top_1_correct", hits.select(1, 0).sum());
+  sums->add("count", static_cast<double>(batch.size));
+  if (training) {
+    sums->add("loss", loss.at("total"));
+    sums->add("steps", 1.0);
+  } else {
+    sums->add("top_5_correct", hits.any(1).sum());
+    sums->add("cross_entropy_sum",
+              torch::nn::functional::cross_entropy(outputs.to(torch::kFloat), labels,
+                                                   torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));
+  }
+}
+
+std::map<std::string, double> ClassificationTask::compute_metrics(const MetricSums& s, bool training) const {
+  const double count = std::max(1.0, s.get("count"));
+  if (training) return {{"loss", s.get("loss") / std::max(1.0, s.get("steps"))}, {"accuracy", s.get("top_1_correct") / count}};
+  return {{"loss", s.get("cross_entropy_sum") / count},
+          {"accuracy", s.get("top_1_correct") / count},
+          {"top_5_accuracy", s.get("top_5_correct") / count}};
+}
+
+std::map<std::string, std::string> ClassificationTask::signature() const {
+  return {{"task", "classify"},
+          {"model", config_.model.arch},
+          {"num_classes", std::to_string(config_.model.num_classes)},
+          {"width", std::to_string(config_.model.width)}};
+}
+
+}  // namespace orchard::tasks

@@ -1,0 +1,47 @@
+// Image classification (the ResNet CTL seed): softmax cross entropy summed over the replica
+// batch and divided by the global batch, plus L2 on every trainable non-BN variable.
+#pragma once
+
+#include "orchard/data/imagenet.h"
+#include "orchard/models/registry.h"
+#include "orchard/tasks/task.h"
+
+namespace orchard::tasks {
+
+struct ClassificationConfig {
+  models::ModelConfig model;
+  int image_size = 224;
+  bool channels_last = false;
+  double weight_decay = 1e-4;
+  bool single_l2_loss_op = false;
+  double label_smoothing = 0.0;
+  data::DistortedBoxOptions crop;
+};
+
+class ClassificationTask : public Task {
+ public:
+  explicit ClassificationTask(const ClassificationConfig& config);
+  std::string name() const override { return "classify"; }
+  std::shared_ptr<torch::nn::Module> module() override { return model_.ptr(); }
+  torch::Tensor forward(const torch::Tensor& images) override;
+  data::SampleSpec sample_spec() const override;
+  data::ParseFn parser(bool training) const override;
+  LossTerms loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) override;
+  void update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss, bool training,
+                      MetricSums* sums) const override;
+  std::map<std::string, double> compute_metrics(const MetricSums& sums, bool training) const override;
+  std::map<std::string, std::string> signature() const override;
+
+  // 1e-4 * sum ||w||^2 over trainable non-BN parameters: per layer, or as one op over the
+  // concatenation (--single_l2_loss_op). Both give the same number.
+  torch::Tensor l2_loss(bool single_op) const;
+  models::ResNet& model() { return model_; }
+  const ClassificationConfig& config() const { return config_; }
+
+ private:
+  ClassificationConfig config_;
+  models::ResNet model_{nullptr};
+  std::vector<torch::Tensor> l2_params_;
+};
+
+}  // namespace orchard::tasks

@@ -1,0 +1,53 @@
+// What a task supplies to the shared trainer: the model, its input parsing, the loss (named
+// terms) and metrics. The trainer, checkpoints, schedules, summaries and evaluation loop
+// know nothing task-specific.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "orchard/data/pipeline.h"
+
+namespace orchard::tasks {
+
+// Metric state as running sums of tensors (no host sync per step); merging across
+// workers is an element-wise sum, so distributed reduction is one all-reduce.
+class MetricSums {
+ public:
+  void add(const std::string& name, const at::Tensor& value);
+  void add(const std::string& name, double value);
+  void merge(const MetricSums& other);
+  void reset() { sums_.clear(); }
+  bool empty() const { return sums_.empty(); }
+  double get(const std::string& name) const;  // 0 if absent
+  const std::map<std::string, at::Tensor>& sums() const { return sums_; }
+  std::map<std::string, at::Tensor>& mutable_sums() { return sums_; }
+
+ private:
+  std::map<std::string, at::Tensor> sums_;  // float64 scalars
+};
+
+using LossTerms = std::map<std::string, torch::Tensor>;  // "total" is back-propagated
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual std::string name() const = 0;
+  virtual std::shared_ptr<torch::nn::Module> module() = 0;
+  virtual torch::Tensor forward(const torch::Tensor& images) = 0;
+  virtual data::SampleSpec sample_spec() const = 0;
+  virtual data::ParseFn parser(bool training) const = 0;
+  // Loss for one replica's batch, normalised by the global batch size.
+  virtual LossTerms loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) = 0;
+  virtual void update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss,
+                              bool training, MetricSums* sums) const = 0;
+  // Final metric values from the sums (names as they appear in summaries and stats).
+  virtual std::map<std::string, double> compute_metrics(const MetricSums& sums, bool training) const = 0;
+  // What a checkpoint must match to be restored (e.g. arch, num_classes).
+  virtual std::map<std::string, std::string> signature() const = 0;
+};
+
+}  // namespace orchard::tasks

@@ -1,0 +1,170 @@
+#include "orchard/train/checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+#include <sstream>
+
+#include "orchard/core/error.h"
+#include "orchard/core/files.h"
+
+namespace fs = std::filesystem;
+
+namespace orchard::train {
+
+int64_t checkpoint_step(const std::string& path) {
+  static const std::regex re(R"(ckpt-(\d+)\.pt)");
+  std::smatch m;
+  const std::string name = fs::path(path).filename().string();
+  if (std::regex_match(name, m, re)) return std::stoll(m[1]);
+  return -1;
+}
+
+CheckpointManager::CheckpointManager(std::string model_dir, int max_to_keep)
+    : dir_(std::move(model_dir)), max_to_keep_(max_to_keep) {}
+
+std::vector<std::pair<int64_t, std::string>> CheckpointManager::list() const {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir_, ec)) return out;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const int64_t step = checkpoint_step(e.path().string());
+    if (step >= 0 && e.is_regular_file()) out.emplace_back(step, e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string CheckpointManager::latest() const {
+  const fs::path index = fs::path(dir_) / "checkpoint";
+  std::error_code ec;
+  if (fs::exists(index, ec)) {
+    std::istringstream in(read_file(index.string()));
+    std::string line;
+    while (std::getline(in, line)) {
+      const std::string key = "model_checkpoint_path: \"";
+      if (line.rfind(key, 0) == 0) {
+        std::string name = line.substr(key.size());
+        name = name.substr(0, name.find('"'));
+        const fs::path p = fs::path(dir_) / name;
+        if (fs::exists(p, ec)) return p.string();
+      }
+    }
+  }
+  auto all = list();
+  return all.empty() ? "" : all.back().second;
+}
+
+std::string CheckpointManager::save(int64_t step, torch::nn::Module& model, torch::optim::Optimizer* optimizer,
+                                    const Meta& meta) {
+  ensure_writable_dir(dir_);
+  c10::Dict<std::string, at::Tensor> weights;
+  for (const auto& p : model.named_parameters()) weights.insert(p.key(), p.value().detach().cpu().contiguous());
+  for (const auto& b : model.named_buffers()) weights.insert(b.key(), b.value().detach().cpu().contiguous());
+  c10::Dict<std::string, std::string> meta_dict;
+  for (const auto& [k, v] : meta) meta_dict.insert(k, v);
+  c10::impl::GenericDict root(c10::StringType::get(), c10::AnyType::get());
+  root.insert("model", weights);
+  root.insert("meta", meta_dict);
+  root.insert("step", step);
+  if (optimizer) {
+    torch::serialize::OutputArchive archive;
+    optimizer->save(archive);
+    std::ostringstream os;
+    archive.save_to(os);
+    root.insert("optimizer", os.str());
+  }
+  {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    root.insert("rng", gen.get_state());
+  }
+  const std::vector<char> bytes = torch::pickle_save(root);
+
+  const std::string name = "ckpt-" + std::to_string(step) + ".pt";
+  const std::string path = (fs::path(dir_) / name).string();
+  atomic_write_file(path, std::string(bytes.begin(), bytes.end()));
+
+  auto all = list();
+  std::string index = "model_checkpoint_path: \"" + name + "\"\n";
+  const size_t keep_from = all.size() > static_cast<size_t>(max_to_keep_) ? all.size() - max_to_keep_ : 0;
+  for (size_t i = keep_from; i < all.size(); ++i)
+    index += "all_model_checkpoint_paths: \"" + fs::path(all[i].second).filename().string() + "\"\n";
+  atomic_write_file((fs::path(dir_) / "checkpoint").string(), index);
+  for (size_t i = 0; i < keep_from; ++i) {
+    std::error_code ec;
+    fs::remove(all[i].second, ec);
+  }
+  return path;
+}
+
+std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::Module& model,
+                                            torch::optim::Optimizer* optimizer, const RestoreOptions& options) {
+  const std::string bytes = read_file(path);
+  c10::IValue root;
+  try {
+    root = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  } catch (const std::exception& e) {
+    throw Error(path + ": not an Orchard checkpoint (" + std::string(e.what()).substr(0, 200) + ")");
+  }
+  if (!root.isGenericDict()) throw Error(path + ": not an Orchard checkpoint (top level is not a dict)");
+  auto dict = root.toGenericDict();
+  if (!dict.contains("model") || !dict.contains("step")) throw Error(path + ": not an Orchard checkpoint (no model/step)");
+
+  Meta meta;
+  if (dict.contains("meta"))
+    for (const auto& e : dict.at("meta").toGenericDict()) meta[e.key().toStringRef()] = e.value().toStringRef();
+  for (const auto& [k, v] : options.expect) {
+    auto it = meta.find(k);
+    const std::string got = it == meta.end() ? "<absent>" : it->second;
+    if (got != v)
+      throw Error(path + ": checkpoint has " + k + "=" + got + " but this run has " + k + "=" + v +
+                  " (use another --model_dir, or --clean to start over)");
+  }
+
+  std::map<std::string, at::Tensor> weights;
+  for (const auto& e : dict.at("model").toGenericDict()) weights[e.key().toStringRef()] = e.value().toTensor();
+  torch::NoGradGuard no_grad;
+  std::vector<std::string> missing;
+  auto load = [&](const std::string& name, at::Tensor& dst) {
+    auto it = weights.find(name);
+    if (it == weights.end()) {
+      missing.push_back(name);
+      return;
+    }
+    if (it->second.sizes() != dst.sizes()) {
+      std::ostringstream msg;
+      msg << path << ": variable '" << name << "' has shape " << it->second.sizes() << " in the checkpoint but "
+          << dst.sizes() << " in the model";
+      throw Error(msg.str());
+    }
+    dst.copy_(it->second);
+  };
+  for (auto& p : model.named_parameters()) load(p.key(), p.value());
+  for (auto& b : model.named_buffers()) load(b.key(), b.value());
+  if (!missing.empty()) {
+    std::string list;
+    for (size_t i = 0; i < missing.size() && i < 5; ++i) list += (i ? ", " : "") + missing[i];
+    throw Error(path + ": " + std::to_string(missing.size()) + " model variables missing from the checkpoint (" + list +
+                (missing.size() > 5 ? ", ..." : "") + ")");
+  }
+  if (optimizer && options.load_optimizer && dict.contains("optimizer")) {
+    const std::string& blob = dict.at("optimizer").toStringRef();
+    std::istringstream is(blob);
+    torch::serialize::InputArchive archive;
+    archive.load_from(is);
+    optimizer->load(archive);
+  }
+  if (options.load_rng && dict.contains("rng")) {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(dict.at("rng").toTensor());
+  }
+  return {dict.at("step").toInt(), meta};
+}
+
+}  // namespace orchard::train

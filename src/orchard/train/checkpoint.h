@@ -1,0 +1,50 @@
+// Checkpoints: model_dir/ckpt-<step>.pt, a pickle (torch.save-compatible zip) of
+//   {"model": {name: tensor}, "optimizer": bytes, "step": int, "meta": {str: str}, "rng": tensor}
+// written atomically (temp file, fsync, rename), plus model_dir/checkpoint, a text index
+// naming the newest one (TF's format). The newest `max_to_keep` are kept.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace orchard::train {
+
+using Meta = std::map<std::string, std::string>;
+
+class CheckpointManager {
+ public:
+  CheckpointManager(std::string model_dir, int max_to_keep = 10);
+
+  // Path of the newest checkpoint, or "" if none. Tolerates an index that names a file
+  // that was deleted (falls back to scanning the directory).
+  std::string latest() const;
+  std::vector<std::pair<int64_t, std::string>> list() const;  // (step, path), ascending
+
+  std::string save(int64_t step, torch::nn::Module& model, torch::optim::Optimizer* optimizer, const Meta& meta);
+
+ private:
+  std::string dir_;
+  int max_to_keep_;
+};
+
+struct RestoreOptions {
+  bool load_optimizer = true;
+  bool load_rng = true;
+  // Keys of `expect` must match the checkpoint's meta exactly (e.g. model, num_classes).
+  Meta expect;
+};
+
+// Restores model parameters/buffers (every one must be present with the same shape; errors
+// name the variable), and optionally optimizer and RNG state. Returns {step, meta}.
+std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::Module& model,
+                                            torch::optim::Optimizer* optimizer, const RestoreOptions& options);
+
+// Step number encoded in "ckpt-<step>.pt", or -1.
+int64_t checkpoint_step(const std::string& path);
+
+}  // namespace orchard::train

@@ -1,0 +1,64 @@
+#include "orchard/train/runtime.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
+#include <torch/version.h>
+
+#include "orchard/core/error.h"
+#include "orchard/core/thread_pool.h"
+
+namespace orchard::train {
+
+int configure_threads(int num_threads) {
+  const int n = num_threads > 0 ? num_threads : available_cores();
+  at::set_num_threads(n);
+  return n;
+}
+
+void check_dtype(const std::string& dtype, bool cuda) {
+  if (dtype == "fp32" || dtype == "float32" || dtype == "bf16" || dtype == "bfloat16") return;
+  if (dtype == "fp16" || dtype == "float16") {
+    if (!cuda) throw Error("--dtype fp16 needs a GPU (CPU autocast supports bf16 only); use --dtype bf16 or fp32");
+    return;
+  }
+  throw Error("--dtype must be fp32, bf16 or fp16, not '" + dtype + "'");
+}
+
+AutocastGuard::AutocastGuard(const std::string& dtype, bool cuda) {
+  if (dtype == "fp32" || dtype == "float32") return;
+  const bool bf16 = dtype == "bf16" || dtype == "bfloat16";
+#if TORCH_VERSION_MAJOR >= 2
+  if (cuda) {
+    at::autocast::set_autocast_dtype(at::kCUDA, bf16 ? at::kBFloat16 : at::kHalf);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    cuda_ = true;
+  } else {
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    cpu_ = true;
+  }
+#else
+  if (cuda) {
+    at::autocast::set_autocast_gpu_dtype(bf16 ? at::kBFloat16 : at::kHalf);
+    at::autocast::set_enabled(true);
+    cuda_ = true;
+  } else {
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_cpu_enabled(true);
+    cpu_ = true;
+  }
+#endif
+}
+
+AutocastGuard::~AutocastGuard() {
+#if TORCH_VERSION_MAJOR >= 2
+  if (cuda_) at::autocast::set_autocast_enabled(at::kCUDA, false);
+  if (cpu_) at::autocast::set_autocast_enabled(at::kCPU, false);
+#else
+  if (cuda_) at::autocast::set_enabled(false);
+  if (cpu_) at::autocast::set_cpu_enabled(false);
+#endif
+  if (cpu_ || cuda_) at::autocast::clear_cache();
+}
+
+}  // namespace orchard::train

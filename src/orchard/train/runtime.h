@@ -1,0 +1,31 @@
+// Process-wide runtime settings: intra-op threads, device, autocast.
+#pragma once
+
+#include <string>
+
+namespace c10 {
+struct Device;
+}
+
+namespace orchard::train {
+
+// Sets libtorch's intra-op threads (0 = all cores; libtorch starts at 1 on some builds).
+// Returns the number set.
+int configure_threads(int num_threads);
+
+// Scoped mixed-precision autocast for dtype "fp32" (no-op), "bf16" or "fp16".
+class AutocastGuard {
+ public:
+  AutocastGuard(const std::string& dtype, bool cuda);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  bool cpu_ = false, cuda_ = false;
+};
+
+// Validates --dtype for the device; throws Error with the supported choices.
+void check_dtype(const std::string& dtype, bool cuda);
+
+}  // namespace orchard::train

@@ -1,0 +1,275 @@
+#include "orchard/train/trainer.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "orchard/core/error.h"
+#include "orchard/core/event_writer.h"
+#include "orchard/core/files.h"
+#include "orchard/core/log.h"
+#include "orchard/train/checkpoint.h"
+#include "orchard/train/runtime.h"
+
+namespace fs = std::filesystem;
+
+namespace orchard::train {
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+class Stopwatch {
+ public:
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  void reset() { start_ = Clock::now(); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point start_ = Clock::now();
+};
+
+}  // namespace
+
+struct Trainer::Impl {
+  TrainerOptions opt;
+  tasks::Task& task;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  Schedule schedule;
+  CheckpointManager checkpoints;
+  torch::Device device;
+  std::unique_ptr<EventWriter> train_events, eval_events;
+
+  Impl(TrainerOptions o, tasks::Task& t, std::unique_ptr<torch::optim::Optimizer> optim, Schedule s)
+      : opt(std::move(o)),
+        task(t),
+        optimizer(std::move(optim)),
+        schedule(std::move(s)),
+        checkpoints(opt.model_dir, opt.max_to_keep),
+        device(opt.device) {}
+
+  EventWriter* events(bool train) {
+    if (!opt.enable_tensorboard) return nullptr;
+    auto& w = train ? train_events : eval_events;
+    if (!w) w = std::make_unique<EventWriter>((fs::path(opt.model_dir) / (train ? "train" : "eval")).string());
+    return w.get();
+  }
+
+  void set_lr(double lr) {
+    for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+  }
+
+  Meta meta(int64_t step) const {
+    Meta m = task.signature();
+    m["epoch"] = std::to_string(step / std::max<int64_t>(1, opt.steps_per_epoch));
+    m["batch_in_epoch"] = std::to_string(step % std::max<int64_t>(1, opt.steps_per_epoch));
+    m["global_batch_size"] = std::to_string(opt.global_batch_size);
+    return m;
+  }
+
+  void save(int64_t step) {
+    const std::string path = checkpoints.save(step, *task.module(), optimizer.get(), meta(step));
+    spdlog::info("saved checkpoint {}", path);
+  }
+};
+
+Trainer::Trainer(TrainerOptions options, tasks::Task& task, std::unique_ptr<torch::optim::Optimizer> optimizer,
+                 Schedule schedule)
+    : impl_(std::make_unique<Impl>(std::move(options), task, std::move(optimizer), std::move(schedule))) {
+  ensure_writable_dir(impl_->opt.model_dir);
+  task.module()->to(impl_->device);
+}
+
+Trainer::~Trainer() = default;
+
+int64_t Trainer::restore_latest() {
+  const std::string latest = impl_->checkpoints.latest();
+  if (latest.empty()) return step_ = 0;
+  RestoreOptions ro;
+  ro.expect = impl_->task.signature();
+  auto [step, meta] = restore_checkpoint(latest, *impl_->task.module(), impl_->optimizer.get(), ro);
+  auto it = meta.find("global_batch_size");
+  if (it != meta.end() && it->second != std::to_string(impl_->opt.global_batch_size))
+    spdlog::warn("{} was trained with batch size {}; continuing with {} (the data position is re-derived from the step)",
+                 latest, it->second, impl_->opt.global_batch_size);
+  spdlog::info("resumed from {} at step {}", latest, step);
+  return step_ = step;
+}
+
+std::map<std::string, double> Trainer::evaluate(const EvalInputFactory& eval_input, int64_t step, bool summaries) {
+  auto& m = *impl_;
+  auto module = m.task.module();
+  module->eval();
+  torch::NoGradGuard no_grad;
+  tasks::MetricSums sums;
+  BatchSource source = eval_input();
+  data::Batch batch;
+  Stopwatch sw;
+  int64_t n = 0;
+  while (source(&batch)) {
+    auto images = batch.images.to(m.device, /*non_blocking=*/true);
+    torch::Tensor outputs;
+    {
+      AutocastGuard autocast(m.opt.dtype, m.device.is_cuda());
+      outputs = m.task.forward(images);
+    }
+    batch.labels = batch.labels.to(m.device, true);
+    if (batch.targets.defined()) batch.targets = batch.targets.to(m.device, true);
+    auto terms = m.task.loss(outputs, batch, m.opt.global_batch_size);
+    m.task.update_metrics(outputs.to(torch::kFloat), batch, terms, /*training=*/false, &sums);
+    n += batch.size;
+  }
+  module->train();
+  if (n == 0) throw Error("evaluation data is empty");
+  auto metrics = m.task.compute_metrics(sums, /*training=*/false);
+  std::string line;
+  for (const auto& [k, v] : metrics) line += fmt::format(" {}={:.4f}", k, v);
+  spdlog::info("eval at step {} over {} examples ({:.1f}s):{}", step, n, sw.seconds(), line);
+  if (summaries) {
+    if (auto* w = m.events(false)) {
+      for (const auto& [k, v] : metrics) w->scalar(k, v, step);
+      w->flush();
+    }
+  }
+  return metrics;
+}
+
+RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input, const EvalInputFactory& eval_input) {
+  auto& m = *impl_;
+  auto module = m.task.module();
+  module->train();
+  const int64_t spe = std::max<int64_t>(1, m.opt.steps_per_epoch);
+  int64_t step = restore_latest();
+  if (m.opt.on_start) m.opt.on_start(step);
+  if (auto* w = m.events(true)) w->session_start(step);
+
+  RunStats stats;
+  const bool interactive = stderr_is_terminal();
+  int64_t last_saved = step > 0 ? step : -1;
+  int64_t last_eval = -1;
+  double train_seconds = 0;
+  int64_t timed_examples = 0;
+  tasks::MetricSums loop_metrics;
+  std::map<std::string, double> last_train_metrics;
+
+  if (step < m.opt.total_steps) {
+    BatchSource source = train_input(step / spe, step % spe);
+    std::unique_ptr<torch::autograd::profiler::RecordProfile> profiler;
+    Stopwatch window, progress_clock, since_start;
+    int64_t window_start_step = step;
+    const int64_t first_step = step;
+    double last_progress = -1;
+    torch::Tensor last_loss;
+    spdlog::info("training from step {} to {} ({} steps per epoch, global batch {})", step, m.opt.total_steps, spe,
+                 m.opt.global_batch_size);
+    while (step < m.opt.total_steps) {
+      const int64_t loop_end =
+          std::min(m.opt.total_steps, (step / m.opt.steps_per_loop + 1) * m.opt.steps_per_loop);
+      loop_metrics.reset();
+      Stopwatch loop_clock;
+      const int64_t loop_first = step;
+      for (; step < loop_end; ++step) {
+        if (step == m.opt.profile_start) {
+          const std::string trace = (fs::path(m.opt.model_dir) / "train" /
+                                     ("profile-steps-" + std::to_string(m.opt.profile_start) + "-" +
+                                      std::to_string(m.opt.profile_end) + ".trace.json"))
+                                        .string();
+          ensure_writable_dir((fs::path(m.opt.model_dir) / "train").string());
+          profiler = std::make_unique<torch::autograd::profiler::RecordProfile>(trace);
+          spdlog::info("profiling steps {}-{} into {} (open in chrome://tracing or Perfetto)", m.opt.profile_start,
+                       m.opt.profile_end, trace);
+        }
+        data::Batch batch;
+        if (!source(&batch)) throw Error("training input ended at step " + std::to_string(step));
+        if (batch.index_in_epoch != step % spe || batch.epoch != step / spe)
+          throw Error("internal: input position (epoch " + std::to_string(batch.epoch) + ", batch " +
+                      std::to_string(batch.index_in_epoch) + ") does not match step " + std::to_string(step));
+        const double lr = m.schedule(step);
+        m.set_lr(lr);
+        auto images = batch.images.to(m.device, /*non_blocking=*/true);
+        batch.labels = batch.labels.to(m.device, true);
+        if (batch.targets.defined()) batch.targets = batch.targets.to(m.device, true);
+        torch::Tensor outputs;
+        {
+          AutocastGuard autocast(m.opt.dtype, m.device.is_cuda());
+          outputs = m.task.forward(images);
+        }
+        auto terms = m.task.loss(outputs, batch, m.opt.global_batch_size);
+        m.optimizer->zero_grad();
+        terms.at("total").backward();
+        m.optimizer->step();
+        m.task.update_metrics(outputs.detach().to(torch::kFloat), batch, terms, /*training=*/true, &loop_metrics);
+        last_loss = terms.at("total").detach();
+        if (profiler && step == m.opt.profile_end) profiler.reset();
+
+        const int64_t done = step + 1;
+        if (done % m.opt.log_steps == 0) {
+          const double secs = window.seconds();
+          const double eps = static_cast<double>((done - window_start_step) * m.opt.global_batch_size) / secs;
+          stats.step_timestamp_log.emplace_back(done, unix_now());
+          if (!interactive)
+            spdlog::info("step {}/{}: loss {:.4f}, lr {:.5f}, {:.1f} examples/s, ETA {}", done, m.opt.total_steps,
+                         last_loss.item<double>(), lr, eps,
+                         format_duration((m.opt.total_steps - done) * secs / (done - window_start_step)));
+          if (auto* w = m.events(true)) w->scalar("examples_per_second", eps, done);
+          // The first window includes start-up costs: leave it out of the average.
+          if (window_start_step != first_step || done == m.opt.total_steps) {
+            train_seconds += secs;
+            timed_examples += (done - window_start_step) * m.opt.global_batch_size;
+          }
+          window.reset();
+          window_start_step = done;
+        }
+        if (interactive && (progress_clock.seconds() - last_progress > 0.5 || done == m.opt.total_steps)) {
+          last_progress = progress_clock.seconds();
+          const double rate = static_cast<double>((done - first_step) * m.opt.global_batch_size) / since_start.seconds();
+          std::fprintf(stderr, "\rstep %lld/%lld  %.1f examples/s  loss %.4f  lr %.5f  ETA %s   ",
+                       static_cast<long long>(done), static_cast<long long>(m.opt.total_steps), rate,
+                       last_loss.item<double>(), lr,
+                       format_duration((m.opt.total_steps - done) * m.opt.global_batch_size / rate).c_str());
+          std::fflush(stderr);
+        }
+      }
+      if (interactive) std::fprintf(stderr, "\n");
+      // End of a host loop: summaries, checkpoint, evaluation.
+      last_train_metrics = m.task.compute_metrics(loop_metrics, /*training=*/true);
+      if (auto* w = m.events(true)) {
+        for (const auto& [k, v] : last_train_metrics) w->scalar(k, v, step);
+        w->scalar("learning_rate", m.schedule(step - 1), step);
+        w->scalar("steps_per_second", (step - loop_first) / loop_clock.seconds(), step);
+        w->flush();
+      }
+      if (m.opt.enable_checkpoints &&
+          ((m.opt.checkpoint_every > 0 && step % m.opt.checkpoint_every == 0) || step == m.opt.total_steps)) {
+        m.save(step);
+        last_saved = step;
+      }
+      if (!m.opt.skip_eval && eval_input && m.opt.eval_every > 0 && step % m.opt.eval_every == 0 &&
+          step < m.opt.total_steps) {
+        stats.eval = evaluate(eval_input, step, true);
+        last_eval = step;
+      }
+    }
+    if (train_seconds == 0 && since_start.seconds() > 0)  // too short for two log windows
+      train_seconds = since_start.seconds(), timed_examples = (step - first_step) * m.opt.global_batch_size;
+  } else {
+    spdlog::info("model_dir already holds step {} (>= {} steps to train): nothing to train", step,
+                 m.opt.total_steps);
+  }
+  if (m.opt.enable_checkpoints && last_saved != step) m.save(step);
+  if (!m.opt.skip_eval && eval_input && last_eval != step) stats.eval = evaluate(eval_input, step, true);
+
+  stats.train = last_train_metrics;
+  stats.avg_exp_per_second = train_seconds > 0 ? timed_examples / train_seconds : 0;
+  stats.train_finish_time = unix_now();
+  stats.global_step = step;
+  step_ = step;
+  return stats;
+}
+
+}  // namespace orchard::train

@@ -1,0 +1,67 @@
+// The shared training loop (the seed's orbit Controller + ResnetRunnable): host loops of
+// steps_per_loop steps, logging every log_steps, train summaries per loop, checkpoints every
+// checkpoint_every steps and at the end, evaluation every eval_every steps and at the end,
+// resume from the newest checkpoint (model, optimizer, step, RNG and data position).
+#pragma once
+
+#include <torch/optim/optimizer.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "orchard/data/pipeline.h"
+#include "orchard/tasks/task.h"
+#include "orchard/train/schedule.h"
+#include "orchard/train/stats.h"
+
+namespace orchard::train {
+
+// Yields batches; false at the end of the data.
+using BatchSource = std::function<bool(data::Batch*)>;
+// Training input positioned at (epoch, batch within epoch), for exact resume.
+using TrainInputFactory = std::function<BatchSource(int64_t start_epoch, int64_t start_batch)>;
+using EvalInputFactory = std::function<BatchSource()>;
+
+struct TrainerOptions {
+  std::string model_dir;
+  int64_t global_batch_size = 32;
+  int64_t steps_per_epoch = 1;
+  int64_t total_steps = 1;
+  int64_t steps_per_loop = 1;
+  int64_t eval_every = 0;  // steps; 0 = only at the end
+  bool skip_eval = false;
+  bool enable_checkpoints = false;
+  int64_t checkpoint_every = 0;  // steps; 0 = only at the end
+  int max_to_keep = 10;
+  bool enable_tensorboard = true;
+  int64_t log_steps = 100;
+  std::string stats_file;
+  int64_t profile_start = -1, profile_end = -1;  // inclusive global steps; Chrome trace in model_dir/train
+  std::string dtype = "fp32";
+  std::string device = "cpu";
+  // Called once after restore, before training (e.g. to log the configuration).
+  std::function<void(int64_t step)> on_start;
+};
+
+class Trainer {
+ public:
+  Trainer(TrainerOptions options, tasks::Task& task, std::unique_ptr<torch::optim::Optimizer> optimizer,
+          Schedule schedule);
+  ~Trainer();
+
+  // Restores the newest checkpoint in model_dir if there is one; returns the step (0 if none).
+  int64_t restore_latest();
+  RunStats train_and_evaluate(const TrainInputFactory& train_input, const EvalInputFactory& eval_input);
+  // Evaluates the model as it is now; writes eval summaries at `step` when `summaries`.
+  std::map<std::string, double> evaluate(const EvalInputFactory& eval_input, int64_t step, bool summaries);
+  int64_t step() const { return step_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int64_t step_ = 0;
+};
+
+}  // namespace orchard::train
