@@ -10,9 +10,29 @@
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
 #include "orchard/data/example.h"
+#include "orchard/data/image.h"
 #include "orchard/data/tools.h"
 
 namespace orchard::cli {
+
+namespace {
+
+// Writes the encoded image of an Example (image/encoded, or ML-Images' "image") to dir/<n>.<ext>.
+void dump_image(const std::string& record, const std::string& dir, int64_t n) {
+  tensorflow::Example ex;
+  if (!ex.ParseFromString(record)) return;
+  for (const char* key : {"image/encoded", "image"}) {
+    auto it = ex.features().feature().find(key);
+    if (it == ex.features().feature().end() || it->second.bytes_list().value_size() == 0) continue;
+    const std::string& bytes = it->second.bytes_list().value(0);
+    const char* ext = data::sniff_format(bytes) == data::ImageFormat::kPng ? "png" : "jpg";
+    ensure_writable_dir(dir);
+    atomic_write_file(dir + "/" + std::to_string(n) + "." + ext, bytes);
+    return;
+  }
+}
+
+}  // namespace
 
 void add_data_command(CLI::App& app) {
   auto* data = app.add_subcommand("data", "Make and look at TFRecord data sets");
@@ -52,12 +72,15 @@ void add_data_command(CLI::App& app) {
       std::string pattern;
       int64_t limit = 0;
       bool skip_corrupt = false;
+      std::string dump_images;
     };
     auto o = std::make_shared<InspectOptions>();
     auto* c = data->add_subcommand("inspect", "Print each record's features as one JSON line");
     c->add_option("file", o->pattern, "TFRecord file, directory or pattern")->required();
     c->add_option("--limit", o->limit, "Stop after N records (0 = all)");
     c->add_flag("--skip_corrupt_records", o->skip_corrupt, "Skip records with bad CRCs instead of failing");
+    c->add_option("--dump_images", o->dump_images,
+                  "Also write each record's image/encoded (or image) bytes to DIR/<n>.<jpg|png>");
     c->callback([o] {
       TFRecordReaderOptions ropt;
       ropt.skip_corrupt_records = o->skip_corrupt;
@@ -68,6 +91,7 @@ void add_data_command(CLI::App& app) {
         while ((o->limit <= 0 || n < o->limit) && reader.next(&rec)) {
           try {
             std::cout << data::record_to_json(rec) << "\n";
+            if (!o->dump_images.empty()) dump_image(rec, o->dump_images, n);
           } catch (const Error& e) {
             throw DataError(where(file, reader.records_read() - 1, -1, e.what()));
           }
