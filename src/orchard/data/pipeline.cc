@@ -72,9 +72,12 @@ struct Pipeline::Impl {
   std::atomic<int64_t> skipped{0};
   std::map<std::string, std::vector<std::string>> cache;
   int64_t image_numel = 1;
-  // Image tensors of earlier batches, reused once the consumer has dropped them: a fresh
-  // batch-sized allocation is returned to the OS on free and page-faults again on every
-  // first touch, which cost ~40% of the parse threads' time. Producer thread only.
+  // Image tensors of earlier batches, reused once nobody else holds them (tensor or view):
+  // a fresh batch-sized allocation is returned to the OS on free and page-faults again on
+  // first touch, which cost ~30% of the parse threads' time (bench/pipeline_bench).
+  // Steady state needs prefetch_batches + 3 (queued, the one next() waits for, the one the
+  // caller holds, the one being allocated); +4 leaves one for a caller holding two.
+  // Producer thread only.
   std::vector<at::Tensor> recycled;
 
   at::Tensor image_tensor(const std::vector<int64_t>& shape, const at::TensorOptions& fopts) {
@@ -83,7 +86,7 @@ struct Pipeline::Impl {
     for (const auto& t : recycled)
       if (t.use_count() == 1 && t.storage().use_count() == 1 && t.sizes() == at::IntArrayRef(shape)) return t;
     at::Tensor t = at::empty(shape, fopts);
-    if (static_cast<int>(recycled.size()) < std::max(1, opt.prefetch_batches) + 2) recycled.push_back(t);
+    if (static_cast<int>(recycled.size()) < std::max(1, opt.prefetch_batches) + 4) recycled.push_back(t);
     return t;
   }
 

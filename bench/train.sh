@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Training throughput and peak memory, Orchard vs PyTorch-Python eager (issue 3), side by
+# side in one run: same model, batch, image size, threads, synthetic data, SGD + momentum,
+# cross entropy + L2 on non-BN weights.
+#
+#   bench/train.sh                    # the three configurations below, 2 threads
+#   THREADS=2 STEPS=20 BUILD=build bench/train.sh
+#
+# Prints one table: images/s for each side, the ratio Orchard/PyTorch, and peak RSS.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${BUILD:-build}
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+THREADS=${THREADS:-$(nproc)}
+STEPS=${STEPS:-12}
+PY=/usr/bin/python3
+ORCHARD="$BUILD/orchard"
+[ -x "$ORCHARD" ] || cmake --build "$BUILD" --target orchard
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+
+# model image_size batch width data_format
+CONFIGS=${CONFIGS:-"resnet50:224:8:0 resnet18:112:32:0 resnet18_small:32:128:16"}
+FORMATS=${FORMATS:-"channels_first channels_last"}
+
+printf '%-16s %5s %5s %-15s %12s %12s %7s %10s %10s\n' model size batch format orchard_img/s pytorch_img/s ratio orch_MB torch_MB
+for cfg in $CONFIGS; do
+  IFS=: read -r model size batch width <<<"$cfg"
+  for fmt in $FORMATS; do
+    warm=3
+    # Orchard: steps warm+STEPS, log every STEPS so the first (warm-up) window is excluded.
+    /usr/bin/time -f '%M' -o "$WORK/orch.rss" "$ORCHARD" classify train --use_synthetic_data \
+      --model "$model" --width "$width" --image_size "$size" --batch_size "$batch" --num_classes 1000 \
+      --train_steps $((warm + STEPS)) --log_steps "$warm" --steps_per_loop $((warm + STEPS)) \
+      --num_threads "$THREADS" --data_format "$fmt" --model_dir "$WORK/m" --clean \
+      --stats_file "$WORK/orch.json" >"$WORK/orch.log" 2>&1 || { cat "$WORK/orch.log"; exit 1; }
+    orch=$("$PY" -c 'import json,sys; print("%.2f" % json.load(open(sys.argv[1]))["avg_exp_per_second"])' "$WORK/orch.json")
+    cl=""; [ "$fmt" = channels_last ] && cl="--channels_last"
+    /usr/bin/time -f '%M' -o "$WORK/torch.rss" "$PY" "$ROOT/bench/peer_train.py" --model "$model" --width "$width" \
+      --image_size "$size" --batch_size "$batch" --steps "$STEPS" --warmup "$warm" --threads "$THREADS" $cl \
+      >"$WORK/torch.json"
+    torch=$("$PY" -c 'import json,sys; print("%.2f" % json.load(open(sys.argv[1]))["images_per_second"])' "$WORK/torch.json")
+    ratio=$("$PY" -c "print('%.2f' % ($orch / $torch))")
+    printf '%-16s %5s %5s %-15s %12s %12s %7s %10d %10d\n' "$model" "$size" "$batch" "$fmt" "$orch" "$torch" "$ratio" \
+      $(($(cat "$WORK/orch.rss") / 1024)) $(($(cat "$WORK/torch.rss") / 1024))
+  done
+done
