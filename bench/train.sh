@@ -45,3 +45,26 @@ for cfg in $CONFIGS; do
       $(($(cat "$WORK/orch.rss") / 1024)) $(($(cat "$WORK/torch.rss") / 1024))
   done
 done
+
+# End-to-end: the real input pipeline (TFRecord JPEG photos made by bench/pipeline.sh's
+# make_photos.py, ResNet train preprocessing) vs synthetic data, same model and steps.
+E2E_RECORDS=${E2E_RECORDS:-${TMPDIR:-/tmp}/orchard-pipeline-bench/records-512}
+if [ -d "$E2E_RECORDS" ] && [ "${E2E:-1}" = 1 ]; then
+  echo
+  printf '%-16s %5s %5s %14s %14s %7s\n' model size batch pipeline_img/s synthetic_img/s ratio
+  for cfg in ${E2E_CONFIGS:-"resnet18:112:32 resnet50:224:8"}; do
+    IFS=: read -r model size batch <<<"$cfg"
+    for src in real synthetic; do
+      extra=(--data_dir "$E2E_RECORDS"); [ "$src" = synthetic ] && extra=(--use_synthetic_data --num_classes 10)
+      "$ORCHARD" classify train "${extra[@]}" --skip_eval --model "$model" --image_size "$size" \
+        --batch_size "$batch" --train_steps $((3 + STEPS)) --log_steps 3 --steps_per_loop $((3 + STEPS)) \
+        --num_threads "$THREADS" --data_format channels_first --model_dir "$WORK/e2e" --clean \
+        --stats_file "$WORK/$src.json" >"$WORK/e2e.log" 2>&1 || { cat "$WORK/e2e.log"; exit 1; }
+    done
+    real=$("$PY" -c 'import json,sys; print("%.2f" % json.load(open(sys.argv[1]))["avg_exp_per_second"])' "$WORK/real.json")
+    syn=$("$PY" -c 'import json,sys; print("%.2f" % json.load(open(sys.argv[1]))["avg_exp_per_second"])' "$WORK/synthetic.json")
+    printf '%-16s %5s %5s %14s %14s %7s\n' "$model" "$size" "$batch" "$real" "$syn" "$("$PY" -c "print('%.2f' % ($real / $syn))")"
+  done
+else
+  echo "(end-to-end table skipped: run bench/pipeline.sh first to make $E2E_RECORDS)"
+fi

@@ -257,9 +257,12 @@ train::BatchSource synthetic_source(const data::SampleSpec& spec, int64_t batch_
   };
 }
 
-// Wraps a Pipeline in a BatchSource, keeping it alive.
-train::BatchSource pipeline_source(data::PipelineOptions options, const tasks::Task& task, bool training) {
+// Wraps a Pipeline in a BatchSource, keeping it alive; `keep` (if given) also holds it so
+// the caller can read its counters (skipped records) afterwards.
+train::BatchSource pipeline_source(data::PipelineOptions options, const tasks::Task& task, bool training,
+                                   std::vector<std::shared_ptr<data::Pipeline>>* keep = nullptr) {
   auto pipeline = std::make_shared<data::Pipeline>(std::move(options), task.sample_spec(), task.parser(training));
+  if (keep) keep->push_back(pipeline);
   return [pipeline](data::Batch* b) { return pipeline->next(b); };
 }
 
@@ -369,11 +372,14 @@ void run_train(ClassifyFlags f) {
   eval_input.cache = false;
   eval_input.file_pattern = (fs::path(f.data_dir) / "validation-*").string();
 
-  // The configuration is the single truth: save it next to the run.
-  atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, tcfg).dump(2) + "\n");
-  const std::string labels = (fs::path(f.data_dir) / "labels.txt").string();
-  if (!f.use_synthetic_data && fs::exists(labels))
-    atomic_write_file((fs::path(f.model_dir) / "labels.txt").string(), read_file(labels));
+  // The configuration is the single truth: save it next to the run, once the newest
+  // checkpoint (if any) has been restored, so a mismatched restart overwrites nothing.
+  topt.on_start = [&](int64_t) {
+    atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, tcfg).dump(2) + "\n");
+    const std::string labels = (fs::path(f.data_dir) / "labels.txt").string();
+    if (!f.use_synthetic_data && fs::exists(labels))
+      atomic_write_file((fs::path(f.model_dir) / "labels.txt").string(), read_file(labels));
+  };
 
   spdlog::info("classify: {} ({} classes) at {}px, {}, {} examples/epoch, {} steps/epoch, {} steps, {} threads",
                tcfg.model.arch, tcfg.model.num_classes, tcfg.image_size,
@@ -381,16 +387,20 @@ void run_train(ClassifyFlags f) {
                threads);
   train::Trainer trainer(topt, task, std::move(optimizer), schedule);
   const auto spec = task.sample_spec();
+  std::vector<std::shared_ptr<data::Pipeline>> pipelines;
   train::TrainInputFactory make_train = [&](int64_t epoch, int64_t batch) {
     if (f.use_synthetic_data)
       return synthetic_source(spec, f.batch_size, tcfg.model.num_classes, f.seed, steps_per_epoch, epoch, batch);
     auto o = train_input;
     o.start_epoch = epoch;
     o.start_batch = batch;
-    return pipeline_source(o, task, true);
+    return pipeline_source(o, task, true, &pipelines);
   };
-  train::EvalInputFactory make_eval = [&] { return pipeline_source(eval_input, task, false); };
+  train::EvalInputFactory make_eval = [&] { return pipeline_source(eval_input, task, false, &pipelines); };
   auto stats = trainer.train_and_evaluate(make_train, topt.skip_eval ? train::EvalInputFactory{} : make_eval);
+  for (const auto& p : pipelines) stats.skipped_records += p->skipped_records();
+  pipelines.clear();
+  if (stats.skipped_records > 0) spdlog::warn("skipped {} corrupt records (--skip_corrupt_records)", stats.skipped_records);
   if (!f.stats_file.empty()) {
     train::write_stats(f.stats_file, stats);
     spdlog::info("stats written to {}", f.stats_file);

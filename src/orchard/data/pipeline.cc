@@ -161,6 +161,7 @@ struct Pipeline::Impl {
       const std::vector<std::string>* cached = nullptr;
       std::vector<std::string> fill;  // records read this pass, for the cache
       size_t pos = 0;
+      int64_t skipped_counted = 0;  // this reader's skips already added to `skipped`
     };
     std::deque<std::string> pending(epoch_files.begin(), epoch_files.end());
     std::vector<Source> active;
@@ -170,6 +171,7 @@ struct Pipeline::Impl {
         s->file = pending.front();
         pending.pop_front();
         s->pos = 0;
+        s->skipped_counted = 0;
         s->fill.clear();
         s->reader.reset();
         auto it = cache.find(s->file);
@@ -201,11 +203,13 @@ struct Pipeline::Impl {
       } else {
         index = s.reader->records_read();
         got = s.reader->next(&rec);
+        if (s.reader->skipped() != s.skipped_counted) {  // counted as they happen, for live stats
+          skipped += s.reader->skipped() - s.skipped_counted;
+          s.skipped_counted = s.reader->skipped();
+        }
         if (got) {
           index = s.reader->records_read() - 1;
           if (opt.cache) s.fill.push_back(rec);
-        } else {
-          skipped += s.reader->skipped();
         }
       }
       if (got) {

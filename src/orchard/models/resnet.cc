@@ -35,8 +35,11 @@ struct BasicBlockImpl : torch::nn::Module {
     return torch::relu(out + identity);
   }
   torch::nn::BatchNorm2d last_bn() { return bn2; }
-  torch::nn::Conv2d conv1, conv2;
-  torch::nn::BatchNorm2d bn1, bn2;
+  // Declaration order is registration order: torchvision's (conv1, bn1, conv2, bn2).
+  torch::nn::Conv2d conv1;
+  torch::nn::BatchNorm2d bn1;
+  torch::nn::Conv2d conv2;
+  torch::nn::BatchNorm2d bn2;
   torch::nn::Sequential downsample{nullptr};
 };
 TORCH_MODULE(BasicBlock);
@@ -61,8 +64,12 @@ struct BottleneckImpl : torch::nn::Module {
     return torch::relu(out + identity);
   }
   torch::nn::BatchNorm2d last_bn() { return bn3; }
-  torch::nn::Conv2d conv1, conv2, conv3;
-  torch::nn::BatchNorm2d bn1, bn2, bn3;
+  torch::nn::Conv2d conv1;
+  torch::nn::BatchNorm2d bn1;
+  torch::nn::Conv2d conv2;
+  torch::nn::BatchNorm2d bn2;
+  torch::nn::Conv2d conv3;
+  torch::nn::BatchNorm2d bn3;
   torch::nn::Sequential downsample{nullptr};
 };
 TORCH_MODULE(Bottleneck);
