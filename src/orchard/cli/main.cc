@@ -3,13 +3,33 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <malloc.h>
+
+#include <cstdlib>
 #include <exception>
 
 #include "orchard/cli/commands.h"
 #include "orchard/core/error.h"
 #include "orchard/core/log.h"
 
+namespace {
+
+// libtorch allocates each activation and gradient with malloc. glibc serves large blocks
+// with mmap and returns freed memory to the OS, so every training step page-faults its
+// whole working set in again: measured here, 2.5-10x slower steps for a small ResNet.
+// Keep freed memory in the heap instead (peak memory is unchanged: it is reused).
+// An explicit MALLOC_*_ environment setting wins.
+void keep_freed_memory() {
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_")) return;
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 64 << 20);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  keep_freed_memory();
   CLI::App app{"Orchard: train, evaluate and run vision models on TFRecord data (TF Model Garden compatible)"};
   app.require_subcommand(1);
   orchard::init_logging();

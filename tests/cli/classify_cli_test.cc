@@ -1,0 +1,583 @@
+// `orchard classify train|eval|predict` end to end: the binary is run as a user runs it
+// (ORCHARD_BIN), on a tiny Fashion-MNIST extract, with resnet_tiny at 28 px.
+//   ClassifyTrain.*   one uninterrupted run (events, stats, eval, predict) and a run killed
+//                     with SIGKILL and restarted, which must reach the same parameters.
+//   ClassifyErrors.*  bad input: a non-zero exit and a message naming what and where.
+// CTest runs the two suites as separate tests so they overlap on two cores.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/test_util.h"
+#include "orchard/core/event_writer.h"
+#include "orchard/core/files.h"
+#include "orchard/core/tfrecord.h"
+#include "orchard/data/example.h"
+#include "orchard/data/tools.h"
+#include "orchard/models/registry.h"
+#include "orchard/proto/event.pb.h"
+#include "orchard/train/checkpoint.h"
+
+extern char** environ;
+
+namespace orchard::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::TempDir;
+
+const std::string kFashionDir = "/usr/share/datasets/fashion-mnist";
+
+struct RunResult {
+  int rc = -1;  // exit status, or 128 + signal
+  bool signaled = false;
+  std::string out, err;
+};
+
+// Starts ORCHARD_BIN with `args`, stdout/stderr to files; returns the pid.
+pid_t spawn(const std::vector<std::string>& args, const std::string& out_path, const std::string& err_path) {
+  std::vector<std::string> argv_s = {ORCHARD_BIN};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  EXPECT_EQ(rc, 0) << "cannot start " << ORCHARD_BIN;
+  return pid;
+}
+
+RunResult wait_for(pid_t pid, const std::string& out_path, const std::string& err_path) {
+  int status = 0;
+  RunResult r;
+  if (waitpid(pid, &status, 0) == pid) {
+    r.signaled = WIFSIGNALED(status);
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  r.out = test::read_bytes(out_path);
+  r.err = test::read_bytes(err_path);
+  return r;
+}
+
+// Runs orchard to completion. Logs go to files in `scratch`.
+RunResult run(const std::vector<std::string>& args, const TempDir& scratch) {
+  static int n = 0;
+  const std::string out = scratch.file("run" + std::to_string(n) + ".out");
+  const std::string err = scratch.file("run" + std::to_string(n++) + ".err");
+  return wait_for(spawn(args, out, err), out, err);
+}
+
+std::string joined(const std::vector<std::string>& args) {
+  std::string s = "orchard";
+  for (const auto& a : args) s += " " + a;
+  return s;
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// The files of a directory whose names contain `part`.
+std::vector<std::string> files_with(const std::string& dir, const std::string& part) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (contains(e.path().filename().string(), part)) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The tiny data set: 256 train and 256 validation images, 2 + 1 shards, labels.txt.
+std::string make_data(const TempDir& root) {
+  const std::string dir = root.file("fmnist");
+  auto r = run({"data", "fashion-mnist", "--out_dir", dir, "--limit", "256", "--num_shards", "2",
+                "--num_validation_shards", "1"},
+               root);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  return dir;
+}
+
+// Every flag of the training runs; only model_dir and stats_file differ between them.
+std::vector<std::string> train_args(const std::string& data_dir, const std::string& model_dir) {
+  // 256 examples / 16 = 16 steps per epoch; 40 steps; checkpoints every 2 x 5 = 10 steps;
+  // eval at steps 16, 32 and 40. LR: 1.6 * 16 / 256 = 0.1 after a 16-step warm-up, 0.01
+  // after step 24 (epoch 1.5).
+  return {"classify",
+          "train",
+          "--data_dir",
+          data_dir,
+          "--model_dir",
+          model_dir,
+          "--model",
+          "resnet_tiny",
+          "--image_size",
+          "28",
+          "--batch_size",
+          "16",
+          "--train_epochs",
+          "3",
+          "--train_steps",
+          "40",
+          "--steps_per_loop",
+          "2",
+          "--log_steps",
+          "5",
+          "--seed",
+          "7",
+          "--num_threads",
+          "1",
+          "--datasets_num_private_threads",
+          "1",
+          "--base_learning_rate",
+          "1.6",
+          "--warmup_epochs",
+          "1",
+          "--lr_boundaries",
+          "1.5",
+          "--lr_multipliers",
+          "1,0.1",
+          "--enable_checkpoint_and_export",
+          "--enable_tensorboard"};
+}
+
+models::ResNet load_tiny(const std::string& ckpt, int64_t* step = nullptr) {
+  models::ModelConfig c;
+  c.arch = "resnet_tiny";
+  c.num_classes = 10;
+  auto m = models::build_model(c);
+  train::RestoreOptions ro;
+  ro.load_rng = false;
+  ro.expect = {{"model", "resnet_tiny"}, {"num_classes", "10"}};
+  auto [s, meta] = train::restore_checkpoint(ckpt, *m, nullptr, ro);
+  if (step) *step = s;
+  return m;
+}
+
+double max_diff(models::ResNet& a, models::ResNet& b) {
+  double d = 0;
+  auto pb = b->named_parameters();
+  for (const auto& p : a->named_parameters()) d = std::max(d, (p.value() - pb[p.key()]).abs().max().item<double>());
+  auto bb = b->named_buffers();
+  for (const auto& p : a->named_buffers())
+    d = std::max(d, (p.value().to(torch::kDouble) - bb[p.key()].to(torch::kDouble)).abs().max().item<double>());
+  return d;
+}
+
+std::string first_event_file_version(const std::string& path) {
+  TFRecordReader reader(path);
+  std::string rec;
+  if (!reader.next(&rec)) return "";
+  tensorflow::Event ev;
+  if (!ev.ParseFromString(rec)) return "";
+  return ev.file_version();
+}
+
+// ---------------------------------------------------------------------------------------
+// One uninterrupted run (A), shared by the tests of its outputs.
+class ClassifyTrain : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!fs::exists(kFashionDir + "/train-images-idx3-ubyte.gz")) return;
+    root_ = new TempDir;
+    data_dir_ = make_data(*root_);
+    model_a_ = root_->file("model_a");
+    auto args = train_args(data_dir_, model_a_);
+    args.insert(args.end(), {"--stats_file", root_->file("stats_a.json")});
+    const auto t0 = std::chrono::steady_clock::now();
+    run_a_ = run(args, *root_);
+    seconds_a_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  static void TearDownTestSuite() {
+    delete root_;
+    root_ = nullptr;
+  }
+  void SetUp() override {
+    if (!root_) GTEST_SKIP() << kFashionDir << " is missing (Debian package dataset-fashion-mnist)";
+    ASSERT_EQ(run_a_.rc, 0) << joined(train_args(data_dir_, model_a_)) << "\n" << run_a_.err;
+  }
+
+  static TempDir* root_;
+  static std::string data_dir_, model_a_;
+  static RunResult run_a_;
+  static double seconds_a_;
+};
+TempDir* ClassifyTrain::root_ = nullptr;
+std::string ClassifyTrain::data_dir_, ClassifyTrain::model_a_;
+RunResult ClassifyTrain::run_a_;
+double ClassifyTrain::seconds_a_ = 0;
+
+TEST_F(ClassifyTrain, ModelDirLayout) {
+  // Checkpoints every 10 steps and at the end, the index, the configuration, the labels.
+  for (const char* name :
+       {"ckpt-10.pt", "ckpt-20.pt", "ckpt-30.pt", "ckpt-40.pt", "checkpoint", "config.json", "labels.txt"})
+    EXPECT_TRUE(fs::exists(fs::path(model_a_) / name)) << name;
+  EXPECT_EQ(files_with(model_a_, ".tmp-"), std::vector<std::string>{});
+  EXPECT_EQ(train::CheckpointManager(model_a_).latest(), (fs::path(model_a_) / "ckpt-40.pt").string());
+  auto config = json::parse(read_file(model_a_ + "/config.json"));
+  EXPECT_EQ(config.at("model"), "resnet_tiny");
+  EXPECT_EQ(config.at("num_classes"), 10);  // from labels.txt
+  EXPECT_EQ(config.at("image_size"), 28);
+  EXPECT_EQ(data::read_labels(model_a_ + "/labels.txt"), data::kFashionMnistClasses);
+}
+
+TEST_F(ClassifyTrain, TensorBoardEventFiles) {
+  const auto train_files = files_with(model_a_ + "/train", "events.out.tfevents.");
+  const auto eval_files = files_with(model_a_ + "/eval", "events.out.tfevents.");
+  ASSERT_EQ(train_files.size(), 1u);
+  ASSERT_EQ(eval_files.size(), 1u);
+  EXPECT_EQ(first_event_file_version(train_files[0]), "brain.Event:2");
+  EXPECT_EQ(first_event_file_version(eval_files[0]), "brain.Event:2");
+
+  std::map<std::string, std::map<int64_t, double>> train, eval;
+  for (const auto& e : read_scalar_events(train_files[0])) train[e.tag][e.step] = e.value;
+  for (const auto& e : read_scalar_events(eval_files[0])) eval[e.tag][e.step] = e.value;
+  for (const char* tag : {"loss", "learning_rate", "accuracy", "examples_per_second"})
+    EXPECT_TRUE(train.count(tag)) << "train scalar " << tag << " missing";
+  for (const char* tag : {"loss", "accuracy", "top_5_accuracy"})
+    EXPECT_TRUE(eval.count(tag)) << "eval scalar " << tag << " missing";
+
+  // Train summaries once per host loop (2 steps); the learning rate of the loop's last step:
+  // 0.1 * s / 16 during warm-up, 0.1 up to step 24 (boundary inclusive), then 0.01.
+  EXPECT_EQ(train["loss"].size(), 20u);
+  EXPECT_EQ(train["loss"].begin()->first, 2);
+  EXPECT_EQ(train["loss"].rbegin()->first, 40);
+  EXPECT_NEAR(train["learning_rate"][10], 0.1 * 9 / 16, 1e-7);
+  EXPECT_NEAR(train["learning_rate"][20], 0.1, 1e-7);
+  EXPECT_NEAR(train["learning_rate"][24], 0.1, 1e-7);   // the LR of step 23
+  EXPECT_NEAR(train["learning_rate"][26], 0.01, 1e-8);  // step 25 > boundary 24
+  for (const auto& [step, acc] : train["accuracy"]) {
+    EXPECT_GE(acc, 0.0);
+    EXPECT_LE(acc, 1.0);
+  }
+  // Eval at each epoch end (16, 32) and at the end (40).
+  std::set<int64_t> eval_steps;
+  for (const auto& [step, v] : eval["accuracy"]) eval_steps.insert(step);
+  EXPECT_EQ(eval_steps, (std::set<int64_t>{16, 32, 40}));
+  for (const auto& [step, v] : eval["top_5_accuracy"]) EXPECT_GE(v, eval["accuracy"][step]);
+}
+
+TEST_F(ClassifyTrain, StatsFile) {
+  auto stats = json::parse(read_file(root_->file("stats_a.json")));
+  for (const char* key : {"loss", "training_accuracy_top_1", "accuracy_top_1", "top_5_accuracy", "eval_loss",
+                          "avg_exp_per_second", "step_timestamp_log"})
+    EXPECT_TRUE(stats.contains(key)) << key << " missing from " << stats.dump();
+  EXPECT_EQ(stats.at("global_step"), 40);
+  EXPECT_GT(stats.at("avg_exp_per_second").get<double>(), 0);
+  EXPECT_GT(stats.at("loss").get<double>(), 0);
+  const auto& log = stats.at("step_timestamp_log");
+  ASSERT_EQ(log.size(), 8u);  // every 5 steps
+  EXPECT_EQ(log[0].at("batch_index"), 5);
+  EXPECT_EQ(log[7].at("batch_index"), 40);
+  EXPECT_LE(log[0].at("timestamp").get<double>(), log[7].at("timestamp").get<double>());
+  // The final eval in the stats is the one in the event file at step 40.
+  std::map<std::string, double> eval;
+  for (const auto& e : read_scalar_events(files_with(model_a_ + "/eval", "events.out.tfevents.").at(0)))
+    if (e.step == 40) eval[e.tag] = e.value;
+  EXPECT_NEAR(stats.at("accuracy_top_1").get<double>(), eval["accuracy"], 1e-6);
+  EXPECT_NEAR(stats.at("top_5_accuracy").get<double>(), eval["top_5_accuracy"], 1e-6);
+  EXPECT_NEAR(stats.at("eval_loss").get<double>(), eval["loss"], 1e-5);
+  // 40 steps on 256 images: better than chance (0.1) already.
+  EXPECT_GT(stats.at("top_5_accuracy").get<double>(), 0.5);
+}
+
+TEST_F(ClassifyTrain, EvalCommand) {
+  auto r = run({"classify", "eval", "--model_dir", model_a_, "--num_threads", "1", "--batch_size", "16"}, *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = json::parse(r.out.substr(r.out.rfind('{')));
+  auto stats = json::parse(read_file(root_->file("stats_a.json")));
+  EXPECT_DOUBLE_EQ(j.at("accuracy_top_1").get<double>(), stats.at("accuracy_top_1").get<double>());
+  EXPECT_DOUBLE_EQ(j.at("top_5_accuracy").get<double>(), stats.at("top_5_accuracy").get<double>());
+  EXPECT_NEAR(j.at("eval_loss").get<double>(), stats.at("eval_loss").get<double>(), 1e-5);
+
+  // A named older checkpoint evaluates differently (or at least runs).
+  auto r10 =
+      run({"classify", "eval", "--model_dir", model_a_, "--checkpoint", model_a_ + "/ckpt-10.pt", "--num_threads", "1"},
+          *root_);
+  ASSERT_EQ(r10.rc, 0) << r10.err;
+  EXPECT_TRUE(contains(r10.err, "ckpt-10.pt")) << r10.err;
+}
+
+TEST_F(ClassifyTrain, PredictCommand) {
+  // Two validation images as PNG files.
+  TFRecordReader reader(data_dir_ + "/validation-00000-of-00001");
+  std::vector<std::string> images;
+  std::string rec;
+  for (int i = 0; i < 2 && reader.next(&rec); ++i) {
+    data::ExampleView ex(rec, "validation record " + std::to_string(i));
+    const std::string path = root_->file("img" + std::to_string(i) + ".png");
+    test::write_bytes(path, ex.bytes("image/encoded"));
+    images.push_back(path);
+  }
+  ASSERT_EQ(images.size(), 2u);
+  const auto labels = data::kFashionMnistClasses;
+
+  for (int top_k : {3, 10}) {
+    std::vector<std::string> args = {"classify", "predict", "--model_dir",         model_a_,
+                                     "--json",   "--top_k", std::to_string(top_k), "--num_threads",
+                                     "1"};
+    args.insert(args.end(), images.begin(), images.end());
+    auto r = run(args, *root_);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    std::istringstream lines(r.out);
+    std::string line;
+    int n = 0;
+    while (std::getline(lines, line)) {
+      if (line.empty()) continue;
+      auto j = json::parse(line);
+      EXPECT_EQ(j.at("file"), images.at(static_cast<size_t>(n)));
+      const auto& preds = j.at("predictions");
+      ASSERT_EQ(preds.size(), static_cast<size_t>(top_k));
+      double sum = 0, prev = 2;
+      std::set<int64_t> ids;
+      for (const auto& p : preds) {
+        const double prob = p.at("probability").get<double>();
+        const int64_t id = p.at("class_id").get<int64_t>();
+        ASSERT_GE(id, 0);
+        ASSERT_LT(id, 10);
+        EXPECT_EQ(p.at("label").get<std::string>(), labels[static_cast<size_t>(id)]);
+        EXPECT_LE(prob, prev);  // best first
+        EXPECT_GE(prob, 0);
+        prev = prob;
+        sum += prob;
+        ids.insert(id);
+      }
+      EXPECT_EQ(ids.size(), static_cast<size_t>(top_k));
+      if (top_k == 10)
+        EXPECT_NEAR(sum, 1.0, 1e-4);
+      else
+        EXPECT_LT(sum, 1.0 + 1e-6);
+      ++n;
+    }
+    EXPECT_EQ(n, 2) << r.out;
+  }
+
+  // Plain text: one line per image naming it and its classes.
+  auto r = run({"classify", "predict", "--model_dir", model_a_, images[0], "--num_threads", "1"}, *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, images[0])) << r.out;
+
+  // A file that is not there.
+  auto bad = run({"classify", "predict", "--model_dir", model_a_, root_->file("nope.png")}, *root_);
+  EXPECT_EQ(bad.rc, 1) << bad.err;
+  EXPECT_TRUE(contains(bad.err, "nope.png")) << bad.err;
+}
+
+// The most important property: SIGKILL at any point and a restart reach exactly the
+// parameters of the uninterrupted run (model, optimizer, step, LR schedule, RNG, data position).
+TEST_F(ClassifyTrain, KilledAndRestartedRunMatchesUninterrupted) {
+  const std::string model_b = root_->file("model_b");
+  auto args = train_args(data_dir_, model_b);
+  args.insert(args.end(), {"--stats_file", root_->file("stats_b.json")});
+  const std::string out = root_->file("b1.out"), err = root_->file("b1.err");
+  const pid_t pid = spawn(args, out, err);
+  // Kill as soon as the first checkpoint and its index are complete: mid-way between two
+  // checkpoints, so the restart must redo steps and cross an epoch boundary and the LR drop.
+  train::CheckpointManager manager(model_b);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool ready = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (fs::exists(model_b + "/checkpoint") && !manager.latest().empty()) {
+      ready = true;
+      break;
+    }
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) break;  // ended by itself: the test below fails
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ::kill(pid, SIGKILL);
+  auto killed = wait_for(pid, out, err);
+  ASSERT_TRUE(ready) << "no checkpoint appeared\n" << killed.err;
+  ASSERT_TRUE(killed.signaled) << "the run finished before it could be killed (rc " << killed.rc << ")";
+  int64_t killed_at = -1;
+  {
+    const std::string latest = manager.latest();
+    ASSERT_FALSE(latest.empty());
+    killed_at = train::checkpoint_step(latest);
+    ASSERT_LT(killed_at, 40);
+  }
+
+  auto resumed = run(args, *root_);
+  ASSERT_EQ(resumed.rc, 0) << resumed.err;
+  EXPECT_TRUE(contains(resumed.err, "resumed from")) << resumed.err;
+  EXPECT_TRUE(contains(resumed.err, "at step " + std::to_string(killed_at))) << resumed.err;
+
+  int64_t step_a = 0, step_b = 0;
+  auto a = load_tiny(model_a_ + "/ckpt-40.pt", &step_a);
+  auto b = load_tiny(model_b + "/ckpt-40.pt", &step_b);
+  EXPECT_EQ(step_a, 40);
+  EXPECT_EQ(step_b, 40);
+  EXPECT_LT(max_diff(a, b), 1e-6) << "killed at step >= " << killed_at;
+  // Checkpoints written after the restart agree too.
+  for (int64_t step = (killed_at / 10 + 1) * 10; step < 40; step += 10) {
+    auto ca = load_tiny(model_a_ + "/ckpt-" + std::to_string(step) + ".pt");
+    auto cb = load_tiny(model_b + "/ckpt-" + std::to_string(step) + ".pt");
+    EXPECT_LT(max_diff(ca, cb), 1e-6) << "ckpt-" << step;
+  }
+  auto stats_a = json::parse(read_file(root_->file("stats_a.json")));
+  auto stats_b = json::parse(read_file(root_->file("stats_b.json")));
+  EXPECT_DOUBLE_EQ(stats_a.at("accuracy_top_1").get<double>(), stats_b.at("accuracy_top_1").get<double>());
+  EXPECT_EQ(files_with(model_b, ".tmp-"), std::vector<std::string>{});
+
+  // Restarting a finished run trains nothing and keeps the checkpoint.
+  const std::string before = test::read_bytes(model_b + "/ckpt-40.pt");
+  auto again = run(args, *root_);
+  ASSERT_EQ(again.rc, 0) << again.err;
+  EXPECT_TRUE(contains(again.err, "nothing to train")) << again.err;
+  EXPECT_EQ(test::read_bytes(model_b + "/ckpt-40.pt"), before);
+}
+
+// ---------------------------------------------------------------------------------------
+class ClassifyErrors : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!fs::exists(kFashionDir + "/train-images-idx3-ubyte.gz")) return;
+    root_ = new TempDir;
+    data_dir_ = make_data(*root_);
+  }
+  static void TearDownTestSuite() {
+    delete root_;
+    root_ = nullptr;
+  }
+  void SetUp() override {
+    if (!root_) GTEST_SKIP() << kFashionDir << " is missing (Debian package dataset-fashion-mnist)";
+  }
+  // A short training command on the tiny data; `extra` flags replace the defaults' values
+  // (CLI11 rejects a flag given twice).
+  static std::vector<std::string> args(const std::string& model_dir, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> a = {"classify",
+                                  "train",
+                                  "--data_dir",
+                                  data_dir_,
+                                  "--model_dir",
+                                  model_dir,
+                                  "--model",
+                                  "resnet_tiny",
+                                  "--image_size",
+                                  "28",
+                                  "--batch_size",
+                                  "16",
+                                  "--train_steps",
+                                  "2",
+                                  "--steps_per_loop",
+                                  "2",
+                                  "--num_threads",
+                                  "1",
+                                  "--datasets_num_private_threads",
+                                  "1",
+                                  "--skip_eval"};
+    for (size_t i = 0; i < extra.size(); ++i) {
+      const bool has_value = i + 1 < extra.size() && extra[i + 1].rfind("--", 0) != 0;
+      auto it = std::find(a.begin(), a.end(), extra[i]);
+      if (it != a.end() && has_value)
+        *(it + 1) = extra[i + 1];
+      else if (it == a.end()) {
+        a.push_back(extra[i]);
+        if (has_value) a.push_back(extra[i + 1]);
+      }
+      if (has_value) ++i;
+    }
+    return a;
+  }
+  // Runs and expects a clean failure: exit 1 (an orchard::Error, not an internal error) and
+  // every one of `needles` in the message.
+  static RunResult expect_error(const std::vector<std::string>& a, const std::vector<std::string>& needles) {
+    auto r = run(a, *root_);
+    EXPECT_EQ(r.rc, 1) << joined(a) << "\n" << r.err;
+    for (const auto& n : needles) EXPECT_TRUE(contains(r.err, n)) << "'" << n << "' not in:\n" << r.err;
+    return r;
+  }
+
+  static TempDir* root_;
+  static std::string data_dir_;
+};
+TempDir* ClassifyErrors::root_ = nullptr;
+std::string ClassifyErrors::data_dir_;
+
+TEST_F(ClassifyErrors, MissingDataDir) {
+  expect_error(args(root_->file("m_missing"), {"--data_dir", root_->file("no_such_data")}),
+               {root_->file("no_such_data"), "no such directory"});
+}
+
+TEST_F(ClassifyErrors, EmptyDataDir) {
+  fs::create_directories(root_->file("empty_data"));
+  expect_error(args(root_->file("m_empty"), {"--data_dir", root_->file("empty_data")}), {root_->file("empty_data")});
+}
+
+TEST_F(ClassifyErrors, LabelOutOfRangeNamesFileAndRecord) {
+  expect_error(args(root_->file("m_labels"), {"--num_classes", "5"}),
+               {data_dir_ + "/train-0000", "record", "image/class/label", "--num_classes"});
+}
+
+TEST_F(ClassifyErrors, UnwritableModelDir) {
+  test::write_bytes(root_->file("a_file"), "x");
+  expect_error(args(root_->file("a_file/model")), {root_->file("a_file")});
+}
+
+TEST_F(ClassifyErrors, RestartWithAnotherModelOrClassCount) {
+  const std::string m = root_->file("m_restart");
+  auto first = run(args(m, {"--enable_checkpoint_and_export"}), *root_);
+  ASSERT_EQ(first.rc, 0) << first.err;
+  ASSERT_TRUE(fs::exists(m + "/ckpt-2.pt"));
+  const auto files = test::list_dir(m);
+  const std::string ckpt = test::read_bytes(m + "/ckpt-2.pt");
+  const std::string config = test::read_bytes(m + "/config.json");
+
+  expect_error(args(m, {"--enable_checkpoint_and_export", "--num_classes", "12", "--train_steps", "4"}),
+               {"ckpt-2.pt", "num_classes=10", "num_classes=12"});
+  expect_error(
+      args(m, {"--enable_checkpoint_and_export", "--train_steps", "4", "--model", "resnet18_small", "--width", "8"}),
+      {"ckpt-2.pt", "model=resnet_tiny", "model=resnet18_small"});
+  // Nothing overwritten: the checkpoint, the index and the configuration are as they were.
+  EXPECT_EQ(test::list_dir(m), files);
+  EXPECT_EQ(test::read_bytes(m + "/ckpt-2.pt"), ckpt);
+  EXPECT_EQ(test::read_bytes(m + "/config.json"), config);
+  // ...so the model_dir still evaluates.
+  auto eval = run({"classify", "eval", "--model_dir", m, "--num_threads", "1"}, *root_);
+  EXPECT_EQ(eval.rc, 0) << eval.err;
+  EXPECT_TRUE(contains(eval.out, "accuracy_top_1")) << eval.out;
+}
+
+TEST_F(ClassifyErrors, UnknownModelListsNames) {
+  expect_error(args(root_->file("m_unknown"), {"--model", "resnet51"}),
+               {"resnet51", "resnet18", "resnet152_small", "resnet_tiny"});
+}
+
+TEST_F(ClassifyErrors, TpuStrategyNotSupported) {
+  expect_error(args(root_->file("m_tpu"), {"--distribution_strategy", "tpu"}), {"tpu", "not supported"});
+}
+
+TEST_F(ClassifyErrors, BatchLargerThanTheData) {
+  expect_error(args(root_->file("m_batch"), {"--batch_size", "512"}), {"--batch_size 512", "256"});
+}
+
+TEST_F(ClassifyErrors, EvalWithoutAModelDir) {
+  fs::create_directories(root_->file("not_a_model"));
+  expect_error({"classify", "eval", "--model_dir", root_->file("not_a_model")},
+               {root_->file("not_a_model") + "/config.json"});
+}
+
+}  // namespace
+}  // namespace orchard::cli
