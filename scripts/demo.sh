@@ -25,7 +25,7 @@ echo "== Training (about 10 minutes on 2 cores; a re-run resumes from the last c
 # shellcheck disable=SC2086
 "$ORCHARD" classify train \
   --data_dir "$DATA" --model_dir "$MODEL" \
-  --model resnet18_small --width 16 --image_size 28 \
+  --model resnet18_small --width 16 --image_size 28 --data_format channels_first \
   --batch_size 128 --train_epochs 5 --epochs_between_evals 5 \
   --base_learning_rate 0.8 --warmup_epochs 0.5 --lr_boundaries 3,4.5 --lr_multipliers 1,0.1,0.01 \
   --min_crop_area 0.6 --label_smoothing 0.1 \
