@@ -5,7 +5,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 orchard_install_packages
-orchard_build
+orchard_build orchard
 ORCHARD="$BUILD_DIR/orchard"
 
 WORK="${1:-$PWD/orchard-demo}"

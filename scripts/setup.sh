@@ -39,11 +39,12 @@ orchard_install_packages() {
     || DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${wanted[@]}"
 }
 
+# orchard_build [TARGET...]: configures build/ once, then builds the targets (default: all).
 orchard_build() {
-  local jobs
-  jobs="$(nproc)"
   if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-    cmake -S "$ORCHARD_ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+    cmake -S "$ORCHARD_ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
   fi
-  cmake --build "$BUILD_DIR" -j "$jobs"
+  local targets=()
+  for t in "$@"; do targets+=(--target "$t"); done
+  cmake --build "$BUILD_DIR" -j "$(nproc)" "${targets[@]}"
 }

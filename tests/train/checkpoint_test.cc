@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -166,6 +167,23 @@ TEST(Checkpoint, NoTempFilesLeftBehind) {
   for (int64_t step = 1; step <= 3; ++step) manager.save(step, *m, opt.get(), tiny_meta());
   for (const auto& name : test::list_dir(dir.str()))
     EXPECT_TRUE(name == "checkpoint" || checkpoint_step(name) >= 0) << "stray file " << name;
+}
+
+TEST(Checkpoint, StaleTemporariesOfAKilledWriterAreRemoved) {
+  TempDir dir;
+  auto m = tiny();
+  auto opt = sgd(m);
+  CheckpointManager manager(dir.str());
+  manager.save(5, *m, opt.get(), tiny_meta());
+  for (const char* name : {"ckpt-10.pt.tmp-99999", "checkpoint.tmp-99999", "config.json.tmp-1"})
+    test::write_bytes((dir.path() / name).string(), "partial");
+  test::write_bytes((dir.path() / "notes.tmp-1").string(), "not ours");
+  EXPECT_EQ(manager.remove_stale_temporaries(), 3);
+  const auto names = test::list_dir(dir.str());
+  EXPECT_EQ(std::count(names.begin(), names.end(), std::string("ckpt-5.pt")), 1);
+  EXPECT_EQ(std::count(names.begin(), names.end(), std::string("notes.tmp-1")), 1);
+  EXPECT_EQ(names.size(), 3u);  // ckpt-5.pt, checkpoint, notes.tmp-1
+  EXPECT_EQ(manager.latest(), (dir.path() / "ckpt-5.pt").string());
 }
 
 TEST(Checkpoint, SignatureMismatchNamesIt) {

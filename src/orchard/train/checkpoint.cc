@@ -39,6 +39,22 @@ std::vector<std::pair<int64_t, std::string>> CheckpointManager::list() const {
   return out;
 }
 
+int CheckpointManager::remove_stale_temporaries() const {
+  int removed = 0;
+  std::error_code ec;
+  if (!fs::is_directory(dir_, ec)) return 0;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && name.find(".tmp-") != std::string::npos &&
+        (name.rfind("ckpt-", 0) == 0 || name.rfind("checkpoint", 0) == 0 || name.rfind("config.json", 0) == 0 ||
+         name.rfind("labels.txt", 0) == 0)) {
+      fs::remove(e.path(), ec);
+      ++removed;
+    }
+  }
+  return removed;
+}
+
 std::string CheckpointManager::latest() const {
   const fs::path index = fs::path(dir_) / "checkpoint";
   std::error_code ec;

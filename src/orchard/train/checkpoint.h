@@ -27,6 +27,10 @@ class CheckpointManager {
 
   std::string save(int64_t step, torch::nn::Module& model, torch::optim::Optimizer* optimizer, const Meta& meta);
 
+  // Deletes temporary files ("<name>.tmp-<pid>") that a killed writer left in model_dir.
+  // Call once at start-up, before this process writes anything.
+  int remove_stale_temporaries() const;
+
  private:
   std::string dir_;
   int max_to_keep_;
