@@ -581,3 +581,52 @@ TEST_F(ClassifyErrors, EvalWithoutAModelDir) {
 
 }  // namespace
 }  // namespace orchard::cli
+
+// Short runs that need no separate suite: they share ClassifyErrors' tiny data.
+namespace orchard::cli {
+namespace {
+
+TEST_F(ClassifyErrors, ProfileStepsWritesAChromeTrace) {
+  const std::string model_dir = root_->file("m_profile");
+  auto r = run(args(model_dir, {"--train_steps", "4", "--steps_per_loop", "4", "--profile_steps", "1,2"}), *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto traces = files_with(model_dir + "/train", ".trace.json");
+  ASSERT_EQ(traces.size(), 1u);
+  const json trace = json::parse(test::read_bytes(traces[0]));
+  const json& events = trace.is_object() ? trace.at("traceEvents") : trace;
+  ASSERT_TRUE(events.is_array());
+  std::set<std::string> names;
+  for (const auto& e : events)
+    if (e.contains("name")) names.insert(e.at("name").get<std::string>());
+  EXPECT_TRUE(names.count("aten::convolution") || names.count("aten::mkldnn_convolution")) << traces[0];
+  EXPECT_TRUE(names.count("aten::convolution_backward") || names.count("ConvolutionBackward0")) << traces[0];
+}
+
+TEST_F(ClassifyErrors, CorruptRecordFailsOrIsSkippedAndCounted) {
+  // A copy of the data whose first train shard has one record with a broken data CRC.
+  const std::string data = root_->file("corrupt_data");
+  fs::create_directories(data);
+  for (const auto& e : fs::directory_iterator(data_dir_)) fs::copy(e.path(), data + "/" + e.path().filename().string());
+  const std::string shard = data + "/train-00000-of-00002";
+  std::string bytes = test::read_bytes(shard);
+  bytes[20] = static_cast<char>(bytes[20] ^ 0x55);  // inside the first record's data
+  test::write_bytes(shard, bytes);
+
+  auto base = args(root_->file("m_corrupt"), {"--data_dir", data, "--train_steps", "4", "--steps_per_loop", "4"});
+  auto r = run(base, *root_);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, shard)) << r.err;
+  EXPECT_TRUE(contains(r.err, "CRC")) << r.err;
+
+  // 20 steps cross the epoch boundary (16 steps per epoch), which the skipped record moves.
+  auto skip = args(root_->file("m_skip"), {"--data_dir", data, "--train_steps", "20", "--steps_per_loop", "20",
+                                           "--skip_corrupt_records", "--stats_file", root_->file("skip_stats.json")});
+  r = run(skip, *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "skipped")) << r.err;
+  const json stats = json::parse(test::read_bytes(root_->file("skip_stats.json")));
+  EXPECT_GE(stats.at("skipped_records").get<int64_t>(), 1);
+}
+
+}  // namespace
+}  // namespace orchard::cli

@@ -167,6 +167,7 @@ RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input, const
     const int64_t first_step = step;
     double last_progress = -1;
     torch::Tensor last_loss;
+    bool position_warned = false;
     spdlog::info("training from step {} to {} ({} steps per epoch, global batch {})", step, m.opt.total_steps, spe,
                  m.opt.global_batch_size);
     while (step < m.opt.total_steps) {
@@ -188,9 +189,14 @@ RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input, const
         }
         data::Batch batch;
         if (!source(&batch)) throw Error("training input ended at step " + std::to_string(step));
-        if (batch.index_in_epoch != step % spe || batch.epoch != step / spe)
-          throw Error("internal: input position (epoch " + std::to_string(batch.epoch) + ", batch " +
-                      std::to_string(batch.index_in_epoch) + ") does not match step " + std::to_string(step));
+        if ((batch.index_in_epoch != step % spe || batch.epoch != step / spe) && !position_warned) {
+          // Only skipped corrupt records shorten an epoch; a resume then re-derives the
+          // position from the step and may see a few records twice or not at all.
+          spdlog::warn("input position (epoch {}, batch {}) differs from step {} (epoch {}, batch {}): an epoch "
+                       "held fewer batches than counted (skipped records?)",
+                       batch.epoch, batch.index_in_epoch, step, step / spe, step % spe);
+          position_warned = true;
+        }
         const double lr = m.schedule(step);
         m.set_lr(lr);
         auto images = batch.images.to(m.device, /*non_blocking=*/true);
