@@ -20,13 +20,13 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
 # model image_size batch width data_format
-CONFIGS=${CONFIGS:-"resnet50:224:8:0 resnet18:112:32:0 resnet18_small:32:128:16"}
+CONFIGS=${CONFIGS-resnet50:224:8:0 resnet18:112:32:0 resnet18_small:32:128:16}
 FORMATS=${FORMATS:-"channels_first channels_last"}
 
 # pytorch_tuned: the peer with the same glibc malloc settings Orchard applies to itself
 # (freed memory kept in the heap), to separate that effect from the rest.
 TUNED_ENV=(MALLOC_MMAP_THRESHOLD_=268435456 MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_TOP_PAD_=67108864)
-printf '%-16s %5s %5s %-15s %12s %12s %7s %12s %7s %9s %9s\n' model size batch format orchard_img/s pytorch_img/s ratio pt_tuned_img/s ratio orch_MB torch_MB
+[ -n "$CONFIGS" ] && printf '%-16s %5s %5s %-15s %12s %12s %7s %12s %7s %9s %9s\n' model size batch format orchard_img/s pytorch_img/s ratio pt_tuned_img/s ratio orch_MB torch_MB
 for cfg in $CONFIGS; do
   IFS=: read -r model size batch width <<<"$cfg"
   for fmt in $FORMATS; do
@@ -60,7 +60,8 @@ E2E_RECORDS=${E2E_RECORDS:-${TMPDIR:-/tmp}/orchard-pipeline-bench/records-512}
 if [ -d "$E2E_RECORDS" ] && [ "${E2E:-1}" = 1 ]; then
   echo
   printf '%-16s %5s %5s %14s %14s %7s\n' model size batch pipeline_img/s synthetic_img/s ratio
-  for cfg in ${E2E_CONFIGS:-"resnet18:112:32 resnet50:224:8"}; do
+  E2E_CONFIGS=${E2E_CONFIGS:-resnet18:112:32 resnet50:224:8}
+  for cfg in $E2E_CONFIGS; do
     IFS=: read -r model size batch <<<"$cfg"
     for src in real synthetic; do
       extra=(--data_dir "$E2E_RECORDS"); [ "$src" = synthetic ] && extra=(--use_synthetic_data --num_classes 10)
