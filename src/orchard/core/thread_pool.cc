@@ -1,13 +1,21 @@
 #include "orchard/core/thread_pool.h"
 
 #include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace orchard {
 
-ThreadPool::ThreadPool(int num_threads) {
+ThreadPool::ThreadPool(int num_threads, int nice_increment) {
   if (num_threads < 1) num_threads = 1;
   for (int i = 0; i < num_threads; ++i)
-    workers_.emplace_back([this] {
+    workers_.emplace_back([this, nice_increment] {
+      if (nice_increment > 0) {
+        // On Linux, nice applies to the calling thread only; failure is harmless.
+        const int tid = static_cast<int>(::syscall(SYS_gettid));
+        (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), ::getpriority(PRIO_PROCESS, 0) + nice_increment);
+      }
       for (;;) {
         std::function<void()> task;
         {

@@ -12,7 +12,9 @@ namespace orchard {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int num_threads);
+  // nice_increment > 0 lowers the workers' scheduling priority (Linux per-thread nice), so
+  // background work (input decoding) yields the CPU to compute threads when both are runnable.
+  explicit ThreadPool(int num_threads, int nice_increment = 0);
   ~ThreadPool();  // finishes queued tasks, then joins
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

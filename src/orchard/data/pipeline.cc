@@ -307,7 +307,8 @@ Pipeline::Pipeline(PipelineOptions options, SampleSpec spec, ParseFn parse) : im
     throw Error("bad worker index " + std::to_string(m.opt.worker_index) + " of " + std::to_string(m.opt.num_workers));
   m.files = expand_file_pattern(m.opt.file_pattern);
   for (auto d : m.spec.image_shape) m.image_numel *= d;
-  m.pool = std::make_unique<ThreadPool>(m.opt.num_threads > 0 ? m.opt.num_threads : available_cores());
+  m.pool = std::make_unique<ThreadPool>(m.opt.num_threads > 0 ? m.opt.num_threads : available_cores(),
+                                        m.opt.thread_nice);
   m.producer = std::thread([this] { impl_->produce(); });
 }
 

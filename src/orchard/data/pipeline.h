@@ -41,6 +41,10 @@ struct PipelineOptions {
   int num_workers = 1;
   int cycle_length = 10;
   int num_threads = 0;  // parse threads; 0 = all cores
+  // Parse threads run at this much lower priority, so that on a machine with few cores
+  // they fill the gaps of the training threads instead of preempting them; prefetching
+  // keeps them ahead, and when they fall behind the training threads wait and free the CPU.
+  int thread_nice = 5;
   int64_t shuffle_buffer = 10000;
   int prefetch_batches = 3;
   bool cache = false;       // keep raw records in memory after the first pass
