@@ -3,7 +3,10 @@
 # or as Debian's libtorch-dev 1.13, which ships headers and libraries but no config file.
 # Defines the imported target orchard::torch.
 
-find_package(Torch CONFIG QUIET)
+# -DORCHARD_TORCH_MANUAL=ON skips TorchConfig.cmake (to use or test the manual search).
+if(NOT ORCHARD_TORCH_MANUAL)
+  find_package(Torch CONFIG QUIET)
+endif()
 if(Torch_FOUND)
   add_library(orchard_torch INTERFACE)
   target_link_libraries(orchard_torch INTERFACE ${TORCH_LIBRARIES})
