@@ -2,6 +2,7 @@
 // file access. Header-only so every layer's test binary can include it.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,7 +14,22 @@
 #include <string>
 #include <vector>
 
+#include "orchard/core/error.h"
+
 namespace orchard::test {
+
+// Runs `fn`, expecting a DataError whose message contains every string in `parts`.
+template <typename Fn>
+void expect_data_error(Fn&& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+  } catch (const DataError& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+    return;
+  }
+  ADD_FAILURE() << "no DataError thrown";
+}
 
 // A fresh directory under the system temp dir, removed with everything in it on destruction.
 class TempDir {

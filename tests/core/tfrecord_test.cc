@@ -49,18 +49,7 @@ std::vector<std::string> read_all(const std::string& path, TFRecordReaderOptions
   return out;
 }
 
-// Runs `fn`, expecting a DataError whose message contains every string in `parts`.
-template <typename Fn>
-void expect_data_error(Fn&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-  } catch (const DataError& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    return;
-  }
-  ADD_FAILURE() << "no DataError thrown";
-}
+using test::expect_data_error;
 
 TEST(TFRecord, FrameRecordMatchesGoldenBytes) {
   EXPECT_EQ(test::to_hex(frame_record("hello")), kHelloFramed);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/test_util.h"
+
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -29,18 +31,7 @@ tensorflow::Example sample_example() {
   return ex;
 }
 
-// Runs `fn`, expecting a DataError whose message contains every string in `parts`.
-template <typename Fn>
-void expect_data_error(Fn&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-  } catch (const DataError& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    return;
-  }
-  ADD_FAILURE() << "no DataError thrown";
-}
+using test::expect_data_error;
 
 TEST(ExampleView, TypedAccess) {
   const ExampleView ex(sample_example().SerializeAsString(), kSource);

@@ -88,17 +88,7 @@ Image box_downscale(const Image& in, int f) {
   return out;
 }
 
-template <typename Fn>
-void expect_data_error(Fn&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-  } catch (const DataError& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    return;
-  }
-  ADD_FAILURE() << "no DataError thrown";
-}
+using test::expect_data_error;
 
 const std::string kWhat = "shard-3: record 9";
 

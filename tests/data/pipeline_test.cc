@@ -114,17 +114,7 @@ std::vector<int64_t> iota(int n) {
   return v;
 }
 
-template <typename Fn>
-void expect_data_error(Fn&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-  } catch (const DataError& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    return;
-  }
-  ADD_FAILURE() << "no DataError thrown";
-}
+using test::expect_data_error;
 
 class PipelineTest : public ::testing::Test {
  protected:
