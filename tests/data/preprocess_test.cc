@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <set>
+#include <tuple>
 #include <vector>
 
 #include "core/test_util.h"
@@ -292,6 +294,53 @@ TEST(Preprocess, TrainIsAPureFunctionOfTheRngAndLayoutOnlyPermutes) {
         for (int x = 0; x < S; ++x)
           ASSERT_EQ(chw[static_cast<size_t>((c * S + y) * S + x)], hwc[static_cast<size_t>((y * S + x) * 3 + c)]);
   }
+}
+
+TEST(Preprocess, PadCropIsATranslatedPossiblyMirroredCopyAndEvalIsTheImage) {
+  // CIFAR-10 recipe: pad 4 black pixels, random 16x16 window, random flip; eval: the image as is.
+  const int S = 16, P = 4;
+  const Image im = noise(S, S, 7);
+  const std::string png = encode_png(im);
+  PreprocessOptions opt;
+  opt.image_size = S;
+  opt.augmentation = Augmentation::kPadCrop;
+  opt.pad = P;
+  auto pixel = [&](int y, int x, int c) -> float {  // padded, mean-subtracted source
+    if (y < 0 || x < 0 || y >= S || x >= S) return -kChannelMeans[static_cast<size_t>(c)];
+    return im.pixels[static_cast<size_t>((y * S + x) * 3 + c)] - kChannelMeans[static_cast<size_t>(c)];
+  };
+  std::vector<float> out(3 * S * S);
+  preprocess_eval(png, opt, out.data(), "eval");
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < S; ++y)
+      for (int x = 0; x < S; ++x) ASSERT_EQ(out[static_cast<size_t>((c * S + y) * S + x)], pixel(y, x, c));
+
+  std::set<std::tuple<int, int, bool>> seen;
+  for (uint64_t seed = 0; seed < 300; ++seed) {
+    std::mt19937_64 rng(seed);
+    preprocess_train(png, {}, opt, rng, out.data(), "train");
+    int found = 0;
+    for (int dy = -P; dy <= P; ++dy)
+      for (int dx = -P; dx <= P; ++dx)
+        for (bool flip : {false, true}) {
+          bool same = true;
+          for (int c = 0; c < 3 && same; ++c)
+            for (int y = 0; y < S && same; ++y)
+              for (int x = 0; x < S && same; ++x)
+                same = out[static_cast<size_t>((c * S + y) * S + x)] == pixel(y + dy, (flip ? S - 1 - x : x) + dx, c);
+          if (same) ++found, seen.insert({dy, dx, flip});
+        }
+    ASSERT_EQ(found, 1) << "seed " << seed << ": not exactly one shift/flip of the padded image";
+  }
+  EXPECT_GT(seen.size(), 100u);  // of the 9 x 9 x 2 = 162 windows
+
+  // Another size is resized to S x S first; a bad image is a DataError.
+  const std::string big = encode_png(solid(40, 30, 10, 20, 30));
+  preprocess_eval(big, opt, out.data(), "eval");
+  EXPECT_NEAR(out[0], 10 - kMeanR, 1e-4);
+  EXPECT_THROW(preprocess_eval("not an image", opt, out.data(), "x"), DataError);
+  EXPECT_EQ(parse_augmentation("pad_crop"), Augmentation::kPadCrop);
+  EXPECT_THROW(parse_augmentation("cutout"), Error);
 }
 
 TEST(Preprocess, BadImageIsADataErrorNamingTheRecord) {

@@ -115,6 +115,13 @@ TEST(ConvertFashionMnist, LimitedConversion) {
     }
   }
   EXPECT_EQ(read_pattern(o.out_dir + "/validation-*").size(), 50u);
+
+  // The same input gives the same bytes (features in sorted order, not protobuf's hash order).
+  FashionMnistOptions again = o;
+  again.out_dir = dir.file("fmnist-again");
+  convert_fashion_mnist(again);
+  for (const char* name : {"train-00000-of-00004", "validation-00001-of-00002"})
+    EXPECT_EQ(test::read_bytes(o.out_dir + "/" + name), test::read_bytes(again.out_dir + "/" + name)) << name;
 }
 
 TEST(ConvertFashionMnist, JpegFormatAndErrors) {

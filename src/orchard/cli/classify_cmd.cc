@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "orchard/cli/commands.h"
+#include "orchard/cli/common.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
@@ -69,7 +70,9 @@ struct ClassifyFlags {
   double weight_decay = 1e-4;
   double label_smoothing = 0;
   bool zero_init_residual = false;
+  std::string augmentation = "resnet";
   double min_crop_area = 0.05;
+  int pad = 4;
   int64_t num_train_examples = 0;  // 0: count the train shards
   int max_to_keep = 10;
   bool skip_corrupt_records = false;
@@ -133,8 +136,12 @@ void add_train_flags(CLI::App* c, ClassifyFlags& f) {
   c->add_option("--weight_decay", f.weight_decay, "L2 coefficient on non-BN weights")->capture_default_str();
   c->add_option("--label_smoothing", f.label_smoothing, "Label smoothing")->capture_default_str();
   c->add_flag("--zero_init_residual", f.zero_init_residual, "Zero-init each block's last BN gamma");
-  c->add_option("--min_crop_area", f.min_crop_area, "Lower end of the distorted crop's area range")
+  c->add_option("--augmentation", f.augmentation,
+                "resnet (distorted crop, ImageNet recipe) | pad_crop (pad, random crop, flip: CIFAR recipe)")
       ->capture_default_str();
+  c->add_option("--min_crop_area", f.min_crop_area, "resnet augmentation: lower end of the crop's area range")
+      ->capture_default_str();
+  c->add_option("--pad", f.pad, "pad_crop augmentation: pixels padded on each side")->capture_default_str();
   c->add_option("--num_train_examples", f.num_train_examples, "Examples per epoch (0: count the shards)");
   c->add_option("--max_to_keep", f.max_to_keep, "Checkpoints to keep")->capture_default_str();
   c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs (counted in stats)");
@@ -165,9 +172,12 @@ tasks::ClassificationConfig task_config(const ClassifyFlags& f, bool cuda) {
   c.weight_decay = f.weight_decay;
   c.single_l2_loss_op = f.single_l2_loss_op;
   c.label_smoothing = f.label_smoothing;
+  c.augmentation = data::parse_augmentation(f.augmentation);
   c.crop.min_area = static_cast<float>(f.min_crop_area);
+  c.pad = f.pad;
   if (f.image_size < 8) throw Error("--image_size must be at least 8");
   if (f.min_crop_area <= 0 || f.min_crop_area > 1) throw Error("--min_crop_area must be in (0, 1]");
+  if (f.pad < 0 || f.pad > f.image_size) throw Error("--pad must be in [0, --image_size]");
   return c;
 }
 
@@ -182,7 +192,9 @@ json config_json(const ClassifyFlags& f, const tasks::ClassificationConfig& c) {
           {"weight_decay", c.weight_decay},
           {"single_l2_loss_op", c.single_l2_loss_op},
           {"label_smoothing", c.label_smoothing},
+          {"augmentation", f.augmentation},
           {"min_crop_area", f.min_crop_area},
+          {"pad", f.pad},
           {"data_dir", f.data_dir},
           {"batch_size", f.batch_size},
           {"train_epochs", f.train_epochs},
@@ -200,35 +212,16 @@ json config_json(const ClassifyFlags& f, const tasks::ClassificationConfig& c) {
 
 // Reads model_dir/config.json back into the flags that define the model.
 void load_model_config(const std::string& model_dir, ClassifyFlags* f) {
-  const std::string path = (fs::path(model_dir) / "config.json").string();
-  if (!fs::exists(path)) throw Error(path + ": not found (is " + model_dir + " an Orchard classify model_dir?)");
-  json j;
-  try {
-    j = json::parse(read_file(path));
-  } catch (const json::exception& e) {
-    throw Error(path + ": " + e.what());
-  }
-  if (j.value("task", "") != "classify") throw Error(path + ": not a classify model_dir");
+  const json j = read_model_config(model_dir, "classify");
   f->model = j.at("model").get<std::string>();
   f->num_classes = j.at("num_classes").get<int64_t>();
   f->width = j.value("width", int64_t{0});
   f->image_size = j.at("image_size").get<int>();
   f->data_format = j.value("data_format", std::string("channels_first"));
   f->zero_init_residual = j.value("zero_init_residual", false);
+  f->augmentation = j.value("augmentation", std::string("resnet"));  // eval/predict preprocessing follows it
+  f->pad = j.value("pad", 4);
   if (f->data_dir == "/tmp") f->data_dir = j.value("data_dir", f->data_dir);
-}
-
-void clean_model_dir(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return;
-  int removed = 0;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    const bool ours = train::checkpoint_step(name) >= 0 || name == "checkpoint" || name == "config.json" ||
-                      name == "labels.txt" || name == "train" || name == "eval" || name.rfind("ckpt-", 0) == 0;
-    if (ours) removed += static_cast<int>(fs::remove_all(e.path(), ec));
-  }
-  spdlog::info("--clean: removed {} files from {}", removed, dir);
 }
 
 // The seed's synthetic input: one batch of truncated-normal images (mean 127, stddev 60,
@@ -257,41 +250,9 @@ train::BatchSource synthetic_source(const data::SampleSpec& spec, int64_t batch_
   };
 }
 
-// Wraps a Pipeline in a BatchSource, keeping it alive; `keep` (if given) also holds it so
-// the caller can read its counters (skipped records) afterwards.
-train::BatchSource pipeline_source(data::PipelineOptions options, const tasks::Task& task, bool training,
-                                   std::vector<std::shared_ptr<data::Pipeline>>* keep = nullptr) {
-  auto pipeline = std::make_shared<data::Pipeline>(std::move(options), task.sample_spec(), task.parser(training));
-  if (keep) keep->push_back(pipeline);
-  return [pipeline](data::Batch* b) { return pipeline->next(b); };
-}
-
-void check_distribution(const ClassifyFlags& f, bool cuda) {
-  std::string ds = f.distribution_strategy;
-  std::transform(ds.begin(), ds.end(), ds.begin(), ::tolower);
-  if (ds == "parameter_server" || ds == "tpu")
-    throw Error("--distribution_strategy " + ds +
-                " is not supported: use mirrored (one process) or orchard launch with multi_worker_mirrored");
-  if (ds != "off" && ds != "one_device" && ds != "mirrored" && ds != "multi_worker_mirrored")
-    throw Error("--distribution_strategy must be off, one_device, mirrored or multi_worker_mirrored, not '" +
-                f.distribution_strategy + "'");
-  if (f.num_gpus > 0 && !cuda)
-    throw Error("--num_gpus " + std::to_string(f.num_gpus) + " but no CUDA device is available; use --num_gpus 0");
-  if (f.num_gpus > 1)
-    throw Error("--num_gpus " + std::to_string(f.num_gpus) +
-                ": one process drives one device; start one process per GPU with orchard launch");
-}
-
-std::pair<int64_t, int64_t> parse_profile_steps(const std::string& s) {
-  if (s.empty()) return {-1, -1};
-  auto v = train::parse_double_list(s, "--profile_steps");
-  if (v.size() != 2 || v[0] < 0 || v[1] < v[0]) throw Error("--profile_steps must be 'first,last', e.g. 2,4");
-  return {static_cast<int64_t>(v[0]), static_cast<int64_t>(v[1])};
-}
-
 void run_train(ClassifyFlags f) {
   const bool cuda = torch::cuda::is_available() && f.num_gpus != 0;
-  check_distribution(f, cuda);
+  check_distribution(f.distribution_strategy, f.num_gpus, cuda);
   train::check_dtype(f.dtype, cuda);
   if (f.batch_size < 1) throw Error("--batch_size must be positive");
   if (f.log_steps < 1) throw Error("--log_steps must be positive");
@@ -308,12 +269,8 @@ void run_train(ClassifyFlags f) {
   if (!f.use_synthetic_data) {
     if (!fs::is_directory(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
     train_input.file_pattern = (fs::path(f.data_dir) / "train-*").string();
-    const auto files = expand_file_pattern(train_input.file_pattern);
-    if (num_examples <= 0) {
-      num_examples = 0;
-      for (const auto& file : files) num_examples += count_records_fast(file);
-    }
-    if (num_examples == 0) throw Error(train_input.file_pattern + ": the training shards hold no records");
+    const int64_t counted = count_examples(train_input.file_pattern);
+    if (num_examples <= 0) num_examples = counted;
   } else if (num_examples <= 0) {
     num_examples = 1281167;  // ImageNet, as the seed's synthetic input assumes
   }
@@ -398,29 +355,11 @@ void run_train(ClassifyFlags f) {
   };
   train::EvalInputFactory make_eval = [&] { return pipeline_source(eval_input, task, false, &pipelines); };
   auto stats = trainer.train_and_evaluate(make_train, topt.skip_eval ? train::EvalInputFactory{} : make_eval);
-  for (const auto& p : pipelines) stats.skipped_records += p->skipped_records();
-  pipelines.clear();
-  if (stats.skipped_records > 0) spdlog::warn("skipped {} corrupt records (--skip_corrupt_records)", stats.skipped_records);
-  if (!f.stats_file.empty()) {
-    train::write_stats(f.stats_file, stats);
-    spdlog::info("stats written to {}", f.stats_file);
-  }
+  finish_run(stats, pipelines, f.stats_file);
   if (stats.eval.count("accuracy"))
     spdlog::info("final: top-1 accuracy {:.4f}, top-5 accuracy {:.4f}, eval loss {:.4f} at step {}",
                  stats.eval.at("accuracy"), stats.eval.at("top_5_accuracy"), stats.eval.at("loss"), stats.global_step);
   spdlog::info("model_dir: {}", f.model_dir);
-}
-
-void restore_for_inference(tasks::ClassificationTask& task, const std::string& model_dir, const std::string& ckpt) {
-  train::CheckpointManager manager(model_dir);
-  const std::string path = ckpt.empty() ? manager.latest() : ckpt;
-  if (path.empty()) throw Error(model_dir + ": no checkpoint (train with --enable_checkpoint_and_export)");
-  train::RestoreOptions ro;
-  ro.load_optimizer = false;
-  ro.load_rng = false;
-  ro.expect = task.signature();
-  auto [step, meta] = train::restore_checkpoint(path, *task.module(), nullptr, ro);
-  spdlog::info("restored {} (step {})", path, step);
 }
 
 }  // namespace
@@ -456,13 +395,7 @@ void add_classify_command(CLI::App& app) {
       o.training = false;
       o.num_epochs = 1;
       o.batch_size = f->batch_size;
-      train::TrainerOptions topt;
-      topt.model_dir = f->model_dir;
-      topt.global_batch_size = f->batch_size;
-      topt.enable_tensorboard = false;
-      train::Trainer trainer(topt, task, std::make_unique<torch::optim::SGD>(task.module()->parameters(), 0.0),
-                             [](int64_t) { return 0.0; });
-      auto metrics = trainer.evaluate([&] { return pipeline_source(o, task, false); }, 0, false);
+      const auto metrics = evaluate_once(task, f->model_dir, o);
       json j = {{"accuracy_top_1", metrics.at("accuracy")},
                 {"top_5_accuracy", metrics.at("top_5_accuracy")},
                 {"eval_loss", metrics.at("loss")}};
@@ -494,44 +427,30 @@ void add_classify_command(CLI::App& app) {
       auto tcfg = task_config(f, false);
       tasks::ClassificationTask task(tcfg);
       restore_for_inference(task, f.model_dir, p->checkpoint);
-      task.module()->eval();
       auto names = data::read_labels((fs::path(f.model_dir) / "labels.txt").string());
-      std::vector<std::string> files;
-      for (const auto& in : p->inputs)
-        for (auto& file : expand_file_pattern(in)) files.push_back(std::move(file));
-      data::PreprocessOptions po;
-      po.image_size = tcfg.image_size;
-      po.channels_last = tcfg.channels_last;
-      const auto spec = task.sample_spec();
-      torch::NoGradGuard no_grad;
       const int64_t k = std::min<int64_t>(p->top_k, tcfg.model.num_classes);
-      for (size_t begin = 0; begin < files.size(); begin += static_cast<size_t>(f.batch_size)) {
-        const size_t end = std::min(files.size(), begin + static_cast<size_t>(f.batch_size));
-        std::vector<int64_t> shape = {static_cast<int64_t>(end - begin)};
-        shape.insert(shape.end(), spec.image_shape.begin(), spec.image_shape.end());
-        auto batch = torch::empty(shape);
-        const int64_t numel = batch[0].numel();
-        for (size_t i = begin; i < end; ++i)
-          data::preprocess_eval(read_file(files[i]), po, batch.data_ptr<float>() + (i - begin) * numel, files[i]);
-        auto probs = torch::softmax(task.forward(batch), 1);
-        auto [top_p, top_i] = probs.topk(k, 1);
-        for (size_t i = begin; i < end; ++i) {
-          json preds = json::array();
-          std::string line = files[i] + ":";
-          for (int64_t j = 0; j < k; ++j) {
-            const int64_t id = top_i[static_cast<int64_t>(i - begin)][j].item<int64_t>();
-            const double prob = top_p[static_cast<int64_t>(i - begin)][j].item<double>();
-            const std::string name = id < static_cast<int64_t>(names.size()) ? names[static_cast<size_t>(id)]
-                                                                               : "class " + std::to_string(id);
-            preds.push_back({{"label", name}, {"class_id", id}, {"probability", prob}});
-            line += fmt::format(" {} ({:.3f}){}", name, prob, j + 1 < k ? "," : "");
-          }
-          if (p->json_out)
-            std::cout << json{{"file", files[i]}, {"predictions", preds}}.dump() << "\n";
-          else
-            std::cout << line << "\n";
-        }
-      }
+      predict_images(task, task.preprocess_options(), p->inputs, f.batch_size,
+                     [&](const std::vector<std::string>& files, const torch::Tensor& logits) {
+                       auto [top_p, top_i] = torch::softmax(logits, 1).topk(k, 1);
+                       for (size_t i = 0; i < files.size(); ++i) {
+                         const auto row = static_cast<int64_t>(i);
+                         json preds = json::array();
+                         std::string line = files[i] + ":";
+                         for (int64_t j = 0; j < k; ++j) {
+                           const int64_t id = top_i[row][j].item<int64_t>();
+                           const double prob = top_p[row][j].item<double>();
+                           const std::string name = id < static_cast<int64_t>(names.size())
+                                                        ? names[static_cast<size_t>(id)]
+                                                        : "class " + std::to_string(id);
+                           preds.push_back({{"label", name}, {"class_id", id}, {"probability", prob}});
+                           line += fmt::format(" {} ({:.3f}){}", name, prob, j + 1 < k ? "," : "");
+                         }
+                         if (p->json_out)
+                           std::cout << json{{"file", files[i]}, {"predictions", preds}}.dump() << "\n";
+                         else
+                           std::cout << line << "\n";
+                       }
+                     });
       std::cout.flush();
     });
   }

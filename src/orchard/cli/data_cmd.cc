@@ -1,4 +1,4 @@
-// orchard data fashion-mnist|images|inspect
+// orchard data fashion-mnist|images|shapes|inspect
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -11,6 +11,7 @@
 #include "orchard/core/tfrecord.h"
 #include "orchard/data/example.h"
 #include "orchard/data/image.h"
+#include "orchard/data/shapes.h"
 #include "orchard/data/tools.h"
 
 namespace orchard::cli {
@@ -65,6 +66,25 @@ void add_data_command(CLI::App& app) {
     c->callback([o] {
       auto [tr, va] = data::convert_image_folder(*o);
       spdlog::info("wrote {} train and {} validation records to {} (+ labels.txt)", tr, va, o->out_dir);
+    });
+  }
+  {
+    auto o = std::make_shared<data::ShapesOptions>();
+    auto* c = data->add_subcommand("shapes", "Synthetic coloured circles, squares and triangles -> TFRecord shards");
+    // Required although there is one task today, so scripts keep their meaning when
+    // detection and captioning arrive.
+    c->add_option("--task", o->task, "Record schema: multilabel (Tencent ML-Images)")->required();
+    c->add_option("--out_dir", o->out_dir, "Output directory")->required();
+    c->add_option("--num_train", o->num_train, "Number of train images")->capture_default_str();
+    c->add_option("--num_validation", o->num_validation, "Number of validation images")->capture_default_str();
+    c->add_option("--image_size", o->image_size, "Image side in pixels (square images)")->capture_default_str();
+    c->add_option("--train_shards", o->train_shards, "Number of train shards")->capture_default_str();
+    c->add_option("--validation_shards", o->validation_shards, "Number of validation shards")->capture_default_str();
+    c->add_option("--seed", o->seed, "Generator seed (same seed, same bytes)")->capture_default_str();
+    c->add_option("--format", o->format, "Image encoding: jpeg or png")->capture_default_str();
+    c->callback([o] {
+      auto [tr, va] = data::write_shapes_dataset(*o);
+      spdlog::info("wrote {} train and {} validation {} records to {} (+ labels.txt)", tr, va, o->task, o->out_dir);
     });
   }
   {

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   app.add_flag_callback("-v,--verbose", [] { spdlog::set_level(spdlog::level::debug); }, "Debug logging");
   orchard::cli::add_data_command(app);
   orchard::cli::add_classify_command(app);
+  orchard::cli::add_multilabel_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

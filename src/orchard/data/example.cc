@@ -1,5 +1,7 @@
 #include "orchard/data/example.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <nlohmann/json.hpp>
 
 #include "orchard/core/error.h"
@@ -158,6 +160,17 @@ std::string record_to_json(const std::string& serialized) {
   tensorflow::Example ex;
   if (!ex.ParseFromString(serialized)) throw DataError("not a serialized tf.train.Example or SequenceExample");
   return nlohmann::json{{"features", features_json(ex.features())}}.dump();
+}
+
+std::string serialize_deterministic(const google::protobuf::MessageLite& message) {
+  std::string out;
+  {
+    google::protobuf::io::StringOutputStream stream(&out);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    message.SerializeToCodedStream(&coded);
+  }
+  return out;
 }
 
 }  // namespace orchard::data

@@ -43,6 +43,11 @@ void set_bytes(tensorflow::Features* f, const std::string& key, const std::strin
 void set_int64s(tensorflow::Features* f, const std::string& key, const std::vector<int64_t>& values);
 void set_floats(tensorflow::Features* f, const std::string& key, const std::vector<float>& values);
 
+// The serialized bytes with map entries (the features) in sorted key order: protobuf's
+// default order is a hash order that changes between runs, so data tools use this to write
+// the same bytes for the same input.
+std::string serialize_deterministic(const google::protobuf::MessageLite& message);
+
 // Every feature of an Example or SequenceExample as one JSON object (bytes shown by length
 // and a short hex prefix, or as text when printable). Used by `orchard data inspect`.
 std::string features_to_json(const tensorflow::Features& features);

@@ -17,6 +17,22 @@
 
 namespace orchard::data {
 
+std::vector<std::string> buffered_shuffle(const std::vector<std::string>& items, int64_t buffer,
+                                         std::mt19937_64& rng) {
+  if (buffer <= 1) return items;
+  std::vector<std::string> out, pool;
+  out.reserve(items.size());
+  size_t next = 0;
+  while (next < items.size() || !pool.empty()) {
+    while (next < items.size() && static_cast<int64_t>(pool.size()) < buffer) pool.push_back(items[next++]);
+    const size_t pick = std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng);
+    out.push_back(std::move(pool[pick]));
+    pool[pick] = std::move(pool.back());
+    pool.pop_back();
+  }
+  return out;
+}
+
 uint64_t mix_seed(uint64_t a, uint64_t b, uint64_t c) {
   auto sm = [](uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;
@@ -231,7 +247,10 @@ struct Pipeline::Impl {
         std::vector<std::string> epoch_files = files;
         if (opt.training) {
           std::mt19937_64 frng(mix_seed(opt.seed, static_cast<uint64_t>(epoch), 0xf11e5));
-          std::shuffle(epoch_files.begin(), epoch_files.end(), frng);
+          if (opt.file_shuffle_buffer > 0 && opt.file_shuffle_buffer < static_cast<int64_t>(epoch_files.size()))
+            epoch_files = buffered_shuffle(epoch_files, opt.file_shuffle_buffer, frng);
+          else
+            std::shuffle(epoch_files.begin(), epoch_files.end(), frng);
         }
         bool record_shard = true;
         if (opt.num_workers > 1 && static_cast<int>(epoch_files.size()) >= opt.num_workers) {

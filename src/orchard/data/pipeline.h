@@ -46,6 +46,9 @@ struct PipelineOptions {
   // keeps them ahead, and when they fall behind the training threads wait and free the CPU.
   int thread_nice = 5;
   int64_t shuffle_buffer = 10000;
+  // Training file order per epoch: a tf.data-style buffered shuffle of the file list with
+  // this buffer; 0 (or at least the number of files) shuffles the whole list.
+  int64_t file_shuffle_buffer = 0;
   int prefetch_batches = 3;
   bool cache = false;       // keep raw records in memory after the first pass
   int64_t num_epochs = -1;  // -1: repeat forever
@@ -84,6 +87,10 @@ class Pipeline {
 
 // Counts the records in files (for steps-per-epoch), honouring the worker shard.
 int64_t count_records(const std::vector<std::string>& files, const TFRecordReaderOptions& options);
+
+// tf.data's Dataset.shuffle(buffer) over a list: fill a buffer, repeatedly emit a random
+// element of it and refill from the input. buffer <= 1 keeps the order.
+std::vector<std::string> buffered_shuffle(const std::vector<std::string>& items, int64_t buffer, std::mt19937_64& rng);
 
 // A deterministic 64-bit mix of several values (splitmix64), for deriving RNG seeds.
 uint64_t mix_seed(uint64_t a, uint64_t b, uint64_t c = 0);

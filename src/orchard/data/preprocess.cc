@@ -71,18 +71,20 @@ int eval_resize_min(int image_size) {
   return static_cast<int>(std::lround(static_cast<double>(kResizeMin) * image_size / 224.0));
 }
 
-void resize_normalize(const Image& image, int out_h, int out_w, bool flip, bool channels_last, float* out) {
-  cv::Mat src(image.height, image.width, CV_8UC3, const_cast<uint8_t*>(image.pixels.data()));
-  cv::Mat resized;
-  if (image.height == out_h && image.width == out_w)
-    resized = src;
-  else
-    cv::resize(src, resized, cv::Size(out_w, out_h), 0, 0, cv::INTER_LINEAR);
-  if (flip) cv::flip(resized, resized, 1);
+namespace {
+
+// Writes (pixel - mean) of an RGB matrix (or a view into one), optionally mirrored, in the layout asked.
+void normalize(cv::Mat rgb, bool flip, bool channels_last, float* out) {
+  if (flip) {
+    cv::Mat mirrored;
+    cv::flip(rgb, mirrored, 1);
+    rgb = mirrored;
+  }
+  const int out_h = rgb.rows, out_w = rgb.cols;
   const float m0 = kChannelMeans[0], m1 = kChannelMeans[1], m2 = kChannelMeans[2];
   const size_t plane = static_cast<size_t>(out_h) * out_w;
   for (int y = 0; y < out_h; ++y) {
-    const uint8_t* row = resized.ptr<uint8_t>(y);
+    const uint8_t* row = rgb.ptr<uint8_t>(y);
     if (channels_last) {
       float* dst = out + static_cast<size_t>(y) * out_w * 3;
       for (int x = 0; x < out_w; ++x) {
@@ -103,8 +105,52 @@ void resize_normalize(const Image& image, int out_h, int out_w, bool flip, bool 
   }
 }
 
+cv::Mat as_mat(const Image& image) {
+  return cv::Mat(image.height, image.width, CV_8UC3, const_cast<uint8_t*>(image.pixels.data()));
+}
+
+// The whole image at S x S (resized only when it has another size).
+cv::Mat decode_square(const std::string& encoded, int size, Image* storage, const std::string& what) {
+  *storage = decode_image(encoded, what);
+  cv::Mat m = as_mat(*storage);
+  if (storage->height == size && storage->width == size) return m;
+  cv::Mat resized;
+  cv::resize(m, resized, cv::Size(size, size), 0, 0, cv::INTER_AREA);
+  return resized;
+}
+
+void pad_crop_train(const std::string& encoded, const PreprocessOptions& o, std::mt19937_64& rng, float* out,
+                    const std::string& what) {
+  Image storage;
+  cv::Mat padded;
+  cv::copyMakeBorder(decode_square(encoded, o.image_size, &storage, what), padded, o.pad, o.pad, o.pad, o.pad,
+                     cv::BORDER_CONSTANT, cv::Scalar(0, 0, 0));
+  std::uniform_int_distribution<int> offset(0, 2 * o.pad);
+  const int y = offset(rng), x = offset(rng);
+  const bool flip = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
+  normalize(padded(cv::Rect(x, y, o.image_size, o.image_size)), flip, o.channels_last, out);
+}
+
+}  // namespace
+
+void resize_normalize(const Image& image, int out_h, int out_w, bool flip, bool channels_last, float* out) {
+  cv::Mat resized = as_mat(image);
+  if (image.height != out_h || image.width != out_w)
+    cv::resize(as_mat(image), resized, cv::Size(out_w, out_h), 0, 0, cv::INTER_LINEAR);
+  normalize(resized, flip, channels_last, out);
+}
+
+Augmentation parse_augmentation(const std::string& name) {
+  if (name == "resnet") return Augmentation::kResNet;
+  if (name == "pad_crop") return Augmentation::kPadCrop;
+  throw Error("unknown augmentation '" + name + "' (resnet | pad_crop)");
+}
+
+std::string augmentation_name(Augmentation a) { return a == Augmentation::kPadCrop ? "pad_crop" : "resnet"; }
+
 void preprocess_train(const std::string& encoded, const std::vector<Box>& boxes, const PreprocessOptions& options,
                       std::mt19937_64& rng, float* out, const std::string& what) {
+  if (options.augmentation == Augmentation::kPadCrop) return pad_crop_train(encoded, options, rng, out, what);
   const ImageSize size = image_size(encoded, what);
   const CropWindow crop = sample_distorted_crop(size.height, size.width, boxes, options.crop, rng);
   const bool flip = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
@@ -114,22 +160,20 @@ void preprocess_train(const std::string& encoded, const std::vector<Box>& boxes,
 
 void preprocess_eval(const std::string& encoded, const PreprocessOptions& options, float* out,
                      const std::string& what) {
+  if (options.augmentation == Augmentation::kPadCrop) {
+    Image storage;
+    return normalize(decode_square(encoded, options.image_size, &storage, what), false, options.channels_last, out);
+  }
   const int resize_min = eval_resize_min(options.image_size);
   const Image img = decode_scaled(encoded, resize_min, what);
   // Aspect-preserving resize so the short side is resize_min, then a central crop.
   const double scale = static_cast<double>(resize_min) / std::min(img.height, img.width);
   const int new_h = std::max(options.image_size, static_cast<int>(std::lround(img.height * scale)));
   const int new_w = std::max(options.image_size, static_cast<int>(std::lround(img.width * scale)));
-  cv::Mat src(img.height, img.width, CV_8UC3, const_cast<uint8_t*>(img.pixels.data()));
   cv::Mat resized;
-  cv::resize(src, resized, cv::Size(new_w, new_h), 0, 0, cv::INTER_LINEAR);
+  cv::resize(as_mat(img), resized, cv::Size(new_w, new_h), 0, 0, cv::INTER_LINEAR);
   const int top = (new_h - options.image_size) / 2, left = (new_w - options.image_size) / 2;
-  Image cropped;
-  cropped.height = cropped.width = options.image_size;
-  cropped.pixels.resize(static_cast<size_t>(options.image_size) * options.image_size * 3);
-  cv::Mat dst(options.image_size, options.image_size, CV_8UC3, cropped.pixels.data());
-  resized(cv::Rect(left, top, options.image_size, options.image_size)).copyTo(dst);
-  resize_normalize(cropped, options.image_size, options.image_size, false, options.channels_last, out);
+  normalize(resized(cv::Rect(left, top, options.image_size, options.image_size)), false, options.channels_last, out);
 }
 
 }  // namespace orchard::data

@@ -33,19 +33,29 @@ CropWindow sample_distorted_crop(int height, int width, const std::vector<Box>& 
 constexpr std::array<float, 3> kChannelMeans = {123.68f, 116.78f, 103.94f};
 constexpr int kResizeMin = 256;  // eval short side for 224 outputs
 
+// kResNet: the ImageNet recipe below. kPadCrop: TF Models' CIFAR-10 recipe (resnet/
+// cifar10_main.py) for small images: train pads `pad` black pixels on each side, takes a
+// random S x S crop and flips; eval uses the whole image. Both resize to S x S first when the
+// image has another size.
+enum class Augmentation { kResNet, kPadCrop };
+Augmentation parse_augmentation(const std::string& name);  // "resnet" | "pad_crop"
+std::string augmentation_name(Augmentation a);
+
 struct PreprocessOptions {
   int image_size = 224;
   bool channels_last = false;  // false: out is [3, S, S]; true: [S, S, 3]
-  DistortedBoxOptions crop;
+  Augmentation augmentation = Augmentation::kResNet;
+  DistortedBoxOptions crop;  // kResNet
+  int pad = 4;               // kPadCrop
 };
 
-// Train path: distorted crop (fused JPEG decode-and-crop), random horizontal flip, bilinear
-// resize to image_size x image_size, subtract channel means. `out` holds 3 * S * S floats.
+// Train path (kResNet): distorted crop (fused JPEG decode-and-crop), random horizontal flip,
+// bilinear resize to image_size x image_size, subtract channel means. `out` holds 3 * S * S floats.
 void preprocess_train(const std::string& encoded, const std::vector<Box>& boxes, const PreprocessOptions& options,
                       std::mt19937_64& rng, float* out, const std::string& what);
 
-// Eval path: aspect-preserving resize of the short side to 256 * S / 224, central crop
-// S x S, subtract channel means.
+// Eval path (kResNet): aspect-preserving resize of the short side to 256 * S / 224, central
+// crop S x S, subtract channel means.
 void preprocess_eval(const std::string& encoded, const PreprocessOptions& options, float* out,
                      const std::string& what);
 

@@ -68,7 +68,7 @@ std::string image_record(const std::string& encoded, const std::string& format, 
   set_int64s(f, "image/channels", {channels});
   set_bytes(f, "image/colorspace", channels == 1 ? "Grayscale" : "RGB");
   set_bytes(f, "image/filename", filename);
-  return ex.SerializeAsString();
+  return serialize_deterministic(ex);
 }
 
 std::vector<std::string> convert_split(const FashionMnistOptions& o, const std::string& split) {

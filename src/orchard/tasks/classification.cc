@@ -2,10 +2,12 @@
 
 #include <torch/torch.h>
 
+#include "orchard/tasks/image_model.h"
+
 namespace orchard::tasks {
 
 ClassificationTask::ClassificationTask(const ClassificationConfig& config)
-    : config_(config), model_(models::build_model(config.model)) {
+    : config_(config), model_(build_image_model(config.model, config.channels_last)) {
   // BN parameters carry no L2 (the seed filters variables whose name contains "bn"); the
   // downsample BN is "downsample.1" in torchvision naming.
   for (const auto& item : model_->named_modules()) {
@@ -13,30 +15,29 @@ ClassificationTask::ClassificationTask(const ClassificationConfig& config)
     for (const auto& p : item.value()->named_parameters(/*recurse=*/false))
       if (p.value().requires_grad()) l2_params_.push_back(p.value());
   }
-  if (config_.channels_last) {
-    // Keep 4-d weights NHWC so oneDNN/cuDNN run the channels_last kernels end to end.
-    torch::NoGradGuard no_grad;
-    for (auto& p : model_->parameters())
-      if (p.dim() == 4) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
-  }
 }
 
 torch::Tensor ClassificationTask::forward(const torch::Tensor& images) {
-  auto x = images;
-  if (config_.channels_last && x.dim() == 4 && x.size(3) == 3 && x.size(1) != 3)
-    x = x.permute({0, 3, 1, 2});  // NHWC storage viewed as NCHW: channels_last memory format
-  return model_->forward(x);
+  return forward_image_model(model_, images, config_.channels_last);
 }
 
 data::SampleSpec ClassificationTask::sample_spec() const {
   return data::imagenet_spec(config_.image_size, config_.channels_last);
 }
 
+data::PreprocessOptions ClassificationTask::preprocess_options() const {
+  data::PreprocessOptions o;
+  o.image_size = config_.image_size;
+  o.channels_last = config_.channels_last;
+  o.augmentation = config_.augmentation;
+  o.crop = config_.crop;
+  o.pad = config_.pad;
+  return o;
+}
+
 data::ParseFn ClassificationTask::parser(bool training) const {
   data::ImageNetParseOptions o;
-  o.preprocess.image_size = config_.image_size;
-  o.preprocess.channels_last = config_.channels_last;
-  o.preprocess.crop = config_.crop;
+  o.preprocess = preprocess_options();
   o.training = training;
   o.num_classes = config_.model.num_classes;
   return data::make_imagenet_parser(o);

@@ -15,7 +15,9 @@ struct ClassificationConfig {
   double weight_decay = 1e-4;
   bool single_l2_loss_op = false;
   double label_smoothing = 0.0;
-  data::DistortedBoxOptions crop;
+  data::Augmentation augmentation = data::Augmentation::kResNet;
+  data::DistortedBoxOptions crop;  // resnet augmentation
+  int pad = 4;                     // pad_crop augmentation
 };
 
 class ClassificationTask : public Task {
@@ -26,6 +28,8 @@ class ClassificationTask : public Task {
   torch::Tensor forward(const torch::Tensor& images) override;
   data::SampleSpec sample_spec() const override;
   data::ParseFn parser(bool training) const override;
+  // How images are prepared for this model (train and eval/predict share it).
+  data::PreprocessOptions preprocess_options() const;
   LossTerms loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) override;
   void update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss, bool training,
                       MetricSums* sums) const override;

@@ -5,10 +5,10 @@
 namespace orchard::tasks {
 
 void MetricSums::add(const std::string& name, const at::Tensor& value) {
-  auto v = value.detach().to(at::kDouble).sum();
+  auto v = value.detach().to(at::kDouble);
   auto it = sums_.find(name);
   if (it == sums_.end())
-    sums_.emplace(name, v);
+    sums_.emplace(name, v.clone());
   else
     it->second = it->second + v;
 }
@@ -21,7 +21,12 @@ void MetricSums::merge(const MetricSums& other) {
 
 double MetricSums::get(const std::string& name) const {
   auto it = sums_.find(name);
-  return it == sums_.end() ? 0.0 : it->second.item<double>();
+  return it == sums_.end() ? 0.0 : it->second.sum().item<double>();
+}
+
+at::Tensor MetricSums::tensor(const std::string& name) const {
+  auto it = sums_.find(name);
+  return it == sums_.end() ? at::Tensor() : it->second;
 }
 
 }  // namespace orchard::tasks

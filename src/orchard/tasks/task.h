@@ -13,21 +13,23 @@
 
 namespace orchard::tasks {
 
-// Metric state as running sums of tensors (no host sync per step); merging across
-// workers is an element-wise sum, so distributed reduction is one all-reduce.
+// Metric state as running sums of float64 tensors (no host sync per step): scalars or
+// fixed-shape tensors such as per-class histograms. Merging across workers is an
+// element-wise sum, so distributed reduction is one all-reduce.
 class MetricSums {
  public:
-  void add(const std::string& name, const at::Tensor& value);
+  void add(const std::string& name, const at::Tensor& value);  // element-wise; shapes must agree
   void add(const std::string& name, double value);
   void merge(const MetricSums& other);
   void reset() { sums_.clear(); }
   bool empty() const { return sums_.empty(); }
-  double get(const std::string& name) const;  // 0 if absent
+  double get(const std::string& name) const;  // the sum of all elements; 0 if absent
+  at::Tensor tensor(const std::string& name) const;  // undefined if absent
   const std::map<std::string, at::Tensor>& sums() const { return sums_; }
   std::map<std::string, at::Tensor>& mutable_sums() { return sums_; }
 
  private:
-  std::map<std::string, at::Tensor> sums_;  // float64 scalars
+  std::map<std::string, at::Tensor> sums_;
 };
 
 using LossTerms = std::map<std::string, torch::Tensor>;  // "total" is back-propagated

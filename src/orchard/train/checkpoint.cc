@@ -147,6 +147,7 @@ std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::
   torch::NoGradGuard no_grad;
   std::vector<std::string> missing;
   auto load = [&](const std::string& name, at::Tensor& dst) {
+    if (options.skip && options.skip(name)) return;
     auto it = weights.find(name);
     if (it == weights.end()) {
       missing.push_back(name);

@@ -8,6 +8,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,6 +42,9 @@ struct RestoreOptions {
   bool load_rng = true;
   // Keys of `expect` must match the checkpoint's meta exactly (e.g. model, num_classes).
   Meta expect;
+  // Variables for which this returns true are left as they are (fine-tuning a backbone:
+  // the head is re-initialised).
+  std::function<bool(const std::string& name)> skip;
 };
 
 // Restores model parameters/buffers (every one must be present with the same shape; errors

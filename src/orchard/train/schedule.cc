@@ -1,5 +1,6 @@
 #include "orchard/train/schedule.h"
 
+#include <cmath>
 #include <sstream>
 
 #include "orchard/core/error.h"
@@ -24,6 +25,23 @@ Schedule piecewise_constant_with_warmup(const PiecewiseWarmupConfig& c) {
     size_t i = 0;
     while (i < boundaries.size() && s > boundaries[i]) ++i;  // tf piecewise_constant: x <= b[0] -> v[0]
     return rescaled * values[i];
+  };
+}
+
+Schedule ml_images_schedule(const MlImagesScheduleConfig& c) {
+  if (c.lr_decay_step < 0 || c.warmup_step < 0 || c.warmup_decay_step < 0)
+    throw Error("--lr_decay_step, --warmup_step and --warmup_decay_step must not be negative");
+  const double scale = static_cast<double>(c.batch_size) / 256.0;
+  return [=](int64_t step) {
+    if (step < c.warmup_step) {
+      const int64_t exponent = c.warmup_decay_step > 0 ? step / c.warmup_decay_step : 0;
+      return scale * c.lr_warmup * std::pow(c.warmup_decay_factor, static_cast<double>(exponent));
+    }
+    static constexpr double kDecays[] = {1, 0.1, 0.01, 1e-3, 1e-4};
+    int i = 0;
+    if (c.lr_decay_step > 0)
+      while (i < 4 && step > c.lr_decay_step * (i + 1)) ++i;  // tf piecewise_constant: x <= b[0] -> v[0]
+    return scale * c.lr * kDecays[i];
   };
 }
 

@@ -25,6 +25,22 @@ struct PiecewiseWarmupConfig {
 };
 Schedule piecewise_constant_with_warmup(const PiecewiseWarmupConfig& config);
 
+// Tencent ML-Images train.py: piecewise constant lr x {1, 0.1, 0.01, 1e-3, 1e-4} with
+// boundaries lr_decay_step x {1, 2, 3, 4} (0: no decay); before warmup_step, an exponential
+// warm-up lr_warmup * warmup_decay_factor ^ floor(step / warmup_decay_step) (TF
+// exponential_decay with staircase=True; warmup_decay_step 0 keeps lr_warmup). Both learning
+// rates are for a batch of 256 and scale linearly with batch_size (the linear scaling rule).
+struct MlImagesScheduleConfig {
+  double lr = 0.1;
+  int64_t batch_size = 256;
+  int64_t lr_decay_step = 0;
+  int64_t warmup_step = 0;
+  double lr_warmup = 0.1;
+  int64_t warmup_decay_step = 0;
+  double warmup_decay_factor = 1.414;
+};
+Schedule ml_images_schedule(const MlImagesScheduleConfig& config);
+
 // Parses "30,60,80" style lists.
 std::vector<double> parse_double_list(const std::string& text, const std::string& flag);
 

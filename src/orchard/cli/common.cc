@@ -1,0 +1,142 @@
+#include "orchard/cli/common.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "orchard/core/error.h"
+#include "orchard/core/files.h"
+#include "orchard/core/tfrecord.h"
+#include "orchard/tasks/task.h"
+#include "orchard/train/checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace orchard::cli {
+
+void clean_model_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  int removed = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    const bool ours = train::checkpoint_step(name) >= 0 || name == "checkpoint" || name == "config.json" ||
+                      name == "labels.txt" || name == "train" || name == "eval" || name.rfind("ckpt-", 0) == 0;
+    if (ours) removed += static_cast<int>(fs::remove_all(e.path(), ec));
+  }
+  spdlog::info("--clean: removed {} files from {}", removed, dir);
+}
+
+void check_distribution(const std::string& strategy, int num_gpus, bool cuda) {
+  std::string ds = strategy;
+  std::transform(ds.begin(), ds.end(), ds.begin(), ::tolower);
+  if (ds == "parameter_server" || ds == "tpu")
+    throw Error("--distribution_strategy " + ds +
+                " is not supported: use mirrored (one process) or orchard launch with multi_worker_mirrored");
+  if (ds != "off" && ds != "one_device" && ds != "mirrored" && ds != "multi_worker_mirrored")
+    throw Error("--distribution_strategy must be off, one_device, mirrored or multi_worker_mirrored, not '" + strategy +
+                "'");
+  if (num_gpus > 0 && !cuda)
+    throw Error("--num_gpus " + std::to_string(num_gpus) + " but no CUDA device is available; use --num_gpus 0");
+  if (num_gpus > 1)
+    throw Error("--num_gpus " + std::to_string(num_gpus) +
+                ": one process drives one device; start one process per GPU with orchard launch");
+}
+
+std::pair<int64_t, int64_t> parse_profile_steps(const std::string& text) {
+  if (text.empty()) return {-1, -1};
+  auto v = train::parse_double_list(text, "--profile_steps");
+  if (v.size() != 2 || v[0] < 0 || v[1] < v[0]) throw Error("--profile_steps must be 'first,last', e.g. 2,4");
+  return {static_cast<int64_t>(v[0]), static_cast<int64_t>(v[1])};
+}
+
+int64_t count_examples(const std::string& pattern) {
+  int64_t n = 0;
+  for (const auto& file : expand_file_pattern(pattern)) n += count_records_fast(file);
+  if (n == 0) throw Error(pattern + ": the shards hold no records");
+  return n;
+}
+
+train::BatchSource pipeline_source(data::PipelineOptions options, const tasks::Task& task, bool training,
+                                   std::vector<std::shared_ptr<data::Pipeline>>* keep) {
+  auto pipeline = std::make_shared<data::Pipeline>(std::move(options), task.sample_spec(), task.parser(training));
+  if (keep) keep->push_back(pipeline);
+  return [pipeline](data::Batch* b) { return pipeline->next(b); };
+}
+
+void finish_run(train::RunStats& stats, std::vector<std::shared_ptr<data::Pipeline>>& pipelines,
+                const std::string& stats_file) {
+  for (const auto& p : pipelines) stats.skipped_records += p->skipped_records();
+  pipelines.clear();
+  if (stats.skipped_records > 0)
+    spdlog::warn("skipped {} corrupt records (--skip_corrupt_records)", stats.skipped_records);
+  if (!stats_file.empty()) {
+    train::write_stats(stats_file, stats);
+    spdlog::info("stats written to {}", stats_file);
+  }
+}
+
+void restore_for_inference(tasks::Task& task, const std::string& model_dir, const std::string& checkpoint) {
+  train::CheckpointManager manager(model_dir);
+  const std::string path = checkpoint.empty() ? manager.latest() : checkpoint;
+  if (path.empty()) throw Error(model_dir + ": no checkpoint to restore (did training write checkpoints?)");
+  train::RestoreOptions ro;
+  ro.load_optimizer = false;
+  ro.load_rng = false;
+  ro.expect = task.signature();
+  auto [step, meta] = train::restore_checkpoint(path, *task.module(), nullptr, ro);
+  spdlog::info("restored {} (step {})", path, step);
+}
+
+std::map<std::string, double> evaluate_once(tasks::Task& task, const std::string& model_dir,
+                                            const data::PipelineOptions& input) {
+  train::TrainerOptions topt;
+  topt.model_dir = model_dir;
+  topt.global_batch_size = input.batch_size;
+  topt.enable_tensorboard = false;
+  train::Trainer trainer(topt, task, std::make_unique<torch::optim::SGD>(task.module()->parameters(), 0.0),
+                         [](int64_t) { return 0.0; });
+  return trainer.evaluate([&] { return pipeline_source(input, task, false); }, 0, false);
+}
+
+nlohmann::json read_model_config(const std::string& model_dir, const std::string& task) {
+  const std::string path = (fs::path(model_dir) / "config.json").string();
+  if (!fs::exists(path)) throw Error(path + ": not found (is " + model_dir + " an Orchard " + task + " model_dir?)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": " + e.what());
+  }
+  if (j.value("task", "") != task) throw Error(path + ": not a " + task + " model_dir");
+  return j;
+}
+
+void predict_images(tasks::Task& task, const data::PreprocessOptions& preprocess, const std::vector<std::string>& inputs,
+                    int64_t batch_size,
+                    const std::function<void(const std::vector<std::string>& files, const at::Tensor& outputs)>& emit) {
+  if (batch_size < 1) throw Error("--batch_size must be positive");
+  std::vector<std::string> files;
+  for (const auto& in : inputs)
+    for (auto& file : expand_file_pattern(in)) files.push_back(std::move(file));
+  task.module()->eval();
+  torch::NoGradGuard no_grad;
+  const auto spec = task.sample_spec();
+  for (size_t begin = 0; begin < files.size(); begin += static_cast<size_t>(batch_size)) {
+    const size_t end = std::min(files.size(), begin + static_cast<size_t>(batch_size));
+    std::vector<int64_t> shape = {static_cast<int64_t>(end - begin)};
+    shape.insert(shape.end(), spec.image_shape.begin(), spec.image_shape.end());
+    auto batch = torch::empty(shape);
+    const int64_t numel = batch[0].numel();
+    for (size_t i = begin; i < end; ++i)
+      data::preprocess_eval(read_file(files[i]), preprocess, batch.data_ptr<float>() + (i - begin) * numel, files[i]);
+    emit(std::vector<std::string>(files.begin() + static_cast<std::ptrdiff_t>(begin),
+                                  files.begin() + static_cast<std::ptrdiff_t>(end)),
+         task.forward(batch).to(torch::kFloat).cpu());
+  }
+}
+
+}  // namespace orchard::cli

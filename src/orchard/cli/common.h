@@ -1,0 +1,66 @@
+// What every task command shares: model_dir housekeeping, the distribution flags, input
+// sources over the pipeline, restoring for inference and batched inference on image files.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "orchard/data/pipeline.h"
+#include "orchard/data/preprocess.h"
+#include "orchard/train/stats.h"
+#include "orchard/train/trainer.h"
+
+namespace orchard::tasks {
+class Task;
+}
+
+namespace orchard::cli {
+
+// Removes only what Orchard writes (checkpoints, index, config, labels, summaries).
+void clean_model_dir(const std::string& dir);
+
+// --distribution_strategy / --num_gpus as the seeds define them; unsupported strategies
+// get a "use ... instead" error.
+void check_distribution(const std::string& strategy, int num_gpus, bool cuda);
+
+// "first,last" -> {first, last}; "" -> {-1, -1}.
+std::pair<int64_t, int64_t> parse_profile_steps(const std::string& text);
+
+// Records in the files matching `pattern`; an error naming the pattern when there are none.
+int64_t count_examples(const std::string& pattern);
+
+// A Pipeline wrapped as a BatchSource. `keep` (optional) also holds the pipeline so the
+// caller can read its counters (skipped records) after the run.
+train::BatchSource pipeline_source(data::PipelineOptions options, const tasks::Task& task, bool training,
+                                   std::vector<std::shared_ptr<data::Pipeline>>* keep = nullptr);
+
+// Adds the pipelines' skipped-record counts to the stats, logs them and writes the stats JSON.
+void finish_run(train::RunStats& stats, std::vector<std::shared_ptr<data::Pipeline>>& pipelines,
+                const std::string& stats_file);
+
+// Restores the model weights of `checkpoint` (default: the newest in model_dir) for eval or
+// inference; the checkpoint must match the task's signature.
+void restore_for_inference(tasks::Task& task, const std::string& model_dir, const std::string& checkpoint);
+
+// Evaluates the task's model as it is over one pass of `input` (no summaries).
+std::map<std::string, double> evaluate_once(tasks::Task& task, const std::string& model_dir,
+                                            const data::PipelineOptions& input);
+
+// model_dir/config.json, checked to belong to `task`.
+nlohmann::json read_model_config(const std::string& model_dir, const std::string& task);
+
+// Runs the model over image files (files, globs or directories) in batches with the eval
+// preprocessing; calls `emit(files, outputs)` for each batch, outputs in float32 on the CPU.
+void predict_images(tasks::Task& task, const data::PreprocessOptions& preprocess, const std::vector<std::string>& inputs,
+                    int64_t batch_size,
+                    const std::function<void(const std::vector<std::string>& files, const at::Tensor& outputs)>& emit);
+
+}  // namespace orchard::cli

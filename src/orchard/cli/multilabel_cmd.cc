@@ -1,0 +1,397 @@
+// orchard multilabel train|eval|predict: the Tencent ML-Images trainer (train.py / flags.py),
+// its flags mapped onto tasks::MultiLabelConfig and the shared Trainer.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <iostream>
+#include <numeric>
+
+#include "orchard/cli/commands.h"
+#include "orchard/cli/common.h"
+#include "orchard/core/error.h"
+#include "orchard/core/files.h"
+#include "orchard/data/tools.h"
+#include "orchard/tasks/multilabel.h"
+#include "orchard/train/checkpoint.h"
+#include "orchard/train/runtime.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace orchard::cli {
+namespace {
+
+struct MultiLabelFlags {
+  // flags.py names and defaults
+  std::string data_dir = "./data/train/";
+  std::string model_dir = "./out/checkpoint/";
+  int64_t batch_size = 512;
+  int64_t file_shuffle_buffer = 1500;
+  int64_t shuffle_buffer = 2048;
+  int num_preprocess_threads = 0;  // 0: all cores
+  int64_t class_num = 1000;
+  int resnet_size = 0;  // 0: use --model
+  std::string data_format = "channels_first";
+  int image_size = 224;
+  double mask_thres = 0.7;
+  double neg_select = 0.3;
+  std::string pretrain_ckpt;  // --fine_tune_checkpoint
+  int num_gpus = -2;
+  double opt_momentum = 0.9;
+  double lr = 0.1;
+  int64_t lr_decay_step = 0;
+  double weight_decay = 1e-4;
+  int64_t warmup_step = 0;
+  double lr_warmup = 0.1;
+  int64_t warmup_decay_step = 0;
+  double warmup_decay_factor = 1.414;
+  int64_t max_iter = 1000000;
+  int64_t test_interval = 0;  // eval every N steps; 0: at the end
+  int64_t log_interval = 100;
+  int64_t snapshot = 1000;  // checkpoint every N steps; 0: at the end only
+  int max_to_keep = 200;
+  uint64_t random_seed = 1234;
+  // Orchard additions
+  std::string model = "resnet101";
+  int64_t width = 0;
+  double pos_weight = 12;
+  std::string balance = "ml_images";
+  double threshold = 0.5;
+  bool clean = false;
+  bool skip_eval = false;
+  std::string stats_file;
+  int num_threads = 0;
+  std::string dtype = "fp32";
+  std::string distribution_strategy = "mirrored";
+  std::string profile_steps;
+  bool skip_corrupt_records = false;
+};
+
+void add_model_flags(CLI::App* c, MultiLabelFlags& f) {
+  c->add_option("--model", f.model, "Registered ResNet (resnet18..152, *_small, resnet_tiny)")->capture_default_str();
+  c->add_option("--resnet_size", f.resnet_size, "18 | 34 | 50 | 101 | 152: the same as --model resnetN");
+  c->add_option("--width", f.width, "Base width override (0: the model's own)");
+  c->add_option("--class_num", f.class_num, "Classes (length of each label vector)")->capture_default_str();
+  c->add_option("--image_size", f.image_size, "Input size in pixels")->capture_default_str();
+  c->add_option("--data_format", f.data_format, "channels_first | channels_last")->capture_default_str();
+  c->add_option("--threshold", f.threshold, "Probability above which a label is predicted")->capture_default_str();
+  c->add_option("--num_threads", f.num_threads, "Intra-op threads (0: all cores)");
+}
+
+void add_train_flags(CLI::App* c, MultiLabelFlags& f) {
+  c->add_option("--data_dir", f.data_dir, "train/ and val/ directories of shards, or train-* and validation-* shards")
+      ->capture_default_str();
+  c->add_option("--model_dir", f.model_dir, "Checkpoints, summaries and config")->capture_default_str();
+  c->add_flag("--clean", f.clean, "Remove Orchard's files from model_dir first");
+  c->add_option("--batch_size", f.batch_size, "Global batch size")->capture_default_str();
+  c->add_option("--file_shuffle_buffer", f.file_shuffle_buffer, "Shuffle buffer over the training files")
+      ->capture_default_str();
+  c->add_option("--shuffle_buffer", f.shuffle_buffer, "Shuffle buffer over the examples")->capture_default_str();
+  c->add_option("--num_preprocess_threads", f.num_preprocess_threads, "Input pipeline threads (0: all cores)");
+  c->add_option("--mask_thres", f.mask_thres, "A label >= this makes its class positive in a batch")
+      ->capture_default_str();
+  c->add_option("--neg_select", f.neg_select, "Share of negative-only classes learned per batch")
+      ->capture_default_str();
+  c->add_option("--fine_tune_checkpoint,--pretrain_ckpt", f.pretrain_ckpt,
+                "Start from this checkpoint's backbone (a file or a model_dir; the classifier is re-initialised)");
+  c->add_option("--num_gpus", f.num_gpus, "GPUs (0: CPU, -1: all)");
+  c->add_option("--opt_momentum", f.opt_momentum, "SGD momentum")->capture_default_str();
+  c->add_option("--lr", f.lr, "Learning rate for a batch of 256 (scaled linearly)")->capture_default_str();
+  c->add_option("--lr_decay_step", f.lr_decay_step, "LR x0.1 after 1, 2, 3 and 4 times this many steps (0: never)")
+      ->capture_default_str();
+  c->add_option("--weight_decay", f.weight_decay, "x sum of l2_loss over all trainable variables")
+      ->capture_default_str();
+  c->add_option("--warmup_step,--warmup", f.warmup_step, "Steps of exponential warm-up")->capture_default_str();
+  c->add_option("--lr_warmup", f.lr_warmup, "Warm-up starting LR for a batch of 256")->capture_default_str();
+  c->add_option("--warmup_decay_step,--lr_warmup_decay_step", f.warmup_decay_step,
+                "Warm-up LR multiplies by the factor every this many steps")
+      ->capture_default_str();
+  c->add_option("--warmup_decay_factor,--lr_warmup_decay_factor", f.warmup_decay_factor, "Warm-up growth factor")
+      ->capture_default_str();
+  c->add_option("--max_iter", f.max_iter, "Steps to train")->capture_default_str();
+  c->add_option("--test_interval", f.test_interval, "Evaluate every N steps (0: at the end)")->capture_default_str();
+  c->add_flag("--skip_eval", f.skip_eval, "Train only");
+  c->add_option("--log_interval", f.log_interval, "Log learning_rate and cross_entropy every N steps")
+      ->capture_default_str();
+  c->add_option("--snapshot", f.snapshot, "Checkpoint every N steps (0: at the end only)")->capture_default_str();
+  c->add_option("--max_to_keep", f.max_to_keep, "Checkpoints to keep")->capture_default_str();
+  c->add_option("--random_seed,--seed", f.random_seed, "Random seed (data order, augmentation, init, neg_select)")
+      ->capture_default_str();
+  c->add_option("--pos_weight", f.pos_weight, "Weight of positive labels in the sigmoid cross entropy")
+      ->capture_default_str();
+  c->add_option("--loss_balance", f.balance, "ml_images (per-class batch coefficients) | none")->capture_default_str();
+  c->add_option("--stats_file", f.stats_file, "Write the run's stats JSON here");
+  c->add_option("--dtype", f.dtype, "fp32 | bf16 | fp16")->capture_default_str();
+  c->add_option("--distribution_strategy", f.distribution_strategy, "off | one_device | mirrored | multi_worker_mirrored")
+      ->capture_default_str();
+  c->add_option("--profile_steps", f.profile_steps, "'first,last' steps to profile into a Chrome trace");
+  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs (counted in stats)");
+  add_model_flags(c, f);
+}
+
+tasks::MultiLabelConfig task_config(const MultiLabelFlags& f) {
+  tasks::MultiLabelConfig c;
+  c.model.arch = f.resnet_size > 0 ? "resnet" + std::to_string(f.resnet_size) : f.model;
+  c.model.num_classes = f.class_num;
+  c.model.width = f.width;
+  c.image_size = f.image_size;
+  if (f.data_format != "channels_first" && f.data_format != "channels_last")
+    throw Error("--data_format must be channels_first or channels_last, not '" + f.data_format + "'");
+  c.channels_last = f.data_format == "channels_last";
+  c.weight_decay = f.weight_decay;
+  c.pos_weight = f.pos_weight;
+  c.mask_thres = f.mask_thres;
+  c.neg_select = f.neg_select;
+  if (f.balance != "ml_images" && f.balance != "none")
+    throw Error("--loss_balance must be ml_images or none, not '" + f.balance + "'");
+  c.balance = f.balance == "ml_images";
+  c.threshold = f.threshold;
+  if (f.class_num < 1) throw Error("--class_num must be positive");
+  if (f.image_size < 8) throw Error("--image_size must be at least 8");
+  if (f.threshold <= 0 || f.threshold >= 1) throw Error("--threshold must be in (0, 1)");
+  return c;
+}
+
+json config_json(const MultiLabelFlags& f, const tasks::MultiLabelConfig& c) {
+  return {{"task", "multilabel"},          {"model", c.model.arch},         {"class_num", c.model.num_classes},
+          {"width", c.model.width},        {"image_size", c.image_size},    {"data_format", f.data_format},
+          {"threshold", c.threshold},      {"weight_decay", c.weight_decay}, {"pos_weight", c.pos_weight},
+          {"loss_balance", f.balance},     {"mask_thres", c.mask_thres},    {"neg_select", c.neg_select},
+          {"data_dir", f.data_dir},        {"batch_size", f.batch_size},    {"lr", f.lr},
+          {"lr_decay_step", f.lr_decay_step}, {"warmup_step", f.warmup_step}, {"lr_warmup", f.lr_warmup},
+          {"warmup_decay_step", f.warmup_decay_step}, {"warmup_decay_factor", f.warmup_decay_factor},
+          {"max_iter", f.max_iter},        {"random_seed", f.random_seed},  {"dtype", f.dtype}};
+}
+
+void load_model_config(const std::string& model_dir, MultiLabelFlags* f) {
+  const json j = read_model_config(model_dir, "multilabel");
+  f->model = j.at("model").get<std::string>();
+  f->resnet_size = 0;
+  f->class_num = j.at("class_num").get<int64_t>();
+  f->width = j.value("width", int64_t{0});
+  f->image_size = j.at("image_size").get<int>();
+  f->data_format = j.value("data_format", std::string("channels_first"));
+  if (f->threshold == 0.5) f->threshold = j.value("threshold", 0.5);  // an explicit --threshold wins
+  if (f->data_dir.empty()) f->data_dir = j.value("data_dir", std::string());
+}
+
+// ML-Images keeps shards in data_dir/train/ and data_dir/val/; `orchard data` writes
+// train-* and validation-* shards. Either layout works.
+std::string shard_pattern(const std::string& data_dir, bool training) {
+  const fs::path dir = fs::path(data_dir) / (training ? "train" : "val");
+  if (fs::is_directory(dir)) return (dir / "*").string();
+  return (fs::path(data_dir) / (training ? "train-*" : "validation-*")).string();
+}
+
+void fine_tune_from(tasks::MultiLabelTask& task, const std::string& checkpoint) {
+  std::string path = checkpoint;
+  if (fs::is_directory(path)) {
+    path = train::CheckpointManager(checkpoint).latest();
+    if (path.empty()) throw Error("--fine_tune_checkpoint " + checkpoint + ": no checkpoint in that directory");
+  }
+  train::RestoreOptions ro;
+  ro.load_optimizer = false;
+  ro.load_rng = false;
+  ro.skip = [](const std::string& name) {
+    return name.rfind("fc.", 0) == 0 || tasks::MultiLabelTask::is_task_state(name);
+  };
+  train::restore_checkpoint(path, *task.module(), nullptr, ro);
+  spdlog::info("fine-tuning from the backbone of {} (classifier re-initialised)", path);
+}
+
+void run_train(MultiLabelFlags f) {
+  const bool cuda = torch::cuda::is_available() && f.num_gpus != 0;
+  check_distribution(f.distribution_strategy, f.num_gpus, cuda);
+  train::check_dtype(f.dtype, cuda);
+  if (f.batch_size < 1) throw Error("--batch_size must be positive");
+  if (f.log_interval < 1) throw Error("--log_interval must be positive");
+  if (f.max_iter < 1) throw Error("--max_iter must be positive");
+  if (f.snapshot < 0 || f.test_interval < 0) throw Error("--snapshot and --test_interval must not be negative");
+  const int threads = train::configure_threads(f.num_threads);
+  if (f.clean) clean_model_dir(f.model_dir);
+  ensure_writable_dir(f.model_dir);
+
+  auto tcfg = task_config(f);
+  torch::manual_seed(f.random_seed);
+  tasks::MultiLabelTask task(tcfg);
+
+  if (!fs::is_directory(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
+  data::PipelineOptions train_input;
+  train_input.file_pattern = shard_pattern(f.data_dir, true);
+  const int64_t num_examples = count_examples(train_input.file_pattern);
+  const int64_t steps_per_epoch = std::max<int64_t>(1, num_examples / f.batch_size);
+  if (num_examples < f.batch_size)
+    throw Error("--batch_size " + std::to_string(f.batch_size) + " is larger than the " + std::to_string(num_examples) +
+                " training examples");
+
+  // Host loops end where logging, checkpoints and evaluations fall.
+  int64_t loop = f.log_interval;
+  if (f.snapshot > 0) loop = std::gcd(loop, f.snapshot);
+  if (f.test_interval > 0) loop = std::gcd(loop, f.test_interval);
+
+  train::TrainerOptions topt;
+  topt.model_dir = f.model_dir;
+  topt.global_batch_size = f.batch_size;
+  topt.steps_per_epoch = steps_per_epoch;
+  topt.total_steps = f.max_iter;
+  topt.steps_per_loop = loop;
+  topt.eval_every = f.test_interval;
+  topt.skip_eval = f.skip_eval;
+  topt.enable_checkpoints = true;
+  topt.checkpoint_every = f.snapshot;
+  topt.max_to_keep = f.max_to_keep;
+  topt.enable_tensorboard = true;
+  topt.log_steps = f.log_interval;
+  topt.stats_file = f.stats_file;
+  std::tie(topt.profile_start, topt.profile_end) = parse_profile_steps(f.profile_steps);
+  topt.dtype = f.dtype;
+  topt.device = cuda ? "cuda" : "cpu";
+
+  train::MlImagesScheduleConfig lr;
+  lr.lr = f.lr;
+  lr.batch_size = f.batch_size;
+  lr.lr_decay_step = f.lr_decay_step;
+  lr.warmup_step = f.warmup_step;
+  lr.lr_warmup = f.lr_warmup;
+  lr.warmup_decay_step = f.warmup_decay_step;
+  lr.warmup_decay_factor = f.warmup_decay_factor;
+  auto optimizer = std::make_unique<torch::optim::SGD>(task.module()->parameters(),
+                                                       torch::optim::SGDOptions(0.0).momentum(f.opt_momentum));
+
+  train_input.training = true;
+  train_input.batch_size = f.batch_size;
+  train_input.seed = f.random_seed;
+  train_input.num_threads = f.num_preprocess_threads;
+  train_input.shuffle_buffer = f.shuffle_buffer;
+  train_input.file_shuffle_buffer = f.file_shuffle_buffer;
+  train_input.reader.skip_corrupt_records = f.skip_corrupt_records;
+  train_input.pin_memory = cuda;
+  data::PipelineOptions eval_input = train_input;
+  eval_input.training = false;
+  eval_input.num_epochs = 1;
+  eval_input.file_pattern = shard_pattern(f.data_dir, false);
+
+  topt.on_start = [&](int64_t step) {
+    if (step == 0 && !f.pretrain_ckpt.empty()) fine_tune_from(task, f.pretrain_ckpt);
+    atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, tcfg).dump(2) + "\n");
+    const std::string labels = (fs::path(f.data_dir) / "labels.txt").string();
+    if (fs::exists(labels)) atomic_write_file((fs::path(f.model_dir) / "labels.txt").string(), read_file(labels));
+  };
+
+  spdlog::info("multilabel: {} ({} classes) at {}px, {}, {} examples/epoch, {} steps, {} threads", tcfg.model.arch,
+               tcfg.model.num_classes, tcfg.image_size, f.data_format, num_examples, f.max_iter, threads);
+  train::Trainer trainer(topt, task, std::move(optimizer), train::ml_images_schedule(lr));
+  std::vector<std::shared_ptr<data::Pipeline>> pipelines;
+  train::TrainInputFactory make_train = [&](int64_t epoch, int64_t batch) {
+    auto o = train_input;
+    o.start_epoch = epoch;
+    o.start_batch = batch;
+    return pipeline_source(o, task, true, &pipelines);
+  };
+  train::EvalInputFactory make_eval = [&] { return pipeline_source(eval_input, task, false, &pipelines); };
+  auto stats = trainer.train_and_evaluate(make_train, f.skip_eval ? train::EvalInputFactory{} : make_eval);
+  finish_run(stats, pipelines, f.stats_file);
+  if (stats.eval.count("mAP"))
+    spdlog::info("final: mAP {:.4f}, accuracy {:.4f}, precision {:.4f}, recall {:.4f}, F1 {:.4f} at step {}",
+                 stats.eval.at("mAP"), stats.eval.at("accuracy"), stats.eval.at("precision"), stats.eval.at("recall"),
+                 stats.eval.at("f1"), stats.global_step);
+  spdlog::info("model_dir: {}", f.model_dir);
+}
+
+}  // namespace
+
+void add_multilabel_command(CLI::App& app) {
+  auto* ml = app.add_subcommand("multilabel", "Multi-label tagging: the Tencent ML-Images trainer");
+  ml->require_subcommand(1);
+  {
+    auto f = std::make_shared<MultiLabelFlags>();
+    auto* c = ml->add_subcommand("train", "Train (and evaluate) a multi-label ResNet");
+    add_train_flags(c, *f);
+    c->callback([f] { run_train(*f); });
+  }
+  {
+    auto f = std::make_shared<MultiLabelFlags>();
+    f->data_dir.clear();
+    f->batch_size = 64;
+    auto ckpt = std::make_shared<std::string>();
+    auto* c = ml->add_subcommand("eval", "Evaluate the latest (or a named) checkpoint on the validation shards");
+    c->add_option("--model_dir", f->model_dir, "Model directory")->required();
+    c->add_option("--data_dir", f->data_dir, "Data directory (default: the one used for training)");
+    c->add_option("--checkpoint", *ckpt, "A checkpoint file (default: the latest)");
+    c->add_option("--batch_size", f->batch_size, "Batch size")->capture_default_str();
+    c->add_option("--threshold", f->threshold, "Probability threshold for precision / recall / F1");
+    c->add_option("--num_threads", f->num_threads, "Intra-op threads (0: all cores)");
+    c->add_option("--stats_file", f->stats_file, "Write the metrics as JSON here");
+    c->callback([f, ckpt] {
+      train::configure_threads(f->num_threads);
+      load_model_config(f->model_dir, f.get());
+      tasks::MultiLabelTask task(task_config(*f));
+      restore_for_inference(task, f->model_dir, *ckpt);
+      data::PipelineOptions o;
+      o.file_pattern = shard_pattern(f->data_dir, false);
+      o.training = false;
+      o.num_epochs = 1;
+      o.batch_size = f->batch_size;
+      const json j = evaluate_once(task, f->model_dir, o);
+      std::cout << j.dump() << std::endl;
+      if (!f->stats_file.empty()) atomic_write_file(f->stats_file, j.dump(2) + "\n");
+    });
+  }
+  {
+    struct PredictFlags {
+      MultiLabelFlags f;
+      std::vector<std::string> inputs;
+      std::string checkpoint;
+      bool json_out = false;
+    };
+    auto p = std::make_shared<PredictFlags>();
+    p->f.batch_size = 32;
+    auto* c = ml->add_subcommand("predict", "Labels above the threshold for images (files, globs or directories)");
+    c->add_option("--model_dir", p->f.model_dir, "Model directory")->required();
+    c->add_option("inputs", p->inputs, "Images, globs or directories")->required();
+    c->add_option("--checkpoint", p->checkpoint, "A checkpoint file (default: the latest)");
+    c->add_option("--threshold", p->f.threshold, "Probability threshold (default: the model's)");
+    c->add_flag("--json", p->json_out, "One JSON line per image");
+    c->add_option("--batch_size", p->f.batch_size, "Images per forward pass")->capture_default_str();
+    c->add_option("--num_threads", p->f.num_threads, "Intra-op threads (0: all cores)");
+    c->callback([p] {
+      auto& f = p->f;
+      train::configure_threads(f.num_threads);
+      load_model_config(f.model_dir, &f);
+      tasks::MultiLabelTask task(task_config(f));
+      restore_for_inference(task, f.model_dir, p->checkpoint);
+      const auto names = data::read_labels((fs::path(f.model_dir) / "labels.txt").string());
+      predict_images(task, task.preprocess_options(), p->inputs, f.batch_size,
+                     [&](const std::vector<std::string>& files, const torch::Tensor& logits) {
+                       const auto probs = torch::sigmoid(logits);
+                       for (size_t i = 0; i < files.size(); ++i) {
+                         const auto row = probs[static_cast<int64_t>(i)];
+                         const auto order = row.argsort(0, /*descending=*/true);
+                         json labels = json::array();
+                         std::string line = files[i] + ":";
+                         for (int64_t j = 0; j < row.size(0); ++j) {
+                           const int64_t id = order[j].item<int64_t>();
+                           const double prob = row[id].item<double>();
+                           if (prob < f.threshold) break;
+                           const std::string name = id < static_cast<int64_t>(names.size())
+                                                        ? names[static_cast<size_t>(id)]
+                                                        : "class " + std::to_string(id);
+                           labels.push_back({{"label", name}, {"class_id", id}, {"probability", prob}});
+                           line += fmt::format(" {} ({:.3f})", name, prob);
+                         }
+                         if (labels.empty()) line += " (no label above " + fmt::format("{}", f.threshold) + ")";
+                         if (p->json_out)
+                           std::cout << json{{"file", files[i]}, {"labels", labels}}.dump() << "\n";
+                         else
+                           std::cout << line << "\n";
+                       }
+                     });
+      std::cout.flush();
+    });
+  }
+}
+
+}  // namespace orchard::cli
