@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/cli_util.h"
 #include "core/test_util.h"
 #include "orchard/core/event_writer.h"
 #include "orchard/core/files.h"
@@ -34,8 +35,6 @@
 #include "orchard/proto/event.pb.h"
 #include "orchard/train/checkpoint.h"
 
-extern char** environ;
-
 namespace orchard::cli {
 namespace {
 
@@ -44,71 +43,6 @@ using nlohmann::json;
 using test::TempDir;
 
 const std::string kFashionDir = "/usr/share/datasets/fashion-mnist";
-
-struct RunResult {
-  int rc = -1;  // exit status, or 128 + signal
-  bool signaled = false;
-  std::string out, err;
-};
-
-// Starts ORCHARD_BIN with `args`, stdout/stderr to files; returns the pid.
-pid_t spawn(const std::vector<std::string>& args, const std::string& out_path, const std::string& err_path) {
-  std::vector<std::string> argv_s = {ORCHARD_BIN};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  EXPECT_EQ(rc, 0) << "cannot start " << ORCHARD_BIN;
-  return pid;
-}
-
-RunResult wait_for(pid_t pid, const std::string& out_path, const std::string& err_path) {
-  int status = 0;
-  RunResult r;
-  if (waitpid(pid, &status, 0) == pid) {
-    r.signaled = WIFSIGNALED(status);
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  r.out = test::read_bytes(out_path);
-  r.err = test::read_bytes(err_path);
-  return r;
-}
-
-// Runs orchard to completion. Logs go to files in `scratch`.
-RunResult run(const std::vector<std::string>& args, const TempDir& scratch) {
-  static int n = 0;
-  const std::string out = scratch.file("run" + std::to_string(n) + ".out");
-  const std::string err = scratch.file("run" + std::to_string(n++) + ".err");
-  return wait_for(spawn(args, out, err), out, err);
-}
-
-std::string joined(const std::vector<std::string>& args) {
-  std::string s = "orchard";
-  for (const auto& a : args) s += " " + a;
-  return s;
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-// The files of a directory whose names contain `part`.
-std::vector<std::string> files_with(const std::string& dir, const std::string& part) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return out;
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (contains(e.path().filename().string(), part)) out.push_back(e.path().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 // The tiny data set: 256 train and 256 validation images, 2 + 1 shards, labels.txt.
 std::string make_data(const TempDir& root) {

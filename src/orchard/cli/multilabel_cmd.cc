@@ -57,7 +57,7 @@ struct MultiLabelFlags {
   // Orchard additions
   std::string model = "resnet101";
   int64_t width = 0;
-  double pos_weight = 12;
+  double pos_weight = 1;
   std::string balance = "ml_images";
   double threshold = 0.5;
   bool clean = false;
@@ -120,7 +120,7 @@ void add_train_flags(CLI::App* c, MultiLabelFlags& f) {
   c->add_option("--max_to_keep", f.max_to_keep, "Checkpoints to keep")->capture_default_str();
   c->add_option("--random_seed,--seed", f.random_seed, "Random seed (data order, augmentation, init, neg_select)")
       ->capture_default_str();
-  c->add_option("--pos_weight", f.pos_weight, "Weight of positive labels in the sigmoid cross entropy")
+  c->add_option("--pos_weight", f.pos_weight, "Weight of positive labels in the sigmoid cross entropy (ML-Images train.py: 12)")
       ->capture_default_str();
   c->add_option("--loss_balance", f.balance, "ml_images (per-class batch coefficients) | none")->capture_default_str();
   c->add_option("--stats_file", f.stats_file, "Write the run's stats JSON here");

@@ -16,7 +16,7 @@ struct MultiLabelConfig {
   int image_size = 224;
   bool channels_last = false;
   double weight_decay = 1e-4;  // x sum of tf.nn.l2_loss (sum(v^2) / 2) over all trainable variables
-  double pos_weight = 12;      // tf.nn.weighted_cross_entropy_with_logits pos_weight
+  double pos_weight = 1;       // tf.nn.weighted_cross_entropy_with_logits pos_weight (train.py: 12)
   double mask_thres = 0.7;     // a label >= this makes its class positive in the batch
   double neg_select = 0.3;     // probability that a negative-only class is learned in a batch
   bool balance = true;         // false: every known label weighs 1 (plain masked sigmoid CE)
