@@ -21,14 +21,15 @@ echo "== One record, as JSON:"
 "$ORCHARD" data inspect "$DATA/validation-00000-of-00002" --limit 1 --dump_images "$WORK/samples"
 
 echo "== Training (about 10 minutes on 2 cores; a re-run resumes from the last checkpoint)"
-# A short version of the ResNet CTL recipe: 8 epochs, warm-up 0.5 epoch, LR x0.1 at epochs 5 and 7.
+# A short version of the ResNet CTL recipe: 8 epochs, warm-up 0.5 epoch, LR x0.1 at epochs 5 and 7,
+# with TF Models' CIFAR-10 augmentation (pad, random crop, flip) that suits 28-pixel images.
 # shellcheck disable=SC2086
 "$ORCHARD" classify train \
   --data_dir "$DATA" --model_dir "$MODEL" \
   --model resnet18_small --width 16 --image_size 28 --data_format channels_first \
   --batch_size 128 --train_epochs 8 --epochs_between_evals 4 \
   --base_learning_rate 0.4 --warmup_epochs 0.5 --lr_boundaries 5,7 --lr_multipliers 1,0.1,0.01 \
-  --min_crop_area 0.75 --label_smoothing 0.1 \
+  --augmentation pad_crop --pad 2 --label_smoothing 0.1 \
   --enable_checkpoint_and_export --enable_tensorboard --log_steps 100 \
   --stats_file "$WORK/stats.json" ${ORCHARD_DEMO_FLAGS:-}
 

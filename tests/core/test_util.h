@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "orchard/core/error.h"
+#include "orchard/core/tfrecord.h"
 
 namespace orchard::test {
 
@@ -99,6 +100,15 @@ inline std::vector<std::string> list_dir(const std::string& dir) {
   for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
+}
+
+// Every record of a TFRecord file, in order.
+inline std::vector<std::string> read_records(const std::string& path) {
+  TFRecordReader r(path);
+  std::vector<std::string> out;
+  std::string rec;
+  while (r.next(&rec)) out.push_back(rec);
+  return out;
 }
 
 }  // namespace orchard::test

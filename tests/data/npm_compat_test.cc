@@ -23,20 +23,14 @@
 namespace orchard::data {
 namespace {
 
+using test::read_records;
+
 using json = nlohmann::json;
 using test::TempDir;
 namespace fs = std::filesystem;
 
 const std::string kNpmDir = ORCHARD_TEST_NPM_DIR;
 const std::string kScript = kNpmDir + "/tfrecords_compat.js";
-
-std::vector<std::string> read_records(const std::string& path) {
-  TFRecordReader r(path);
-  std::vector<std::string> out;
-  std::string rec;
-  while (r.next(&rec)) out.push_back(rec);
-  return out;
-}
 
 // The records that `tfrecords_compat.js write` produces (documented in that script).
 void expect_npm_records(const std::vector<std::string>& records) {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -390,6 +392,28 @@ TEST(PipelineErrors, CorruptRecordIsAnErrorOrSkippedAndCounted) {
   EXPECT_EQ(sorted(labels), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 8, 9}));
   EXPECT_EQ(pipe.skipped_records(), 1);
   EXPECT_FALSE(pipe.next(&b));  // stays at the end
+}
+
+TEST(BufferedShuffle, IsAPermutationLimitedByTheBuffer) {
+  std::vector<std::string> items;
+  for (int i = 0; i < 50; ++i) items.push_back(std::to_string(i));
+  std::mt19937_64 rng(1);
+  EXPECT_EQ(buffered_shuffle(items, 1, rng), items);  // a buffer of one keeps the order
+  std::set<std::vector<std::string>> orders;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    std::mt19937_64 r(seed), again(seed);
+    const auto out = buffered_shuffle(items, 4, r);
+    EXPECT_EQ(out, buffered_shuffle(items, 4, again));
+    auto sorted = out;
+    std::sort(sorted.begin(), sorted.end());
+    auto want = items;
+    std::sort(want.begin(), want.end());
+    ASSERT_EQ(sorted, want) << "not a permutation";
+    // With a buffer of 4, the k-th output is one of the first k + 4 inputs.
+    for (size_t k = 0; k < out.size(); ++k) ASSERT_LT(std::stoi(out[k]), static_cast<int>(k) + 4) << "position " << k;
+    orders.insert(out);
+  }
+  EXPECT_GT(orders.size(), 15u);
 }
 
 TEST(MixSeed, IsDeterministicAndSpreads) {

@@ -20,6 +20,8 @@
 namespace orchard::data {
 namespace {
 
+using test::read_records;
+
 using test::TempDir;
 
 const uint8_t* px(const Image& im, int y, int x) {
@@ -71,14 +73,6 @@ std::vector<float> decode_le_floats(const std::string& bytes) {
     std::memcpy(&v, &bits, 4);
     out.push_back(v);
   }
-  return out;
-}
-
-std::vector<std::string> read_records(const std::string& path) {
-  TFRecordReader r(path);
-  std::vector<std::string> out;
-  std::string rec;
-  while (r.next(&rec)) out.push_back(rec);
   return out;
 }
 

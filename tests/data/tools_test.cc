@@ -20,18 +20,12 @@
 namespace orchard::data {
 namespace {
 
+using test::read_records;
+
 using test::TempDir;
 namespace fs = std::filesystem;
 
 const std::string kFashionDir = "/usr/share/datasets/fashion-mnist";
-
-std::vector<std::string> read_records(const std::string& path) {
-  TFRecordReader r(path);
-  std::vector<std::string> out;
-  std::string rec;
-  while (r.next(&rec)) out.push_back(rec);
-  return out;
-}
 
 // Every record of the files matching `pattern`, in file order.
 std::vector<std::string> read_pattern(const std::string& pattern) {

@@ -343,19 +343,13 @@ void run_train(ClassifyFlags f) {
                tcfg.channels_last ? "channels_last" : "channels_first", num_examples, steps_per_epoch, total_steps,
                threads);
   train::Trainer trainer(topt, task, std::move(optimizer), schedule);
-  const auto spec = task.sample_spec();
-  std::vector<std::shared_ptr<data::Pipeline>> pipelines;
-  train::TrainInputFactory make_train = [&](int64_t epoch, int64_t batch) {
-    if (f.use_synthetic_data)
+  train::TrainInputFactory synthetic;
+  if (f.use_synthetic_data)
+    synthetic = [&, spec = task.sample_spec()](int64_t epoch, int64_t batch) {
       return synthetic_source(spec, f.batch_size, tcfg.model.num_classes, f.seed, steps_per_epoch, epoch, batch);
-    auto o = train_input;
-    o.start_epoch = epoch;
-    o.start_batch = batch;
-    return pipeline_source(o, task, true, &pipelines);
-  };
-  train::EvalInputFactory make_eval = [&] { return pipeline_source(eval_input, task, false, &pipelines); };
-  auto stats = trainer.train_and_evaluate(make_train, topt.skip_eval ? train::EvalInputFactory{} : make_eval);
-  finish_run(stats, pipelines, f.stats_file);
+    };
+  const auto stats =
+      train_on_pipelines(trainer, task, train_input, eval_input, topt.skip_eval, f.stats_file, synthetic);
   if (stats.eval.count("accuracy"))
     spdlog::info("final: top-1 accuracy {:.4f}, top-5 accuracy {:.4f}, eval loss {:.4f} at step {}",
                  stats.eval.at("accuracy"), stats.eval.at("top_5_accuracy"), stats.eval.at("loss"), stats.global_step);

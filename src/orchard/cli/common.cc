@@ -79,6 +79,24 @@ void finish_run(train::RunStats& stats, std::vector<std::shared_ptr<data::Pipeli
   }
 }
 
+train::RunStats train_on_pipelines(train::Trainer& trainer, const tasks::Task& task,
+                                   const data::PipelineOptions& train_input, const data::PipelineOptions& eval_input,
+                                   bool skip_eval, const std::string& stats_file,
+                                   const train::TrainInputFactory& synthetic) {
+  std::vector<std::shared_ptr<data::Pipeline>> pipelines;
+  train::TrainInputFactory make_train = [&](int64_t epoch, int64_t batch) {
+    if (synthetic) return synthetic(epoch, batch);
+    auto o = train_input;
+    o.start_epoch = epoch;
+    o.start_batch = batch;
+    return pipeline_source(o, task, true, &pipelines);
+  };
+  train::EvalInputFactory make_eval = [&] { return pipeline_source(eval_input, task, false, &pipelines); };
+  auto stats = trainer.train_and_evaluate(make_train, skip_eval ? train::EvalInputFactory{} : make_eval);
+  finish_run(stats, pipelines, stats_file);
+  return stats;
+}
+
 void restore_for_inference(tasks::Task& task, const std::string& model_dir, const std::string& checkpoint) {
   train::CheckpointManager manager(model_dir);
   const std::string path = checkpoint.empty() ? manager.latest() : checkpoint;

@@ -42,6 +42,14 @@ int64_t count_examples(const std::string& pattern);
 train::BatchSource pipeline_source(data::PipelineOptions options, const tasks::Task& task, bool training,
                                    std::vector<std::shared_ptr<data::Pipeline>>* keep = nullptr);
 
+// Trains over pipelines of `train_input` (positioned at the resume point) and evaluates over
+// `eval_input` unless `skip_eval`, then finish_run. A `synthetic` factory, when given,
+// replaces the training pipeline.
+train::RunStats train_on_pipelines(train::Trainer& trainer, const tasks::Task& task,
+                                   const data::PipelineOptions& train_input, const data::PipelineOptions& eval_input,
+                                   bool skip_eval, const std::string& stats_file,
+                                   const train::TrainInputFactory& synthetic = {});
+
 // Adds the pipelines' skipped-record counts to the stats, logs them and writes the stats JSON.
 void finish_run(train::RunStats& stats, std::vector<std::shared_ptr<data::Pipeline>>& pipelines,
                 const std::string& stats_file);

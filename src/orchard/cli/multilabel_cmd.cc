@@ -284,16 +284,7 @@ void run_train(MultiLabelFlags f) {
   spdlog::info("multilabel: {} ({} classes) at {}px, {}, {} examples/epoch, {} steps, {} threads", tcfg.model.arch,
                tcfg.model.num_classes, tcfg.image_size, f.data_format, num_examples, f.max_iter, threads);
   train::Trainer trainer(topt, task, std::move(optimizer), train::ml_images_schedule(lr));
-  std::vector<std::shared_ptr<data::Pipeline>> pipelines;
-  train::TrainInputFactory make_train = [&](int64_t epoch, int64_t batch) {
-    auto o = train_input;
-    o.start_epoch = epoch;
-    o.start_batch = batch;
-    return pipeline_source(o, task, true, &pipelines);
-  };
-  train::EvalInputFactory make_eval = [&] { return pipeline_source(eval_input, task, false, &pipelines); };
-  auto stats = trainer.train_and_evaluate(make_train, f.skip_eval ? train::EvalInputFactory{} : make_eval);
-  finish_run(stats, pipelines, f.stats_file);
+  const auto stats = train_on_pipelines(trainer, task, train_input, eval_input, f.skip_eval, f.stats_file);
   if (stats.eval.count("mAP"))
     spdlog::info("final: mAP {:.4f}, accuracy {:.4f}, precision {:.4f}, recall {:.4f}, F1 {:.4f} at step {}",
                  stats.eval.at("mAP"), stats.eval.at("accuracy"), stats.eval.at("precision"), stats.eval.at("recall"),
