@@ -113,7 +113,7 @@ TEST(MultiLabelLoss, TaskLossIsCoefficientWeightedCrossEntropyPlusHalfL2OverAllV
   const auto selected = torch::rand({4}).le(0.3);
   auto pos = torch::zeros({4}), neg = torch::zeros({4});
   const auto coef = ml_images_coefficients(targets, selected, 0.7, pos, neg);
-  const double ce = weighted_sigmoid_cross_entropy(logits, targets, coef, 12, 2.0 / 8).item<double>();
+  const double ce = weighted_sigmoid_cross_entropy(logits, targets, coef, task.config().pos_weight, 2.0 / 8).item<double>();
   double squares = 0;
   int variables = 0;
   for (const auto& p : task.module()->parameters()) squares += p.to(torch::kDouble).pow(2).sum().item<double>(), ++variables;

@@ -77,6 +77,8 @@ struct ClassifyFlags {
   int max_to_keep = 10;
   bool skip_corrupt_records = false;
   int shuffle_buffer = 10000;
+  int collective_timeout = 1800;  // seconds
+  bool sync_bn = false;
 };
 
 void add_model_flags(CLI::App* c, ClassifyFlags& f) {
@@ -146,6 +148,10 @@ void add_train_flags(CLI::App* c, ClassifyFlags& f) {
   c->add_option("--max_to_keep", f.max_to_keep, "Checkpoints to keep")->capture_default_str();
   c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs (counted in stats)");
   c->add_option("--shuffle_buffer", f.shuffle_buffer, "Example shuffle buffer")->capture_default_str();
+  c->add_option("--collective_timeout", f.collective_timeout,
+                "Seconds a worker waits for the others (rendezvous, all-reduce) before failing")
+      ->capture_default_str();
+  c->add_flag("--sync_bn", f.sync_bn, "Batch norm statistics over the global batch (default: per replica)");
 }
 
 bool channels_last(const ClassifyFlags& f, bool cuda) {
@@ -255,9 +261,13 @@ void run_train(ClassifyFlags f) {
   check_distribution(f.distribution_strategy, f.num_gpus, cuda);
   train::check_dtype(f.dtype, cuda);
   if (f.batch_size < 1) throw Error("--batch_size must be positive");
+  const auto dist = join_cluster(f.distribution_strategy, f.batch_size, f.collective_timeout, cuda);
+  const bool chief = !dist || dist->is_chief();
+  if (dist && f.sync_bn) dist->enable_sync_batch_norm();
   if (f.log_steps < 1) throw Error("--log_steps must be positive");
   const int threads = train::configure_threads(f.num_threads);
-  if (f.clean) clean_model_dir(f.model_dir);
+  if (f.clean && chief) clean_model_dir(f.model_dir);
+  if (dist) dist->barrier();  // nobody restores from a model_dir being cleaned
   ensure_writable_dir(f.model_dir);
 
   auto tcfg = task_config(f, cuda);
@@ -323,6 +333,8 @@ void run_train(ClassifyFlags f) {
   train_input.shuffle_buffer = f.shuffle_buffer;
   train_input.reader.skip_corrupt_records = f.skip_corrupt_records;
   train_input.pin_memory = cuda;
+  shard_input(train_input, dist.get());
+  topt.distributed = dist;
   data::PipelineOptions eval_input = train_input;
   eval_input.training = false;
   eval_input.num_epochs = 1;
@@ -332,6 +344,7 @@ void run_train(ClassifyFlags f) {
   // The configuration is the single truth: save it next to the run, once the newest
   // checkpoint (if any) has been restored, so a mismatched restart overwrites nothing.
   topt.on_start = [&](int64_t) {
+    if (!chief) return;
     atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, tcfg).dump(2) + "\n");
     const std::string labels = (fs::path(f.data_dir) / "labels.txt").string();
     if (!f.use_synthetic_data && fs::exists(labels))
@@ -346,7 +359,8 @@ void run_train(ClassifyFlags f) {
   train::TrainInputFactory synthetic;
   if (f.use_synthetic_data)
     synthetic = [&, spec = task.sample_spec()](int64_t epoch, int64_t batch) {
-      return synthetic_source(spec, f.batch_size, tcfg.model.num_classes, f.seed, steps_per_epoch, epoch, batch);
+      return synthetic_source(spec, train_input.batch_size, tcfg.model.num_classes, f.seed + train_input.worker_index,
+                              steps_per_epoch, epoch, batch);
     };
   const auto stats =
       train_on_pipelines(trainer, task, train_input, eval_input, topt.skip_eval, f.stats_file, synthetic);

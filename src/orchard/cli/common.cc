@@ -46,6 +46,31 @@ void check_distribution(const std::string& strategy, int num_gpus, bool cuda) {
                 ": one process drives one device; start one process per GPU with orchard launch");
 }
 
+std::shared_ptr<train::Distributed> join_cluster(const std::string& strategy, int64_t global_batch_size,
+                                                 int timeout_seconds, bool cuda) {
+  const train::ClusterSpec spec = train::cluster_from_environment();
+  if (spec.world_size <= 1) return nullptr;
+  std::string ds = strategy;
+  std::transform(ds.begin(), ds.end(), ds.begin(), ::tolower);
+  if (ds == "off" || ds == "one_device")
+    throw Error("--distribution_strategy " + strategy + " trains in one process, but this is one of " +
+                std::to_string(spec.world_size) + " (" + spec.source +
+                "); use mirrored or multi_worker_mirrored");
+  if (global_batch_size % spec.world_size != 0)
+    throw Error("--batch_size " + std::to_string(global_batch_size) + " is the global batch and must divide by the " +
+                std::to_string(spec.world_size) + " replicas");
+  if (timeout_seconds < 1) throw Error("--collective_timeout must be at least 1 second");
+  if (spec.rank != 0) spdlog::set_level(spdlog::level::warn);
+  return std::make_shared<train::Distributed>(spec, std::chrono::seconds(timeout_seconds), cuda);
+}
+
+void shard_input(data::PipelineOptions& options, const train::Distributed* distributed) {
+  if (!distributed) return;
+  options.batch_size /= distributed->world_size();
+  options.worker_index = distributed->rank();
+  options.num_workers = distributed->world_size();
+}
+
 std::pair<int64_t, int64_t> parse_profile_steps(const std::string& text) {
   if (text.empty()) return {-1, -1};
   auto v = train::parse_double_list(text, "--profile_steps");
@@ -92,8 +117,22 @@ train::RunStats train_on_pipelines(train::Trainer& trainer, const tasks::Task& t
     return pipeline_source(o, task, true, &pipelines);
   };
   train::EvalInputFactory make_eval = [&] { return pipeline_source(eval_input, task, false, &pipelines); };
-  auto stats = trainer.train_and_evaluate(make_train, skip_eval ? train::EvalInputFactory{} : make_eval);
-  finish_run(stats, pipelines, stats_file);
+  train::RunStats stats;
+  try {
+    stats = trainer.train_and_evaluate(make_train, skip_eval ? train::EvalInputFactory{} : make_eval);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (train_input.num_workers <= 1) throw;
+    // Gloo reports a peer that exited as a closed connection and one that hangs as a timeout
+    // (gloo::IoException, or c10::Error when it comes through a Work).
+    const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+    const std::string what = c10 ? c10->what_without_backtrace() : e.what();
+    throw Error("worker " + std::to_string(train_input.worker_index) + " of " + std::to_string(train_input.num_workers) +
+                ": a collective operation failed (another worker exited, or did not answer within "
+                "--collective_timeout): " + what.substr(0, 300));
+  }
+  if (train_input.worker_index == 0) finish_run(stats, pipelines, stats_file);
   return stats;
 }
 

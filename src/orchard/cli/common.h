@@ -31,6 +31,15 @@ void clean_model_dir(const std::string& dir);
 // get a "use ... instead" error.
 void check_distribution(const std::string& strategy, int num_gpus, bool cuda);
 
+// Joins the process group the environment describes (orchard launch / torchrun variables or
+// TF_CONFIG); null for a single process. Checks the strategy and that the global batch
+// divides by the number of replicas; ranks other than 0 log warnings and errors only.
+std::shared_ptr<train::Distributed> join_cluster(const std::string& strategy, int64_t global_batch_size,
+                                                 int timeout_seconds, bool cuda);
+
+// This replica's share of an input: batch = global / replicas, worker index = rank.
+void shard_input(data::PipelineOptions& options, const train::Distributed* distributed);
+
 // "first,last" -> {first, last}; "" -> {-1, -1}.
 std::pair<int64_t, int64_t> parse_profile_steps(const std::string& text);
 

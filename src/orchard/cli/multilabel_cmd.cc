@@ -68,6 +68,8 @@ struct MultiLabelFlags {
   std::string distribution_strategy = "mirrored";
   std::string profile_steps;
   bool skip_corrupt_records = false;
+  int collective_timeout = 1800;  // seconds
+  bool sync_bn = false;
 };
 
 void add_model_flags(CLI::App* c, MultiLabelFlags& f) {
@@ -129,6 +131,10 @@ void add_train_flags(CLI::App* c, MultiLabelFlags& f) {
       ->capture_default_str();
   c->add_option("--profile_steps", f.profile_steps, "'first,last' steps to profile into a Chrome trace");
   c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs (counted in stats)");
+  c->add_option("--collective_timeout", f.collective_timeout,
+                "Seconds a worker waits for the others (rendezvous, all-reduce) before failing")
+      ->capture_default_str();
+  c->add_flag("--sync_bn", f.sync_bn, "Batch norm statistics over the global batch (default: per replica)");
   add_model_flags(c, f);
 }
 
@@ -210,8 +216,12 @@ void run_train(MultiLabelFlags f) {
   if (f.log_interval < 1) throw Error("--log_interval must be positive");
   if (f.max_iter < 1) throw Error("--max_iter must be positive");
   if (f.snapshot < 0 || f.test_interval < 0) throw Error("--snapshot and --test_interval must not be negative");
+  const auto dist = join_cluster(f.distribution_strategy, f.batch_size, f.collective_timeout, cuda);
+  const bool chief = !dist || dist->is_chief();
+  if (dist && f.sync_bn) dist->enable_sync_batch_norm();
   const int threads = train::configure_threads(f.num_threads);
-  if (f.clean) clean_model_dir(f.model_dir);
+  if (f.clean && chief) clean_model_dir(f.model_dir);
+  if (dist) dist->barrier();  // nobody restores from a model_dir being cleaned
   ensure_writable_dir(f.model_dir);
 
   auto tcfg = task_config(f);
@@ -269,6 +279,8 @@ void run_train(MultiLabelFlags f) {
   train_input.file_shuffle_buffer = f.file_shuffle_buffer;
   train_input.reader.skip_corrupt_records = f.skip_corrupt_records;
   train_input.pin_memory = cuda;
+  shard_input(train_input, dist.get());
+  topt.distributed = dist;
   data::PipelineOptions eval_input = train_input;
   eval_input.training = false;
   eval_input.num_epochs = 1;
@@ -276,6 +288,7 @@ void run_train(MultiLabelFlags f) {
 
   topt.on_start = [&](int64_t step) {
     if (step == 0 && !f.pretrain_ckpt.empty()) fine_tune_from(task, f.pretrain_ckpt);
+    if (!chief) return;
     atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, tcfg).dump(2) + "\n");
     const std::string labels = (fs::path(f.data_dir) / "labels.txt").string();
     if (fs::exists(labels)) atomic_write_file((fs::path(f.model_dir) / "labels.txt").string(), read_file(labels));

@@ -276,7 +276,16 @@ struct Pipeline::Impl {
           if (pos < skip_records) return;
           if (pending.empty()) batch_index = pos / opt.batch_size;
           pending.push_back(std::move(r));
-          seeds.push_back(mix_seed(opt.seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(pos)));
+          // Augmentation seeds follow the record's place in the whole epoch: with records dealt
+          // round-robin to workers, worker w's p-th record is the epoch's (p * workers + w)-th,
+          // so N workers augment exactly as one process would. Workers reading whole files
+          // get their own streams.
+          const uint64_t global_pos = record_shard ? static_cast<uint64_t>(pos) * opt.num_workers + opt.worker_index
+                                                   : static_cast<uint64_t>(pos);
+          const uint64_t base = !record_shard && opt.num_workers > 1
+                                    ? mix_seed(opt.seed, static_cast<uint64_t>(opt.worker_index), 0x3011)
+                                    : opt.seed;
+          seeds.push_back(mix_seed(base, static_cast<uint64_t>(epoch), global_pos));
           if (static_cast<int64_t>(pending.size()) == opt.batch_size) {
             ok = ok && emit(std::move(pending), std::move(seeds), epoch, batch_index);
             pending.clear();

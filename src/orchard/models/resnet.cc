@@ -18,6 +18,25 @@ torch::nn::BatchNorm2d bn(int64_t c, const ResNetOptions& o) {
   return torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(c).momentum(o.bn_momentum).eps(o.bn_eps));
 }
 
+BatchNormOverride& batch_norm_override() {
+  static BatchNormOverride f;
+  return f;
+}
+
+// Every batch norm of the network goes through here, so a synchronized version can take
+// over in training.
+torch::Tensor norm(torch::nn::BatchNorm2d& b, const torch::Tensor& x) {
+  const auto& f = batch_norm_override();
+  if (f && b->is_training()) return f(*b, x);
+  return b(x);
+}
+
+torch::Tensor shortcut(torch::nn::Sequential& down, const torch::Tensor& x) {
+  auto bn = std::dynamic_pointer_cast<torch::nn::BatchNorm2dImpl>(down[1]);
+  torch::nn::BatchNorm2d holder(bn);
+  return norm(holder, down[0]->as<torch::nn::Conv2d>()->forward(x));
+}
+
 // Two 3x3 convolutions (ResNet-18/34).
 struct BasicBlockImpl : torch::nn::Module {
   static constexpr int64_t kExpansion = 1;
@@ -29,9 +48,9 @@ struct BasicBlockImpl : torch::nn::Module {
     if (down) downsample = register_module("downsample", down);
   }
   torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor identity = downsample ? downsample->forward(x) : x;
-    auto out = torch::relu(bn1(conv1(x)));
-    out = bn2(conv2(out));
+    torch::Tensor identity = downsample ? shortcut(downsample, x) : x;
+    auto out = torch::relu(norm(bn1, conv1(x)));
+    out = norm(bn2, conv2(out));
     return torch::relu(out + identity);
   }
   torch::nn::BatchNorm2d last_bn() { return bn2; }
@@ -57,10 +76,10 @@ struct BottleneckImpl : torch::nn::Module {
     if (down) downsample = register_module("downsample", down);
   }
   torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor identity = downsample ? downsample->forward(x) : x;
-    auto out = torch::relu(bn1(conv1(x)));
-    out = torch::relu(bn2(conv2(out)));
-    out = bn3(conv3(out));
+    torch::Tensor identity = downsample ? shortcut(downsample, x) : x;
+    auto out = torch::relu(norm(bn1, conv1(x)));
+    out = torch::relu(norm(bn2, conv2(out)));
+    out = norm(bn3, conv3(out));
     return torch::relu(out + identity);
   }
   torch::nn::BatchNorm2d last_bn() { return bn3; }
@@ -75,6 +94,8 @@ struct BottleneckImpl : torch::nn::Module {
 TORCH_MODULE(Bottleneck);
 
 }  // namespace
+
+void set_batch_norm_override(BatchNormOverride f) { batch_norm_override() = std::move(f); }
 
 ResNetImpl::ResNetImpl(const ResNetOptions& o) : options_(o), inplanes_(o.base_width) {
   TORCH_CHECK(o.block == "basic" || o.block == "bottleneck", "unknown ResNet block '", o.block, "'");
@@ -139,7 +160,7 @@ torch::nn::Sequential ResNetImpl::make_layer(int64_t planes, int64_t blocks, int
 }
 
 torch::Tensor ResNetImpl::features(torch::Tensor x) {
-  x = torch::relu(bn1(conv1(x)));
+  x = torch::relu(norm(bn1, conv1(x)));
   if (!options_.small_input) x = F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
   x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));
   return x.mean({2, 3});

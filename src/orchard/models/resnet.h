@@ -13,6 +13,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,11 @@ struct ResNetOptions {
   double bn_momentum = 0.1;                // TF momentum 0.9 == torch momentum 0.1
   double bn_eps = 1e-5;
 };
+
+// Replaces every batch norm's training-mode forward in the ResNets (e.g. by a synchronized
+// batch norm across replicas); an empty function restores the modules' own.
+using BatchNormOverride = std::function<torch::Tensor(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x)>;
+void set_batch_norm_override(BatchNormOverride f);
 
 class ResNetImpl : public torch::nn::Module {
  public:

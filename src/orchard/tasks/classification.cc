@@ -83,8 +83,7 @@ void ClassificationTask::update_metrics(const torch::Tensor& outputs, const data
   sums->add("top_1_correct", hits.select(1, 0).sum());
   sums->add("count", static_cast<double>(batch.size));
   if (training) {
-    sums->add("loss", loss.at("total"));
-    sums->add("steps", 1.0);
+    add_training_loss(loss, sums);
   } else {
     sums->add("top_5_correct", hits.any(1).sum());
     sums->add("cross_entropy_sum",
@@ -95,7 +94,7 @@ void ClassificationTask::update_metrics(const torch::Tensor& outputs, const data
 
 std::map<std::string, double> ClassificationTask::compute_metrics(const MetricSums& s, bool training) const {
   const double count = std::max(1.0, s.get("count"));
-  if (training) return {{"loss", s.get("loss") / std::max(1.0, s.get("steps"))}, {"accuracy", s.get("top_1_correct") / count}};
+  if (training) return {{"loss", training_loss(s)}, {"accuracy", s.get("top_1_correct") / count}};
   return {{"loss", s.get("cross_entropy_sum") / count},
           {"accuracy", s.get("top_1_correct") / count},
           {"top_5_accuracy", s.get("top_5_correct") / count}};

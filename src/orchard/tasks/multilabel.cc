@@ -128,12 +128,7 @@ void MultiLabelTask::update_metrics(const torch::Tensor& outputs, const data::Ba
   // The seed's accuracy: argmax of the scores against argmax of the label vector.
   sums->add("correct", outputs.argmax(1).eq(labels.argmax(1)).sum());
   sums->add("count", static_cast<double>(batch.size));
-  if (training) {
-    sums->add("loss", loss.at("total"));
-    sums->add("cross_entropy", loss.at("cross_entropy"));
-    sums->add("steps", 1.0);
-    return;
-  }
+  if (training) return add_training_loss(loss, sums);
   const auto pos = labels.eq(1), neg = labels.eq(0);
   const auto predicted = torch::sigmoid(outputs).ge(config_.threshold);
   sums->add("cross_entropy_sum", loss.at("cross_entropy") * batch.size);
@@ -157,8 +152,8 @@ void MultiLabelTask::update_metrics(const torch::Tensor& outputs, const data::Ba
 std::map<std::string, double> MultiLabelTask::compute_metrics(const MetricSums& s, bool training) const {
   const double count = std::max(1.0, s.get("count"));
   if (training)
-    return {{"loss", s.get("loss") / std::max(1.0, s.get("steps"))},
-            {"cross_entropy", s.get("cross_entropy") / std::max(1.0, s.get("steps"))},
+    return {{"loss", training_loss(s)},
+            {"cross_entropy", s.get("cross_entropy") * std::max(1.0, s.get("replicas")) / std::max(1.0, s.get("steps"))},
             {"accuracy", s.get("correct") / count}};
   const double tp = s.get("true_positives"), fp = s.get("false_positives"), fn = s.get("false_negatives");
   const double precision = tp + fp > 0 ? tp / (tp + fp) : 0, recall = tp + fn > 0 ? tp / (tp + fn) : 0;

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 namespace orchard::tasks {
 
 void MetricSums::add(const std::string& name, const at::Tensor& value) {
@@ -27,6 +29,18 @@ double MetricSums::get(const std::string& name) const {
 at::Tensor MetricSums::tensor(const std::string& name) const {
   auto it = sums_.find(name);
   return it == sums_.end() ? at::Tensor() : it->second;
+}
+
+void add_training_loss(const LossTerms& loss, MetricSums* sums) {
+  sums->add("cross_entropy", loss.at("cross_entropy"));
+  if (loss.count("l2_loss")) sums->add("l2_loss", loss.at("l2_loss"));
+  sums->add("steps", 1.0);
+}
+
+double training_loss(const MetricSums& s) {
+  const double replicas = std::max(1.0, s.get("replicas"));
+  const double steps = std::max(1.0, s.get("steps") / replicas);
+  return (s.get("cross_entropy") + s.get("l2_loss") / replicas) / steps;
 }
 
 }  // namespace orchard::tasks

@@ -34,6 +34,13 @@ class MetricSums {
 
 using LossTerms = std::map<std::string, torch::Tensor>;  // "total" is back-propagated
 
+// The training loss over a host loop, right for any number of replicas. Each replica's
+// "cross_entropy" is its share of the global batch (the shares sum to the global value) and
+// its "l2_loss" is the whole L2 term; the trainer adds "replicas" = 1 per replica before
+// summing over them.
+void add_training_loss(const LossTerms& loss, MetricSums* sums);
+double training_loss(const MetricSums& sums);  // mean per step of cross_entropy + l2_loss
+
 class Task {
  public:
   virtual ~Task() = default;

@@ -92,7 +92,11 @@ std::string CheckpointManager::save(int64_t step, torch::nn::Module& model, torc
     optimizer->save(archive);
     std::ostringstream os;
     archive.save_to(os);
-    root.insert("optimizer", os.str());
+    // A uint8 tensor, not a string: Python's torch.load decodes pickled strings as UTF-8.
+    const std::string blob = os.str();
+    root.insert("optimizer", torch::from_blob(const_cast<char*>(blob.data()), {static_cast<int64_t>(blob.size())},
+                                              torch::kUInt8)
+                                 .clone());
   }
   {
     at::Generator gen = at::detail::getDefaultCPUGenerator();
@@ -170,7 +174,14 @@ std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::
                 (missing.size() > 5 ? ", ..." : "") + ")");
   }
   if (optimizer && options.load_optimizer && dict.contains("optimizer")) {
-    const std::string& blob = dict.at("optimizer").toStringRef();
+    const auto& value = dict.at("optimizer");
+    std::string blob;
+    if (value.isString()) {
+      blob = value.toStringRef();  // checkpoints written before 2026-11-29 evening
+    } else {
+      const auto bytes = value.toTensor().contiguous();
+      blob.assign(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
+    }
     std::istringstream is(blob);
     torch::serialize::InputArchive archive;
     archive.load_from(is);

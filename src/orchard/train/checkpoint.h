@@ -1,5 +1,6 @@
 // Checkpoints: model_dir/ckpt-<step>.pt, a pickle (torch.save-compatible zip) of
-//   {"model": {name: tensor}, "optimizer": bytes, "step": int, "meta": {str: str}, "rng": tensor}
+//   {"model": {name: tensor}, "optimizer": uint8 tensor (a libtorch archive), "step": int,
+//    "meta": {str: str}, "rng": tensor}
 // written atomically (temp file, fsync, rename), plus model_dir/checkpoint, a text index
 // naming the newest one (TF's format). The newest `max_to_keep` are kept.
 #pragma once

@@ -1,5 +1,7 @@
 #include "orchard/train/runtime.h"
 
+#include <cstdlib>
+
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
@@ -10,7 +12,10 @@
 namespace orchard::train {
 
 int configure_threads(int num_threads) {
-  const int n = num_threads > 0 ? num_threads : available_cores();
+  int n = num_threads > 0 ? num_threads : available_cores();
+  // orchard launch (like torchrun) gives each process its share of the cores this way.
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"); num_threads <= 0 && omp && std::atoi(omp) > 0)
+    n = std::atoi(omp);
   at::set_num_threads(n);
   return n;
 }

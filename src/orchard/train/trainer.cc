@@ -53,8 +53,19 @@ struct Trainer::Impl {
         checkpoints(opt.model_dir, opt.max_to_keep),
         device(opt.device) {}
 
+  bool chief() const { return !opt.distributed || opt.distributed->is_chief(); }
+  int world() const { return opt.distributed ? opt.distributed->world_size() : 1; }
+
+  // Sums the metric state over all ranks (every rank holds the same names).
+  void reduce(tasks::MetricSums& sums) {
+    if (world() == 1) return;
+    std::vector<at::Tensor> tensors;
+    for (auto& [name, t] : sums.mutable_sums()) tensors.push_back(t);
+    opt.distributed->allreduce_sum(tensors);
+  }
+
   EventWriter* events(bool train) {
-    if (!opt.enable_tensorboard) return nullptr;
+    if (!opt.enable_tensorboard || !chief()) return nullptr;
     auto& w = train ? train_events : eval_events;
     if (!w) w = std::make_unique<EventWriter>((fs::path(opt.model_dir) / (train ? "train" : "eval")).string());
     return w.get();
@@ -73,6 +84,7 @@ struct Trainer::Impl {
   }
 
   void save(int64_t step) {
+    if (!chief()) return;
     const std::string path = checkpoints.save(step, *task.module(), optimizer.get(), meta(step));
     spdlog::info("saved checkpoint {}", path);
   }
@@ -88,7 +100,8 @@ Trainer::Trainer(TrainerOptions options, tasks::Task& task, std::unique_ptr<torc
 Trainer::~Trainer() = default;
 
 int64_t Trainer::restore_latest() {
-  if (int n = impl_->checkpoints.remove_stale_temporaries())
+  if (!impl_->chief()) {
+  } else if (int n = impl_->checkpoints.remove_stale_temporaries())
     spdlog::info("removed {} temporary files left by an interrupted run", n);
   const std::string latest = impl_->checkpoints.latest();
   if (latest.empty()) return step_ = 0;
@@ -127,6 +140,14 @@ std::map<std::string, double> Trainer::evaluate(const EvalInputFactory& eval_inp
     n += batch.size;
   }
   module->train();
+  if (m.world() > 1) {
+    std::vector<at::Tensor> count = {torch::scalar_tensor(static_cast<double>(n), torch::kDouble)};
+    m.opt.distributed->allreduce_sum(count);
+    n = static_cast<int64_t>(count[0].item<double>());
+    if (sums.empty() && n > 0)
+      throw Error("rank " + std::to_string(m.opt.distributed->rank()) + " has no evaluation data of its own");
+    m.reduce(sums);
+  }
   if (n == 0) throw Error("evaluation data is empty");
   auto metrics = m.task.compute_metrics(sums, /*training=*/false);
   std::string line;
@@ -148,6 +169,14 @@ RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input, const
   const int64_t spe = std::max<int64_t>(1, m.opt.steps_per_epoch);
   int64_t step = restore_latest();
   if (m.opt.on_start) m.opt.on_start(step);
+  std::unique_ptr<GradientReducer> reducer;
+  if (m.world() > 1) {
+    m.opt.distributed->broadcast(*module);  // every replica starts from rank 0's variables
+    std::vector<at::Tensor> params;
+    for (auto& p : module->parameters())
+      if (p.requires_grad()) params.push_back(p);
+    reducer = m.opt.distributed->gradient_reducer(params);
+  }
   if (auto* w = m.events(true)) w->session_start(step);
 
   RunStats stats;
@@ -209,10 +238,25 @@ RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input, const
         }
         auto terms = m.task.loss(outputs, batch, m.opt.global_batch_size);
         m.optimizer->zero_grad();
-        terms.at("total").backward();
+        if (reducer) {
+          // Each replica's loss is its share of the global batch; the reducer averages the
+          // gradients, so scaling by the number of replicas makes the result their sum.
+          reducer->start();
+          (terms.at("total") * static_cast<double>(m.world())).backward();
+          reducer->finish();
+        } else {
+          terms.at("total").backward();
+        }
         m.optimizer->step();
         m.task.update_metrics(outputs.detach().to(torch::kFloat), batch, terms, /*training=*/true, &loop_metrics);
         last_loss = terms.at("total").detach();
+        if (m.world() > 1 && (step + 1) % m.opt.log_steps == 0) {
+          // The logged loss is the global batch's: the replicas' shares summed, L2 once.
+          const auto l2 = terms.count("l2_loss") ? terms.at("l2_loss").detach() : torch::zeros({});
+          std::vector<at::Tensor> share = {(last_loss - l2).to(torch::kDouble).reshape({1})};
+          m.opt.distributed->allreduce_sum(share);
+          last_loss = share[0][0] + l2.to(torch::kDouble);
+        }
         if (profiler && step == m.opt.profile_end) profiler.reset();
 
         const int64_t done = step + 1;
@@ -245,6 +289,8 @@ RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input, const
       }
       if (interactive) std::fprintf(stderr, "\n");
       // End of a host loop: summaries, checkpoint, evaluation.
+      loop_metrics.add("replicas", 1.0);
+      m.reduce(loop_metrics);
       last_train_metrics = m.task.compute_metrics(loop_metrics, /*training=*/true);
       if (auto* w = m.events(true)) {
         for (const auto& [k, v] : last_train_metrics) w->scalar(k, v, step);

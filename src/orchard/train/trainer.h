@@ -13,6 +13,7 @@
 
 #include "orchard/data/pipeline.h"
 #include "orchard/tasks/task.h"
+#include "orchard/train/distributed.h"
 #include "orchard/train/schedule.h"
 #include "orchard/train/stats.h"
 
@@ -43,6 +44,9 @@ struct TrainerOptions {
   std::string device = "cpu";
   // Called once after restore, before training (e.g. to log the configuration).
   std::function<void(int64_t step)> on_start;
+  // Data parallelism: gradients averaged over the group, metrics summed over it; only rank 0
+  // writes checkpoints and summaries. Null: one process.
+  std::shared_ptr<Distributed> distributed;
 };
 
 class Trainer {
