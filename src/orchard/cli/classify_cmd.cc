@@ -17,6 +17,7 @@
 #include "orchard/data/tools.h"
 #include "orchard/tasks/classification.h"
 #include "orchard/train/checkpoint.h"
+#include "orchard/train/loss_scale.h"
 #include "orchard/train/runtime.h"
 #include "orchard/train/trainer.h"
 
@@ -312,6 +313,8 @@ void run_train(ClassifyFlags f) {
   topt.stats_file = f.stats_file;
   std::tie(topt.profile_start, topt.profile_end) = parse_profile_steps(f.profile_steps);
   topt.dtype = f.dtype;
+  topt.loss_scale = f.loss_scale.empty() ? "dynamic" : f.loss_scale;
+  train::LossScaler check_loss_scale(topt.loss_scale);  // a bad --loss_scale fails before any work
   topt.device = cuda ? "cuda" : "cpu";
 
   train::PiecewiseWarmupConfig lr;

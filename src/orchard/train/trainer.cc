@@ -13,6 +13,7 @@
 #include "orchard/core/files.h"
 #include "orchard/core/log.h"
 #include "orchard/train/checkpoint.h"
+#include "orchard/train/loss_scale.h"
 #include "orchard/train/runtime.h"
 
 namespace fs = std::filesystem;
@@ -44,6 +45,7 @@ struct Trainer::Impl {
   CheckpointManager checkpoints;
   torch::Device device;
   std::unique_ptr<EventWriter> train_events, eval_events;
+  std::unique_ptr<LossScaler> scaler;  // fp16 only
 
   Impl(TrainerOptions o, tasks::Task& t, std::unique_ptr<torch::optim::Optimizer> optim, Schedule s)
       : opt(std::move(o)),
@@ -51,7 +53,9 @@ struct Trainer::Impl {
         optimizer(std::move(optim)),
         schedule(std::move(s)),
         checkpoints(opt.model_dir, opt.max_to_keep),
-        device(opt.device) {}
+        device(opt.device) {
+    if (opt.dtype == "fp16" || opt.dtype == "float16") scaler = std::make_unique<LossScaler>(opt.loss_scale);
+  }
 
   bool chief() const { return !opt.distributed || opt.distributed->is_chief(); }
   int world() const { return opt.distributed ? opt.distributed->world_size() : 1; }
@@ -80,6 +84,7 @@ struct Trainer::Impl {
     m["epoch"] = std::to_string(step / std::max<int64_t>(1, opt.steps_per_epoch));
     m["batch_in_epoch"] = std::to_string(step % std::max<int64_t>(1, opt.steps_per_epoch));
     m["global_batch_size"] = std::to_string(opt.global_batch_size);
+    if (scaler) m["loss_scale"] = std::to_string(scaler->scale());
     return m;
   }
 
@@ -112,6 +117,8 @@ int64_t Trainer::restore_latest() {
   if (it != meta.end() && it->second != std::to_string(impl_->opt.global_batch_size))
     spdlog::warn("{} was trained with batch size {}; continuing with {} (the data position is re-derived from the step)",
                  latest, it->second, impl_->opt.global_batch_size);
+  if (auto ls = meta.find("loss_scale"); ls != meta.end() && impl_->scaler && impl_->scaler->dynamic())
+    impl_->scaler->set_scale(std::stod(ls->second));
   spdlog::info("resumed from {} at step {}", latest, step);
   return step_ = step;
 }
@@ -238,16 +245,17 @@ RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input, const
         }
         auto terms = m.task.loss(outputs, batch, m.opt.global_batch_size);
         m.optimizer->zero_grad();
-        if (reducer) {
-          // Each replica's loss is its share of the global batch; the reducer averages the
-          // gradients, so scaling by the number of replicas makes the result their sum.
-          reducer->start();
-          (terms.at("total") * static_cast<double>(m.world())).backward();
-          reducer->finish();
-        } else {
-          terms.at("total").backward();
-        }
-        m.optimizer->step();
+        // Each replica's loss is its share of the global batch; the reducer averages the
+        // gradients, so scaling by the number of replicas makes the result their sum.
+        auto objective = terms.at("total") * static_cast<double>(m.world());
+        if (m.scaler) objective = m.scaler->scale_loss(objective);
+        if (reducer) reducer->start();
+        objective.backward();
+        if (reducer) reducer->finish();
+        if (!m.scaler || m.scaler->unscale(module->parameters()))
+          m.optimizer->step();
+        else
+          spdlog::info("step {}: non-finite gradients; skipped, loss scale lowered to {}", step + 1, m.scaler->scale());
         m.task.update_metrics(outputs.detach().to(torch::kFloat), batch, terms, /*training=*/true, &loop_metrics);
         last_loss = terms.at("total").detach();
         if (m.world() > 1 && (step + 1) % m.opt.log_steps == 0) {

@@ -41,6 +41,7 @@ struct TrainerOptions {
   std::string stats_file;
   int64_t profile_start = -1, profile_end = -1;  // inclusive global steps; Chrome trace in model_dir/train
   std::string dtype = "fp32";
+  std::string loss_scale = "dynamic";  // fp16 only: "dynamic" or a fixed number
   std::string device = "cpu";
   // Called once after restore, before training (e.g. to log the configuration).
   std::function<void(int64_t step)> on_start;
