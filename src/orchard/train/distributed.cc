@@ -236,6 +236,8 @@ struct GradientReducer::Impl {
   std::vector<bool> seen;
   size_t next_launch = 0;
   std::mutex mu;
+  double finish_seconds = 0;
+  int64_t steps = 0;
 
   void launch_ready() {
     while (next_launch < buckets.size() && buckets[next_launch].ready) {
@@ -277,7 +279,11 @@ void GradientReducer::start() {
   impl_->next_launch = 0;
 }
 
+double GradientReducer::finish_seconds() const { return impl_->finish_seconds; }
+int64_t GradientReducer::steps() const { return impl_->steps; }
+
 void GradientReducer::finish() {
+  const auto started = std::chrono::steady_clock::now();
   torch::NoGradGuard no_grad;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -299,6 +305,8 @@ void GradientReducer::finish() {
     else
       p.mutable_grad() = mean.clone();
   }
+  impl_->finish_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ++impl_->steps;
 }
 
 std::unique_ptr<GradientReducer> Distributed::gradient_reducer(const std::vector<at::Tensor>& params,

@@ -87,6 +87,10 @@ class GradientReducer {
   void start();
   void finish();
   size_t num_buckets() const;
+  // Seconds spent in finish() (waiting for the all-reduces the backward pass did not hide,
+  // plus writing the means back), summed over steps, and the number of steps.
+  double finish_seconds() const;
+  int64_t steps() const;
 
  private:
   friend class Distributed;

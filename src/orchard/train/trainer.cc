@@ -317,6 +317,11 @@ RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input, const
         last_eval = step;
       }
     }
+    if (reducer && reducer->steps() > 0)
+      spdlog::info("gradient all-reduce: {} buckets, {:.2f} ms per step not hidden by the backward pass ({:.1f}% of "
+                   "the step)",
+                   reducer->num_buckets(), 1000 * reducer->finish_seconds() / reducer->steps(),
+                   100 * reducer->finish_seconds() / std::max(1e-9, since_start.seconds()));
     if (train_seconds == 0 && since_start.seconds() > 0)  // too short for two log windows
       train_seconds = since_start.seconds(), timed_examples = (step - first_step) * m.opt.global_batch_size;
   } else {
