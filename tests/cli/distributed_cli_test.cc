@@ -172,6 +172,31 @@ TEST_F(DataParallel, AKilledWorkerStopsTheOtherAndARestartResumes) {
   EXPECT_TRUE(fs::exists(dir + "/ckpt-" + std::to_string(saved + 8) + ".pt"));
 }
 
+TEST_F(DataParallel, AHangingWorkerStopsTheOtherAfterTheTimeout) {
+  const std::string dir = root_->file("hung");
+  const int port = next_port();
+  auto a = args(dir, 2000);
+  a.back() = "4";  // --collective_timeout 4
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 2; ++rank)
+    pids.push_back(spawn_worker(a, rank, 2, port, root_->file("h" + std::to_string(rank) + ".out"),
+                                root_->file("h" + std::to_string(rank) + ".err")));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (train::CheckpointManager(dir).latest().empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_FALSE(train::CheckpointManager(dir).latest().empty()) << "no checkpoint appeared";
+  kill(pids[1], SIGSTOP);  // alive, holding its sockets open, never answering
+  const auto stopped_at = std::chrono::steady_clock::now();
+  auto r0 = wait_for(pids[0], root_->file("h0.out"), root_->file("h0.err"));
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+  kill(pids[1], SIGKILL);
+  wait_for(pids[1], root_->file("h1.out"), root_->file("h1.err"));
+  EXPECT_EQ(r0.rc, 1) << r0.err;
+  EXPECT_TRUE(contains(r0.err, "collective operation failed")) << r0.err;
+  EXPECT_GE(waited, 3.0);
+  EXPECT_LT(waited, 30.0) << "the timeout did not bound the wait";
+}
+
 TEST_F(DataParallel, LaunchStopsTheOthersWhenOneFails) {
   // The workers stop at once (the batch does not divide by the replicas): launch reports the
   // first failure, stops the rest and exits non-zero.

@@ -203,6 +203,7 @@ RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input, const
     const int64_t first_step = step;
     double last_progress = -1;
     torch::Tensor last_loss;
+    double last_cross_entropy = 0;
     bool position_warned = false;
     spdlog::info("training from step {} to {} ({} steps per epoch, global batch {})", step, m.opt.total_steps, spe,
                  m.opt.global_batch_size);
@@ -258,12 +259,14 @@ RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input, const
           spdlog::info("step {}: non-finite gradients; skipped, loss scale lowered to {}", step + 1, m.scaler->scale());
         m.task.update_metrics(outputs.detach().to(torch::kFloat), batch, terms, /*training=*/true, &loop_metrics);
         last_loss = terms.at("total").detach();
-        if (m.world() > 1 && (step + 1) % m.opt.log_steps == 0) {
-          // The logged loss is the global batch's: the replicas' shares summed, L2 once.
-          const auto l2 = terms.count("l2_loss") ? terms.at("l2_loss").detach() : torch::zeros({});
-          std::vector<at::Tensor> share = {(last_loss - l2).to(torch::kDouble).reshape({1})};
-          m.opt.distributed->allreduce_sum(share);
-          last_loss = share[0][0] + l2.to(torch::kDouble);
+        if ((step + 1) % m.opt.log_steps == 0) {
+          // The seed logs the cross entropy beside the loss. With replicas, both are the global
+          // batch's: the cross-entropy shares summed over replicas, L2 counted once.
+          const auto l2 = terms.count("l2_loss") ? terms.at("l2_loss").detach().to(torch::kDouble) : torch::zeros({});
+          std::vector<at::Tensor> ce = {(last_loss.to(torch::kDouble) - l2).reshape({1})};
+          if (m.world() > 1) m.opt.distributed->allreduce_sum(ce);
+          last_cross_entropy = ce[0][0].item<double>();
+          last_loss = ce[0][0] + l2;
         }
         if (profiler && step == m.opt.profile_end) profiler.reset();
 
@@ -273,8 +276,8 @@ RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input, const
           const double eps = static_cast<double>((done - window_start_step) * m.opt.global_batch_size) / secs;
           stats.step_timestamp_log.emplace_back(done, unix_now());
           if (!interactive)
-            spdlog::info("step {}/{}: loss {:.4f}, lr {:.5f}, {:.1f} examples/s, ETA {}", done, m.opt.total_steps,
-                         last_loss.item<double>(), lr, eps,
+            spdlog::info("step {}/{}: loss {:.4f} (cross_entropy {:.4f}), lr {:.5f}, {:.1f} examples/s, ETA {}", done,
+                         m.opt.total_steps, last_loss.item<double>(), last_cross_entropy, lr, eps,
                          format_duration((m.opt.total_steps - done) * secs / (done - window_start_step)));
           if (auto* w = m.events(true)) w->scalar("examples_per_second", eps, done);
           // The first window includes start-up costs: leave it out of the average.
