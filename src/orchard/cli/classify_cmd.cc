@@ -338,11 +338,8 @@ void run_train(ClassifyFlags f) {
   train_input.pin_memory = cuda;
   shard_input(train_input, dist.get());
   topt.distributed = dist;
-  data::PipelineOptions eval_input = train_input;
-  eval_input.training = false;
-  eval_input.num_epochs = 1;
-  eval_input.cache = false;
-  eval_input.file_pattern = (fs::path(f.data_dir) / "validation-*").string();
+  const data::PipelineOptions eval_input =
+      eval_input_options(train_input, (fs::path(f.data_dir) / "validation-*").string());
 
   // The configuration is the single truth: save it next to the run, once the newest
   // checkpoint (if any) has been restored, so a mismatched restart overwrites nothing.

@@ -71,6 +71,15 @@ void shard_input(data::PipelineOptions& options, const train::Distributed* distr
   options.num_workers = distributed->world_size();
 }
 
+data::PipelineOptions eval_input_options(const data::PipelineOptions& train_input, const std::string& file_pattern) {
+  data::PipelineOptions o = train_input;
+  o.training = false;
+  o.num_epochs = 1;
+  o.cache = false;
+  o.file_pattern = file_pattern;
+  return o;
+}
+
 std::pair<int64_t, int64_t> parse_profile_steps(const std::string& text) {
   if (text.empty()) return {-1, -1};
   auto v = train::parse_double_list(text, "--profile_steps");

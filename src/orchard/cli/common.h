@@ -40,6 +40,10 @@ std::shared_ptr<train::Distributed> join_cluster(const std::string& strategy, in
 // This replica's share of an input: batch = global / replicas, worker index = rank.
 void shard_input(data::PipelineOptions& options, const train::Distributed* distributed);
 
+// The evaluation input of a training run: its options (sharding included) for one
+// unshuffled, uncached pass over `file_pattern`.
+data::PipelineOptions eval_input_options(const data::PipelineOptions& train_input, const std::string& file_pattern);
+
 // "first,last" -> {first, last}; "" -> {-1, -1}.
 std::pair<int64_t, int64_t> parse_profile_steps(const std::string& text);
 

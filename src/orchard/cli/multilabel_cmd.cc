@@ -281,10 +281,7 @@ void run_train(MultiLabelFlags f) {
   train_input.pin_memory = cuda;
   shard_input(train_input, dist.get());
   topt.distributed = dist;
-  data::PipelineOptions eval_input = train_input;
-  eval_input.training = false;
-  eval_input.num_epochs = 1;
-  eval_input.file_pattern = shard_pattern(f.data_dir, false);
+  const data::PipelineOptions eval_input = eval_input_options(train_input, shard_pattern(f.data_dir, false));
 
   topt.on_start = [&](int64_t step) {
     if (step == 0 && !f.pretrain_ckpt.empty()) fine_tune_from(task, f.pretrain_ckpt);

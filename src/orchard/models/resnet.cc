@@ -25,16 +25,14 @@ BatchNormOverride& batch_norm_override() {
 
 // Every batch norm of the network goes through here, so a synchronized version can take
 // over in training.
-torch::Tensor norm(torch::nn::BatchNorm2d& b, const torch::Tensor& x) {
+torch::Tensor norm(torch::nn::BatchNorm2dImpl& b, const torch::Tensor& x) {
   const auto& f = batch_norm_override();
-  if (f && b->is_training()) return f(*b, x);
-  return b(x);
+  if (f && b.is_training()) return f(b, x);
+  return b.forward(x);
 }
 
 torch::Tensor shortcut(torch::nn::Sequential& down, const torch::Tensor& x) {
-  auto bn = std::dynamic_pointer_cast<torch::nn::BatchNorm2dImpl>(down[1]);
-  torch::nn::BatchNorm2d holder(bn);
-  return norm(holder, down[0]->as<torch::nn::Conv2d>()->forward(x));
+  return norm(*down[1]->as<torch::nn::BatchNorm2d>(), down[0]->as<torch::nn::Conv2d>()->forward(x));
 }
 
 // Two 3x3 convolutions (ResNet-18/34).
@@ -49,8 +47,8 @@ struct BasicBlockImpl : torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor x) {
     torch::Tensor identity = downsample ? shortcut(downsample, x) : x;
-    auto out = torch::relu(norm(bn1, conv1(x)));
-    out = norm(bn2, conv2(out));
+    auto out = torch::relu(norm(*bn1, conv1(x)));
+    out = norm(*bn2, conv2(out));
     return torch::relu(out + identity);
   }
   torch::nn::BatchNorm2d last_bn() { return bn2; }
@@ -77,9 +75,9 @@ struct BottleneckImpl : torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor x) {
     torch::Tensor identity = downsample ? shortcut(downsample, x) : x;
-    auto out = torch::relu(norm(bn1, conv1(x)));
-    out = torch::relu(norm(bn2, conv2(out)));
-    out = norm(bn3, conv3(out));
+    auto out = torch::relu(norm(*bn1, conv1(x)));
+    out = torch::relu(norm(*bn2, conv2(out)));
+    out = norm(*bn3, conv3(out));
     return torch::relu(out + identity);
   }
   torch::nn::BatchNorm2d last_bn() { return bn3; }
@@ -160,7 +158,7 @@ torch::nn::Sequential ResNetImpl::make_layer(int64_t planes, int64_t blocks, int
 }
 
 torch::Tensor ResNetImpl::features(torch::Tensor x) {
-  x = torch::relu(norm(bn1, conv1(x)));
+  x = torch::relu(norm(*bn1, conv1(x)));
   if (!options_.small_input) x = F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
   x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));
   return x.mean({2, 3});

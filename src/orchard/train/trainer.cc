@@ -105,9 +105,10 @@ Trainer::Trainer(TrainerOptions options, tasks::Task& task, std::unique_ptr<torc
 Trainer::~Trainer() = default;
 
 int64_t Trainer::restore_latest() {
-  if (!impl_->chief()) {
-  } else if (int n = impl_->checkpoints.remove_stale_temporaries())
-    spdlog::info("removed {} temporary files left by an interrupted run", n);
+  if (impl_->chief()) {  // only the writer may clean up after a killed writer
+    if (int n = impl_->checkpoints.remove_stale_temporaries())
+      spdlog::info("removed {} temporary files left by an interrupted run", n);
+  }
   const std::string latest = impl_->checkpoints.latest();
   if (latest.empty()) return step_ = 0;
   RestoreOptions ro;
