@@ -367,8 +367,8 @@ TEST(ShapesDataset, RejectsBadOptions) {
     EXPECT_FALSE(std::filesystem::exists(o.out_dir)) << "wrote output despite: " << part;
   };
   ShapesOptions o = small_options(dir.file("out"));
-  o.task = "detection";
-  expect_error(o, "--task must be multilabel");
+  o.task = "segmentation";
+  expect_error(o, "--task must be multilabel or detection");
   o = small_options(dir.file("out"));
   o.format = "gif";
   expect_error(o, "--format");

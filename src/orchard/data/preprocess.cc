@@ -73,36 +73,42 @@ int eval_resize_min(int image_size) {
 
 namespace {
 
-// Writes (pixel - mean) of an RGB matrix (or a view into one), optionally mirrored, in the layout asked.
-void normalize(cv::Mat rgb, bool flip, bool channels_last, float* out) {
+// Writes pixel * scale - offset[c] of an RGB matrix (or a view into one), optionally mirrored,
+// in the layout asked.
+void write_scaled(cv::Mat rgb, bool flip, bool channels_last, float scale, const std::array<float, 3>& offset,
+                  float* out) {
   if (flip) {
     cv::Mat mirrored;
     cv::flip(rgb, mirrored, 1);
     rgb = mirrored;
   }
   const int out_h = rgb.rows, out_w = rgb.cols;
-  const float m0 = kChannelMeans[0], m1 = kChannelMeans[1], m2 = kChannelMeans[2];
+  const float m0 = offset[0], m1 = offset[1], m2 = offset[2];
   const size_t plane = static_cast<size_t>(out_h) * out_w;
   for (int y = 0; y < out_h; ++y) {
     const uint8_t* row = rgb.ptr<uint8_t>(y);
     if (channels_last) {
       float* dst = out + static_cast<size_t>(y) * out_w * 3;
       for (int x = 0; x < out_w; ++x) {
-        dst[3 * x] = row[3 * x] - m0;
-        dst[3 * x + 1] = row[3 * x + 1] - m1;
-        dst[3 * x + 2] = row[3 * x + 2] - m2;
+        dst[3 * x] = row[3 * x] * scale - m0;
+        dst[3 * x + 1] = row[3 * x + 1] * scale - m1;
+        dst[3 * x + 2] = row[3 * x + 2] * scale - m2;
       }
     } else {
       float* r = out + static_cast<size_t>(y) * out_w;
       float* g = r + plane;
       float* b = g + plane;
       for (int x = 0; x < out_w; ++x) {
-        r[x] = row[3 * x] - m0;
-        g[x] = row[3 * x + 1] - m1;
-        b[x] = row[3 * x + 2] - m2;
+        r[x] = row[3 * x] * scale - m0;
+        g[x] = row[3 * x + 1] * scale - m1;
+        b[x] = row[3 * x + 2] * scale - m2;
       }
     }
   }
+}
+
+void normalize(cv::Mat rgb, bool flip, bool channels_last, float* out) {
+  write_scaled(rgb, flip, channels_last, 1.0f, kChannelMeans, out);
 }
 
 cv::Mat as_mat(const Image& image) {
@@ -134,10 +140,15 @@ void pad_crop_train(const std::string& encoded, const PreprocessOptions& o, std:
 }  // namespace
 
 void resize_normalize(const Image& image, int out_h, int out_w, bool flip, bool channels_last, float* out) {
+  resize_scale(image, out_h, out_w, flip, channels_last, 1.0f, kChannelMeans, out);
+}
+
+void resize_scale(const Image& image, int out_h, int out_w, bool flip, bool channels_last, float scale,
+                  const std::array<float, 3>& offset, float* out) {
   cv::Mat resized = as_mat(image);
   if (image.height != out_h || image.width != out_w)
     cv::resize(as_mat(image), resized, cv::Size(out_w, out_h), 0, 0, cv::INTER_LINEAR);
-  normalize(resized, flip, channels_last, out);
+  write_scaled(resized, flip, channels_last, scale, offset, out);
 }
 
 Augmentation parse_augmentation(const std::string& name) {

@@ -64,5 +64,8 @@ int eval_resize_min(int image_size);
 
 // Resizes an RGB image bilinearly, then writes (pixel - mean) in the requested layout.
 void resize_normalize(const Image& image, int out_h, int out_w, bool flip, bool channels_last, float* out);
+// The same with pixel * scale - offset[c] (e.g. 2/255 and 1 for the [-1, 1] of MobileNets).
+void resize_scale(const Image& image, int out_h, int out_w, bool flip, bool channels_last, float scale,
+                  const std::array<float, 3>& offset, float* out);
 
 }  // namespace orchard::data

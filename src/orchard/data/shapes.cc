@@ -14,6 +14,7 @@
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/core/thread_pool.h"
+#include "orchard/data/detection.h"
 #include "orchard/data/example.h"
 #include "orchard/data/ml_images.h"
 #include "orchard/data/pipeline.h"
@@ -142,6 +143,21 @@ std::string multilabel_record(const Scene& scene, const std::string& format, con
   return serialize_deterministic(ex);
 }
 
+// TF OD API schema: one box per shape, labelled with its kind (label-map id kind + 1).
+std::string detection_record(const Scene& scene, const std::string& format, const std::string& name) {
+  DetectionExample d;
+  d.encoded = format == "png" ? encode_png(scene.image) : encode_jpeg(scene.image, 95);
+  d.height = scene.height;
+  d.width = scene.width;
+  d.source_id = name;
+  for (const auto& obj : scene.objects) {
+    d.boxes.push_back(Box{obj.ymin, obj.xmin, obj.ymax, obj.xmax});
+    d.classes.push_back(obj.kind + 1);
+    d.texts.push_back(kShapeKinds[static_cast<size_t>(obj.kind)]);
+  }
+  return make_detection_example(d, format);
+}
+
 // Records are independent (one RNG each), so workers fill disjoint slots and the result
 // does not depend on the thread count.
 std::vector<std::string> make_split(const ShapesOptions& o, const std::string& split, int64_t count) {
@@ -157,7 +173,9 @@ std::vector<std::string> make_split(const ShapesOptions& o, const std::string& s
           for (int64_t i = begin; i < std::min(count, begin + kChunk); ++i) {
             char name[64];
             std::snprintf(name, sizeof name, "shapes-%s-%06lld", split.c_str(), static_cast<long long>(i));
-            records[static_cast<size_t>(i)] = multilabel_record(shapes_scene(o, split, i), o.format, name);
+            const Scene scene = shapes_scene(o, split, i);
+            records[static_cast<size_t>(i)] = o.task == "detection" ? detection_record(scene, o.format, name)
+                                                                    : multilabel_record(scene, o.format, name);
           }
         } catch (...) {
           std::lock_guard<std::mutex> lock(mu);
@@ -245,8 +263,8 @@ Scene shapes_scene(const ShapesOptions& o, const std::string& split, int64_t ind
 }
 
 std::pair<int64_t, int64_t> write_shapes_dataset(const ShapesOptions& o) {
-  if (o.task != "multilabel")
-    throw Error("--task must be multilabel (detection and captioning come later), not '" + o.task + "'");
+  if (o.task != "multilabel" && o.task != "detection")
+    throw Error("--task must be multilabel or detection (captioning comes later), not '" + o.task + "'");
   if (o.format != "png" && o.format != "jpeg") throw Error("--format must be png or jpeg, not '" + o.format + "'");
   if (o.out_dir.empty()) throw Error("--out_dir is required");
   if (o.num_train < 0 || o.num_validation < 0) throw Error("--num_train and --num_validation must be >= 0");
@@ -256,9 +274,16 @@ std::pair<int64_t, int64_t> write_shapes_dataset(const ShapesOptions& o) {
   ensure_writable_dir(o.out_dir);
   write_shards(o.out_dir, "train", make_split(o, "train", o.num_train), o.train_shards);
   write_shards(o.out_dir, "validation", make_split(o, "validation", o.num_validation), o.validation_shards);
-  std::string labels;
-  for (const auto& name : shapes_multilabel_classes()) labels += name + "\n";
-  atomic_write_file((fs::path(o.out_dir) / "labels.txt").string(), labels);
+  if (o.task == "detection") {
+    std::string label_map;
+    for (size_t k = 0; k < kShapeKinds.size(); ++k)
+      label_map += "item {\n  id: " + std::to_string(k + 1) + "\n  name: \"" + kShapeKinds[k] + "\"\n}\n";
+    atomic_write_file((fs::path(o.out_dir) / "label_map.pbtxt").string(), label_map);
+  } else {
+    std::string labels;
+    for (const auto& name : shapes_multilabel_classes()) labels += name + "\n";
+    atomic_write_file((fs::path(o.out_dir) / "labels.txt").string(), labels);
+  }
   return {o.num_train, o.num_validation};
 }
 

@@ -56,7 +56,7 @@ std::vector<float> shapes_multilabel(const Scene& scene);
 
 struct ShapesOptions {
   std::string out_dir;
-  std::string task = "multilabel";  // detection and captioning come later
+  std::string task = "multilabel";  // multilabel | detection (captioning comes later)
   int64_t num_train = 2000;
   int64_t num_validation = 500;
   int image_size = 64;
@@ -76,6 +76,9 @@ Scene shapes_scene(const ShapesOptions& options, const std::string& split, int64
 // tf.train.Example schema: width, height (int64), image (encoded bytes), label (bytes: the
 // class_num float32 multi-hot values, little-endian, as tf.decode_raw(label, tf.float32)
 // reads them), name ("shapes-<split>-<index>", index zero-padded to 6 digits).
+// Detection records follow the TF OD API schema (data/detection.h): one box per shape,
+// class = kind + 1 (circle 1, square 2, triangle 3), source_id = the name; label_map.pbtxt
+// replaces labels.txt.
 // The output is a pure function of the options (byte-identical for one build: the image
 // encoders and OpenCV are part of it). Returns {train count, validation count}.
 std::pair<int64_t, int64_t> write_shapes_dataset(const ShapesOptions& options);

@@ -1,0 +1,201 @@
+#include "orchard/data/detection.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "orchard/core/error.h"
+#include "orchard/data/example.h"
+#include "orchard/data/image.h"
+
+namespace orchard::data {
+namespace {
+
+constexpr float kBoxTolerance = 1e-3f;  // converters round; a box may end at 1.0005
+
+[[noreturn]] void bad(const std::string& source, const std::string& field, const std::string& what) {
+  throw DataError(source + ": " + field + ": " + what);
+}
+
+Image crop_image(const Image& img, const CropWindow& c) {
+  if (c.y == 0 && c.x == 0 && c.height == img.height && c.width == img.width) return img;
+  Image out;
+  out.height = c.height;
+  out.width = c.width;
+  out.pixels.resize(static_cast<size_t>(c.height) * c.width * 3);
+  for (int y = 0; y < c.height; ++y) {
+    const uint8_t* src = img.pixels.data() + (static_cast<size_t>(c.y + y) * img.width + c.x) * 3;
+    std::copy(src, src + static_cast<size_t>(c.width) * 3, out.pixels.data() + static_cast<size_t>(y) * c.width * 3);
+  }
+  return out;
+}
+
+}  // namespace
+
+DetectionExample parse_detection_example(const std::string& record, const std::string& source, int64_t num_classes) {
+  ExampleView ex(record, source);
+  DetectionExample d;
+  d.encoded = ex.bytes("image/encoded");
+  if (ex.has("image/height")) d.height = static_cast<int>(ex.int64("image/height"));
+  if (ex.has("image/width")) d.width = static_cast<int>(ex.int64("image/width"));
+  const ImageSize size = image_size(d.encoded, source);
+  if ((d.height && d.height != size.height) || (d.width && d.width != size.width))
+    bad(source, "image/height, image/width",
+        std::to_string(d.height) + "x" + std::to_string(d.width) + " but the image is " +
+            std::to_string(size.height) + "x" + std::to_string(size.width));
+  d.height = size.height;
+  d.width = size.width;
+  if (ex.has("image/source_id")) d.source_id = ex.bytes_list("image/source_id").at(0);
+  const auto ymin = ex.floats("image/object/bbox/ymin"), xmin = ex.floats("image/object/bbox/xmin");
+  const auto ymax = ex.floats("image/object/bbox/ymax"), xmax = ex.floats("image/object/bbox/xmax");
+  d.classes = ex.int64s("image/object/class/label");
+  d.texts = ex.bytes_list("image/object/class/text");
+  const size_t n = ymin.size();
+  if (xmin.size() != n || ymax.size() != n || xmax.size() != n)
+    bad(source, "image/object/bbox/*",
+        "the four coordinate lists differ in length (ymin " + std::to_string(ymin.size()) + ", xmin " +
+            std::to_string(xmin.size()) + ", ymax " + std::to_string(ymax.size()) + ", xmax " +
+            std::to_string(xmax.size()) + ")");
+  if (d.classes.size() != n)
+    bad(source, "image/object/class/label",
+        std::to_string(d.classes.size()) + " labels for " + std::to_string(n) + " boxes");
+  for (size_t i = 0; i < n; ++i) {
+    Box b{ymin[i], xmin[i], ymax[i], xmax[i]};
+    const bool in_range = b.ymin >= -kBoxTolerance && b.xmin >= -kBoxTolerance && b.ymax <= 1 + kBoxTolerance &&
+                          b.xmax <= 1 + kBoxTolerance;
+    if (!in_range || !(b.ymin <= b.ymax) || !(b.xmin <= b.xmax))
+      bad(source, "image/object/bbox",
+          "box " + std::to_string(i) + " (" + std::to_string(b.ymin) + ", " + std::to_string(b.xmin) + ", " +
+              std::to_string(b.ymax) + ", " + std::to_string(b.xmax) +
+              ") is not a normalised [ymin, xmin, ymax, xmax] box in [0, 1]");
+    b.ymin = std::clamp(b.ymin, 0.f, 1.f);
+    b.xmin = std::clamp(b.xmin, 0.f, 1.f);
+    b.ymax = std::clamp(b.ymax, 0.f, 1.f);
+    b.xmax = std::clamp(b.xmax, 0.f, 1.f);
+    d.boxes.push_back(b);
+    if (d.classes[i] < 1 || d.classes[i] > num_classes)
+      bad(source, "image/object/class/label",
+          "box " + std::to_string(i) + " has label " + std::to_string(d.classes[i]) +
+              "; labels are label-map ids from 1 to num_classes (" + std::to_string(num_classes) +
+              "), 0 is reserved for the background");
+  }
+  return d;
+}
+
+std::string make_detection_example(const DetectionExample& d, const std::string& format) {
+  tensorflow::Example ex;
+  auto* f = ex.mutable_features();
+  set_bytes(f, "image/encoded", d.encoded);
+  set_bytes(f, "image/format", format);
+  set_int64s(f, "image/height", {d.height});
+  set_int64s(f, "image/width", {d.width});
+  set_bytes(f, "image/source_id", d.source_id);
+  set_bytes(f, "image/filename", d.source_id);
+  std::vector<float> ymin, xmin, ymax, xmax;
+  for (const Box& b : d.boxes) {
+    ymin.push_back(b.ymin);
+    xmin.push_back(b.xmin);
+    ymax.push_back(b.ymax);
+    xmax.push_back(b.xmax);
+  }
+  set_floats(f, "image/object/bbox/ymin", ymin);
+  set_floats(f, "image/object/bbox/xmin", xmin);
+  set_floats(f, "image/object/bbox/ymax", ymax);
+  set_floats(f, "image/object/bbox/xmax", xmax);
+  set_int64s(f, "image/object/class/label", d.classes);
+  auto* texts = (*f->mutable_feature())["image/object/class/text"].mutable_bytes_list();
+  for (const auto& t : d.texts) texts->add_value(t);
+  return serialize_deterministic(ex);
+}
+
+std::vector<SsdRandomCropOperation> default_ssd_random_crop() {
+  std::vector<SsdRandomCropOperation> ops;
+  for (float t : {0.0f, 0.1f, 0.3f, 0.5f, 0.7f, 0.9f, 1.0f}) {
+    SsdRandomCropOperation op;
+    op.min_object_covered = t;
+    op.overlap_thresh = t;
+    ops.push_back(op);
+  }
+  return ops;
+}
+
+CropWindow ssd_random_crop(int height, int width, const std::vector<SsdRandomCropOperation>& operations,
+                           std::vector<Box>* boxes, std::vector<int64_t>* classes, std::mt19937_64& rng) {
+  const CropWindow whole{0, 0, height, width};
+  if (operations.empty()) return whole;
+  const auto& op = operations[std::uniform_int_distribution<size_t>(0, operations.size() - 1)(rng)];
+  // TF crops when a uniform draw exceeds random_coef.
+  if (std::uniform_real_distribution<float>(0.f, 1.f)(rng) <= op.random_coef) return whole;
+  DistortedBoxOptions o;
+  o.min_object_covered = op.min_object_covered;
+  o.min_aspect_ratio = op.min_aspect_ratio;
+  o.max_aspect_ratio = op.max_aspect_ratio;
+  o.min_area = op.min_area;
+  o.max_area = op.max_area;
+  const CropWindow c = sample_distorted_crop(height, width, *boxes, o, rng);
+  const float wy0 = static_cast<float>(c.y) / height, wx0 = static_cast<float>(c.x) / width;
+  const float wh = static_cast<float>(c.height) / height, ww = static_cast<float>(c.width) / width;
+  std::vector<Box> kept;
+  std::vector<int64_t> kept_classes;
+  for (size_t i = 0; i < boxes->size(); ++i) {
+    const Box& b = (*boxes)[i];
+    // prune_completely_outside_window, then keep when the visible fraction >= overlap_thresh.
+    if (b.ymin >= wy0 + wh || b.ymax <= wy0 || b.xmin >= wx0 + ww || b.xmax <= wx0) continue;
+    const float area = (b.ymax - b.ymin) * (b.xmax - b.xmin);
+    const float iy = std::min(b.ymax, wy0 + wh) - std::max(b.ymin, wy0);
+    const float ix = std::min(b.xmax, wx0 + ww) - std::max(b.xmin, wx0);
+    const float visible = area > 0 ? std::max(0.f, iy) * std::max(0.f, ix) / area : 0.f;
+    if (visible + 1e-5f < op.overlap_thresh) continue;  // pixel vs normalised rounding
+    Box n{(b.ymin - wy0) / wh, (b.xmin - wx0) / ww, (b.ymax - wy0) / wh, (b.xmax - wx0) / ww};
+    if (op.clip_boxes) {
+      n.ymin = std::clamp(n.ymin, 0.f, 1.f);
+      n.xmin = std::clamp(n.xmin, 0.f, 1.f);
+      n.ymax = std::clamp(n.ymax, 0.f, 1.f);
+      n.xmax = std::clamp(n.xmax, 0.f, 1.f);
+    }
+    kept.push_back(n);
+    kept_classes.push_back((*classes)[i]);
+  }
+  *boxes = std::move(kept);
+  *classes = std::move(kept_classes);
+  return c;
+}
+
+int64_t detection_target_dim(int64_t max_boxes) { return 2 + 5 * max_boxes; }
+
+int64_t preprocess_detection(const DetectionExample& example, const DetectionInputOptions& options, bool training,
+                             std::mt19937_64& rng, float* image, float* target, const std::string& what) {
+  Image img = decode_image(example.encoded, what);
+  std::vector<Box> boxes = example.boxes;
+  std::vector<int64_t> classes = example.classes;
+  bool flip = false;
+  if (training) {
+    const auto& aug = options.augmentation;
+    // The TF OD API applies data_augmentation_options in config order; Orchard's configs list
+    // the flip first, and a flip commutes with the crop up to the random draw.
+    if (aug.random_horizontal_flip)
+      flip = std::uniform_real_distribution<float>(0.f, 1.f)(rng) < aug.flip_probability;
+    if (!aug.ssd_random_crop.empty()) {
+      const CropWindow c = ssd_random_crop(img.height, img.width, aug.ssd_random_crop, &boxes, &classes, rng);
+      img = crop_image(img, c);
+    }
+  }
+  if (flip)
+    for (Box& b : boxes) b = Box{b.ymin, 1.f - b.xmax, b.ymax, 1.f - b.xmin};
+  resize_scale(img, options.height, options.width, flip, options.channels_last, 2.0f / 255.0f, {1.f, 1.f, 1.f},
+               image);
+  const int64_t n = std::min<int64_t>(static_cast<int64_t>(boxes.size()), options.max_boxes);
+  std::fill(target, target + detection_target_dim(options.max_boxes), 0.f);
+  target[0] = static_cast<float>(example.height);
+  target[1] = static_cast<float>(example.width);
+  for (int64_t i = 0; i < n; ++i) {
+    float* t = target + 2 + 5 * i;
+    t[0] = boxes[i].ymin;
+    t[1] = boxes[i].xmin;
+    t[2] = boxes[i].ymax;
+    t[3] = boxes[i].xmax;
+    t[4] = static_cast<float>(classes[i]);
+  }
+  return n;
+}
+
+}  // namespace orchard::data

@@ -1,0 +1,80 @@
+// Object-detection records in the TF Object Detection API's tf.train.Example schema, and the
+// SSD input path: decode, augment (random_horizontal_flip, ssd_random_crop), resize to the
+// fixed_shape_resizer size and scale to [-1, 1] as the MobileNet feature extractors expect.
+//
+// Boxes are normalised [ymin, xmin, ymax, xmax] in [0, 1]; classes are label-map ids,
+// 1-based (0 is the background and never appears in records).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "orchard/data/preprocess.h"
+
+namespace orchard::data {
+
+struct DetectionExample {
+  std::string encoded;    // image/encoded (JPEG or PNG)
+  int height = 0;         // image/height, image/width (checked against the image header)
+  int width = 0;
+  std::string source_id;  // image/source_id (may be empty)
+  std::vector<Box> boxes;
+  std::vector<int64_t> classes;
+  std::vector<std::string> texts;  // image/object/class/text (may be empty)
+};
+
+// Parses and checks one record: the four bbox lists and the labels have one length, boxes lie
+// in [0, 1] with min <= max, labels in 1..num_classes. Errors name `source` and the field.
+DetectionExample parse_detection_example(const std::string& record, const std::string& source, int64_t num_classes);
+
+// One tf.train.Example in the TF OD API schema (what `orchard data coco|shapes` write).
+std::string make_detection_example(const DetectionExample& example, const std::string& format);
+
+// ssd_random_crop: one of several operations chosen at random; each keeps the image
+// unchanged with probability random_coef, else takes a sample_distorted_bounding_box crop
+// covering min_object_covered of some box, keeps the boxes whose visible fraction is at least
+// overlap_thresh, and clips them to the crop.
+struct SsdRandomCropOperation {
+  float min_object_covered = 0.0f;
+  float min_aspect_ratio = 0.5f, max_aspect_ratio = 2.0f;
+  float min_area = 0.1f, max_area = 1.0f;
+  float overlap_thresh = 0.0f;
+  bool clip_boxes = true;
+  float random_coef = 0.15f;
+};
+// The TF OD API's defaults for `ssd_random_crop {}`: min_object_covered and overlap_thresh
+// 0, .1, .3, .5, .7, .9, 1.
+std::vector<SsdRandomCropOperation> default_ssd_random_crop();
+
+struct DetectionAugmentation {
+  bool random_horizontal_flip = false;
+  float flip_probability = 0.5f;
+  std::vector<SsdRandomCropOperation> ssd_random_crop;  // empty: no crop
+};
+
+struct DetectionInputOptions {
+  int height = 300;  // fixed_shape_resizer
+  int width = 300;
+  bool channels_last = false;
+  int64_t max_boxes = 100;  // max_number_of_boxes: further boxes are dropped
+  DetectionAugmentation augmentation;  // training only
+};
+
+// What the pipeline carries per sample besides the image: label = number of boxes, target =
+// [original height, original width, then max_boxes x (ymin, xmin, ymax, xmax, class)], padded
+// with zeros. Boxes are normalised to the (augmented) network input.
+int64_t detection_target_dim(int64_t max_boxes);
+
+// Decodes, augments (when training), resizes and scales to [-1, 1] into `image`
+// (3 * height * width floats, CHW or HWC), and fills `target`. Returns the number of boxes.
+int64_t preprocess_detection(const DetectionExample& example, const DetectionInputOptions& options, bool training,
+                             std::mt19937_64& rng, float* image, float* target, const std::string& what);
+
+// Applies ssd_random_crop to boxes and chooses the window (exposed for tests): returns the crop
+// and rewrites `boxes`/`classes` into the crop's frame (dropping the pruned ones).
+CropWindow ssd_random_crop(int height, int width, const std::vector<SsdRandomCropOperation>& operations,
+                           std::vector<Box>* boxes, std::vector<int64_t>* classes, std::mt19937_64& rng);
+
+}  // namespace orchard::data

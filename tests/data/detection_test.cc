@@ -1,0 +1,203 @@
+#include "orchard/data/detection.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/test_util.h"
+#include "orchard/core/error.h"
+#include "orchard/core/files.h"
+#include "orchard/data/example.h"
+#include "orchard/data/image.h"
+#include "orchard/data/shapes.h"
+
+namespace orchard::data {
+namespace {
+
+// A 40 x 60 image: left half black, right half white.
+DetectionExample two_tone() {
+  Image img;
+  img.height = 40;
+  img.width = 60;
+  img.pixels.assign(40 * 60 * 3, 0);
+  for (int y = 0; y < 40; ++y)
+    for (int x = 30; x < 60; ++x)
+      for (int c = 0; c < 3; ++c) img.pixels[(y * 60 + x) * 3 + c] = 255;
+  DetectionExample d;
+  d.encoded = encode_png(img);
+  d.height = 40;
+  d.width = 60;
+  d.source_id = "img-1";
+  d.boxes = {Box{0.1f, 0.5f, 0.6f, 1.0f}, Box{0.0f, 0.0f, 0.25f, 0.25f}};
+  d.classes = {2, 1};
+  d.texts = {"square", "circle"};
+  return d;
+}
+
+std::string with_feature(const std::string& record, const std::string& key, const std::vector<float>& values) {
+  tensorflow::Example ex;
+  ex.ParseFromString(record);
+  set_floats(ex.mutable_features(), key, values);
+  return ex.SerializeAsString();
+}
+
+TEST(DetectionExample, RoundTripsTheOdApiSchema) {
+  const std::string rec = make_detection_example(two_tone(), "png");
+  ExampleView view(rec, "t");
+  EXPECT_EQ(view.bytes("image/format"), "png");
+  EXPECT_EQ(view.floats("image/object/bbox/xmin"), (std::vector<float>{0.5f, 0.0f}));
+  const DetectionExample d = parse_detection_example(rec, "t: record 0", 3);
+  EXPECT_EQ(d.height, 40);
+  EXPECT_EQ(d.width, 60);
+  EXPECT_EQ(d.source_id, "img-1");
+  ASSERT_EQ(d.boxes.size(), 2u);
+  EXPECT_FLOAT_EQ(d.boxes[0].ymax, 0.6f);
+  EXPECT_EQ(d.classes, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(d.texts[1], "circle");
+}
+
+TEST(DetectionExample, BadRecordsNameTheField) {
+  const std::string rec = make_detection_example(two_tone(), "png");
+  auto message = [](const std::string& r, int64_t num_classes) {
+    try {
+      parse_detection_example(r, "f.tfrecord: record 7", num_classes);
+    } catch (const DataError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string m = message(rec, 1);  // label 2 > num_classes 1
+  EXPECT_NE(m.find("f.tfrecord: record 7"), std::string::npos) << m;
+  EXPECT_NE(m.find("image/object/class/label"), std::string::npos) << m;
+  EXPECT_NE(m.find("0 is reserved for the background"), std::string::npos) << m;
+  m = message(with_feature(rec, "image/object/bbox/ymin", {0.1f}), 3);
+  EXPECT_NE(m.find("image/object/bbox/*"), std::string::npos) << m;
+  m = message(with_feature(rec, "image/object/bbox/xmax", {120.0f, 15.0f}), 3);  // pixels, not normalised
+  EXPECT_NE(m.find("not a normalised"), std::string::npos) << m;
+  m = message(with_feature(rec, "image/object/bbox/ymax", {0.05f, 0.25f}), 3);  // ymax < ymin
+  EXPECT_NE(m.find("box 0"), std::string::npos) << m;
+}
+
+TEST(DetectionPreprocess, EvalResizesAndScalesToPlusMinusOne) {
+  const DetectionExample d = two_tone();
+  DetectionInputOptions o;
+  o.height = 20;
+  o.width = 30;
+  o.max_boxes = 3;
+  std::vector<float> image(3 * 20 * 30), target(detection_target_dim(3));
+  std::mt19937_64 rng(1);
+  EXPECT_EQ(preprocess_detection(d, o, false, rng, image.data(), target.data(), "t"), 2);
+  EXPECT_FLOAT_EQ(image[0], -1.0f);                  // black, channel 0, top-left
+  EXPECT_FLOAT_EQ(image[29], 1.0f);                  // white, top-right
+  EXPECT_FLOAT_EQ(image[2 * 600 + 599], 1.0f);       // channel 2, bottom-right
+  EXPECT_EQ(target[0], 40.f);
+  EXPECT_EQ(target[1], 60.f);
+  const std::vector<float> first(target.begin() + 2, target.begin() + 7);
+  EXPECT_EQ(first, (std::vector<float>{0.1f, 0.5f, 0.6f, 1.0f, 2.f}));
+  for (size_t i = 12; i < target.size(); ++i) EXPECT_EQ(target[i], 0.f);  // padding
+}
+
+TEST(DetectionPreprocess, FlipMirrorsImageAndBoxes) {
+  const DetectionExample d = two_tone();
+  DetectionInputOptions o;
+  o.height = 40;
+  o.width = 60;
+  o.channels_last = true;
+  o.max_boxes = 2;
+  o.augmentation.random_horizontal_flip = true;
+  o.augmentation.flip_probability = 1.0f;
+  std::vector<float> image(3 * 40 * 60), target(detection_target_dim(2));
+  std::mt19937_64 rng(1);
+  preprocess_detection(d, o, true, rng, image.data(), target.data(), "t");
+  EXPECT_FLOAT_EQ(image[0], 1.0f);  // the white half is now on the left
+  EXPECT_FLOAT_EQ(target[2 + 1], 0.0f);   // xmin = 1 - 1.0
+  EXPECT_FLOAT_EQ(target[2 + 3], 0.5f);   // xmax = 1 - 0.5
+  EXPECT_FLOAT_EQ(target[7 + 1], 0.75f);  // second box: 1 - 0.25
+}
+
+TEST(SsdRandomCrop, KeptBoxesAreVisibleEnoughAndInTheCropFrame) {
+  std::mt19937_64 rng(5);
+  int cropped = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<Box> boxes = {Box{0.1f, 0.1f, 0.4f, 0.3f}, Box{0.5f, 0.5f, 0.9f, 0.95f}};
+    std::vector<int64_t> classes = {1, 2};
+    SsdRandomCropOperation op;
+    op.min_object_covered = 0.5f;
+    op.overlap_thresh = 0.5f;
+    op.random_coef = 0.0f;
+    const CropWindow c = ssd_random_crop(100, 200, {op}, &boxes, &classes, rng);
+    if (c.height != 100 || c.width != 200) ++cropped;
+    // The crop covers at least half of one of the boxes (it was sampled that way), so at
+    // least one box survives the 0.5 visibility threshold.
+    ASSERT_GE(boxes.size(), 1u);
+    ASSERT_EQ(boxes.size(), classes.size());
+    const float area = static_cast<float>(c.height) * c.width / (100.f * 200.f);
+    EXPECT_GE(area, 0.1f - 1e-3f);
+    for (const Box& b : boxes) {
+      EXPECT_GE(b.ymin, 0.f);
+      EXPECT_LE(b.ymax, 1.f);
+      EXPECT_GE(b.xmin, 0.f);
+      EXPECT_LE(b.xmax, 1.f);
+      EXPECT_LT(b.ymin, b.ymax);
+    }
+  }
+  EXPECT_GT(cropped, 250);
+}
+
+TEST(SsdRandomCrop, BoxFrameChangeIsExact) {
+  // With overlap 0 and min area 1 the crop is the whole image; with a forced window we check
+  // the coordinate change through a fully-contained box.
+  std::mt19937_64 rng(3);
+  SsdRandomCropOperation op;
+  op.random_coef = 0.0f;
+  op.min_area = 0.25f;
+  op.max_area = 0.25f;
+  op.min_aspect_ratio = op.max_aspect_ratio = 1.0f;
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<Box> boxes = {Box{0.0f, 0.0f, 1.0f, 1.0f}};
+    std::vector<int64_t> classes = {3};
+    const CropWindow c = ssd_random_crop(100, 100, {op}, &boxes, &classes, rng);
+    ASSERT_EQ(c.height, 50);
+    ASSERT_EQ(c.width, 50);
+    ASSERT_EQ(boxes.size(), 1u);  // overlap 0: kept, clipped to the crop
+    EXPECT_FLOAT_EQ(boxes[0].ymin, 0.f);
+    EXPECT_FLOAT_EQ(boxes[0].xmax, 1.f);
+  }
+  // random_coef 1: never crops.
+  op.random_coef = 1.0f;
+  std::vector<Box> boxes = {Box{0.2f, 0.2f, 0.3f, 0.3f}};
+  std::vector<int64_t> classes = {1};
+  const CropWindow c = ssd_random_crop(100, 100, {op}, &boxes, &classes, rng);
+  EXPECT_EQ(c.height, 100);
+  EXPECT_FLOAT_EQ(boxes[0].ymin, 0.2f);
+}
+
+TEST(ShapesDetection, WritesOdApiRecordsAndALabelMap) {
+  test::TempDir dir;
+  ShapesOptions o;
+  o.out_dir = dir.path().string();
+  o.task = "detection";
+  o.num_train = 6;
+  o.num_validation = 2;
+  o.train_shards = 2;
+  o.image_size = 48;
+  write_shapes_dataset(o);
+  const std::string label_map = read_file((dir.path() / "label_map.pbtxt").string());
+  EXPECT_NE(label_map.find("id: 3\n  name: \"triangle\""), std::string::npos) << label_map;
+  const auto records = test::read_records((dir.path() / "validation-00000-of-00001").string());
+  ASSERT_EQ(records.size(), 2u);
+  const Scene scene = shapes_scene(o, "validation", 1);
+  const DetectionExample d = parse_detection_example(records[1], "v", 3);
+  ASSERT_EQ(d.boxes.size(), scene.objects.size());
+  for (size_t i = 0; i < d.boxes.size(); ++i) {
+    EXPECT_EQ(d.classes[i], scene.objects[i].kind + 1);
+    EXPECT_FLOAT_EQ(d.boxes[i].xmin, scene.objects[i].xmin);
+  }
+  EXPECT_EQ(d.source_id, "shapes-validation-000001");
+}
+
+}  // namespace
+}  // namespace orchard::data
