@@ -87,7 +87,9 @@ class DataParallel : public ::testing::Test {
             "--shuffle_buffer", "1", "--seed", "3", "--base_learning_rate", "0.1", "--warmup_epochs", "0.5",
             "--steps_per_loop", "4", "--log_steps", "4", "--enable_checkpoint_and_export", "--enable_tensorboard",
             "--data_format", "channels_first", "--datasets_num_private_threads", "1", "--num_threads", "1",
-            "--collective_timeout", "20"};
+            "--collective_timeout", "20",
+            // Strong enough that counting the L2 term once per replica would show.
+            "--weight_decay", "0.02"};
   }
 
   static TempDir* root_;

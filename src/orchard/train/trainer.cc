@@ -60,12 +60,34 @@ struct Trainer::Impl {
   bool chief() const { return !opt.distributed || opt.distributed->is_chief(); }
   int world() const { return opt.distributed ? opt.distributed->world_size() : 1; }
 
-  // Sums the metric state over all ranks (every rank holds the same names).
+  // Sums the metric state over all ranks (every rank holds the same names) and concatenates
+  // the rows in rank order: an all-gather as two sums (the row counts, then each rank's rows
+  // written at its offset into zeros).
   void reduce(tasks::MetricSums& sums) {
     if (world() == 1) return;
     std::vector<at::Tensor> tensors;
     for (auto& [name, t] : sums.mutable_sums()) tensors.push_back(t);
+    auto& rows = sums.mutable_rows();
+    const int rank = opt.distributed->rank();
+    auto counts = torch::zeros({static_cast<int64_t>(rows.size()), world()}, torch::kDouble);
+    int64_t i = 0;
+    for (auto& [name, r] : rows) counts[i++][rank] = static_cast<double>(r.size(0));
+    if (!rows.empty()) tensors.push_back(counts);
     opt.distributed->allreduce_sum(tensors);
+    if (rows.empty()) return;
+    std::vector<at::Tensor> gathered;
+    i = 0;
+    for (auto& [name, r] : rows) {
+      const auto c = counts[i++];
+      const auto total = static_cast<int64_t>(c.sum().item<double>());
+      const auto offset = static_cast<int64_t>(c.slice(0, 0, rank).sum().item<double>());
+      auto all = torch::zeros({total, r.size(1)}, torch::kDouble);
+      all.narrow(0, offset, r.size(0)).copy_(r);
+      gathered.push_back(all);
+    }
+    opt.distributed->allreduce_sum(gathered);
+    i = 0;
+    for (auto& [name, r] : rows) r = gathered[static_cast<size_t>(i++)];
   }
 
   EventWriter* events(bool train) {
@@ -199,7 +221,7 @@ RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input, const
   if (step < m.opt.total_steps) {
     BatchSource source = train_input(step / spe, step % spe);
     std::unique_ptr<torch::autograd::profiler::RecordProfile> profiler;
-    Stopwatch window, progress_clock, since_start;
+    Stopwatch window, progress_clock, since_start, save_clock;
     int64_t window_start_step = step;
     const int64_t first_step = step;
     double last_progress = -1;
@@ -247,9 +269,16 @@ RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input, const
         }
         auto terms = m.task.loss(outputs, batch, m.opt.global_batch_size);
         m.optimizer->zero_grad();
-        // Each replica's loss is its share of the global batch; the reducer averages the
-        // gradients, so scaling by the number of replicas makes the result their sum.
-        auto objective = terms.at("total") * static_cast<double>(m.world());
+        // Each replica's data loss is its share of the global batch; the reducer averages the
+        // gradients, so scaling that share by the number of replicas makes the result their sum.
+        // The L2 term is the whole model's on every replica: it stays as it is, so the average
+        // counts it once (the seed adds l2_loss / num_replicas before a summing all-reduce).
+        auto objective = terms.at("total");
+        if (m.world() > 1) {
+          const double w = static_cast<double>(m.world());
+          objective = terms.count("l2_loss") ? (objective - terms.at("l2_loss")) * w + terms.at("l2_loss")
+                                             : objective * w;
+        }
         if (m.scaler) objective = m.scaler->scale_loss(objective);
         if (reducer) reducer->start();
         objective.backward();
@@ -310,13 +339,23 @@ RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input, const
         w->scalar("steps_per_second", (step - loop_first) / loop_clock.seconds(), step);
         w->flush();
       }
-      if (m.opt.enable_checkpoints &&
-          ((m.opt.checkpoint_every > 0 && step % m.opt.checkpoint_every == 0) || step == m.opt.total_steps)) {
+      bool time_due = m.opt.checkpoint_every_secs > 0 && save_clock.seconds() >= m.opt.checkpoint_every_secs;
+      if (m.world() > 1 && m.opt.checkpoint_every_secs > 0) {
+        // The chief's clock decides, so every rank takes part in the evaluation that follows.
+        std::vector<at::Tensor> due = {torch::scalar_tensor(m.chief() && time_due ? 1.0 : 0.0, torch::kDouble)};
+        m.opt.distributed->allreduce_sum(due);
+        time_due = due[0].item<double>() > 0;
+      }
+      bool saved = false;
+      if (m.opt.enable_checkpoints && ((m.opt.checkpoint_every > 0 && step % m.opt.checkpoint_every == 0) ||
+                                       time_due || step == m.opt.total_steps)) {
         m.save(step);
         last_saved = step;
+        save_clock.reset();
+        saved = true;
       }
-      if (!m.opt.skip_eval && eval_input && m.opt.eval_every > 0 && step % m.opt.eval_every == 0 &&
-          step < m.opt.total_steps) {
+      const bool eval_due = (m.opt.eval_every > 0 && step % m.opt.eval_every == 0) || (m.opt.eval_on_checkpoint && saved);
+      if (!m.opt.skip_eval && eval_input && eval_due && step < m.opt.total_steps) {
         stats.eval = evaluate(eval_input, step, true);
         last_eval = step;
       }
