@@ -1,1 +1,374 @@
-// placeholder
+// pipeline.config and label map parsing. Expected values are those written in TF's sample
+// configs (research/object_detection/samples/configs) and TF's proto defaults.
+#include "orchard/detect/config.h"
+
+#include <google/protobuf/util/message_differencer.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/test_util.h"
+#include "orchard/core/error.h"
+#include "orchard/detect/label_map.h"
+
+namespace orchard::detect {
+namespace {
+
+namespace odp = object_detection::protos;
+
+const std::string kSample = ORCHARD_TEST_FIXTURES "/../../configs/ssd_mobilenet_v2_coco.config";
+
+std::string sample_text() { return test::read_bytes(kSample); }
+
+// `text` with the first occurrence of `from` replaced by `to` (which must exist).
+std::string replace(std::string text, const std::string& from, const std::string& to) {
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "'" << from << "' not in the text";
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+// 1-based line of the first occurrence of `needle`.
+int line_of(const std::string& text, const std::string& needle) {
+  size_t at = text.find(needle);
+  EXPECT_NE(at, std::string::npos);
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
+}
+
+// Runs `fn`, expecting an orchard::Error whose message contains every string in `parts`.
+template <typename Fn>
+void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+    return;
+  }
+  ADD_FAILURE() << "no orchard::Error thrown";
+}
+
+// Captures what spdlog's default logger writes while alive.
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
+    sink->set_pattern("%l %v");
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  std::string text() const { return out_.str(); }
+
+ private:
+  std::shared_ptr<spdlog::logger> previous_;
+  std::ostringstream out_;
+};
+
+TEST(PipelineConfig, SampleSsdMobilenetV2Values) {
+  ConfigIssues issues;
+  const auto c = load_pipeline_config(kSample, /*strict=*/true, &issues);
+  EXPECT_TRUE(issues.unknown.empty());
+  EXPECT_TRUE(issues.unimplemented.empty());
+  ASSERT_TRUE(c.model().has_ssd());
+  const auto& ssd = c.model().ssd();
+  EXPECT_EQ(ssd.num_classes(), 90);
+  EXPECT_EQ(ssd.image_resizer().fixed_shape_resizer().height(), 300);
+  EXPECT_EQ(ssd.image_resizer().fixed_shape_resizer().width(), 300);
+  EXPECT_EQ(ssd.feature_extractor().type(), "ssd_mobilenet_v2");
+  EXPECT_EQ(ssd.feature_extractor().min_depth(), 16);
+  EXPECT_FLOAT_EQ(ssd.feature_extractor().depth_multiplier(), 1.0f);
+  const auto& hp = ssd.feature_extractor().conv_hyperparams();
+  EXPECT_EQ(hp.activation(), odp::Hyperparams::RELU_6);
+  EXPECT_NEAR(hp.regularizer().l2_regularizer().weight(), 4e-5, 1e-10);
+  EXPECT_NEAR(hp.initializer().truncated_normal_initializer().stddev(), 0.03, 1e-7);
+  EXPECT_NEAR(hp.batch_norm().decay(), 0.9997, 1e-7);
+  EXPECT_TRUE(hp.batch_norm().scale());
+
+  const auto& anchors = ssd.anchor_generator().ssd_anchor_generator();
+  EXPECT_EQ(anchors.num_layers(), 6);
+  EXPECT_NEAR(anchors.min_scale(), 0.2, 1e-7);
+  EXPECT_NEAR(anchors.max_scale(), 0.95, 1e-7);
+  ASSERT_EQ(anchors.aspect_ratios_size(), 5);
+  const float ratios[] = {1.0f, 2.0f, 0.5f, 3.0f, 0.3333f};
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(anchors.aspect_ratios(i), ratios[i], 1e-7) << i;
+  EXPECT_TRUE(anchors.reduce_boxes_in_lowest_layer());  // proto default
+
+  const auto& m = ssd.matcher().argmax_matcher();
+  EXPECT_NEAR(m.matched_threshold(), 0.5, 1e-7);
+  EXPECT_NEAR(m.unmatched_threshold(), 0.5, 1e-7);
+  EXPECT_TRUE(m.force_match_for_each_row());
+  EXPECT_TRUE(m.negatives_lower_than_unmatched());
+  EXPECT_NEAR(ssd.box_coder().faster_rcnn_box_coder().y_scale(), 10.0, 1e-7);
+  EXPECT_NEAR(ssd.box_coder().faster_rcnn_box_coder().width_scale(), 5.0, 1e-7);
+
+  const auto& bp = ssd.box_predictor().convolutional_box_predictor();
+  EXPECT_EQ(bp.kernel_size(), 1);
+  EXPECT_FALSE(bp.use_dropout());
+
+  const auto& miner = ssd.loss().hard_example_miner();
+  EXPECT_EQ(miner.num_hard_examples(), 3000);
+  EXPECT_NEAR(miner.iou_threshold(), 0.99, 1e-7);
+  EXPECT_EQ(miner.loss_type(), odp::HardExampleMiner::CLASSIFICATION);
+  EXPECT_EQ(miner.max_negatives_per_positive(), 3);
+  EXPECT_EQ(miner.min_negatives_per_image(), 3);
+  EXPECT_TRUE(ssd.loss().classification_loss().has_weighted_sigmoid());
+  EXPECT_TRUE(ssd.loss().localization_loss().has_weighted_smooth_l1());
+  EXPECT_NEAR(ssd.post_processing().batch_non_max_suppression().score_threshold(), 1e-8, 1e-12);
+  EXPECT_NEAR(ssd.post_processing().batch_non_max_suppression().iou_threshold(), 0.6, 1e-7);
+  EXPECT_EQ(ssd.post_processing().batch_non_max_suppression().max_total_detections(), 100);
+  EXPECT_EQ(ssd.post_processing().score_converter(), odp::PostProcessing::SIGMOID);
+
+  const auto& t = c.train_config();
+  EXPECT_EQ(t.batch_size(), 24u);
+  EXPECT_EQ(t.num_steps(), 200000u);
+  EXPECT_EQ(t.fine_tune_checkpoint_type(), "detection");
+  EXPECT_EQ(t.data_augmentation_options_size(), 2);
+  EXPECT_TRUE(t.data_augmentation_options(1).has_ssd_random_crop());
+  const auto& rms = t.optimizer().rms_prop_optimizer();
+  const auto& lr = rms.learning_rate().exponential_decay_learning_rate();
+  EXPECT_NEAR(lr.initial_learning_rate(), 0.004, 1e-9);
+  EXPECT_EQ(lr.decay_steps(), 800720u);
+  EXPECT_NEAR(lr.decay_factor(), 0.95, 1e-7);
+  EXPECT_TRUE(lr.staircase());  // proto default
+  EXPECT_NEAR(rms.momentum_optimizer_value(), 0.9, 1e-7);
+  EXPECT_NEAR(rms.decay(), 0.9, 1e-7);
+  EXPECT_NEAR(rms.epsilon(), 1.0, 1e-7);
+  EXPECT_TRUE(t.optimizer().use_moving_average());  // TF's default, not written in the sample
+
+  EXPECT_EQ(c.train_input_reader().tf_record_input_reader().input_path(0),
+            "PATH_TO_BE_CONFIGURED/mscoco_train.record-?\?\?\?\?-of-00100");
+  EXPECT_EQ(c.eval_config().num_examples(), 8000u);
+  EXPECT_EQ(c.eval_config().max_evals(), 10u);
+  ASSERT_EQ(c.eval_input_reader_size(), 1);
+  EXPECT_FALSE(c.eval_input_reader(0).shuffle());
+  EXPECT_EQ(c.eval_input_reader(0).num_readers(), 1u);
+
+  validate_pipeline_config(c, kSample);  // no throw
+}
+
+TEST(PipelineConfig, SampleSsdMobilenetV1ParsesButIsNotSupported) {
+  // The v1 sample differs from the v2 one in these lines (and min_negatives_per_image: 0).
+  std::string v1 = replace(sample_text(), "type: 'ssd_mobilenet_v2'", "type: 'ssd_mobilenet_v1'");
+  v1 = replace(v1, "fine_tune_checkpoint_type:  \"detection\"", "from_detection_checkpoint: true");
+  v1 = replace(v1, "min_negatives_per_image: 3", "min_negatives_per_image: 0");
+  ConfigIssues issues;
+  const auto c = parse_pipeline_config(v1, "v1.config", /*strict=*/true, &issues);
+  EXPECT_TRUE(c.train_config().from_detection_checkpoint());
+  expect_error([&] { validate_pipeline_config(c, "v1.config"); },
+               {"v1.config", "model.ssd.feature_extractor.type 'ssd_mobilenet_v1' is not supported",
+                "Orchard implements ssd_mobilenet_v2"});
+}
+
+TEST(PipelineConfig, OlderSampleWithRemovedFieldStillLoads) {
+  // The 2018 version of the sample: depthwise extra layers and batch_norm_trainable (field 6,
+  // since removed from ssd.proto).
+  const std::string text =
+      replace(sample_text(), "depth_multiplier: 1.0\n",
+              "depth_multiplier: 1.0\n      use_depthwise: true\n      batch_norm_trainable: true\n");
+  ConfigIssues issues;
+  parse_pipeline_config(text, "old.config", /*strict=*/false, &issues);
+  EXPECT_EQ(issues.unknown, std::vector<std::string>{"model.ssd.feature_extractor.batch_norm_trainable (line " +
+                                                     std::to_string(line_of(text, "batch_norm_trainable")) + ")"});
+  EXPECT_EQ(issues.unimplemented, std::vector<std::string>{"model.ssd.feature_extractor.use_depthwise"});
+}
+
+TEST(PipelineConfig, UnknownFieldsWarnWithTheirPathsAndFailInStrictMode) {
+  std::string text = replace(sample_text(), "num_classes: 90", "num_classes: 90\n    foo_bar: 3");
+  text = replace(text, "batch_norm {\n          train: true,",
+                 "mystery { a: 1 b { c: 2 } }\n        batch_norm {\n          train: true,");
+  text = replace(text, "ssd_random_crop {\n    }", "ssd_random_crop {\n    }\n    weird_aug: [1, 2]");
+  text += "\nnot_a_section {\n  x: \"}\"\n}\n";
+  ConfigIssues issues;
+  LogCapture log;
+  const auto c = parse_pipeline_config(text, "my.config", /*strict=*/false, &issues);
+  EXPECT_EQ(c.model().ssd().num_classes(), 90);  // the rest still parses
+  ASSERT_EQ(issues.unknown.size(), 4u);
+  EXPECT_EQ(issues.unknown[0], "model.ssd.foo_bar (line " + std::to_string(line_of(text, "foo_bar")) + ")");
+  EXPECT_EQ(issues.unknown[1], "model.ssd.feature_extractor.conv_hyperparams.mystery (line " +
+                                   std::to_string(line_of(text, "mystery")) + ")");
+  EXPECT_EQ(issues.unknown[2], "train_config.data_augmentation_options.weird_aug (line " +
+                                   std::to_string(line_of(text, "weird_aug")) + ")");
+  EXPECT_EQ(issues.unknown[3], "not_a_section (line " + std::to_string(line_of(text, "not_a_section")) + ")");
+  EXPECT_TRUE(issues.unimplemented.empty());
+  // One warning naming them all.
+  const std::string logged = log.text();
+  EXPECT_EQ(std::count(logged.begin(), logged.end(), '\n'), 1) << logged;
+  EXPECT_NE(logged.find("warning my.config"), std::string::npos) << logged;
+  for (const auto& u : issues.unknown) EXPECT_NE(logged.find(u), std::string::npos) << logged;
+
+  expect_error([&] { parse_pipeline_config(text, "my.config", /*strict=*/true); },
+               {"my.config", "model.ssd.foo_bar (line", "not_a_section (line", "strict"});
+}
+
+TEST(PipelineConfig, SetButUnimplementedFieldsAreListed) {
+  std::string text =
+      replace(sample_text(), "epsilon: 1.0\n    }\n  }", "epsilon: 1.0\n    }\n    use_moving_average: true\n  }");
+  text = replace(text, "data_augmentation_options {\n    random_horizontal_flip",
+                 "data_augmentation_options {\n    autoaugment_image { policy_name: 'v1' }\n  }\n"
+                 "  data_augmentation_options {\n    random_horizontal_flip");
+  text = replace(
+      text, "num_examples: 8000",
+      "num_examples: 8000\n  metrics_set: 'coco_detection_metrics'\n  metrics_set: 'pascal_voc_detection_metrics'");
+  text = replace(text, "use_dropout: false", "use_dropout: false\n        use_depthwise: true");
+  text = replace(text, "min_depth: 16", "min_depth: 16\n      pad_to_multiple: 1\n      use_depthwise: false");
+  ConfigIssues issues;
+  parse_pipeline_config(text, "my.config", /*strict=*/false, &issues);
+  EXPECT_TRUE(issues.unknown.empty());
+  EXPECT_EQ(issues.unimplemented,
+            (std::vector<std::string>{"model.ssd.box_predictor.convolutional_box_predictor.use_depthwise",
+                                      "train_config.data_augmentation_options.autoaugment_image",
+                                      "train_config.optimizer.use_moving_average", "eval_config.metrics_set"}));
+  expect_error([&] { parse_pipeline_config(text, "my.config", /*strict=*/true); },
+               {"my.config", "set fields Orchard does not implement", "train_config.optimizer.use_moving_average"});
+
+  // Implemented values pass.
+  const std::string ok =
+      replace(sample_text(), "epsilon: 1.0\n    }\n  }", "epsilon: 1.0\n    }\n    use_moving_average: false\n  }");
+  parse_pipeline_config(ok, "ok.config", /*strict=*/true, &issues);
+  EXPECT_TRUE(issues.unimplemented.empty());
+}
+
+TEST(PipelineConfig, SyntaxErrorNamesLineAndColumn) {
+  const std::string text = "model {\n  ssd {\n    num_classes: ninety\n  }\n}\n";
+  expect_error([&] { parse_pipeline_config(text, "bad.config", false); }, {"bad.config:3:18: "});
+  expect_error([&] { parse_pipeline_config("model {\n  ssd {\n", "open.config", false); }, {"open.config:3:"});
+  expect_error([&] { load_pipeline_config("/nonexistent/pipeline.config", false); }, {"/nonexistent/pipeline.config"});
+}
+
+TEST(PipelineConfig, OtherMetaArchitecturesParseAndAreRejected) {
+  const std::string text =
+      "model {\n  faster_rcnn {\n    num_classes: 3\n    first_stage_max_proposals: 300\n    mystery: 1\n"
+      "  }\n}\ntrain_input_reader {\n  tf_record_input_reader { input_path: 'x' }\n}\n";
+  ConfigIssues issues;
+  const auto c = parse_pipeline_config(text, "frcnn.config", /*strict=*/false, &issues);
+  EXPECT_EQ(c.model().faster_rcnn().num_classes(), 3);
+  EXPECT_EQ(issues.unimplemented, std::vector<std::string>{"model.faster_rcnn"});
+  EXPECT_TRUE(issues.unknown.empty());  // inside a sub-message reported as a whole
+  expect_error([&] { validate_pipeline_config(c, "frcnn.config"); },
+               {"frcnn.config: model.faster_rcnn is not supported; Orchard implements ssd"});
+
+  const auto cn = parse_pipeline_config("model { center_net { num_classes: 90 } }", "cn.config", false);
+  expect_error([&] { validate_pipeline_config(cn, "cn.config"); },
+               {"model.center_net is not supported; Orchard implements ssd"});
+  expect_error([&] { validate_pipeline_config(odp::TrainEvalPipelineConfig(), "empty.config"); },
+               {"empty.config: model is not set; Orchard implements ssd", "train_config.optimizer is not set",
+                "train_input_reader.tf_record_input_reader.input_path is not set"});
+}
+
+TEST(PipelineConfig, ValidateNamesEveryUnsupportedChoice) {
+  std::string text = replace(sample_text(), "num_classes: 90", "num_classes: 0");
+  text = replace(text, "fixed_shape_resizer {\n        height: 300\n        width: 300\n      }",
+                 "keep_aspect_ratio_resizer {\n        min_dimension: 600\n      }");
+  text = replace(text, "weighted_sigmoid {", "weighted_sigmoid_focal {");
+  text = replace(text,
+                 "exponential_decay_learning_rate {\n          initial_learning_rate: 0.004\n"
+                 "          decay_steps: 800720\n          decay_factor: 0.95\n        }",
+                 "");
+  text = replace(text, "\"detection\"", "\"segmentation\"");
+  const auto c = parse_pipeline_config(text, "my.config", false);
+  expect_error([&] { validate_pipeline_config(c, "my.config"); },
+               {"my.config: ", "model.ssd.num_classes must be > 0 (got 0)",
+                "model.ssd.image_resizer.keep_aspect_ratio_resizer is not supported; Orchard implements "
+                "fixed_shape_resizer",
+                "model.ssd.loss.classification_loss.weighted_sigmoid_focal is not supported; Orchard implements "
+                "weighted_sigmoid or weighted_softmax",
+                "train_config.optimizer.rms_prop_optimizer.learning_rate is not set",
+                "train_config.fine_tune_checkpoint_type 'segmentation' is not supported"});
+}
+
+TEST(PipelineConfig, TextRoundTrip) {
+  const auto c = load_pipeline_config(kSample, true);
+  const std::string text = pipeline_config_to_text(c);
+  ConfigIssues issues;
+  const auto back = parse_pipeline_config(text, "resolved.config", /*strict=*/true, &issues);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(c, back)) << text;
+  EXPECT_NE(text.find("num_classes: 90"), std::string::npos);
+}
+
+TEST(PipelineConfig, InputFilesExpandTfPatterns) {
+  test::TempDir dir;
+  for (const char* name : {"mscoco_train.record-00001-of-00100", "mscoco_train.record-00000-of-00100",
+                           "mscoco_train.record-00000-of-00100.tmp", "mscoco_label_map.pbtxt"})
+    test::write_bytes(dir.file(name), "x");
+  std::string text = sample_text();
+  for (size_t at; (at = text.find("PATH_TO_BE_CONFIGURED")) != std::string::npos;)
+    text.replace(at, std::string("PATH_TO_BE_CONFIGURED").size(), dir.str());
+  const auto c = parse_pipeline_config(text, "my.config", true);
+  EXPECT_EQ(input_files(c.train_input_reader(), "my.config"),
+            (std::vector<std::string>{dir.file("mscoco_train.record-00000-of-00100"),
+                                      dir.file("mscoco_train.record-00001-of-00100")}));
+  expect_error(
+      [&] { input_files(c.eval_input_reader(0), "my.config", "eval_input_reader"); },
+      {"my.config: eval_input_reader.tf_record_input_reader.input_path: ", "mscoco_val.record-?\?\?\?\?-of-00010"});
+  expect_error([&] { input_files(odp::InputReader(), "my.config"); },
+               {"my.config: train_input_reader.tf_record_input_reader.input_path is not set"});
+}
+
+const char* const kLabelMap = R"(
+# COCO-style
+item {
+  name: "/m/01g317"
+  id: 1
+  display_name: "person"
+}
+item { id: 2  name: "bicycle" }
+item {
+  id: 3
+}
+)";
+
+TEST(LabelMap, ParseAndDisplay) {
+  const LabelMap map = parse_label_map(kLabelMap, "labels.pbtxt");
+  ASSERT_EQ(map.items.size(), 3u);
+  EXPECT_EQ(map.items[0].name, "/m/01g317");
+  EXPECT_EQ(map.display(1), "person");
+  EXPECT_EQ(map.display(2), "bicycle");
+  EXPECT_EQ(map.display(3), "class 3");
+  EXPECT_EQ(map.display(7), "class 7");
+  EXPECT_EQ(map.max_id(), 3);
+  check_label_map(map, 3, "labels.pbtxt");
+
+  // TF accepts a background item at id 0; it is dropped.
+  const LabelMap bg = parse_label_map("item { id: 0 name: 'background' } item { id: 1 name: 'cat' }", "bg.pbtxt");
+  ASSERT_EQ(bg.items.size(), 1u);
+  check_label_map(bg, 1, "bg.pbtxt");
+}
+
+TEST(LabelMap, Errors) {
+  expect_error([] { check_label_map(parse_label_map("item { id: 0 name: 'cat' }", "a.pbtxt"), 90, "a.pbtxt"); },
+               {"a.pbtxt: ", "'cat'", "label map ids start at 1; 0 is reserved for the background"});
+  expect_error(
+      [] {
+        check_label_map(parse_label_map("item { id: 1 name: 'cat' } item { id: 1 name: 'dog' }", "b.pbtxt"), 90,
+                        "b.pbtxt");
+      },
+      {"b.pbtxt: ", "id 1 is used twice"});
+  expect_error(
+      [] {
+        check_label_map(parse_label_map("item { id: 1 name: 'cat' } item { id: 2 name: 'cat' }", "c.pbtxt"), 90,
+                        "c.pbtxt");
+      },
+      {"c.pbtxt: ", "name 'cat' is used twice"});
+  expect_error([] { check_label_map(parse_label_map("item { id: 91 name: 'toothbrush' }", "d.pbtxt"), 90, "d.pbtxt"); },
+               {"d.pbtxt: ", "'toothbrush' has id 91 but model.ssd.num_classes is 90"});
+  expect_error([] { parse_label_map("item { id: one }", "e.pbtxt"); }, {"e.pbtxt:1:"});
+  expect_error([] { load_label_map("/nonexistent/label_map.pbtxt"); }, {"/nonexistent/label_map.pbtxt"});
+}
+
+TEST(LabelMap, TextRoundTrip) {
+  const LabelMap map = parse_label_map(kLabelMap, "labels.pbtxt");
+  test::TempDir dir;
+  test::write_bytes(dir.file("out.pbtxt"), label_map_to_text(map));
+  const LabelMap back = load_label_map(dir.file("out.pbtxt"));
+  ASSERT_EQ(back.items.size(), map.items.size());
+  for (size_t i = 0; i < map.items.size(); ++i) {
+    EXPECT_EQ(back.items[i].id, map.items[i].id);
+    EXPECT_EQ(back.items[i].name, map.items[i].name);
+    EXPECT_EQ(back.items[i].display_name, map.items[i].display_name);
+  }
+}
+
+}  // namespace
+}  // namespace orchard::detect

@@ -1,1 +1,490 @@
-// placeholder
+#include "orchard/detect/config.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/text_format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include "orchard/core/error.h"
+#include "orchard/core/files.h"
+
+namespace orchard::detect {
+namespace {
+
+namespace pb = google::protobuf;
+namespace odp = object_detection::protos;
+
+// ---------------------------------------------------------------------------------------------
+// What Orchard implements. An entry is a field path (a leaf field, or a sub-message with
+// everything in it) or "path=value" (implemented for that value only; a repeated field must have
+// only that value). Paths leave out repeated indices. A set field no entry covers is reported as
+// unimplemented; edit these tables as the implementation grows.
+const char* const kImplemented[] = {
+    "model.ssd.num_classes",
+    "model.ssd.image_resizer.fixed_shape_resizer.height",
+    "model.ssd.image_resizer.fixed_shape_resizer.width",
+    "model.ssd.feature_extractor.type",
+    "model.ssd.feature_extractor.depth_multiplier",
+    "model.ssd.feature_extractor.min_depth",
+    "model.ssd.feature_extractor.pad_to_multiple=1",
+    "model.ssd.feature_extractor.use_depthwise=false",
+    "model.ssd.box_coder.faster_rcnn_box_coder",
+    "model.ssd.matcher.argmax_matcher.matched_threshold",
+    "model.ssd.matcher.argmax_matcher.unmatched_threshold",
+    "model.ssd.matcher.argmax_matcher.ignore_thresholds",
+    "model.ssd.matcher.argmax_matcher.negatives_lower_than_unmatched",
+    "model.ssd.matcher.argmax_matcher.force_match_for_each_row",
+    "model.ssd.matcher.argmax_matcher.use_matmul_gather",
+    "model.ssd.similarity_calculator.iou_similarity",
+    "model.ssd.anchor_generator.ssd_anchor_generator",
+    "model.ssd.box_predictor.convolutional_box_predictor.min_depth",
+    "model.ssd.box_predictor.convolutional_box_predictor.max_depth",
+    "model.ssd.box_predictor.convolutional_box_predictor.num_layers_before_predictor=0",
+    "model.ssd.box_predictor.convolutional_box_predictor.use_dropout",
+    "model.ssd.box_predictor.convolutional_box_predictor.dropout_keep_probability",
+    "model.ssd.box_predictor.convolutional_box_predictor.kernel_size",
+    "model.ssd.box_predictor.convolutional_box_predictor.box_code_size",
+    "model.ssd.box_predictor.convolutional_box_predictor.apply_sigmoid_to_scores=false",
+    "model.ssd.box_predictor.convolutional_box_predictor.class_prediction_bias_init",
+    "model.ssd.post_processing.batch_non_max_suppression.score_threshold",
+    "model.ssd.post_processing.batch_non_max_suppression.iou_threshold",
+    "model.ssd.post_processing.batch_non_max_suppression.max_detections_per_class",
+    "model.ssd.post_processing.batch_non_max_suppression.max_total_detections",
+    "model.ssd.post_processing.score_converter",
+    "model.ssd.normalize_loss_by_num_matches",
+    "model.ssd.normalize_loc_loss_by_codesize",
+    "model.ssd.encode_background_as_zeros",
+    "model.ssd.loss.classification_loss.weighted_sigmoid",
+    "model.ssd.loss.classification_loss.weighted_softmax",
+    "model.ssd.loss.localization_loss.weighted_smooth_l1",
+    "model.ssd.loss.hard_example_miner",
+    "model.ssd.loss.classification_weight",
+    "model.ssd.loss.localization_weight",
+    "train_config.batch_size",
+    "train_config.data_augmentation_options.random_horizontal_flip",
+    "train_config.data_augmentation_options.ssd_random_crop",
+    "train_config.optimizer.rms_prop_optimizer",
+    "train_config.optimizer.momentum_optimizer",
+    "train_config.optimizer.adam_optimizer",
+    "train_config.optimizer.use_moving_average=false",
+    "train_config.fine_tune_checkpoint",
+    "train_config.fine_tune_checkpoint_type",
+    "train_config.from_detection_checkpoint",
+    "train_config.num_steps",
+    "train_config.gradient_clipping_by_norm",
+    "train_config.max_number_of_boxes",
+    "train_input_reader.label_map_path",
+    "train_input_reader.shuffle",
+    "train_input_reader.num_readers",
+    "train_input_reader.tf_record_input_reader.input_path",
+    "train_input_reader.max_number_of_boxes",
+    "train_input_reader.num_epochs",
+    "eval_config.num_examples",
+    "eval_config.metrics_set=coco_detection_metrics",
+    "eval_config.num_visualizations",
+    "eval_config.max_evals",
+    "eval_config.include_metrics_per_category",
+    "eval_config.min_score_threshold",
+    "eval_config.use_moving_averages=false",
+    "eval_input_reader.label_map_path",
+    "eval_input_reader.shuffle",
+    "eval_input_reader.num_readers",
+    "eval_input_reader.num_epochs",
+    "eval_input_reader.tf_record_input_reader.input_path",
+};
+
+// Hyperparams (conv_hyperparams) fields Orchard implements, under each of these prefixes.
+const char* const kHyperparamsAt[] = {
+    "model.ssd.feature_extractor.conv_hyperparams",
+    "model.ssd.box_predictor.convolutional_box_predictor.conv_hyperparams",
+};
+const char* const kHyperparams[] = {
+    "op=CONV",
+    "activation",
+    "regularizer.l2_regularizer.weight",
+    "initializer.truncated_normal_initializer",
+    "initializer.random_normal_initializer",
+    "batch_norm.decay",
+    "batch_norm.epsilon",
+    "batch_norm.scale",
+    "batch_norm.center",
+    "batch_norm.train",
+};
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
+}
+
+std::string join(const std::vector<std::string>& parts, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? sep : "") + parts[i];
+  return out;
+}
+
+class ImplementedTable {
+ public:
+  ImplementedTable() {
+    for (const char* e : kImplemented) add(e);
+    for (const char* at : kHyperparamsAt)
+      for (const char* e : kHyperparams) add(std::string(at) + "." + e);
+  }
+
+  // The field at `path` (any value), or a sub-message containing it, is implemented.
+  bool covers(const std::string& path) const {
+    for (const auto& e : entries_)
+      if (!e.has_value && (path == e.path || starts_with(path, e.path + "."))) return true;
+    return false;
+  }
+  // Something inside the sub-message at `path` is implemented.
+  bool has_below(const std::string& path) const {
+    for (const auto& e : entries_)
+      if (starts_with(e.path, path + ".")) return true;
+    return false;
+  }
+  // The values implemented for the field at `path` (empty: none).
+  std::vector<std::string> values(const std::string& path) const {
+    std::vector<std::string> out;
+    for (const auto& e : entries_)
+      if (e.has_value && e.path == path) out.push_back(e.value);
+    return out;
+  }
+
+ private:
+  struct Entry {
+    std::string path, value;
+    bool has_value = false;
+  };
+  void add(const std::string& e) {
+    Entry entry;
+    size_t eq = e.find('=');
+    entry.path = e.substr(0, eq);
+    if (eq != std::string::npos) {
+      entry.value = e.substr(eq + 1);
+      entry.has_value = true;
+    }
+    entries_.push_back(std::move(entry));
+  }
+  std::vector<Entry> entries_;
+};
+
+const ImplementedTable& implemented_table() {
+  static const ImplementedTable table;
+  return table;
+}
+
+// A scalar field's value as written in a config (enum by name, bool as true/false, strings bare).
+std::string value_text(const pb::Message& m, const pb::FieldDescriptor* f, int index) {
+  const pb::Reflection* r = m.GetReflection();
+  const bool rep = f->is_repeated();
+  switch (f->cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_BOOL:
+      return (rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f)) ? "true" : "false";
+    case pb::FieldDescriptor::CPPTYPE_ENUM:
+      return (rep ? r->GetRepeatedEnum(m, f, index) : r->GetEnum(m, f))->name();
+    case pb::FieldDescriptor::CPPTYPE_STRING:
+      return rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f);
+    default: {
+      std::string out;
+      pb::TextFormat::PrintFieldValueToString(m, f, rep ? index : -1, &out);
+      return out;
+    }
+  }
+}
+
+void find_unimplemented(const pb::Message& m, const std::string& prefix, const ImplementedTable& table,
+                        std::vector<std::string>* out) {
+  auto add = [&](const std::string& path) {
+    if (std::find(out->begin(), out->end(), path) == out->end()) out->push_back(path);
+  };
+  const pb::Reflection* r = m.GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  r->ListFields(m, &fields);
+  for (const auto* f : fields) {
+    const std::string name = f->is_extension() ? "[" + f->full_name() + "]" : f->name();
+    const std::string path = prefix.empty() ? name : prefix + "." + name;
+    if (table.covers(path)) continue;
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (!table.has_below(path)) {
+        add(path);  // nothing inside is implemented: one entry for the whole sub-message
+        continue;
+      }
+      if (f->is_repeated()) {
+        for (int i = 0; i < r->FieldSize(m, f); ++i)
+          find_unimplemented(r->GetRepeatedMessage(m, f, i), path, table, out);
+      } else {
+        find_unimplemented(r->GetMessage(m, f), path, table, out);
+      }
+      continue;
+    }
+    const std::vector<std::string> allowed = table.values(path);
+    const int n = f->is_repeated() ? r->FieldSize(m, f) : 1;
+    for (int i = 0; i < n; ++i) {
+      if (std::find(allowed.begin(), allowed.end(), value_text(m, f, i)) == allowed.end()) {
+        add(path);
+        break;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text format parsing.
+
+class Collector : public pb::io::ErrorCollector {
+ public:
+  struct Note {
+    int line, column;
+    std::string message;
+  };
+  void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
+    errors.push_back({line, column, message});
+  }
+  void AddWarning(int line, pb::io::ColumnNumber column, const std::string& message) override {
+    warnings.push_back({line, column, message});
+  }
+  std::vector<Note> errors, warnings;
+};
+
+class SilentCollector : public pb::io::ErrorCollector {
+ public:
+  void AddError(int, pb::io::ColumnNumber, const std::string&) override {}
+};
+
+// The dotted path of the message enclosing the text position (line, column), both zero-based:
+// the field names of the open `name { ... }` blocks, repeated indices left out. Follows the text
+// format's grammar closely enough for that (values, [lists], [extension.names], both brackets).
+std::string enclosing_path(const std::string& text, int line, int column) {
+  pb::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
+  SilentCollector silent;
+  pb::io::Tokenizer tok(&input, &silent);
+  tok.set_comment_style(pb::io::Tokenizer::SH_COMMENT_STYLE);
+  tok.set_require_space_after_number(false);
+  tok.set_allow_multiline_strings(true);
+  tok.set_allow_f_after_float(true);
+
+  struct Frame {
+    bool list;  // inside [ ... ] of a repeated field
+    std::string name;
+  };
+  std::vector<Frame> stack;
+  std::string pending;  // the field name just read
+  bool prev_is_name = false;
+  std::string prev;  // previous token's text
+  while (tok.Next()) {
+    const auto& t = tok.current();
+    if (t.line > line || (t.line == line && t.column >= column)) break;
+    const bool in_list = !stack.empty() && stack.back().list;
+    bool is_name = false;
+    if (t.type == pb::io::Tokenizer::TYPE_IDENTIFIER) {
+      if (!in_list && prev != ":" && prev != "-") {
+        pending = t.text;
+        is_name = true;
+      }
+    } else if (t.text == "{" || t.text == "<") {
+      stack.push_back({false, in_list ? stack.back().name : pending});
+      pending.clear();
+    } else if (t.text == "}" || t.text == ">") {
+      if (!stack.empty() && !stack.back().list) stack.pop_back();
+      pending.clear();
+    } else if (t.text == "[" && !in_list) {
+      if (prev_is_name || prev == ":") {
+        stack.push_back({true, pending});
+      } else {  // [extension.name] or [type.googleapis.com/Any]
+        std::string ext = "[";
+        while (tok.Next() && tok.current().text != "]") ext += tok.current().text;
+        pending = ext + "]";
+        is_name = true;
+      }
+    } else if (t.text == "]" && in_list) {
+      stack.pop_back();
+    }
+    prev_is_name = is_name;
+    prev = t.type == pb::io::Tokenizer::TYPE_STRING ? std::string("\"") : t.text;
+  }
+  std::vector<std::string> names;
+  for (const auto& f : stack)
+    if (!f.list) names.push_back(f.name);
+  return join(names, ".");
+}
+
+// The field name in protobuf's unknown-field warning ('... has no field named "foo".').
+std::string unknown_field_name(const std::string& message) {
+  const std::string key = "has no field named \"";
+  size_t b = message.find(key);
+  if (b == std::string::npos) return "";
+  b += key.size();
+  size_t e = message.find('"', b);
+  return e == std::string::npos ? "" : message.substr(b, e - b);
+}
+
+}  // namespace
+
+void parse_text_proto(const std::string& text, const std::string& source_name, pb::Message* message,
+                      std::vector<std::string>* unknown) {
+  pb::TextFormat::Parser parser;
+  Collector collector;
+  parser.RecordErrorsTo(&collector);
+  // Protobuf then skips a field the schema lacks and reports it through AddWarning.
+  parser.AllowUnknownField(true);
+  pb::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
+  if (!parser.Parse(&input, message)) {
+    if (collector.errors.empty()) throw Error(source_name + ": cannot parse as " + message->GetTypeName());
+    const auto& e = collector.errors.front();
+    throw Error(source_name + ":" + std::to_string(e.line + 1) + ":" + std::to_string(e.column + 1) + ": " + e.message);
+  }
+  for (const auto& w : collector.warnings) {
+    const std::string field = unknown_field_name(w.message);
+    const std::string at = " (line " + std::to_string(w.line + 1) + ")";
+    if (field.empty()) {
+      unknown->push_back(w.message + at);
+      continue;
+    }
+    const std::string parent = enclosing_path(text, w.line, w.column);
+    unknown->push_back((parent.empty() ? field : parent + "." + field) + at);
+  }
+}
+
+odp::TrainEvalPipelineConfig parse_pipeline_config(const std::string& text, const std::string& source_name, bool strict,
+                                                   ConfigIssues* issues) {
+  odp::TrainEvalPipelineConfig config;
+  ConfigIssues found;
+  std::vector<std::string> unknown;
+  parse_text_proto(text, source_name, &config, &unknown);
+  find_unimplemented(config, "", implemented_table(), &found.unimplemented);
+  // Unknown fields inside a sub-message already reported as a whole (e.g. model.faster_rcnn)
+  // add nothing.
+  for (const auto& u : unknown) {
+    const bool inside = std::any_of(found.unimplemented.begin(), found.unimplemented.end(),
+                                    [&](const std::string& p) { return starts_with(u, p + "."); });
+    if (!inside) found.unknown.push_back(u);
+  }
+  if (issues) *issues = found;
+  if (found.unknown.empty() && found.unimplemented.empty()) return config;
+
+  std::vector<std::string> parts;
+  if (!found.unknown.empty()) parts.push_back("fields not in the pipeline.config schema: " + join(found.unknown, ", "));
+  if (!found.unimplemented.empty())
+    parts.push_back("set fields Orchard does not implement: " + join(found.unimplemented, ", "));
+  if (strict) throw Error(source_name + ": " + join(parts, "; ") + " (strict mode)");
+  spdlog::warn("{}: {}; they are ignored", source_name, join(parts, "; "));
+  return config;
+}
+
+odp::TrainEvalPipelineConfig load_pipeline_config(const std::string& path, bool strict, ConfigIssues* issues) {
+  return parse_pipeline_config(read_file(path), path, strict, issues);
+}
+
+std::string pipeline_config_to_text(const odp::TrainEvalPipelineConfig& config) {
+  std::string out;
+  if (!pb::TextFormat::PrintToString(config, &out)) throw Error("cannot print the pipeline config");
+  return out;
+}
+
+namespace {
+
+// Checks that the oneof `oneof_name` of `m` (at `path`) holds one of `allowed`; otherwise adds a
+// problem. Returns whether it does.
+bool check_oneof(const pb::Message& m, const std::string& oneof_name, const std::string& path,
+                 const std::vector<std::string>& allowed, std::vector<std::string>* problems) {
+  const pb::OneofDescriptor* oneof = m.GetDescriptor()->FindOneofByName(oneof_name);
+  const pb::FieldDescriptor* set = oneof ? m.GetReflection()->GetOneofFieldDescriptor(m, oneof) : nullptr;
+  const std::string expected = join(allowed, " or ");
+  if (!set) {
+    problems->push_back(path + " is not set; Orchard implements " + expected);
+    return false;
+  }
+  if (std::find(allowed.begin(), allowed.end(), set->name()) == allowed.end()) {
+    problems->push_back(path + "." + set->name() + " is not supported; Orchard implements " + expected);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const std::string& source_name) {
+  std::vector<std::string> problems;
+  if (check_oneof(config.model(), "model", "model", {"ssd"}, &problems)) {
+    const odp::Ssd& ssd = config.model().ssd();
+    if (ssd.num_classes() <= 0)
+      problems.push_back("model.ssd.num_classes must be > 0 (got " + std::to_string(ssd.num_classes()) + ")");
+    if (ssd.feature_extractor().type() != "ssd_mobilenet_v2")
+      problems.push_back("model.ssd.feature_extractor.type '" + ssd.feature_extractor().type() +
+                         "' is not supported; Orchard implements ssd_mobilenet_v2");
+    check_oneof(ssd.image_resizer(), "image_resizer_oneof", "model.ssd.image_resizer", {"fixed_shape_resizer"},
+                &problems);
+    check_oneof(ssd.box_coder(), "box_coder_oneof", "model.ssd.box_coder", {"faster_rcnn_box_coder"}, &problems);
+    check_oneof(ssd.matcher(), "matcher_oneof", "model.ssd.matcher", {"argmax_matcher"}, &problems);
+    check_oneof(ssd.similarity_calculator(), "region_similarity", "model.ssd.similarity_calculator", {"iou_similarity"},
+                &problems);
+    check_oneof(ssd.anchor_generator(), "anchor_generator_oneof", "model.ssd.anchor_generator",
+                {"ssd_anchor_generator"}, &problems);
+    check_oneof(ssd.box_predictor(), "box_predictor_oneof", "model.ssd.box_predictor", {"convolutional_box_predictor"},
+                &problems);
+    check_oneof(ssd.loss().classification_loss(), "classification_loss", "model.ssd.loss.classification_loss",
+                {"weighted_sigmoid", "weighted_softmax"}, &problems);
+    check_oneof(ssd.loss().localization_loss(), "localization_loss", "model.ssd.loss.localization_loss",
+                {"weighted_smooth_l1"}, &problems);
+  }
+
+  const odp::Optimizer& opt = config.train_config().optimizer();
+  if (check_oneof(opt, "optimizer", "train_config.optimizer",
+                  {"rms_prop_optimizer", "momentum_optimizer", "adam_optimizer"}, &problems)) {
+    const odp::LearningRate* lr = nullptr;
+    std::string name;
+    switch (opt.optimizer_case()) {
+      case odp::Optimizer::kRmsPropOptimizer:
+        lr = &opt.rms_prop_optimizer().learning_rate();
+        name = "rms_prop_optimizer";
+        break;
+      case odp::Optimizer::kMomentumOptimizer:
+        lr = &opt.momentum_optimizer().learning_rate();
+        name = "momentum_optimizer";
+        break;
+      default:
+        lr = &opt.adam_optimizer().learning_rate();
+        name = "adam_optimizer";
+        break;
+    }
+    check_oneof(*lr, "learning_rate", "train_config.optimizer." + name + ".learning_rate",
+                {"constant_learning_rate", "exponential_decay_learning_rate", "manual_step_learning_rate",
+                 "cosine_decay_learning_rate"},
+                &problems);
+  }
+
+  const std::string& ft = config.train_config().fine_tune_checkpoint_type();
+  if (ft != "" && ft != "classification" && ft != "detection" && ft != "full")
+    problems.push_back("train_config.fine_tune_checkpoint_type '" + ft +
+                       "' is not supported; Orchard implements \"\", classification, detection or full");
+
+  const auto& train_paths = config.train_input_reader().tf_record_input_reader().input_path();
+  if (std::none_of(train_paths.begin(), train_paths.end(), [](const std::string& p) { return !p.empty(); }))
+    problems.push_back("train_input_reader.tf_record_input_reader.input_path is not set");
+
+  if (!problems.empty()) throw Error(source_name + ": " + join(problems, "; "));
+}
+
+std::vector<std::string> input_files(const odp::InputReader& reader, const std::string& source_name,
+                                     const std::string& reader_field) {
+  const std::string field = reader_field + ".tf_record_input_reader.input_path";
+  if (reader.tf_record_input_reader().input_path().empty()) throw Error(source_name + ": " + field + " is not set");
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const auto& pattern : reader.tf_record_input_reader().input_path()) {
+    std::vector<std::string> files;
+    try {
+      files = expand_file_pattern(pattern);
+    } catch (const Error& e) {
+      throw Error(source_name + ": " + field + ": " + e.what());
+    }
+    for (auto& f : files)
+      if (seen.insert(f).second) out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace orchard::detect
