@@ -1,1 +1,108 @@
-// placeholder
+#include "orchard/detect/anchors.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "orchard/core/error.h"
+
+namespace orchard::detect {
+namespace {
+
+const std::vector<std::pair<int64_t, int64_t>> kSsd300Maps{{19, 19}, {10, 10}, {5, 5}, {3, 3}, {2, 2}, {1, 1}};
+
+// Corners of a box of size (h, w) centred at (cy, cx).
+std::vector<double> centered(double cy, double cx, double h, double w) {
+  return {cy - h / 2, cx - w / 2, cy + h / 2, cx + w / 2};
+}
+
+void expect_row(const at::Tensor& anchors, int64_t row, const std::vector<double>& want) {
+  const auto r = anchors[row].to(at::kDouble);
+  for (int j = 0; j < 4; ++j) EXPECT_NEAR(r[j].item<double>(), want[j], 1e-5) << "anchor " << row << " coord " << j;
+}
+
+TEST(SsdAnchors, DefaultCountsPerLocation) {
+  EXPECT_EQ(anchors_per_location(SsdAnchorOptions{}), (std::vector<int64_t>{3, 6, 6, 6, 6, 6}));
+  SsdAnchorOptions o;
+  o.interpolated_scale_aspect_ratio = 0;
+  o.reduce_boxes_in_lowest_layer = false;
+  EXPECT_EQ(anchors_per_location(o), (std::vector<int64_t>{5, 5, 5, 5, 5, 5}));
+}
+
+TEST(SsdAnchors, Ssd300Has1917Anchors) {
+  const auto a = generate_ssd_anchors(SsdAnchorOptions{}, kSsd300Maps, 300, 300);
+  // 19*19*3 + (100 + 25 + 9 + 4 + 1) * 6
+  ASSERT_EQ(a.sizes(), (at::IntArrayRef{1917, 4}));
+  EXPECT_EQ(a.scalar_type(), at::kFloat);
+}
+
+TEST(SsdAnchors, HandComputedBoxes) {
+  const auto a = generate_ssd_anchors(SsdAnchorOptions{}, kSsd300Maps, 300, 300);
+  const double r2 = std::sqrt(2.0);
+  // Layer 0 (scale 0.2), cell (0, 0), centre 0.5 / 19: (0.1, 1.0), (0.2, 2.0), (0.2, 0.5).
+  const double c0 = 0.5 / 19;
+  expect_row(a, 0, centered(c0, c0, 0.1, 0.1));
+  expect_row(a, 1, centered(c0, c0, 0.2 / r2, 0.2 * r2));
+  expect_row(a, 2, centered(c0, c0, 0.2 * r2, 0.2 / r2));
+  // Cell (0, 1) follows: x moves first.
+  expect_row(a, 3, centered(c0, 1.5 / 19, 0.1, 0.1));
+  // Cell (1, 0) starts the second row of cells.
+  expect_row(a, 19 * 3, centered(1.5 / 19, c0, 0.1, 0.1));
+  // Last cell (18, 18), third anchor.
+  expect_row(a, 1082, centered(18.5 / 19, 18.5 / 19, 0.2 * r2, 0.2 / r2));
+  // Layer 1 (scale 0.35, next 0.5), cell (0, 0), centre 0.05: ratios 1, 2, 0.5, 3, 0.3333,
+  // then the interpolated sqrt(0.35 * 0.5) at ratio 1.
+  const double s1 = 0.2 + 0.75 / 5;
+  expect_row(a, 1083, centered(0.05, 0.05, s1, s1));
+  expect_row(a, 1083 + 3, centered(0.05, 0.05, s1 / std::sqrt(3.0), s1 * std::sqrt(3.0)));
+  expect_row(a, 1083 + 4, centered(0.05, 0.05, s1 / std::sqrt(0.3333), s1 * std::sqrt(0.3333)));
+  const double i1 = std::sqrt(s1 * 0.5);
+  expect_row(a, 1083 + 5, centered(0.05, 0.05, i1, i1));
+  // Last layer: one cell at the centre, scale 0.95, the interpolated anchor uses scale_next 1.
+  expect_row(a, 1911, centered(0.5, 0.5, 0.95, 0.95));
+  const double i5 = std::sqrt(0.95 * 1.0);
+  expect_row(a, 1916, centered(0.5, 0.5, i5, i5));
+}
+
+TEST(SsdAnchors, NonSquareImageCorrectsBaseSize) {
+  // 300 high, 600 wide: base width 300/600, so a ratio-1 anchor is square in pixels.
+  const auto a = generate_ssd_anchors(SsdAnchorOptions{}, {{19, 38}, {10, 20}, {5, 10}, {3, 6}, {2, 4}, {1, 2}}, 300,
+                                      600);
+  expect_row(a, 0, centered(0.5 / 19, 0.5 / 38, 0.1, 0.05));
+  EXPECT_EQ(a.size(0), 19 * 38 * 3 + (200 + 50 + 18 + 8 + 2) * 6);
+}
+
+TEST(SsdAnchors, ExplicitScalesStridesAndOffsets) {
+  SsdAnchorOptions o;
+  o.num_layers = 2;
+  o.scales = {0.1f, 0.4f};
+  o.aspect_ratios = {1.0f};
+  o.reduce_boxes_in_lowest_layer = false;
+  o.height_stride = {16, 32};
+  o.width_stride = {16, 32};
+  o.height_offset = {0, 8};
+  o.width_offset = {0, 8};
+  const auto a = generate_ssd_anchors(o, {{2, 2}, {1, 1}}, 64, 64);
+  ASSERT_EQ(a.size(0), 2 * 2 * 2 + 2);
+  // Layer 0 cell (0, 1): centre (0, 16/64); anchors of scale 0.1 and sqrt(0.1 * 0.4) = 0.2.
+  expect_row(a, 2, centered(0.0, 0.25, 0.1, 0.1));
+  expect_row(a, 3, centered(0.0, 0.25, 0.2, 0.2));
+  // Layer 1 cell (0, 0): centre 8/64; the interpolated scale is sqrt(0.4 * 1.0).
+  expect_row(a, 8, centered(0.125, 0.125, 0.4, 0.4));
+  expect_row(a, 9, centered(0.125, 0.125, std::sqrt(0.4), std::sqrt(0.4)));
+}
+
+TEST(SsdAnchors, RejectsInconsistentOptions) {
+  EXPECT_THROW(generate_ssd_anchors(SsdAnchorOptions{}, {{19, 19}}, 300, 300), Error);
+  SsdAnchorOptions o;
+  o.scales = {0.1f, 0.2f};
+  EXPECT_THROW(anchors_per_location(o), Error);
+  SsdAnchorOptions s;
+  s.height_stride = {16};
+  EXPECT_THROW(generate_ssd_anchors(s, kSsd300Maps, 300, 300), Error);
+}
+
+}  // namespace
+}  // namespace orchard::detect
