@@ -1,1 +1,548 @@
-// placeholder
+#include "orchard/detect/ssd_model.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "orchard/detect/mobilenet_v2.h"
+
+namespace orchard::detect {
+namespace {
+
+using Sizes = std::vector<int64_t>;
+
+// "32,3,3,3" ("scalar" for a 0-d tensor), the fixtures' shape format.
+std::string shape_string(const at::Tensor& t) {
+  if (t.dim() == 0) return "scalar";
+  std::string s;
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? "," : "") + std::to_string(t.size(i));
+  return s;
+}
+
+// tests/fixtures/torchvision_mobilenet_v2.txt (tests/models/make_torchvision_mobilenet_names.py):
+// "name shape" lines in state_dict order, "# width_mult W parameters N" lines and the
+// "# deterministic_logits" line (see the script).
+struct Fixture {
+  std::vector<std::pair<std::string, std::string>> entries;
+  std::map<std::string, int64_t> parameters_at_width;  // "1", "0.5", "0.35", "1.4"
+  std::vector<float> deterministic_logits;
+};
+
+Fixture read_fixture() {
+  const std::string path = std::string(ORCHARD_TEST_FIXTURES) + "/torchvision_mobilenet_v2.txt";
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  Fixture f;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    std::istringstream ss(line);
+    if (line[0] == '#') {
+      std::string hash, key;
+      ss >> hash >> key;
+      if (key == "width_mult") {
+        std::string width, word;
+        int64_t n = 0;
+        ss >> width >> word >> n;
+        f.parameters_at_width[width] = n;
+      } else if (key == "deterministic_logits") {
+        float v = 0;
+        while (ss >> v) f.deterministic_logits.push_back(v);
+      }
+      continue;
+    }
+    std::string name, shape;
+    ss >> name >> shape;
+    f.entries.emplace_back(name, shape);
+  }
+  return f;
+}
+
+int64_t count_parameters(torch::nn::Module& m) {
+  int64_t n = 0;
+  for (const auto& p : m.parameters()) n += p.numel();
+  return n;
+}
+
+std::map<std::string, std::string> state_shapes(torch::nn::Module& m) {
+  std::map<std::string, std::string> out;
+  for (const auto& p : m.named_parameters()) out[p.key()] = shape_string(p.value());
+  for (const auto& b : m.named_buffers()) out[b.key()] = shape_string(b.value());
+  return out;
+}
+
+Sizes shape_of(torch::nn::Module& m, const std::string& name) { return m.named_parameters()[name].sizes().vec(); }
+
+// ---------------------------------------------------------------------------------------
+// MobileNetV2
+
+TEST(MobileNetV2, NamesAndShapesMatchTorchvision) {
+  const auto fixture = read_fixture();
+  ASSERT_EQ(fixture.entries.size(), 314u);  // 52 BNs x 5 + 52 convs + classifier weight and bias
+  MobileNetV2 model(MobileNetV2Options{});
+  const std::map<std::string, std::string> want(fixture.entries.begin(), fixture.entries.end());
+  const auto got = state_shapes(*model);
+  for (const auto& [name, shape] : want) {
+    auto it = got.find(name);
+    if (it == got.end())
+      ADD_FAILURE() << "torchvision has " << name << " [" << shape << "], Orchard does not";
+    else
+      EXPECT_EQ(it->second, shape) << name;
+  }
+  for (const auto& [name, shape] : got)
+    if (!want.count(name)) ADD_FAILURE() << "Orchard has " << name << " [" << shape << "], torchvision does not";
+
+  // Parameters in torchvision's order (its state_dict order restricted to parameters).
+  std::vector<std::string> want_params, got_params;
+  const auto params = model->named_parameters();
+  for (const auto& [name, shape] : fixture.entries)
+    if (params.contains(name)) want_params.push_back(name);
+  for (const auto& p : params) got_params.push_back(p.key());
+  EXPECT_EQ(got_params, want_params);
+
+  EXPECT_EQ(count_parameters(*model), 3504872);
+  EXPECT_EQ(fixture.parameters_at_width.at("1"), 3504872);
+}
+
+// torchvision's width_mult (with its round-to-8 and the last layer kept at 1280 below 1.0).
+TEST(MobileNetV2, ParameterCountsAtOtherWidthsMatchTorchvision) {
+  const auto fixture = read_fixture();
+  for (const auto& [width, count] : fixture.parameters_at_width) {
+    MobileNetV2Options o;
+    o.width_mult = std::stod(width);
+    MobileNetV2 model(o);
+    EXPECT_EQ(count_parameters(*model), count) << "width_mult " << width;
+  }
+  EXPECT_EQ(fixture.parameters_at_width.size(), 4u);
+}
+
+// The script's deterministic weights and input: Orchard's forward must give torchvision's
+// logits (residuals, ReLU6 placement, padding, pooling, classifier).
+TEST(MobileNetV2, ForwardMatchesTorchvisionWithTheSameWeights) {
+  const auto fixture = read_fixture();
+  ASSERT_EQ(fixture.deterministic_logits.size(), 10u);
+  MobileNetV2Options o;
+  o.num_classes = 10;
+  MobileNetV2 model(o);
+  auto params = model->named_parameters();
+  auto buffers = model->named_buffers();
+  torch::NoGradGuard no_grad;
+  int filled = 0;
+  for (size_t j = 0; j < fixture.entries.size(); ++j) {
+    const std::string& name = fixture.entries[j].first;
+    auto* t = params.find(name);
+    if (!t) t = buffers.find(name);
+    ASSERT_NE(t, nullptr) << name;
+    if (t->dim() == 0) continue;  // num_batches_tracked
+    const auto ends_with = [&](const std::string& s) {
+      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
+    const auto base =
+        torch::sin(torch::arange(t->numel(), torch::kFloat64) * 0.731 + static_cast<double>(j)).reshape(t->sizes());
+    torch::Tensor v;
+    if (ends_with("running_var"))
+      v = 1 + 0.5 * base * base;
+    else if (ends_with("running_mean"))
+      v = 0.1 * base;
+    else if (t->dim() == 1 && ends_with("weight"))
+      v = 1 + 0.1 * base;
+    else if (ends_with("bias"))
+      v = 0.1 * base;
+    else
+      v = base * std::sqrt(3.0 / static_cast<double>(t->numel() / t->size(0)));
+    t->copy_(v);
+    ++filled;
+  }
+  EXPECT_EQ(filled, 52 * 4 + 52 + 2);
+  model->eval();
+  const auto x =
+      torch::sin(torch::arange(3 * 64 * 64, torch::kFloat64) * 0.013).reshape({1, 3, 64, 64}).to(torch::kFloat);
+  const auto want = torch::tensor(fixture.deterministic_logits).reshape({1, 10});
+  for (const auto& input : {x, x.contiguous(at::MemoryFormat::ChannelsLast)}) {
+    const auto y = model->forward(input);
+    EXPECT_TRUE(torch::allclose(y, want, 1e-4, 1e-4)) << y << "\nwant\n" << want;
+  }
+}
+
+TEST(MobileNetV2, MakeDivisibleHandValues) {
+  EXPECT_EQ(make_divisible(32, 8, 8), 32);
+  EXPECT_EQ(make_divisible(12, 8, 8), 16);    // 24 * 0.5: rounds half up
+  EXPECT_EQ(make_divisible(8, 8, 16), 16);    // 16 * 0.5, min_depth 16
+  EXPECT_EQ(make_divisible(11.2, 8, 8), 16);  // 32 * 0.35: 8 would lose over 10%
+  EXPECT_EQ(make_divisible(33.6, 8, 8), 32);  // 96 * 0.35
+  EXPECT_EQ(make_divisible(1792, 8, 8), 1792);
+  EXPECT_EQ(make_divisible(54, 1, 1), 54);
+}
+
+TEST(MobileNetV2, ForwardAt224GivesLogits) {
+  torch::manual_seed(0);
+  MobileNetV2Options o;
+  o.num_classes = 10;
+  MobileNetV2 model(o);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto y = model->forward(torch::randn({2, 3, 224, 224}));
+  EXPECT_EQ(y.sizes().vec(), (Sizes{2, 10}));
+  EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
+}
+
+TEST(MobileNetV2, WithoutTopReturnsPooledFeaturesAndHasNoClassifier) {
+  MobileNetV2Options o;
+  o.include_top = false;
+  MobileNetV2 model(o);
+  for (const auto& p : model->named_parameters()) EXPECT_EQ(p.key().rfind("features.", 0), 0u) << p.key();
+  EXPECT_EQ(count_parameters(*model), 3504872 - 1280 * 1000 - 1000);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  EXPECT_EQ(model->forward(torch::randn({1, 3, 64, 64})).sizes().vec(), (Sizes{1, 1280}));
+}
+
+TEST(MobileNetV2, InitialisationIsTorchvisions) {
+  torch::manual_seed(2);
+  MobileNetV2 model(MobileNetV2Options{});
+  // kaiming_normal fan_out: std sqrt(2 / (out * kh * kw)) (groups do not enter).
+  for (const std::string name :
+       {"features.0.0.weight", "features.14.conv.0.0.weight", "features.14.conv.1.0.weight", "features.18.0.weight"}) {
+    const auto w = model->named_parameters()[name];
+    const double fan_out = static_cast<double>(w.size(0) * w.size(2) * w.size(3));
+    EXPECT_NEAR(w.std().item<double>() / std::sqrt(2.0 / fan_out), 1.0, 0.1) << name;
+  }
+  const auto fc = model->named_parameters()["classifier.1.weight"];
+  EXPECT_NEAR(fc.std().item<double>(), 0.01, 0.001);
+  EXPECT_TRUE(torch::all(model->named_parameters()["classifier.1.bias"] == 0).item<bool>());
+  EXPECT_TRUE(torch::all(model->named_parameters()["features.5.conv.3.weight"] == 1).item<bool>());
+  EXPECT_TRUE(torch::all(model->named_parameters()["features.5.conv.3.bias"] == 0).item<bool>());
+}
+
+TEST(MobileNetV2, EndpointsInTfNumbering) {
+  const auto e15 = parse_mobilenet_v2_endpoint("layer_15/expansion_output");
+  EXPECT_EQ(e15.index, 14);
+  EXPECT_TRUE(e15.expansion_output);
+  const auto e19 = parse_mobilenet_v2_endpoint("layer_19");
+  EXPECT_EQ(e19.index, 18);
+  EXPECT_FALSE(e19.expansion_output);
+  for (const char* bad : {"layer_0", "layer_20", "layer_2/expansion_output", "layer_19/expansion_output", "layer_",
+                          "layer_1x", "Conv2d_13", ""})
+    EXPECT_THROW(parse_mobilenet_v2_endpoint(bad), c10::Error) << bad;
+
+  torch::manual_seed(0);
+  MobileNetV2 model(MobileNetV2Options{});
+  EXPECT_EQ(model->endpoint_channels(e15), 576);
+  EXPECT_EQ(model->endpoint_channels(e19), 1280);
+  EXPECT_EQ(model->endpoint_channels(parse_mobilenet_v2_endpoint("layer_18")), 320);
+  EXPECT_EQ(model->endpoint_channels(parse_mobilenet_v2_endpoint("layer_3/expansion_output")), 96);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({1, 3, 300, 300});
+  const auto maps = model->endpoints(x, {e19, e15});  // order as asked
+  ASSERT_EQ(maps.size(), 2u);
+  EXPECT_EQ(maps[0].sizes().vec(), (Sizes{1, 1280, 10, 10}));
+  EXPECT_EQ(maps[1].sizes().vec(), (Sizes{1, 576, 19, 19}));
+  EXPECT_TRUE(torch::allclose(maps[0].mean({2, 3}), model->features(x), 1e-5, 1e-6));
+  // features[14].conv[0] by hand: 1x1 conv, BN, ReLU6 on features[13]'s output.
+  const auto l14 = model->endpoints(x, {parse_mobilenet_v2_endpoint("layer_14")})[0];
+  auto params = model->named_parameters();
+  auto buffers = model->named_buffers();
+  auto h = torch::conv2d(l14, params["features.14.conv.0.0.weight"]);
+  h = torch::batch_norm(h, params["features.14.conv.0.1.weight"], params["features.14.conv.0.1.bias"],
+                        buffers["features.14.conv.0.1.running_mean"], buffers["features.14.conv.0.1.running_var"],
+                        false, 0.1, 1e-5, false);
+  EXPECT_TRUE(torch::allclose(maps[1], h.clamp(0, 6), 1e-4, 1e-5));
+}
+
+TEST(MobileNetV2, MinDepthAndUnscaledLastLayer) {
+  MobileNetV2Options o;
+  o.width_mult = 0.5;
+  o.min_depth = 16;
+  o.finegrain_classification_mode = false;
+  o.include_top = false;
+  MobileNetV2 model(o);
+  EXPECT_EQ(shape_of(*model, "features.0.0.weight"), (Sizes{16, 3, 3, 3}));         // 32 * 0.5
+  EXPECT_EQ(shape_of(*model, "features.1.conv.1.weight"), (Sizes{16, 16, 1, 1}));   // 16 * 0.5 = 8 -> 16
+  EXPECT_EQ(shape_of(*model, "features.2.conv.1.0.weight"), (Sizes{96, 1, 3, 3}));  // 16 * 6
+  EXPECT_EQ(shape_of(*model, "features.18.0.weight"), (Sizes{640, 160, 1, 1}));     // 1280 * 0.5, 320 * 0.5
+  EXPECT_EQ(model->endpoint_channels(parse_mobilenet_v2_endpoint("layer_15/expansion_output")), 288);  // 48 * 6
+}
+
+// ---------------------------------------------------------------------------------------
+// SSD
+
+SsdModelOptions coco_options() { return SsdModelOptions{}; }
+
+TEST(SsdMobileNetV2, OutputShapeAndFeatureMapsAt300) {
+  torch::manual_seed(0);
+  SsdMobileNetV2 model(coco_options());
+  const std::vector<std::pair<int64_t, int64_t>> want{{19, 19}, {10, 10}, {5, 5}, {3, 3}, {2, 2}, {1, 1}};
+  EXPECT_EQ(model->feature_map_sizes(300, 300), want);
+  EXPECT_EQ(model->feature_map_channels(), (Sizes{576, 1280, 512, 256, 256, 128}));
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = torch::rand({2, 3, 300, 300}) * 2 - 1;
+  const auto maps = model->feature_maps(x);
+  ASSERT_EQ(maps.size(), 6u);
+  for (size_t i = 0; i < maps.size(); ++i)
+    EXPECT_EQ(maps[i].sizes().vec(), (Sizes{2, model->feature_map_channels()[i], want[i].first, want[i].second})) << i;
+  const auto y = model->forward(x);
+  EXPECT_EQ(y.sizes().vec(), (Sizes{2, 1917, 4 + 91}));  // 19*19*3 + (100 + 25 + 9 + 4 + 1) * 6
+  EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
+}
+
+TEST(SsdMobileNetV2, FeatureMapSizesMatchForwardAtOtherSizes) {
+  SsdModelOptions o;
+  o.num_classes = 3;
+  SsdMobileNetV2 model(o);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  for (const auto& [h, w] : std::vector<std::pair<int64_t, int64_t>>{{320, 320}, {128, 96}, {33, 65}}) {
+    const auto maps = model->feature_maps(torch::zeros({1, 3, h, w}));
+    const auto sizes = model->feature_map_sizes(h, w);
+    ASSERT_EQ(maps.size(), sizes.size());
+    int64_t anchors = 0;
+    for (size_t i = 0; i < maps.size(); ++i) {
+      EXPECT_EQ(maps[i].size(2), sizes[i].first) << h << "x" << w << " map " << i;
+      EXPECT_EQ(maps[i].size(3), sizes[i].second) << h << "x" << w << " map " << i;
+      anchors += sizes[i].first * sizes[i].second * o.anchors_per_location[i];
+    }
+    EXPECT_EQ(model->forward(torch::zeros({1, 3, h, w})).sizes().vec(), (Sizes{1, anchors, 4 + 4}));
+  }
+  // 320: 20, 10, 5, 3, 2, 1 (the ssdlite/FPN size).
+  EXPECT_EQ(model->feature_map_sizes(320, 320).front(), (std::pair<int64_t, int64_t>{20, 20}));
+}
+
+// Hand-worked parameter count of ssd_mobilenet_v2_coco (90 classes, depth 1).
+TEST(SsdMobileNetV2, ParameterCountForCoco) {
+  SsdMobileNetV2 model(coco_options());
+  const int64_t backbone = 3504872 - 1280 * 1000 - 1000;  // torchvision's, without the classifier
+  // Extras: 1x1 to depth/2 and 3x3 s2 to depth, no bias, BN gamma + beta.
+  const int64_t extras = (1280 * 256 + 2 * 256) + (256 * 512 * 9 + 2 * 512) + (512 * 128 + 2 * 128) +
+                         (128 * 256 * 9 + 2 * 256) + (256 * 128 + 2 * 128) + (128 * 256 * 9 + 2 * 256) +
+                         (256 * 64 + 2 * 64) + (64 * 128 * 9 + 2 * 128);
+  // Heads: 1x1 convs with bias; 4 box values and 91 class logits per anchor.
+  int64_t heads = 0;
+  const Sizes channels{576, 1280, 512, 256, 256, 128}, anchors{3, 6, 6, 6, 6, 6};
+  for (size_t i = 0; i < 6; ++i) heads += (channels[i] + 1) * anchors[i] * (4 + 91);
+  EXPECT_EQ(count_parameters(*model), backbone + extras + heads);
+  EXPECT_EQ(backbone + extras + heads, 6'066'431);  // 2,223,872 + 2,289,024 + 1,553,535
+}
+
+TEST(SsdMobileNetV2, NamesBackboneExtrasHeads) {
+  SsdMobileNetV2 model(coco_options());
+  const auto fixture = read_fixture();
+  const auto got = state_shapes(*model);
+  // The backbone is torchvision's features.* under "backbone.".
+  int64_t backbone = 0;
+  for (const auto& [name, shape] : fixture.entries) {
+    if (name.rfind("features.", 0) != 0) continue;
+    ++backbone;
+    auto it = got.find("backbone." + name);
+    ASSERT_NE(it, got.end()) << name;
+    EXPECT_EQ(it->second, shape) << name;
+  }
+  int64_t extras = 0, heads = 0;
+  for (const auto& [name, shape] : got) {
+    if (name.rfind("backbone.", 0) == 0) {
+      --backbone;
+    } else if (name.rfind("extras.", 0) == 0) {
+      ++extras;
+    } else {
+      ++heads;
+      EXPECT_TRUE(name.rfind("box_heads.", 0) == 0 || name.rfind("class_heads.", 0) == 0) << name;
+    }
+  }
+  EXPECT_EQ(backbone, 0);
+  EXPECT_EQ(extras, 8 * 6);  // 8 convs (weight) + 8 BNs (weight, bias, running mean/var, count)
+  EXPECT_EQ(got.at("extras.0.0.0.weight"), "256,1280,1,1");
+  EXPECT_EQ(got.at("extras.0.1.0.weight"), "512,256,3,3");
+  EXPECT_EQ(got.at("extras.0.1.1.running_var"), "512");
+  EXPECT_EQ(got.at("extras.3.1.0.weight"), "128,64,3,3");
+  EXPECT_EQ(got.at("box_heads.0.weight"), "12,576,1,1");
+  EXPECT_EQ(got.at("class_heads.0.weight"), "273,576,1,1");
+  EXPECT_EQ(got.at("class_heads.1.weight"), "546,1280,1,1");
+  EXPECT_EQ(got.at("class_heads.5.bias"), "546");
+  EXPECT_EQ(heads, 24);
+}
+
+TEST(SsdMobileNetV2, PredictionHeadsAreExactlyTheBoxAndClassConvs) {
+  SsdModelOptions o;
+  o.class_prediction_bias_init = -4.6;
+  SsdMobileNetV2 model(o);
+  std::set<std::string> heads, want;
+  for (const auto& p : model->named_parameters())
+    if (is_prediction_head_parameter(p.key())) heads.insert(p.key());
+  for (int i = 0; i < 6; ++i)
+    for (const std::string head : {"box_heads.", "class_heads."})
+      for (const std::string part : {".weight", ".bias"}) want.insert(head + std::to_string(i) + part);
+  EXPECT_EQ(heads, want);
+  // Each head is one bare convolution (no batch norm, so no buffers either).
+  for (const auto& m : model->named_modules()) {
+    const bool head = m.key().rfind("box_heads.", 0) == 0 || m.key().rfind("class_heads.", 0) == 0;
+    if (head) {
+      EXPECT_NE(m.value()->as<torch::nn::Conv2d>(), nullptr) << m.key();
+    }
+  }
+  for (const auto& b : model->named_buffers()) EXPECT_FALSE(is_prediction_head_parameter(b.key())) << b.key();
+  EXPECT_FALSE(is_prediction_head_parameter("backbone.features.0.0.weight"));
+  EXPECT_FALSE(is_prediction_head_parameter("extras.0.0.0.weight"));
+  EXPECT_FALSE(is_prediction_head_parameter("class_heads"));
+  const auto params = model->named_parameters();
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_TRUE(
+        torch::allclose(params["class_heads." + std::to_string(i) + ".bias"], torch::full({i == 0 ? 273 : 546}, -4.6)));
+    EXPECT_TRUE(torch::all(params["box_heads." + std::to_string(i) + ".bias"] == 0).item<bool>());
+  }
+}
+
+TEST(SsdMobileNetV2, DepthMultiplierAndMinDepth) {
+  SsdModelOptions o;
+  o.depth_multiplier = 0.5;
+  o.min_depth = 16;
+  o.num_classes = 5;
+  SsdMobileNetV2 model(o);
+  // TF: mobilenet_base scales layer_19 too (640); extras int(d * 0.5), at least 16.
+  EXPECT_EQ(model->feature_map_channels(), (Sizes{288, 640, 256, 128, 128, 64}));
+  const auto got = state_shapes(*model);
+  EXPECT_EQ(got.at("backbone.features.1.conv.1.weight"), "16,16,1,1");  // 16 * 0.5 = 8, min_depth 16
+  EXPECT_EQ(got.at("extras.0.0.0.weight"), "128,640,1,1");
+  EXPECT_EQ(got.at("extras.3.1.0.weight"), "64,32,3,3");
+  EXPECT_EQ(got.at("class_heads.1.weight"), "36,640,1,1");
+
+  o.depth_multiplier = 0.25;
+  o.min_depth = 96;
+  SsdMobileNetV2 narrow(o);
+  const auto& c = narrow->feature_map_channels();
+  EXPECT_EQ(c[2], 128);  // 512 * 0.25
+  EXPECT_EQ(c[3], 96);   // 256 * 0.25 = 64 -> 96
+  EXPECT_EQ(c[5], 96);
+  EXPECT_EQ(state_shapes(*narrow).at("extras.3.0.0.weight"), "96,96,1,1");  // 64 * 0.25 -> 96
+  narrow->eval();
+  torch::NoGradGuard no_grad;
+  EXPECT_EQ(narrow->forward(torch::zeros({1, 3, 96, 96})).sizes().vec(),
+            (Sizes{1, 6 * 6 * 3 + (9 + 4 + 1 + 1 + 1) * 6, 4 + 6}));
+}
+
+TEST(SsdMobileNetV2, FewerFeatureMapsAndDepthwiseExtras) {
+  SsdModelOptions o;
+  o.anchors_per_location = {3, 6, 6};
+  o.use_depthwise = true;
+  o.kernel_size = 3;
+  SsdMobileNetV2 model(o);
+  const auto got = state_shapes(*model);
+  EXPECT_EQ(got.at("extras.0.1.0.weight"), "256,1,3,3");  // depthwise 3x3 s2
+  EXPECT_EQ(got.at("extras.0.2.0.weight"), "512,256,1,1");
+  EXPECT_EQ(got.at("box_heads.2.weight"), "24,512,3,3");
+  EXPECT_EQ(got.count("box_heads.3.weight"), 0u);
+  EXPECT_EQ(model->feature_map_sizes(300, 300).size(), 3u);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  EXPECT_EQ(model->forward(torch::zeros({1, 3, 300, 300})).sizes().vec(), (Sizes{1, 1083 + 600 + 150, 95}));
+  o.anchors_per_location = {};
+  EXPECT_THROW(SsdMobileNetV2{o}, c10::Error);
+  o.anchors_per_location = {1, 1, 1, 1, 1, 1, 1};
+  EXPECT_THROW(SsdMobileNetV2{o}, c10::Error);
+}
+
+TEST(SsdMobileNetV2, TruncatedNormalInitForExtrasAndHeads) {
+  torch::manual_seed(3);
+  SsdMobileNetV2 model(coco_options());
+  for (const std::string name : {"extras.0.1.0.weight", "class_heads.1.weight", "box_heads.1.weight"}) {
+    const auto w = model->named_parameters()[name];
+    EXPECT_LE(w.abs().max().item<double>(), 0.06 + 1e-7) << name;
+    EXPECT_NEAR(w.std().item<double>(), 0.03 * 0.8796, 0.002) << name;  // a 2-sigma truncated N(0, 0.03)
+    EXPECT_NEAR(w.mean().item<double>(), 0.0, 0.002) << name;
+  }
+  for (const auto& m : model->modules(/*include_self=*/false))
+    if (auto* bn = m->as<torch::nn::BatchNorm2d>()) {
+      EXPECT_DOUBLE_EQ(*bn->options.momentum(), 0.0003);
+      EXPECT_DOUBLE_EQ(bn->options.eps(), 0.001);
+    }
+}
+
+TEST(SsdMobileNetV2, TfSamePaddingPutsTheOddPixelBottomRight) {
+  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(1, 1, 3).stride(2).bias(false));
+  torch::NoGradGuard no_grad;
+  conv->weight.fill_(1);
+  const auto y = conv2d_tf_same(*conv, torch::ones({1, 1, 10, 10}));
+  ASSERT_EQ(y.sizes().vec(), (Sizes{1, 1, 5, 5}));
+  EXPECT_FLOAT_EQ(y[0][0][0][0].item<float>(), 9.0f);  // rows/cols 0..2, no top/left padding
+  EXPECT_FLOAT_EQ(y[0][0][4][4].item<float>(), 4.0f);  // rows/cols 8..10, 10 is padding
+  EXPECT_FLOAT_EQ(y[0][0][0][4].item<float>(), 6.0f);
+  const auto odd = conv2d_tf_same(*conv, torch::ones({1, 1, 5, 5}));  // 5 -> 3, one pixel each side
+  ASSERT_EQ(odd.sizes().vec(), (Sizes{1, 1, 3, 3}));
+  EXPECT_FLOAT_EQ(odd[0][0][0][0].item<float>(), 4.0f);
+  EXPECT_FLOAT_EQ(odd[0][0][1][1].item<float>(), 9.0f);
+  const auto one = conv2d_tf_same(*conv, torch::ones({1, 1, 2, 2}));  // 2 -> 1
+  EXPECT_EQ(one.sizes().vec(), (Sizes{1, 1, 1, 1}));
+  EXPECT_FLOAT_EQ(one.item<float>(), 4.0f);
+}
+
+TEST(SsdMobileNetV2, ChannelsLastGivesTheSameOutput) {
+  torch::manual_seed(4);
+  SsdModelOptions o;
+  o.num_classes = 7;
+  SsdMobileNetV2 model(o);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = torch::rand({2, 3, 160, 160}) * 2 - 1;
+  const auto a = model->forward(x);
+  const auto b = model->forward(x.contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-4)) << (a - b).abs().max();
+
+  MobileNetV2 net(MobileNetV2Options{});
+  net->eval();
+  const auto c = net->forward(x);
+  const auto d = net->forward(x.contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(torch::allclose(c, d, 1e-4, 1e-5)) << (c - d).abs().max();
+}
+
+TEST(SsdMobileNetV2, BackwardReachesEveryParameter) {
+  torch::manual_seed(5);
+  SsdModelOptions o;
+  o.num_classes = 3;
+  o.use_dropout = true;
+  SsdMobileNetV2 model(o);
+  model->train();
+  const auto y = model->forward(torch::rand({2, 3, 96, 96}).contiguous(at::MemoryFormat::ChannelsLast));
+  (y.pow(2).mean()).backward();
+  for (const auto& p : model->named_parameters()) {
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    EXPECT_TRUE(torch::isfinite(p.value().grad()).all().item<bool>()) << p.key();
+  }
+  EXPECT_GT(model->named_parameters()["backbone.features.0.0.weight"].grad().abs().sum().item<double>(), 0);
+
+  MobileNetV2 net(MobileNetV2Options{});
+  net->train();
+  net->forward(torch::rand({2, 3, 64, 64})).logsumexp(1).mean().backward();
+  for (const auto& p : net->named_parameters()) ASSERT_TRUE(p.value().grad().defined()) << p.key();
+}
+
+TEST(SsdMobileNetV2, EveryBatchNormGoesThroughTheOverride) {
+  SsdModelOptions o;
+  o.num_classes = 2;
+  SsdMobileNetV2 model(o);
+  int bns = 0;
+  for (const auto& m : model->modules(false))
+    if (m->as<torch::nn::BatchNorm2d>()) ++bns;
+  EXPECT_EQ(bns, 52 + 8);  // backbone + extras
+  int calls = 0;
+  models::set_batch_norm_override([&calls](torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
+    ++calls;
+    return bn.forward(x);
+  });
+  model->train();
+  model->forward(torch::rand({2, 3, 64, 64}));
+  EXPECT_EQ(calls, bns);
+  model->eval();  // evaluation keeps the modules' own batch norm
+  calls = 0;
+  model->forward(torch::rand({1, 3, 64, 64}));
+  EXPECT_EQ(calls, 0);
+  models::set_batch_norm_override({});
+}
+
+}  // namespace
+}  // namespace orchard::detect

@@ -1,1 +1,149 @@
-// placeholder
+#include "orchard/detect/ssd_model.h"
+
+#include <torch/nn/functional.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace orchard::detect {
+namespace {
+
+namespace F = torch::nn::functional;
+
+// TF's feature_map_layout for ssd_mobilenet_v2.
+const char* const kFromLayer[] = {"layer_15/expansion_output", "layer_19"};
+constexpr int64_t kLayerDepth[] = {-1, -1, 512, 256, 256, 128};
+constexpr size_t kMaxFeatureMaps = 6;
+
+// TF's truncated_normal_initializer: N(0, stddev) with values beyond 2 stddev redrawn (so the
+// result's stddev is about 0.88 stddev). Sampled by inverting the normal CDF on the kept range.
+void truncated_normal_(torch::Tensor& w, double stddev) {
+  const double lo = 0.5 * std::erfc(2.0 / std::sqrt(2.0));  // P(z < -2)
+  w.uniform_(2 * lo - 1, 1 - 2 * lo).erfinv_().mul_(stddev * std::sqrt(2.0)).clamp_(-2 * stddev, 2 * stddev);
+}
+
+}  // namespace
+
+bool is_prediction_head_parameter(const std::string& name) {
+  return name.rfind("box_heads.", 0) == 0 || name.rfind("class_heads.", 0) == 0;
+}
+
+SsdMobileNetV2Impl::SsdMobileNetV2Impl(const SsdModelOptions& o) : options_(o) {
+  const size_t n = o.anchors_per_location.size();
+  TORCH_CHECK(n >= 1 && n <= kMaxFeatureMaps, "SSD MobileNetV2 has 1 to ", kMaxFeatureMaps,
+              " feature maps; anchors_per_location has ", n, " entries");
+  TORCH_CHECK(o.num_classes >= 1, "SSD num_classes must be >= 1, got ", o.num_classes);
+  TORCH_CHECK(o.box_code_size >= 1 && o.kernel_size >= 1, "SSD box_code_size and kernel_size must be >= 1");
+  TORCH_CHECK(o.depth_multiplier > 0, "SSD depth_multiplier must be positive, got ", o.depth_multiplier);
+  TORCH_CHECK(!o.use_dropout || (o.dropout_keep_probability > 0 && o.dropout_keep_probability <= 1),
+              "SSD dropout_keep_probability must be in (0, 1], got ", o.dropout_keep_probability);
+  for (int64_t a : o.anchors_per_location) TORCH_CHECK(a >= 1, "SSD anchors_per_location must be >= 1, got ", a);
+
+  // TF: mobilenet_base with min_depth from the arg scope and the last layer scaled too;
+  // batch norm from training_scope(bn_decay=0.9997) with slim's epsilon 0.001.
+  MobileNetV2Options bo;
+  bo.width_mult = o.depth_multiplier;
+  bo.min_depth = o.min_depth;
+  bo.finegrain_classification_mode = false;
+  bo.include_top = false;
+  bo.bn_momentum = o.bn_momentum;
+  bo.bn_eps = o.bn_eps;
+  backbone_ = register_module("backbone", MobileNetV2(bo));
+  for (size_t i = 0; i < std::min<size_t>(n, 2); ++i) {
+    base_endpoints_.push_back(parse_mobilenet_v2_endpoint(kFromLayer[i]));
+    channels_.push_back(backbone_->endpoint_channels(base_endpoints_.back()));
+  }
+
+  // feature_map_generators.get_depth_fn.
+  const auto depth = [&](double d) { return std::max(static_cast<int64_t>(d * o.depth_multiplier), o.min_depth); };
+  const auto conv = [&](int64_t in, int64_t out, int64_t k) {
+    return ConvNormActivationOptions(in, out, k).bn_momentum(o.bn_momentum).bn_eps(o.bn_eps);
+  };
+  extras_ = register_module("extras", torch::nn::ModuleList());
+  for (size_t i = 2; i < n; ++i) {
+    const int64_t in = channels_.back(), mid = depth(kLayerDepth[i] / 2.0), out = depth(kLayerDepth[i]);
+    torch::nn::Sequential layer(ConvNormActivation(conv(in, mid, 1)));
+    if (o.use_depthwise) {
+      layer->push_back(ConvNormActivation(conv(mid, mid, 3).stride(2).groups(mid).tf_same_padding(true)));
+      layer->push_back(ConvNormActivation(conv(mid, out, 1)));
+    } else {
+      layer->push_back(ConvNormActivation(conv(mid, out, 3).stride(2).tf_same_padding(true)));
+    }
+    extras_->push_back(layer);
+    channels_.push_back(out);
+  }
+
+  box_heads_ = register_module("box_heads", torch::nn::ModuleList());
+  class_heads_ = register_module("class_heads", torch::nn::ModuleList());
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t a = o.anchors_per_location[i];
+    box_heads_->push_back(
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(channels_[i], a * o.box_code_size, o.kernel_size)));
+    class_heads_->push_back(
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(channels_[i], a * (o.num_classes + 1), o.kernel_size)));
+  }
+
+  // The backbone keeps torchvision's initialisation; the layers TF builds with
+  // conv_hyperparams get its truncated normal (BN: gamma 1, beta 0 as the backbone's).
+  torch::NoGradGuard no_grad;
+  for (auto* list : {&extras_, &box_heads_, &class_heads_}) {
+    for (auto& m : (*list)->modules(/*include_self=*/false)) {
+      if (auto* c = m->as<torch::nn::Conv2d>()) {
+        truncated_normal_(c->weight, o.init_stddev);
+        if (c->bias.defined()) c->bias.zero_();
+      } else if (auto* b = m->as<torch::nn::BatchNorm2d>()) {
+        b->weight.fill_(1);
+        b->bias.zero_();
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i) class_heads_[i]->as<torch::nn::Conv2d>()->bias.fill_(o.class_prediction_bias_init);
+}
+
+std::vector<torch::Tensor> SsdMobileNetV2Impl::feature_maps(const torch::Tensor& images) {
+  TORCH_CHECK(images.dim() == 4 && images.size(1) == 3, "SSD MobileNetV2 expects images [B, 3, H, W], got ",
+              images.sizes());
+  auto maps = backbone_->endpoints(images, base_endpoints_);
+  for (const auto& layer : *extras_) maps.push_back(layer->as<torch::nn::Sequential>()->forward(maps.back()));
+  return maps;
+}
+
+torch::Tensor SsdMobileNetV2Impl::forward(const torch::Tensor& images) {
+  const auto maps = feature_maps(images);
+  const int64_t batch = images.size(0);
+  std::vector<torch::Tensor> boxes, classes;
+  for (size_t i = 0; i < maps.size(); ++i) {
+    // [B, A * code, H, W] -> [B, H, W, A * code] -> [B, H * W * A, code].
+    const auto box = conv2d_tf_same(*box_heads_[i]->as<torch::nn::Conv2d>(), maps[i]);
+    const int64_t anchors = maps[i].size(2) * maps[i].size(3) * options_.anchors_per_location[i];
+    boxes.push_back(box.permute({0, 2, 3, 1}).reshape({batch, anchors, options_.box_code_size}));
+    auto x = maps[i];
+    if (options_.use_dropout)
+      x = F::dropout(x, F::DropoutFuncOptions().p(1 - options_.dropout_keep_probability).training(is_training()));
+    const auto cls = conv2d_tf_same(*class_heads_[i]->as<torch::nn::Conv2d>(), x);
+    classes.push_back(cls.permute({0, 2, 3, 1}).reshape({batch, anchors, options_.num_classes + 1}));
+  }
+  return torch::cat({torch::cat(boxes, 1), torch::cat(classes, 1)}, 2);
+}
+
+std::vector<std::pair<int64_t, int64_t>> SsdMobileNetV2Impl::feature_map_sizes(int64_t height, int64_t width) const {
+  TORCH_CHECK(height >= 1 && width >= 1, "SSD input size must be positive, got ", height, "x", width);
+  // Every stride-2 layer (torchvision's 3x3 with padding 1, or TF 'SAME') gives ceil(x / 2):
+  // four before layer_15's expansion (stride 16), one per later feature map.
+  const auto half = [](int64_t x) { return (x + 1) / 2; };
+  for (int i = 0; i < 4; ++i) {
+    height = half(height);
+    width = half(width);
+  }
+  std::vector<std::pair<int64_t, int64_t>> sizes{{height, width}};
+  for (size_t i = 1; i < options_.anchors_per_location.size(); ++i) {
+    height = half(height);
+    width = half(width);
+    sizes.emplace_back(height, width);
+  }
+  return sizes;
+}
+
+}  // namespace orchard::detect

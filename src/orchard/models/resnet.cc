@@ -23,13 +23,7 @@ BatchNormOverride& batch_norm_override() {
   return f;
 }
 
-// Every batch norm of the network goes through here, so a synchronized version can take
-// over in training.
-torch::Tensor norm(torch::nn::BatchNorm2dImpl& b, const torch::Tensor& x) {
-  const auto& f = batch_norm_override();
-  if (f && b.is_training()) return f(b, x);
-  return b.forward(x);
-}
+torch::Tensor norm(torch::nn::BatchNorm2dImpl& b, const torch::Tensor& x) { return batch_norm(b, x); }
 
 torch::Tensor shortcut(torch::nn::Sequential& down, const torch::Tensor& x) {
   return norm(*down[1]->as<torch::nn::BatchNorm2d>(), down[0]->as<torch::nn::Conv2d>()->forward(x));
@@ -94,6 +88,12 @@ TORCH_MODULE(Bottleneck);
 }  // namespace
 
 void set_batch_norm_override(BatchNormOverride f) { batch_norm_override() = std::move(f); }
+
+torch::Tensor batch_norm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
+  const auto& f = batch_norm_override();
+  if (f && bn.is_training()) return f(bn, x);
+  return bn.forward(x);
+}
 
 ResNetImpl::ResNetImpl(const ResNetOptions& o) : options_(o), inplanes_(o.base_width) {
   TORCH_CHECK(o.block == "basic" || o.block == "bottleneck", "unknown ResNet block '", o.block, "'");

@@ -34,6 +34,9 @@ struct ResNetOptions {
 // batch norm across replicas); an empty function restores the modules' own.
 using BatchNormOverride = std::function<torch::Tensor(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x)>;
 void set_batch_norm_override(BatchNormOverride f);
+// bn.forward(x), or the override in training mode: every batch norm of every Orchard model
+// (ResNets, MobileNetV2, the SSD layers) runs through here.
+torch::Tensor batch_norm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
 
 class ResNetImpl : public torch::nn::Module {
  public:

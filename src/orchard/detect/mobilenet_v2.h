@@ -1,0 +1,118 @@
+// MobileNetV2 (Sandler et al. 2018) as torchvision's mobilenet_v2 and TF-Slim's
+// nets/mobilenet/mobilenet_v2.py (V2_DEF): parameter names and shapes match torchvision's
+// state dict (features.0.{0,1}, features.N.conv.*, features.18.{0,1}, classifier.1), so its
+// weights import by name; the depth multiplier, min_depth and the endpoints follow TF-Slim,
+// which is what the TF Object Detection API's ssd_mobilenet_v2 feature extractor builds.
+//
+// Input: float32 [N, 3, H, W] (channels_last memory format welcome).
+// Output of forward: logits [N, num_classes], or the pooled features [N, last_channels()]
+// when include_top is false.
+//
+// Self-contained (no detection code): it is meant to move to orchard/models.
+#pragma once
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/pimpl.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "orchard/models/resnet.h"
+
+namespace orchard::detect {
+
+// Every batch norm of MobileNetV2 and the SSD layers runs through models::batch_norm, so
+// models::set_batch_norm_override (synchronized batch norm) covers them too.
+using models::batch_norm;
+
+// A convolution with TF's 'SAME' padding: output size ceil(in / stride), the odd padding
+// pixel (if any) at the bottom/right. `conv` must have been built with padding 0.
+torch::Tensor conv2d_tf_same(torch::nn::Conv2dImpl& conv, const torch::Tensor& x);
+
+// v rounded to the nearest multiple of `divisor` (halves up), at least `min_value`, plus one
+// more `divisor` if rounding lost over 10% of v: TF-Slim's and torchvision's _make_divisible.
+int64_t make_divisible(double v, int64_t divisor, int64_t min_value);
+
+struct ConvNormActivationOptions {
+  ConvNormActivationOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+  TORCH_ARG(int64_t, in_channels);
+  TORCH_ARG(int64_t, out_channels);
+  TORCH_ARG(int64_t, kernel_size);
+  TORCH_ARG(int64_t, stride) = 1;
+  TORCH_ARG(int64_t, groups) = 1;
+  // false: symmetric padding (kernel_size - 1) / 2 (torchvision); true: TF 'SAME'.
+  TORCH_ARG(bool, tf_same_padding) = false;
+  TORCH_ARG(double, bn_momentum) = 0.1;  // torch convention: 1 - TF decay
+  TORCH_ARG(double, bn_eps) = 1e-5;
+};
+
+// Conv (no bias) -> batch norm -> ReLU6, torchvision's Conv2dNormActivation: children "0"
+// (the convolution) and "1" (the batch norm).
+class ConvNormActivationImpl : public torch::nn::Module {
+ public:
+  explicit ConvNormActivationImpl(const ConvNormActivationOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  ConvNormActivationOptions options;
+  torch::nn::Conv2d conv{nullptr};
+  torch::nn::BatchNorm2d bn{nullptr};
+};
+TORCH_MODULE(ConvNormActivation);
+
+struct MobileNetV2Options {
+  int64_t num_classes = 1000;
+  double width_mult = 1.0;    // TF's depth_multiplier: scales every layer's channels
+  int64_t round_nearest = 8;  // channel counts are rounded to multiples of this
+  int64_t min_depth = 8;      // and never below this (TF's min_depth; torchvision: 8)
+  // Keep the last 1x1 layer at 1280 channels when width_mult < 1, as torchvision always
+  // does. TF-Slim's mobilenet_base (so ssd_mobilenet_v2) scales it: set false there.
+  bool finegrain_classification_mode = true;
+  bool include_top = true;   // global pool + dropout + classifier.1 = Linear(last, num_classes)
+  double dropout = 0.2;      // before the classifier (TF: dropout_keep_prob 0.8)
+  double bn_momentum = 0.1;  // torchvision; TF's SSD: 0.0003 (decay 0.9997)
+  double bn_eps = 1e-5;      // torchvision; TF-Slim: 0.001
+};
+
+// An endpoint of TF-Slim's mobilenet_base, in TF's numbering: "layer_N" is the output of
+// torchvision's features[N - 1] (N = 1..19); "layer_N/expansion_output" is the output of the
+// expansion 1x1 conv + BN + ReLU6 of inverted residual features[N - 1] (N = 3..18; block 2,
+// features[1], has no expansion). ssd_mobilenet_v2 takes "layer_15/expansion_output"
+// (features[14].conv[0], 576 channels at stride 16) and "layer_19" (features[18], 1280
+// channels at stride 32).
+struct MobileNetV2Endpoint {
+  int64_t index = 0;              // into features
+  bool expansion_output = false;  // the expansion's output instead of the block's
+};
+// Throws c10::Error naming the accepted forms for anything else.
+MobileNetV2Endpoint parse_mobilenet_v2_endpoint(const std::string& name);
+
+class MobileNetV2Impl : public torch::nn::Module {
+ public:
+  explicit MobileNetV2Impl(const MobileNetV2Options& options);
+  torch::Tensor forward(const torch::Tensor& x);
+  // Globally average-pooled output of features[18], [N, last_channels()].
+  torch::Tensor features(const torch::Tensor& x);
+  // The requested endpoints, in the order asked; runs the network only as far as needed.
+  std::vector<torch::Tensor> endpoints(const torch::Tensor& x, const std::vector<MobileNetV2Endpoint>& wanted);
+  int64_t endpoint_channels(const MobileNetV2Endpoint& e) const;
+  int64_t last_channels() const { return last_channels_; }
+  const MobileNetV2Options& options() const { return options_; }
+
+ private:
+  MobileNetV2Options options_;
+  int64_t last_channels_ = 0;
+  std::vector<int64_t> out_channels_;        // of features[i]
+  std::vector<int64_t> expansion_channels_;  // of features[i]'s expansion, 0 if none
+  torch::nn::ModuleList features_{nullptr};
+  torch::nn::Sequential classifier_{nullptr};
+};
+TORCH_MODULE(MobileNetV2);
+
+}  // namespace orchard::detect

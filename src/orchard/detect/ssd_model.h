@@ -1,0 +1,90 @@
+// SSD with a MobileNetV2 feature extractor: the TF Object Detection API's ssd_mobilenet_v2
+// (SSDMobileNetV2FeatureExtractor + multi_resolution_feature_maps + ConvolutionalBoxPredictor,
+// as in ssd_mobilenet_v2_coco.config).
+//
+// Feature maps (300x300 input, depth_multiplier 1):
+//   0  MobileNetV2 layer_15/expansion_output  [B,  576, 19, 19]  (backbone features[14].conv[0])
+//   1  MobileNetV2 layer_19                   [B, 1280, 10, 10]  (backbone features[18])
+//   2..5  extra layers: 1x1 conv to depth/2, then 3x3 stride-2 conv ('SAME') to depth, each
+//         conv + BN + ReLU6, depth 512, 256, 256, 128 -> [B, 512, 5, 5] ... [B, 128, 1, 1].
+// Each feature map gets a box head and a class head: one kernel_size x kernel_size conv with
+// bias ('SAME'), no BN and no activation.
+//
+// Parameter (and buffer) names:
+//   backbone.features.*        MobileNetV2 without its classifier, with torchvision's names: a
+//                              torchvision state dict's or a classification checkpoint's
+//                              features.* load under the prefix "backbone.".
+//   extras.K.*                 the extra layer making feature map K + 2: extras.K.0.{0,1} the
+//                              1x1 conv and its BN, extras.K.1.{0,1} the 3x3 stride-2 conv and
+//                              its BN (use_depthwise: extras.K.1 depthwise 3x3 stride 2,
+//                              extras.K.2 pointwise 1x1).
+//   box_heads.N.{weight,bias}  the box prediction head of feature map N.
+//   class_heads.N.{weight,bias} the class prediction head of feature map N.
+// "The box and class prediction heads" are exactly the parameters under box_heads. and
+// class_heads. (is_prediction_head_parameter): fine_tune_checkpoint_type "detection"
+// restores everything else.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/pimpl.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "orchard/detect/mobilenet_v2.h"
+
+namespace orchard::detect {
+
+struct SsdModelOptions {
+  int64_t num_classes = 90;  // without background; class outputs have num_classes + 1 columns (0 = background)
+  double depth_multiplier = 1.0;
+  int64_t min_depth = 16;
+  // Anchors per cell of each feature map, from the anchor generator; its length (1..6) is
+  // the number of feature maps, as TF's num_layers.
+  std::vector<int64_t> anchors_per_location{3, 6, 6, 6, 6, 6};
+  int64_t box_code_size = 4;  // convolutional_box_predictor
+  int64_t kernel_size = 1;
+  bool use_dropout = false;  // before the class heads only, as TF's ConvolutionalBoxPredictor
+  double dropout_keep_probability = 0.8;
+  double class_prediction_bias_init = 0.0;
+  double bn_momentum = 0.0003, bn_eps = 0.001;  // TF batch_norm decay 0.9997, epsilon 0.001
+  double init_stddev = 0.03;                    // truncated_normal_initializer (extras and heads)
+  bool use_depthwise = false;                   // the feature extractor's: separable 3x3 convs in the extra layers
+};
+
+// True for the parameters of the box and class prediction heads ("box_heads.*",
+// "class_heads.*"), the ones a "detection" fine-tune checkpoint does not restore.
+bool is_prediction_head_parameter(const std::string& name);
+
+class SsdMobileNetV2Impl : public torch::nn::Module {
+ public:
+  explicit SsdMobileNetV2Impl(const SsdModelOptions& options);
+  // images [B, 3, H, W] float32 (channels_last welcome), already scaled to [-1, 1] as TF's
+  // MobileNet preprocessing does (2/255 * x - 1). Returns [B, A, box_code_size + num_classes + 1]
+  // float32: per anchor the box encodings (ty, tx, th, tw) then the class logits (column
+  // box_code_size is background). Anchors are ordered feature map by feature map, then cell
+  // (row-major: y, then x), then the anchors of the cell: the anchor generator's order.
+  torch::Tensor forward(const torch::Tensor& images);
+  // The feature maps the heads see, [B, C_i, H_i, W_i].
+  std::vector<torch::Tensor> feature_maps(const torch::Tensor& images);
+  // Feature map sizes (height, width) for an input size, e.g. 300x300 -> {19,19}, {10,10},
+  // {5,5}, {3,3}, {2,2}, {1,1}.
+  std::vector<std::pair<int64_t, int64_t>> feature_map_sizes(int64_t height, int64_t width) const;
+  // Channels of each feature map (576, 1280, 512, 256, 256, 128 at depth_multiplier 1).
+  const std::vector<int64_t>& feature_map_channels() const { return channels_; }
+  const SsdModelOptions& options() const { return options_; }
+
+ private:
+  SsdModelOptions options_;
+  std::vector<MobileNetV2Endpoint> base_endpoints_;
+  std::vector<int64_t> channels_;
+  MobileNetV2 backbone_{nullptr};
+  torch::nn::ModuleList extras_{nullptr};
+  torch::nn::ModuleList box_heads_{nullptr};
+  torch::nn::ModuleList class_heads_{nullptr};
+};
+TORCH_MODULE(SsdMobileNetV2);
+
+}  // namespace orchard::detect
