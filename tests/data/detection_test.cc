@@ -95,9 +95,12 @@ TEST(DetectionPreprocess, EvalResizesAndScalesToPlusMinusOne) {
   EXPECT_FLOAT_EQ(image[2 * 600 + 599], 1.0f);       // channel 2, bottom-right
   EXPECT_EQ(target[0], 40.f);
   EXPECT_EQ(target[1], 60.f);
-  const std::vector<float> first(target.begin() + 2, target.begin() + 7);
+  const uint64_t key = detection_image_key(d);
+  EXPECT_EQ(static_cast<uint64_t>(target[2]) << 24 | static_cast<uint64_t>(target[3]), key);
+  EXPECT_NE(key, detection_image_key(DetectionExample{}));
+  const std::vector<float> first(target.begin() + 4, target.begin() + 9);
   EXPECT_EQ(first, (std::vector<float>{0.1f, 0.5f, 0.6f, 1.0f, 2.f}));
-  for (size_t i = 12; i < target.size(); ++i) EXPECT_EQ(target[i], 0.f);  // padding
+  for (size_t i = 14; i < target.size(); ++i) EXPECT_EQ(target[i], 0.f);  // padding
 }
 
 TEST(DetectionPreprocess, FlipMirrorsImageAndBoxes) {
@@ -113,9 +116,9 @@ TEST(DetectionPreprocess, FlipMirrorsImageAndBoxes) {
   std::mt19937_64 rng(1);
   preprocess_detection(d, o, true, rng, image.data(), target.data(), "t");
   EXPECT_FLOAT_EQ(image[0], 1.0f);  // the white half is now on the left
-  EXPECT_FLOAT_EQ(target[2 + 1], 0.0f);   // xmin = 1 - 1.0
-  EXPECT_FLOAT_EQ(target[2 + 3], 0.5f);   // xmax = 1 - 0.5
-  EXPECT_FLOAT_EQ(target[7 + 1], 0.75f);  // second box: 1 - 0.25
+  EXPECT_FLOAT_EQ(target[4 + 1], 0.0f);   // xmin = 1 - 1.0
+  EXPECT_FLOAT_EQ(target[4 + 3], 0.5f);   // xmax = 1 - 0.5
+  EXPECT_FLOAT_EQ(target[9 + 1], 0.75f);  // second box: 1 - 0.25
 }
 
 TEST(SsdRandomCrop, KeptBoxesAreVisibleEnoughAndInTheCropFrame) {

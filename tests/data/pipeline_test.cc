@@ -189,6 +189,17 @@ TEST_F(PipelineTest, WorkerShardsPartitionTheData) {
   }
 }
 
+TEST_F(PipelineTest, SampleOneOfNKeepsEveryNthRecordOfTheReadOrder) {
+  PipelineOptions o = options(false);
+  o.batch_size = 50;
+  const Output all = run(o);
+  o.sample_1_of_n = 3;
+  const Output some = run(o);
+  std::vector<int64_t> expected;
+  for (size_t i = 0; i < all.labels.size(); i += 3) expected.push_back(all.labels[i]);
+  EXPECT_EQ(some.labels, expected);  // 17 of 50, in read order
+}
+
 TEST_F(PipelineTest, BadOptionsAreErrors) {
   PipelineOptions o = options(false);
   o.num_workers = 2;

@@ -10,6 +10,7 @@ namespace orchard::cli {
 void add_data_command(CLI::App& app);
 void add_classify_command(CLI::App& app);
 void add_multilabel_command(CLI::App& app);
+void add_detect_command(CLI::App& app);
 void add_launch_command(CLI::App& app);
 
 }  // namespace orchard::cli

@@ -101,6 +101,16 @@ train::BatchSource pipeline_source(data::PipelineOptions options, const tasks::T
   return [pipeline](data::Batch* b) { return pipeline->next(b); };
 }
 
+train::BatchSource limit_examples(train::BatchSource source, int64_t limit) {
+  if (limit <= 0) return source;
+  auto seen = std::make_shared<int64_t>(0);
+  return [source = std::move(source), limit, seen](data::Batch* b) {
+    if (*seen >= limit || !source(b)) return false;
+    *seen += b->size;
+    return true;
+  };
+}
+
 void finish_run(train::RunStats& stats, std::vector<std::shared_ptr<data::Pipeline>>& pipelines,
                 const std::string& stats_file) {
   for (const auto& p : pipelines) stats.skipped_records += p->skipped_records();
@@ -116,7 +126,7 @@ void finish_run(train::RunStats& stats, std::vector<std::shared_ptr<data::Pipeli
 train::RunStats train_on_pipelines(train::Trainer& trainer, const tasks::Task& task,
                                    const data::PipelineOptions& train_input, const data::PipelineOptions& eval_input,
                                    bool skip_eval, const std::string& stats_file,
-                                   const train::TrainInputFactory& synthetic) {
+                                   const train::TrainInputFactory& synthetic, int64_t eval_limit) {
   std::vector<std::shared_ptr<data::Pipeline>> pipelines;
   train::TrainInputFactory make_train = [&](int64_t epoch, int64_t batch) {
     if (synthetic) return synthetic(epoch, batch);
@@ -125,7 +135,9 @@ train::RunStats train_on_pipelines(train::Trainer& trainer, const tasks::Task& t
     o.start_batch = batch;
     return pipeline_source(o, task, true, &pipelines);
   };
-  train::EvalInputFactory make_eval = [&] { return pipeline_source(eval_input, task, false, &pipelines); };
+  train::EvalInputFactory make_eval = [&] {
+    return limit_examples(pipeline_source(eval_input, task, false, &pipelines), eval_limit);
+  };
   train::RunStats stats;
   try {
     stats = trainer.train_and_evaluate(make_train, skip_eval ? train::EvalInputFactory{} : make_eval);
@@ -184,6 +196,17 @@ nlohmann::json read_model_config(const std::string& model_dir, const std::string
 void predict_images(tasks::Task& task, const data::PreprocessOptions& preprocess, const std::vector<std::string>& inputs,
                     int64_t batch_size,
                     const std::function<void(const std::vector<std::string>& files, const at::Tensor& outputs)>& emit) {
+  predict_images(
+      task,
+      [&](const std::string& encoded, const std::string& file, float* out) {
+        data::preprocess_eval(encoded, preprocess, out, file);
+      },
+      inputs, batch_size, emit);
+}
+
+void predict_images(tasks::Task& task, const PrepareImage& prepare, const std::vector<std::string>& inputs,
+                    int64_t batch_size,
+                    const std::function<void(const std::vector<std::string>& files, const at::Tensor& outputs)>& emit) {
   if (batch_size < 1) throw Error("--batch_size must be positive");
   std::vector<std::string> files;
   for (const auto& in : inputs)
@@ -198,7 +221,7 @@ void predict_images(tasks::Task& task, const data::PreprocessOptions& preprocess
     auto batch = torch::empty(shape);
     const int64_t numel = batch[0].numel();
     for (size_t i = begin; i < end; ++i)
-      data::preprocess_eval(read_file(files[i]), preprocess, batch.data_ptr<float>() + (i - begin) * numel, files[i]);
+      prepare(read_file(files[i]), files[i], batch.data_ptr<float>() + (i - begin) * numel);
     emit(std::vector<std::string>(files.begin() + static_cast<std::ptrdiff_t>(begin),
                                   files.begin() + static_cast<std::ptrdiff_t>(end)),
          task.forward(batch).to(torch::kFloat).cpu());

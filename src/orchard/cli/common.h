@@ -57,11 +57,15 @@ train::BatchSource pipeline_source(data::PipelineOptions options, const tasks::T
 
 // Trains over pipelines of `train_input` (positioned at the resume point) and evaluates over
 // `eval_input` unless `skip_eval`, then finish_run. A `synthetic` factory, when given,
-// replaces the training pipeline.
+// replaces the training pipeline; eval_limit > 0 caps each evaluation at that many examples
+// per worker.
 train::RunStats train_on_pipelines(train::Trainer& trainer, const tasks::Task& task,
                                    const data::PipelineOptions& train_input, const data::PipelineOptions& eval_input,
                                    bool skip_eval, const std::string& stats_file,
-                                   const train::TrainInputFactory& synthetic = {});
+                                   const train::TrainInputFactory& synthetic = {}, int64_t eval_limit = 0);
+
+// Stops `source` once it has yielded `limit` examples (0: no limit).
+train::BatchSource limit_examples(train::BatchSource source, int64_t limit);
 
 // Adds the pipelines' skipped-record counts to the stats, logs them and writes the stats JSON.
 void finish_run(train::RunStats& stats, std::vector<std::shared_ptr<data::Pipeline>>& pipelines,
@@ -81,6 +85,13 @@ nlohmann::json read_model_config(const std::string& model_dir, const std::string
 // Runs the model over image files (files, globs or directories) in batches with the eval
 // preprocessing; calls `emit(files, outputs)` for each batch, outputs in float32 on the CPU.
 void predict_images(tasks::Task& task, const data::PreprocessOptions& preprocess, const std::vector<std::string>& inputs,
+                    int64_t batch_size,
+                    const std::function<void(const std::vector<std::string>& files, const at::Tensor& outputs)>& emit);
+
+// The same with the task's own preparation: prepare(encoded bytes, file, out) writes one
+// input of the task's sample_spec() image shape.
+using PrepareImage = std::function<void(const std::string& encoded, const std::string& file, float* out)>;
+void predict_images(tasks::Task& task, const PrepareImage& prepare, const std::vector<std::string>& inputs,
                     int64_t batch_size,
                     const std::function<void(const std::vector<std::string>& files, const at::Tensor& outputs)>& emit);
 

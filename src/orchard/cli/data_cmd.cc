@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -13,6 +14,9 @@
 #include "orchard/data/image.h"
 #include "orchard/data/shapes.h"
 #include "orchard/data/tools.h"
+#include "orchard/detect/shapes_config.h"
+
+namespace fs = std::filesystem;
 
 namespace orchard::cli {
 
@@ -71,9 +75,11 @@ void add_data_command(CLI::App& app) {
   {
     auto o = std::make_shared<data::ShapesOptions>();
     auto* c = data->add_subcommand("shapes", "Synthetic coloured circles, squares and triangles -> TFRecord shards");
-    // Required although there is one task today, so scripts keep their meaning when
-    // detection and captioning arrive.
-    c->add_option("--task", o->task, "Record schema: multilabel (Tencent ML-Images)")->required();
+    // Required, so scripts keep their meaning when captioning arrives.
+    c->add_option("--task", o->task,
+                  "Record schema: multilabel (Tencent ML-Images) | detection (TF OD API, + label_map.pbtxt and a "
+                  "ready pipeline.config)")
+        ->required();
     c->add_option("--out_dir", o->out_dir, "Output directory")->required();
     c->add_option("--num_train", o->num_train, "Number of train images")->capture_default_str();
     c->add_option("--num_validation", o->num_validation, "Number of validation images")->capture_default_str();
@@ -84,7 +90,17 @@ void add_data_command(CLI::App& app) {
     c->add_option("--format", o->format, "Image encoding: jpeg or png")->capture_default_str();
     c->callback([o] {
       auto [tr, va] = data::write_shapes_dataset(*o);
-      spdlog::info("wrote {} train and {} validation {} records to {} (+ labels.txt)", tr, va, o->task, o->out_dir);
+      if (o->task == "detection") {
+        const std::string config = (fs::path(o->out_dir) / "pipeline.config").string();
+        atomic_write_file(config,
+                          detect::shapes_pipeline_config(fs::absolute(o->out_dir).lexically_normal().string(),
+                                                         o->image_size));
+        spdlog::info("wrote {} train and {} validation detection records to {} (+ label_map.pbtxt); train with: "
+                     "orchard detect train --pipeline_config_path {} --model_dir MODEL_DIR",
+                     tr, va, o->out_dir, config);
+      } else {
+        spdlog::info("wrote {} train and {} validation {} records to {} (+ labels.txt)", tr, va, o->task, o->out_dir);
+      }
     });
   }
   {

@@ -1,5 +1,8 @@
 #include "orchard/data/detection.h"
 
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
+
 #include <algorithm>
 #include <cmath>
 
@@ -160,7 +163,14 @@ CropWindow ssd_random_crop(int height, int width, const std::vector<SsdRandomCro
   return c;
 }
 
-int64_t detection_target_dim(int64_t max_boxes) { return 2 + 5 * max_boxes; }
+int64_t detection_target_dim(int64_t max_boxes) { return kDetectionTargetHeader + 5 * max_boxes; }
+
+uint64_t detection_image_key(const DetectionExample& example) {
+  const std::string& id = example.source_id.empty() ? example.encoded : example.source_id;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : id) h = (h ^ c) * 1099511628211ull;
+  return (h ^ (h >> 48)) & ((1ull << 48) - 1);
+}
 
 int64_t preprocess_detection(const DetectionExample& example, const DetectionInputOptions& options, bool training,
                              std::mt19937_64& rng, float* image, float* target, const std::string& what) {
@@ -187,8 +197,11 @@ int64_t preprocess_detection(const DetectionExample& example, const DetectionInp
   std::fill(target, target + detection_target_dim(options.max_boxes), 0.f);
   target[0] = static_cast<float>(example.height);
   target[1] = static_cast<float>(example.width);
+  const uint64_t key = detection_image_key(example);
+  target[2] = static_cast<float>(key >> 24);
+  target[3] = static_cast<float>(key & 0xffffff);
   for (int64_t i = 0; i < n; ++i) {
-    float* t = target + 2 + 5 * i;
+    float* t = target + kDetectionTargetHeader + 5 * i;
     t[0] = boxes[i].ymin;
     t[1] = boxes[i].xmin;
     t[2] = boxes[i].ymax;
@@ -196,6 +209,25 @@ int64_t preprocess_detection(const DetectionExample& example, const DetectionInp
     t[4] = static_cast<float>(classes[i]);
   }
   return n;
+}
+
+void draw_boxes(Image* image, const std::vector<Box>& boxes, const std::vector<std::string>& labels,
+                const std::array<uint8_t, 3>& rgb) {
+  cv::Mat mat(image->height, image->width, CV_8UC3, image->pixels.data());
+  const cv::Scalar colour(rgb[0], rgb[1], rgb[2]);
+  const int thickness = std::max(1, std::min(image->height, image->width) / 150);
+  const double font = std::max(0.3, std::min(image->height, image->width) / 600.0);
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    const Box& b = boxes[i];
+    const cv::Point p0(static_cast<int>(std::lround(b.xmin * image->width)),
+                       static_cast<int>(std::lround(b.ymin * image->height)));
+    const cv::Point p1(static_cast<int>(std::lround(b.xmax * image->width)) - 1,
+                       static_cast<int>(std::lround(b.ymax * image->height)) - 1);
+    cv::rectangle(mat, p0, p1, colour, thickness);
+    if (i < labels.size() && !labels[i].empty())
+      cv::putText(mat, labels[i], cv::Point(p0.x + 2, std::max(p0.y - 3, 10)), cv::FONT_HERSHEY_SIMPLEX, font, colour,
+                  1, cv::LINE_AA);
+  }
 }
 
 }  // namespace orchard::data

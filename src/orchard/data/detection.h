@@ -6,6 +6,7 @@
 // 1-based (0 is the background and never appears in records).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -63,9 +64,14 @@ struct DetectionInputOptions {
 };
 
 // What the pipeline carries per sample besides the image: label = number of boxes, target =
-// [original height, original width, then max_boxes x (ymin, xmin, ymax, xmax, class)], padded
-// with zeros. Boxes are normalised to the (augmented) network input.
+// [original height, original width, image key high, image key low, then max_boxes x (ymin,
+// xmin, ymax, xmax, class)], padded with zeros. Boxes are normalised to the (augmented)
+// network input. The image key (48 bits of a hash of image/source_id, or of the image bytes
+// when there is none, in two exactly representable 24-bit halves) identifies the image in
+// evaluation across workers.
 int64_t detection_target_dim(int64_t max_boxes);
+constexpr int64_t kDetectionTargetHeader = 4;
+uint64_t detection_image_key(const DetectionExample& example);
 
 // Decodes, augments (when training), resizes and scales to [-1, 1] into `image`
 // (3 * height * width floats, CHW or HWC), and fills `target`. Returns the number of boxes.
@@ -76,5 +82,10 @@ int64_t preprocess_detection(const DetectionExample& example, const DetectionInp
 // and rewrites `boxes`/`classes` into the crop's frame (dropping the pruned ones).
 CropWindow ssd_random_crop(int height, int width, const std::vector<SsdRandomCropOperation>& operations,
                            std::vector<Box>* boxes, std::vector<int64_t>* classes, std::mt19937_64& rng);
+
+// Draws each box (normalised) with its label (may be empty) onto `image` in `rgb`, for
+// predict's annotated images and TensorBoard's eval images.
+void draw_boxes(Image* image, const std::vector<Box>& boxes, const std::vector<std::string>& labels,
+                const std::array<uint8_t, 3>& rgb);
 
 }  // namespace orchard::data

@@ -182,6 +182,7 @@ struct Pipeline::Impl {
     std::deque<std::string> pending(epoch_files.begin(), epoch_files.end());
     std::vector<Source> active;
     int64_t global_index = 0;
+    int64_t sample_index = 0;
     auto open_next = [&](Source* s) {
       while (!pending.empty()) {
         s->file = pending.front();
@@ -227,6 +228,10 @@ struct Pipeline::Impl {
           index = s.reader->records_read() - 1;
           if (opt.cache) s.fill.push_back(rec);
         }
+      }
+      if (got && opt.sample_1_of_n > 1 && sample_index++ % opt.sample_1_of_n != 0) {
+        ++turn;  // not sampled: as if the record were not there
+        continue;
       }
       if (got) {
         bool mine = !record_shard || global_index % opt.num_workers == opt.worker_index;
@@ -331,6 +336,7 @@ Pipeline::Pipeline(PipelineOptions options, SampleSpec spec, ParseFn parse) : im
   m.spec = std::move(spec);
   m.parse = std::move(parse);
   if (m.opt.batch_size < 1) throw Error("batch size must be positive");
+  if (m.opt.sample_1_of_n < 1) throw Error("sample_1_of_n must be at least 1");
   if (m.opt.num_workers < 1 || m.opt.worker_index < 0 || m.opt.worker_index >= m.opt.num_workers)
     throw Error("bad worker index " + std::to_string(m.opt.worker_index) + " of " + std::to_string(m.opt.num_workers));
   m.files = expand_file_pattern(m.opt.file_pattern);

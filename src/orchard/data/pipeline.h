@@ -51,6 +51,8 @@ struct PipelineOptions {
   int64_t file_shuffle_buffer = 0;
   int prefetch_batches = 3;
   bool cache = false;       // keep raw records in memory after the first pass
+  // Keep only every n-th record of the read order (TF OD API's sample_1_of_n_examples).
+  int64_t sample_1_of_n = 1;
   int64_t num_epochs = -1;  // -1: repeat forever
   int64_t start_epoch = 0;  // resume position: first epoch and batch within it
   int64_t start_batch = 0;

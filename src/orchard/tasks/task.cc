@@ -19,6 +19,22 @@ void MetricSums::add(const std::string& name, double value) { add(name, at::scal
 
 void MetricSums::merge(const MetricSums& other) {
   for (const auto& [k, v] : other.sums_) add(k, v);
+  for (const auto& [k, v] : other.rows_) append_rows(k, v);
+}
+
+void MetricSums::append_rows(const std::string& name, const at::Tensor& rows) {
+  auto v = rows.detach().to(at::kDouble);
+  if (v.dim() == 1) v = v.unsqueeze(0);
+  auto it = rows_.find(name);
+  if (it == rows_.end())
+    rows_.emplace(name, v.clone());
+  else
+    it->second = at::cat({it->second, v});
+}
+
+at::Tensor MetricSums::rows(const std::string& name) const {
+  auto it = rows_.find(name);
+  return it == rows_.end() ? at::Tensor() : it->second;
 }
 
 double MetricSums::get(const std::string& name) const {

@@ -21,15 +21,25 @@ class MetricSums {
   void add(const std::string& name, const at::Tensor& value);  // element-wise; shapes must agree
   void add(const std::string& name, double value);
   void merge(const MetricSums& other);
-  void reset() { sums_.clear(); }
-  bool empty() const { return sums_.empty(); }
+  void reset() {
+    sums_.clear();
+    rows_.clear();
+  }
+  bool empty() const { return sums_.empty() && rows_.empty(); }
   double get(const std::string& name) const;  // the sum of all elements; 0 if absent
   at::Tensor tensor(const std::string& name) const;  // undefined if absent
   const std::map<std::string, at::Tensor>& sums() const { return sums_; }
   std::map<std::string, at::Tensor>& mutable_sums() { return sums_; }
 
+  // Per-example records that do not sum (e.g. detections for COCO metrics): float64 rows
+  // [n, k] concatenated by merge and, in distributed evaluation, across workers (in rank order).
+  void append_rows(const std::string& name, const at::Tensor& rows);
+  at::Tensor rows(const std::string& name) const;  // undefined if absent
+  std::map<std::string, at::Tensor>& mutable_rows() { return rows_; }
+
  private:
   std::map<std::string, at::Tensor> sums_;
+  std::map<std::string, at::Tensor> rows_;
 };
 
 using LossTerms = std::map<std::string, torch::Tensor>;  // "total" is back-propagated

@@ -151,19 +151,24 @@ std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::
   torch::NoGradGuard no_grad;
   std::vector<std::string> missing;
   auto load = [&](const std::string& name, at::Tensor& dst) {
-    if (options.skip && options.skip(name)) return;
-    auto it = weights.find(name);
+    if (options.skip && options.skip(name)) {
+      if (options.skipped) options.skipped->push_back(name);
+      return;
+    }
+    const std::string source = options.source_name ? options.source_name(name) : name;
+    auto it = weights.find(source);
     if (it == weights.end()) {
-      missing.push_back(name);
+      missing.push_back(source == name ? name : source + " (for " + name + ")");
       return;
     }
     if (it->second.sizes() != dst.sizes()) {
       std::ostringstream msg;
-      msg << path << ": variable '" << name << "' has shape " << it->second.sizes() << " in the checkpoint but "
-          << dst.sizes() << " in the model";
+      msg << path << ": variable '" << source << "' has shape " << it->second.sizes() << " in the checkpoint but "
+          << dst.sizes() << " in the model" << (source == name ? "" : " ('" + name + "')");
       throw Error(msg.str());
     }
     dst.copy_(it->second);
+    if (options.restored) options.restored->push_back(name);
   };
   for (auto& p : model.named_parameters()) load(p.key(), p.value());
   for (auto& b : model.named_buffers()) load(b.key(), b.value());

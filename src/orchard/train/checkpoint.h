@@ -46,6 +46,12 @@ struct RestoreOptions {
   // Variables for which this returns true are left as they are (fine-tuning a backbone:
   // the head is re-initialised).
   std::function<bool(const std::string& name)> skip;
+  // The checkpoint's name for a model variable (default: the same name), e.g. a detector's
+  // "backbone.features.0.0.weight" restored from a classifier's "features.0.0.weight".
+  std::function<std::string(const std::string& name)> source_name;
+  // When set, filled with the model variables restored and skipped (for a report).
+  std::vector<std::string>* restored = nullptr;
+  std::vector<std::string>* skipped = nullptr;
 };
 
 // Restores model parameters/buffers (every one must be present with the same shape; errors

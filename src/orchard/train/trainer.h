@@ -35,6 +35,8 @@ struct TrainerOptions {
   bool skip_eval = false;
   bool enable_checkpoints = false;
   int64_t checkpoint_every = 0;  // steps; 0 = only at the end
+  double checkpoint_every_secs = 0;  // also when this much time passed since the last one (0: never)
+  bool eval_on_checkpoint = false;   // evaluate each time a checkpoint is written (TF Estimator)
   int max_to_keep = 10;
   bool enable_tensorboard = true;
   int64_t log_steps = 100;

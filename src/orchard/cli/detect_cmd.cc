@@ -1,0 +1,614 @@
+// orchard detect train|eval|export|predict: the TF Object Detection API's model_main.py over a
+// pipeline.config, on the shared Trainer. Training interleaves evaluation each time a
+// checkpoint is written; --checkpoint_dir switches to eval-only mode (continuous evaluation
+// of new checkpoints, as model_lib.continuous_eval).
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <numeric>
+#include <thread>
+
+#include "orchard/cli/commands.h"
+#include "orchard/cli/common.h"
+#include "orchard/core/error.h"
+#include "orchard/core/files.h"
+#include "orchard/data/image.h"
+#include "orchard/detect/config.h"
+#include "orchard/detect/label_map.h"
+#include "orchard/detect/learning_schedules.h"
+#include "orchard/tasks/detection.h"
+#include "orchard/train/checkpoint.h"
+#include "orchard/train/runtime.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+namespace pb = object_detection::protos;
+
+namespace orchard::cli {
+namespace {
+
+struct DetectFlags {
+  // model_main.py
+  std::string pipeline_config_path;
+  std::string model_dir;
+  int64_t num_train_steps = 0;  // 0: train_config.num_steps
+  int64_t sample_1_of_n_eval_examples = 1;
+  int64_t sample_1_of_n_eval_on_train_examples = 5;
+  bool eval_training_data = false;
+  std::string checkpoint_dir;
+  bool run_once = false;
+  int max_eval_retries = 0;
+  // Orchard additions
+  bool strict = false;
+  bool clean = false;
+  int64_t save_checkpoints_steps = 1000;
+  double save_checkpoints_secs = 600;  // the Estimator's default
+  int max_to_keep = 5;
+  int64_t log_steps = 100;
+  int64_t eval_batch_size = 8;
+  double eval_timeout = 3600;  // eval-only: stop after this long without a new checkpoint
+  double eval_poll = 2;        // seconds between looks at checkpoint_dir
+  bool skip_eval = false;
+  int num_threads = 0;
+  int num_preprocess_threads = 0;
+  uint64_t seed = 0;
+  std::string stats_file;
+  std::string data_format = "channels_first";
+  std::string dtype = "fp32";
+  std::string distribution_strategy = "mirrored";
+  int num_gpus = -2;
+  int collective_timeout = 1800;
+  bool sync_bn = false;
+  bool skip_corrupt_records = false;
+};
+
+void add_common_flags(CLI::App* c, DetectFlags& f) {
+  c->add_option("--pipeline_config_path", f.pipeline_config_path, "pipeline.config (TF OD API text format)");
+  c->add_flag("--strict", f.strict, "Unknown or unimplemented pipeline.config fields are errors, not warnings");
+  c->add_option("--data_format", f.data_format, "channels_first | channels_last")->capture_default_str();
+  c->add_option("--num_threads", f.num_threads, "Intra-op threads (0: all cores)");
+  c->add_option("--num_preprocess_threads", f.num_preprocess_threads, "Input pipeline threads (0: all cores)");
+  c->add_option("--eval_batch_size", f.eval_batch_size, "Images per evaluation batch")->capture_default_str();
+  c->add_option("--sample_1_of_n_eval_examples", f.sample_1_of_n_eval_examples,
+                "Evaluate one of every n eval examples")
+      ->capture_default_str();
+  c->add_option("--sample_1_of_n_eval_on_train_examples", f.sample_1_of_n_eval_on_train_examples,
+                "With --eval_training_data: one of every n training examples")
+      ->capture_default_str();
+  c->add_option("--stats_file", f.stats_file, "Write the run's stats (or the metrics) as JSON here");
+  c->add_option("--num_train_steps", f.num_train_steps, "Steps to train (default: train_config.num_steps)");
+}
+
+void add_eval_flags(CLI::App* c, DetectFlags& f) {
+  c->add_option("--checkpoint_dir", f.checkpoint_dir,
+                "Eval-only mode: evaluate the checkpoints written into this directory");
+  c->add_flag("--run_once", f.run_once, "Eval-only: evaluate the latest checkpoint once and exit");
+  c->add_option("--max_eval_retries", f.max_eval_retries,
+                "Eval-only: retries of a failed evaluation (negative: always retry)")
+      ->capture_default_str();
+  c->add_flag("--eval_training_data", f.eval_training_data, "Eval-only: evaluate the training data instead");
+  c->add_option("--eval_timeout", f.eval_timeout, "Eval-only: stop after this many seconds without a new checkpoint")
+      ->capture_default_str();
+  c->add_option("--eval_poll_secs", f.eval_poll, "Eval-only: seconds between looks for a new checkpoint")
+      ->capture_default_str();
+}
+
+void add_train_flags(CLI::App* c, DetectFlags& f) {
+  c->add_option("--model_dir", f.model_dir, "Checkpoints, events (train/, eval/), the resolved config");
+  add_common_flags(c, f);
+  add_eval_flags(c, f);
+  c->add_flag("--clean", f.clean, "Remove Orchard's files from model_dir first");
+  c->add_option("--save_checkpoints_steps", f.save_checkpoints_steps, "Checkpoint (and evaluate) every N steps")
+      ->capture_default_str();
+  c->add_option("--save_checkpoints_secs", f.save_checkpoints_secs,
+                "Also checkpoint (and evaluate) when this many seconds passed since the last (0: never)")
+      ->capture_default_str();
+  c->add_option("--max_to_keep", f.max_to_keep, "Checkpoints to keep")->capture_default_str();
+  c->add_option("--log_steps", f.log_steps, "Log every N steps")->capture_default_str();
+  c->add_flag("--skip_eval", f.skip_eval, "Train only");
+  c->add_option("--seed", f.seed, "Random seed (data order, augmentation, initialisation)")->capture_default_str();
+  c->add_option("--dtype", f.dtype, "fp32 | bf16 | fp16")->capture_default_str();
+  c->add_option("--distribution_strategy", f.distribution_strategy, "off | one_device | mirrored | multi_worker_mirrored")
+      ->capture_default_str();
+  c->add_option("--num_gpus", f.num_gpus, "GPUs (0: CPU, -1: all)");
+  c->add_option("--collective_timeout", f.collective_timeout,
+                "Seconds a worker waits for the others (rendezvous, all-reduce) before failing")
+      ->capture_default_str();
+  c->add_flag("--sync_bn", f.sync_bn, "Batch norm statistics over the global batch (default: per replica)");
+  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs (counted in stats)");
+}
+
+struct Loaded {
+  pb::TrainEvalPipelineConfig pipeline;
+  tasks::DetectionConfig config;
+  detect::LabelMap label_map;
+};
+
+Loaded load(const DetectFlags& f, const std::string& config_path) {
+  if (config_path.empty()) throw Error("--pipeline_config_path is required");
+  if (f.data_format != "channels_first" && f.data_format != "channels_last")
+    throw Error("--data_format must be channels_first or channels_last, not '" + f.data_format + "'");
+  Loaded l;
+  l.pipeline = detect::load_pipeline_config(config_path, f.strict);
+  detect::validate_pipeline_config(l.pipeline, config_path);
+  l.config = tasks::detection_config(l.pipeline, f.data_format == "channels_last");
+  const auto& opt = l.pipeline.train_config().optimizer();
+  if (!opt.has_use_moving_average() || opt.use_moving_average())
+    spdlog::warn("{}: train_config.optimizer.use_moving_average is {} (the proto default is true): Orchard keeps "
+                 "no moving averages of the weights yet; evaluation and export use the trained weights",
+                 config_path, opt.has_use_moving_average() ? "true" : "unset");
+  std::string label_map_path = l.pipeline.train_input_reader().label_map_path();
+  if (label_map_path.empty() && l.pipeline.eval_input_reader_size() > 0)
+    label_map_path = l.pipeline.eval_input_reader(0).label_map_path();
+  if (!label_map_path.empty()) {
+    l.label_map = detect::load_label_map(label_map_path);
+    detect::check_label_map(l.label_map, static_cast<int>(l.config.num_classes), label_map_path);
+  }
+  for (int64_t id = 1; id <= l.config.num_classes; ++id)
+    l.config.class_names.push_back(l.label_map.display(static_cast<int>(id)));
+  return l;
+}
+
+// optimizer.proto -> optimizer and learning rate.
+detect::LearningRate learning_rate(const pb::LearningRate& lr) {
+  if (lr.has_exponential_decay_learning_rate()) {
+    const auto& e = lr.exponential_decay_learning_rate();
+    detect::ExponentialDecay c;
+    c.initial_learning_rate = e.initial_learning_rate();
+    c.decay_steps = e.decay_steps();
+    c.decay_factor = e.decay_factor();
+    c.staircase = e.staircase();
+    c.burnin_learning_rate = e.burnin_learning_rate();
+    c.burnin_steps = e.burnin_steps();
+    c.min_learning_rate = e.min_learning_rate();
+    return detect::exponential_decay(c);
+  }
+  if (lr.has_manual_step_learning_rate()) {
+    const auto& m = lr.manual_step_learning_rate();
+    detect::ManualStep c;
+    c.initial_learning_rate = m.initial_learning_rate();
+    for (const auto& s : m.schedule()) c.schedule.emplace_back(s.step(), s.learning_rate());
+    c.warmup = m.warmup();
+    return detect::manual_step(c);
+  }
+  if (lr.has_cosine_decay_learning_rate()) {
+    const auto& m = lr.cosine_decay_learning_rate();
+    detect::CosineDecay c;
+    c.learning_rate_base = m.learning_rate_base();
+    c.total_steps = m.total_steps();
+    c.warmup_learning_rate = m.warmup_learning_rate();
+    c.warmup_steps = m.warmup_steps();
+    c.hold_base_rate_steps = m.hold_base_rate_steps();
+    return detect::cosine_decay(c);
+  }
+  return detect::constant_learning_rate(lr.constant_learning_rate().learning_rate());
+}
+
+std::pair<std::unique_ptr<torch::optim::Optimizer>, detect::LearningRate> make_optimizer(
+    const pb::Optimizer& o, const std::vector<torch::Tensor>& params) {
+  if (o.has_rms_prop_optimizer()) {
+    // TF's RMSProp adds epsilon inside the square root, torch's outside; with the OD API's
+    // epsilon 1.0 both damp small second moments the same way to first order.
+    const auto& r = o.rms_prop_optimizer();
+    torch::optim::RMSpropOptions opt(0.0);
+    opt.alpha(r.decay()).eps(r.epsilon()).momentum(r.momentum_optimizer_value());
+    return {std::make_unique<torch::optim::RMSprop>(params, opt), learning_rate(r.learning_rate())};
+  }
+  if (o.has_adam_optimizer()) {
+    const auto& a = o.adam_optimizer();
+    torch::optim::AdamOptions opt(0.0);
+    opt.eps(a.epsilon());
+    return {std::make_unique<torch::optim::Adam>(params, opt), learning_rate(a.learning_rate())};
+  }
+  const auto& m = o.momentum_optimizer();
+  return {std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.0).momentum(m.momentum_optimizer_value())),
+          learning_rate(m.learning_rate())};
+}
+
+// fine_tune_checkpoint_type: classification restores the backbone from a classifier's
+// features.*; detection everything but the box and class heads; full everything.
+void fine_tune(tasks::DetectionTask& task, const std::string& checkpoint, std::string type) {
+  std::string path = checkpoint;
+  if (fs::is_directory(path)) {
+    path = train::CheckpointManager(checkpoint).latest();
+    if (path.empty()) throw Error("fine_tune_checkpoint " + checkpoint + ": no checkpoint in that directory");
+  }
+  if (!fs::exists(path)) throw Error("fine_tune_checkpoint " + checkpoint + ": no such file");
+  if (type.empty()) type = "detection";
+  train::RestoreOptions ro;
+  ro.load_optimizer = false;
+  ro.load_rng = false;
+  std::vector<std::string> restored, skipped;
+  ro.restored = &restored;
+  ro.skipped = &skipped;
+  std::string why;
+  if (type == "classification") {
+    ro.skip = [](const std::string& name) { return name.rfind("backbone.", 0) != 0; };
+    ro.source_name = [](const std::string& name) { return name.substr(std::string("backbone.").size()); };
+    why = "not part of the classification backbone";
+  } else if (type == "detection") {
+    ro.skip = detect::is_prediction_head_parameter;
+    why = "box and class prediction heads (re-initialised)";
+  } else if (type != "full") {
+    throw Error("fine_tune_checkpoint_type must be classification, detection or full, not '" + type + "'");
+  }
+  train::restore_checkpoint(path, *task.module(), nullptr, ro);
+  // One table instead of a flood of per-variable lines.
+  std::map<std::string, std::pair<int, int>> by_module;  // top-level module -> (restored, skipped)
+  for (const auto& n : restored) ++by_module[n.substr(0, n.find('.'))].first;
+  for (const auto& n : skipped) ++by_module[n.substr(0, n.find('.'))].second;
+  spdlog::info("fine-tuning from {} (fine_tune_checkpoint_type {}): {} variables restored, {} skipped{}", path, type,
+               restored.size(), skipped.size(), skipped.empty() ? "" : " (" + why + ")");
+  for (const auto& [module, counts] : by_module)
+    spdlog::info("  {:<14} restored {:>4}  skipped {:>4}", module, counts.first, counts.second);
+}
+
+data::PipelineOptions input_options(const pb::InputReader& reader, const std::string& config_path,
+                                    const std::string& field) {
+  data::PipelineOptions o;
+  std::string pattern;
+  for (const auto& file : detect::input_files(reader, config_path, field)) pattern += (pattern.empty() ? "" : ",") + file;
+  o.file_pattern = pattern;
+  return o;
+}
+
+json config_json(const DetectFlags& f, const tasks::DetectionConfig& c) {
+  return {{"task", "detect"},
+          {"model", "ssd_mobilenet_v2"},
+          {"num_classes", c.num_classes},
+          {"data_format", f.data_format},
+          {"pipeline_config", "pipeline.config"}};
+}
+
+// model_lib.continuous_eval: evaluate the latest checkpoint of checkpoint_dir, then every new
+// one, until the one of the final training step (or --run_once, or --eval_timeout without a
+// new checkpoint). A checkpoint deleted by keep-N before it is read is skipped; a failed
+// evaluation is retried --max_eval_retries times (negative: always).
+void run_continuous_eval(DetectFlags f) {
+  const std::string model_dir = f.model_dir.empty() ? f.checkpoint_dir : f.model_dir;
+  std::string config_path = f.pipeline_config_path;
+  if (config_path.empty()) config_path = (fs::path(f.checkpoint_dir) / "pipeline.config").string();
+  auto l = load(f, config_path);
+  train::configure_threads(f.num_threads);
+  ensure_writable_dir(model_dir);
+  tasks::DetectionTask task(l.config);
+  const int64_t total = f.num_train_steps > 0 ? f.num_train_steps : l.pipeline.train_config().num_steps();
+
+  data::PipelineOptions input;
+  if (f.eval_training_data) {
+    input = input_options(l.pipeline.train_input_reader(), config_path, "train_input_reader");
+    input.sample_1_of_n = f.sample_1_of_n_eval_on_train_examples;
+  } else {
+    if (l.pipeline.eval_input_reader_size() == 0) throw Error(config_path + ": no eval_input_reader");
+    input = input_options(l.pipeline.eval_input_reader(0), config_path, "eval_input_reader");
+    input.sample_1_of_n = f.sample_1_of_n_eval_examples;
+  }
+  input.training = false;
+  input.num_epochs = 1;
+  input.batch_size = f.eval_batch_size;
+  input.num_threads = f.num_preprocess_threads;
+  const int64_t num_examples = l.pipeline.eval_config().num_examples();
+
+  train::TrainerOptions topt;
+  topt.model_dir = model_dir;
+  topt.global_batch_size = f.eval_batch_size;
+  topt.enable_tensorboard = true;
+  train::Trainer trainer(topt, task, std::make_unique<torch::optim::SGD>(task.module()->parameters(), 0.0),
+                         [](int64_t) { return 0.0; });
+  auto eval_input = [&] { return limit_examples(pipeline_source(input, task, false), num_examples); };
+
+  int64_t last_step = -1;
+  int retries = 0;
+  auto waiting_since = std::chrono::steady_clock::now();
+  std::map<std::string, double> metrics;
+  spdlog::info("eval-only: watching {} (final step {}), events into {}/eval", f.checkpoint_dir,
+               total > 0 ? std::to_string(total) : std::string("none"), model_dir);
+  while (true) {
+    const std::string latest = train::CheckpointManager(f.checkpoint_dir).latest();
+    const int64_t step = latest.empty() ? -1 : train::checkpoint_step(latest);
+    if (latest.empty() || step == last_step) {
+      if (f.run_once && latest.empty()) throw Error(f.checkpoint_dir + ": no checkpoint to evaluate");
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - waiting_since).count();
+      if (waited > f.eval_timeout) {
+        spdlog::info("no new checkpoint in {} for {:.0f}s (--eval_timeout); stopping", f.checkpoint_dir, waited);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(f.eval_poll));
+      continue;
+    }
+    try {
+      restore_for_inference(task, f.checkpoint_dir, latest);
+      metrics = trainer.evaluate(eval_input, step, /*summaries=*/true);
+    } catch (const std::exception& e) {
+      if (!fs::exists(latest)) {
+        spdlog::warn("{} was removed before it could be evaluated (max_to_keep); moving on to a newer one", latest);
+        continue;
+      }
+      if (f.max_eval_retries >= 0 && retries >= f.max_eval_retries) throw;
+      ++retries;
+      spdlog::warn("evaluation of {} failed ({}); retry {}{}", latest, e.what(), retries,
+                   f.max_eval_retries < 0 ? "" : " of " + std::to_string(f.max_eval_retries));
+      std::this_thread::sleep_for(std::chrono::duration<double>(f.eval_poll));
+      continue;
+    }
+    last_step = step;
+    retries = 0;
+    waiting_since = std::chrono::steady_clock::now();
+    if (f.run_once) break;
+    if (total > 0 && step >= total) {
+      spdlog::info("evaluated the checkpoint of the final step {}; done", step);
+      break;
+    }
+  }
+  if (!f.stats_file.empty()) {
+    json j = metrics;
+    j["global_step"] = last_step;
+    atomic_write_file(f.stats_file, j.dump(2) + "\n");
+  }
+  if (!metrics.empty()) std::cout << json(metrics).dump() << std::endl;
+}
+
+// The inference model (TF's Servo export): weights only, with the config and label map, in
+// model_dir/export/<step>/; `orchard detect predict --model_dir` accepts that directory.
+void export_model(tasks::DetectionTask& task, const std::string& model_dir, const std::string& out_dir, int64_t step,
+                  const Loaded& l) {
+  ensure_writable_dir(out_dir);
+  train::CheckpointManager manager(out_dir, 1);
+  auto meta = task.signature();
+  manager.save(step, *task.module(), nullptr, meta);
+  atomic_write_file((fs::path(out_dir) / "pipeline.config").string(), detect::pipeline_config_to_text(l.pipeline));
+  atomic_write_file((fs::path(out_dir) / "label_map.pbtxt").string(), detect::label_map_to_text(l.label_map));
+  const std::string cfg = (fs::path(model_dir) / "config.json").string();
+  if (fs::exists(cfg)) atomic_write_file((fs::path(out_dir) / "config.json").string(), read_file(cfg));
+  spdlog::info("exported the inference model to {}", out_dir);
+}
+
+void run_train(DetectFlags f) {
+  if (!f.checkpoint_dir.empty()) return run_continuous_eval(f);
+  if (f.model_dir.empty()) throw Error("--model_dir is required");
+  const bool cuda = torch::cuda::is_available() && f.num_gpus != 0;
+  check_distribution(f.distribution_strategy, f.num_gpus, cuda);
+  train::check_dtype(f.dtype, cuda);
+  auto l = load(f, f.pipeline_config_path);
+  const auto& tc = l.pipeline.train_config();
+  const int64_t batch_size = tc.batch_size();
+  const int64_t total = f.num_train_steps > 0 ? f.num_train_steps : tc.num_steps();
+  if (total < 1) throw Error("train_config.num_steps is 0 (train forever): give --num_train_steps");
+  if (f.log_steps < 1) throw Error("--log_steps must be positive");
+  if (f.save_checkpoints_steps < 1) throw Error("--save_checkpoints_steps must be positive");
+  const auto dist = join_cluster(f.distribution_strategy, batch_size, f.collective_timeout, cuda);
+  const bool chief = !dist || dist->is_chief();
+  if (dist && f.sync_bn) dist->enable_sync_batch_norm();
+  const int threads = train::configure_threads(f.num_threads);
+  if (f.clean && chief) clean_model_dir(f.model_dir);
+  if (dist) dist->barrier();
+  ensure_writable_dir(f.model_dir);
+
+  torch::manual_seed(f.seed);
+  tasks::DetectionTask task(l.config);
+
+  data::PipelineOptions train_input =
+      input_options(l.pipeline.train_input_reader(), f.pipeline_config_path, "train_input_reader");
+  const int64_t num_examples = count_examples(train_input.file_pattern);
+  if (num_examples < batch_size)
+    throw Error("train_config.batch_size " + std::to_string(batch_size) + " is larger than the " +
+                std::to_string(num_examples) + " training examples");
+  train_input.training = true;
+  train_input.batch_size = batch_size;
+  train_input.seed = f.seed;
+  train_input.num_threads = f.num_preprocess_threads;
+  train_input.shuffle_buffer = l.pipeline.train_input_reader().shuffle() ? 2048 : 1;
+  train_input.reader.skip_corrupt_records = f.skip_corrupt_records;
+  train_input.pin_memory = cuda;
+  shard_input(train_input, dist.get());
+
+  data::PipelineOptions eval_input;
+  const bool has_eval = l.pipeline.eval_input_reader_size() > 0 && !f.skip_eval;
+  if (has_eval) {
+    const auto eval_files =
+        input_options(l.pipeline.eval_input_reader(0), f.pipeline_config_path, "eval_input_reader");
+    eval_input = eval_input_options(train_input, eval_files.file_pattern);
+    eval_input.sample_1_of_n = f.sample_1_of_n_eval_examples;
+    eval_input.batch_size = f.eval_batch_size;
+  }
+
+  train::TrainerOptions topt;
+  topt.model_dir = f.model_dir;
+  topt.global_batch_size = batch_size;
+  topt.steps_per_epoch = std::max<int64_t>(1, num_examples / batch_size);
+  topt.total_steps = total;
+  topt.steps_per_loop = std::gcd(f.log_steps, f.save_checkpoints_steps);
+  topt.skip_eval = !has_eval;
+  topt.enable_checkpoints = true;
+  topt.checkpoint_every = f.save_checkpoints_steps;
+  topt.checkpoint_every_secs = f.save_checkpoints_secs;
+  topt.eval_on_checkpoint = true;
+  topt.max_to_keep = f.max_to_keep;
+  topt.log_steps = f.log_steps;
+  topt.stats_file = f.stats_file;
+  topt.dtype = f.dtype;
+  topt.device = cuda ? "cuda" : "cpu";
+  topt.distributed = dist;
+  std::vector<torch::Tensor> params;
+  for (auto& p : task.module()->parameters())
+    if (p.requires_grad()) params.push_back(p);
+  auto [optimizer, lr] = make_optimizer(tc.optimizer(), params);
+  if (tc.gradient_clipping_by_norm() > 0)
+    spdlog::warn("train_config.gradient_clipping_by_norm is not applied yet");
+
+  topt.on_start = [&, lr = lr](int64_t step) {
+    if (step == 0 && !tc.fine_tune_checkpoint().empty())
+      fine_tune(task, tc.fine_tune_checkpoint(), tc.fine_tune_checkpoint_type());
+    if (!chief) return;
+    atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, l.config).dump(2) + "\n");
+    atomic_write_file((fs::path(f.model_dir) / "pipeline.config").string(), detect::pipeline_config_to_text(l.pipeline));
+    atomic_write_file((fs::path(f.model_dir) / "label_map.pbtxt").string(), detect::label_map_to_text(l.label_map));
+  };
+  spdlog::info("detect: ssd_mobilenet_v2 ({} classes, {} anchors) at {}x{}, batch {}, {} training examples, {} steps, "
+               "{} threads",
+               l.config.num_classes, task.anchors().size(0), l.config.input.height, l.config.input.width, batch_size,
+               num_examples, total, threads);
+  train::Trainer trainer(topt, task, std::move(optimizer), lr);
+  // eval_config.num_examples caps each evaluation (split over the workers).
+  const int64_t workers = dist ? dist->world_size() : 1;
+  const int64_t limit = (l.pipeline.eval_config().num_examples() + workers - 1) / workers;
+  auto stats = train_on_pipelines(trainer, task, train_input, eval_input, !has_eval, f.stats_file, {}, limit);
+  if (chief)
+    export_model(task, f.model_dir, (fs::path(f.model_dir) / "export" / std::to_string(stats.global_step)).string(),
+                 stats.global_step, l);
+  if (stats.eval.count("DetectionBoxes_Precision/mAP"))
+    spdlog::info("final: mAP {:.4f}, mAP@.50IOU {:.4f}, AR@100 {:.4f} at step {}",
+                 stats.eval.at("DetectionBoxes_Precision/mAP"), stats.eval.at("DetectionBoxes_Precision/mAP@.50IOU"),
+                 stats.eval.at("DetectionBoxes_Recall/AR@100"), stats.global_step);
+  spdlog::info("model_dir: {}", f.model_dir);
+}
+
+// A model_dir written by `detect train`, or an export directory inside it.
+Loaded load_for_inference(DetectFlags& f) {
+  const std::string cfg = (fs::path(f.model_dir) / "pipeline.config").string();
+  if (!fs::exists(cfg))
+    throw Error(f.model_dir + ": no pipeline.config (is it a model_dir written by `orchard detect train`?)");
+  return load(f, f.pipeline_config_path.empty() ? cfg : f.pipeline_config_path);
+}
+
+void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const std::string& checkpoint,
+                 const std::string& output_dir, double min_score, bool json_out, int64_t batch_size) {
+  train::configure_threads(f.num_threads);
+  // The saved config names the label map the model was trained with; the copy beside it wins.
+  auto l = load_for_inference(f);
+  const std::string saved_map = (fs::path(f.model_dir) / "label_map.pbtxt").string();
+  if (fs::exists(saved_map)) {
+    l.label_map = detect::load_label_map(saved_map);
+    l.config.class_names.clear();
+    for (int64_t id = 1; id <= l.config.num_classes; ++id)
+      l.config.class_names.push_back(l.label_map.display(static_cast<int>(id)));
+  }
+  tasks::DetectionTask task(l.config);
+  restore_for_inference(task, f.model_dir, checkpoint);
+  if (!output_dir.empty()) ensure_writable_dir(output_dir);
+  const auto& input = task.config().input;
+  auto prepare = [&](const std::string& encoded, const std::string& file, float* out) {
+    data::DetectionExample ex;
+    ex.encoded = encoded;
+    std::vector<float> target(static_cast<size_t>(data::detection_target_dim(input.max_boxes)));
+    std::mt19937_64 rng(0);
+    data::preprocess_detection(ex, input, false, rng, out, target.data(), file);
+  };
+  predict_images(task, prepare, inputs, batch_size, [&](const std::vector<std::string>& files, const at::Tensor& out) {
+    const auto detections = task.postprocess(out);
+    for (size_t i = 0; i < files.size(); ++i) {
+      const std::string encoded = read_file(files[i]);
+      const auto size = data::image_size(encoded, files[i]);
+      const auto& d = detections[i];
+      json boxes = json::array();
+      std::vector<data::Box> drawn;
+      std::vector<std::string> labels;
+      std::string line = files[i] + ":";
+      for (int64_t k = 0; k < d.scores.size(0); ++k) {
+        const double score = d.scores[k].item<double>();
+        if (score < min_score) continue;
+        const int64_t cls = d.classes[k].item<int64_t>();
+        const auto b = d.boxes[k];
+        const data::Box box{b[0].item<float>(), b[1].item<float>(), b[2].item<float>(), b[3].item<float>()};
+        const std::string name = l.label_map.display(static_cast<int>(cls));
+        boxes.push_back({{"class_id", cls},
+                         {"label", name},
+                         {"score", score},
+                         {"box", {box.ymin, box.xmin, box.ymax, box.xmax}},
+                         {"box_pixels",
+                          {box.xmin * size.width, box.ymin * size.height, (box.xmax - box.xmin) * size.width,
+                           (box.ymax - box.ymin) * size.height}}});
+        line += fmt::format(" {} {:.2f} [{:.0f},{:.0f},{:.0f},{:.0f}]", name, score, box.xmin * size.width,
+                            box.ymin * size.height, box.xmax * size.width, box.ymax * size.height);
+        drawn.push_back(box);
+        labels.push_back(fmt::format("{} {:.2f}", name, score));
+      }
+      if (drawn.empty()) line += fmt::format(" (nothing above {})", min_score);
+      if (json_out)
+        std::cout << json{{"file", files[i]}, {"detections", boxes}}.dump() << "\n";
+      else
+        std::cout << line << "\n";
+      if (!output_dir.empty()) {
+        auto image = data::decode_image(encoded, files[i]);
+        data::draw_boxes(&image, drawn, labels, {255, 32, 32});
+        const std::string out_path = (fs::path(output_dir) / (fs::path(files[i]).stem().string() + ".png")).string();
+        atomic_write_file(out_path, data::encode_png(image));
+      }
+    }
+  });
+  std::cout.flush();
+}
+
+}  // namespace
+
+void add_detect_command(CLI::App& app) {
+  auto* det = app.add_subcommand("detect", "Object detection: the TF Object Detection API's model_main (SSD)");
+  det->require_subcommand(1);
+  {
+    auto f = std::make_shared<DetectFlags>();
+    auto* c = det->add_subcommand("train", "Train with evaluation at each checkpoint (model_main.py)");
+    add_train_flags(c, *f);
+    c->callback([f] { run_train(*f); });
+  }
+  {
+    auto f = std::make_shared<DetectFlags>();
+    auto* c = det->add_subcommand("eval", "Evaluate the checkpoints of a directory (model_main.py --checkpoint_dir)");
+    c->add_option("--model_dir", f->model_dir, "Where eval/ events go (default: the checkpoint_dir)");
+    add_common_flags(c, *f);
+    add_eval_flags(c, *f);
+    c->callback([f] {
+      if (f->checkpoint_dir.empty()) {
+        if (f->model_dir.empty()) throw Error("--checkpoint_dir (or --model_dir) is required");
+        f->checkpoint_dir = f->model_dir;
+      }
+      run_continuous_eval(*f);
+    });
+  }
+  {
+    auto f = std::make_shared<DetectFlags>();
+    auto out = std::make_shared<std::string>();
+    auto ckpt = std::make_shared<std::string>();
+    auto* c = det->add_subcommand("export", "Write the inference model (weights, pipeline.config, label map)");
+    c->add_option("--model_dir", f->model_dir, "Model directory")->required();
+    c->add_option("--output_directory,--out_dir", *out, "Output directory")->required();
+    c->add_option("--checkpoint", *ckpt, "A checkpoint file (default: the latest)");
+    c->callback([f, out, ckpt] {
+      auto l = load_for_inference(*f);
+      tasks::DetectionTask task(l.config);
+      restore_for_inference(task, f->model_dir, *ckpt);
+      const std::string path = ckpt->empty() ? train::CheckpointManager(f->model_dir).latest() : *ckpt;
+      export_model(task, f->model_dir, *out, train::checkpoint_step(path), l);
+    });
+  }
+  {
+    struct PredictFlags {
+      DetectFlags f;
+      std::vector<std::string> inputs;
+      std::string checkpoint, output_dir;
+      double min_score = 0.3;
+      bool json_out = false;
+      int64_t batch_size = 8;
+    };
+    auto p = std::make_shared<PredictFlags>();
+    auto* c = det->add_subcommand("predict", "Boxes, classes and scores for images (files, globs or directories)");
+    c->add_option("--model_dir", p->f.model_dir, "Model directory (or an export directory)")->required();
+    c->add_option("inputs", p->inputs, "Images, globs or directories")->required();
+    c->add_option("--checkpoint", p->checkpoint, "A checkpoint file (default: the latest)");
+    c->add_option("--output_dir", p->output_dir, "Write an annotated PNG per input here");
+    c->add_option("--min_score", p->min_score, "Report detections scoring at least this")->capture_default_str();
+    c->add_flag("--json", p->json_out, "One JSON line per image");
+    c->add_option("--batch_size", p->batch_size, "Images per forward pass")->capture_default_str();
+    c->add_option("--num_threads", p->f.num_threads, "Intra-op threads (0: all cores)");
+    c->callback([p] {
+      run_predict(p->f, p->inputs, p->checkpoint, p->output_dir, p->min_score, p->json_out, p->batch_size);
+    });
+  }
+}
+
+}  // namespace orchard::cli

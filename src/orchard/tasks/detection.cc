@@ -1,0 +1,215 @@
+#include "orchard/tasks/detection.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "orchard/core/error.h"
+#include "orchard/detect/coco_eval.h"
+
+namespace orchard::tasks {
+namespace {
+
+// The image key the data path stores in two exactly representable 24-bit halves.
+int64_t image_key(const at::Tensor& target_row) {
+  auto t = target_row.accessor<float, 1>();
+  return static_cast<int64_t>(t[2]) << 24 | static_cast<int64_t>(t[3]);
+}
+
+}  // namespace
+
+DetectionTask::DetectionTask(const DetectionConfig& config) : config_(config) {
+  config_.model.num_classes = config_.num_classes;
+  config_.model.anchors_per_location = detect::anchors_per_location(config_.anchors);
+  model_ = detect::SsdMobileNetV2(config_.model);
+  const int64_t h = config_.input.height, w = config_.input.width;
+  anchors_ = detect::generate_ssd_anchors(config_.anchors, model_->feature_map_sizes(h, w), h, w);
+  for (auto& p : model_->parameters())
+    if (p.dim() == 4) l2_params_.push_back(p);  // conv kernels: conv_hyperparams' l2_regularizer
+}
+
+torch::Tensor DetectionTask::forward(const torch::Tensor& images) { return model_->forward(images); }
+
+data::SampleSpec DetectionTask::sample_spec() const {
+  data::SampleSpec spec;
+  const int64_t h = config_.input.height, w = config_.input.width;
+  spec.image_shape = config_.input.channels_last ? std::vector<int64_t>{h, w, 3} : std::vector<int64_t>{3, h, w};
+  spec.target_dim = data::detection_target_dim(config_.input.max_boxes);
+  return spec;
+}
+
+data::ParseFn DetectionTask::parser(bool training) const {
+  const auto input = config_.input;
+  const int64_t num_classes = config_.num_classes;
+  return [input, num_classes, training](const std::string& record, const std::string& source, std::mt19937_64& rng,
+                                        float* image, int64_t* label, float* target) {
+    const auto example = data::parse_detection_example(record, source, num_classes);
+    *label = data::preprocess_detection(example, input, training, rng, image, target, source);
+  };
+}
+
+LossTerms DetectionTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
+  auto out = outputs.to(torch::kFloat);  // losses in float32 even under autocast
+  const int64_t code = config_.model.box_code_size;
+  auto codes = out.narrow(2, 0, code);
+  auto logits = out.narrow(2, code, out.size(2) - code);
+  auto counts = batch.labels.to(torch::kCPU);
+  auto targets = batch.targets.to(torch::kFloat);
+  std::vector<at::Tensor> gt_boxes, gt_classes;
+  for (int64_t i = 0; i < out.size(0); ++i) {
+    const int64_t n = counts[i].item<int64_t>();
+    auto rows = targets[i].narrow(0, data::kDetectionTargetHeader, 5 * n).reshape({n, 5});
+    gt_boxes.push_back(rows.narrow(1, 0, 4));
+    gt_classes.push_back(rows.select(1, 4).round().to(torch::kLong));
+  }
+  auto l = detect::ssd_loss(codes, logits, anchors_.to(out.device()), gt_boxes, gt_classes, config_.loss);
+  // This replica's share: with replicas the gradients of the shares add up to the mean of the
+  // per-replica losses (each normalised by its own matches, as the OD API's towers are).
+  const double share = static_cast<double>(batch.size) / static_cast<double>(global_batch_size);
+  LossTerms terms;
+  terms["localization_loss"] = l.at("localization_loss") * share;
+  terms["classification_loss"] = l.at("classification_loss") * share;
+  terms["batch_localization_loss"] = l.at("localization_loss").detach();
+  terms["batch_classification_loss"] = l.at("classification_loss").detach();
+  terms["cross_entropy"] = terms["localization_loss"] + terms["classification_loss"];
+  terms["total"] = terms["cross_entropy"];
+  if (config_.l2_weight > 0 && !l2_params_.empty()) {
+    // slim's l2_regularizer(weight): weight * sum(w^2) / 2 per variable.
+    auto l2 = torch::zeros({}, l2_params_[0].options());
+    for (const auto& p : l2_params_) l2 = l2 + p.pow(2).sum();
+    terms["l2_loss"] = l2 * (config_.l2_weight / 2);
+    terms["total"] = terms["total"] + terms["l2_loss"];
+  }
+  return terms;
+}
+
+std::vector<ImageDetections> DetectionTask::postprocess(const torch::Tensor& outputs) const {
+  torch::NoGradGuard no_grad;
+  auto out = outputs.to(torch::kCPU, torch::kFloat);
+  const int64_t code = config_.model.box_code_size;
+  // Unclipped into NMS, clipped after it (multiclass_nms), as the OD API does.
+  auto boxes = detect::decode_boxes(out.narrow(2, 0, code), anchors_, config_.loss.coder);
+  auto logits = out.narrow(2, code, out.size(2) - code);
+  at::Tensor scores;
+  if (config_.score_converter == "SIGMOID")
+    scores = logits.sigmoid();
+  else if (config_.score_converter == "SOFTMAX")
+    scores = logits.softmax(2);
+  else
+    scores = logits;
+  scores = scores.narrow(2, 1, scores.size(2) - 1);  // drop the background column
+  std::vector<ImageDetections> result;
+  for (int64_t i = 0; i < out.size(0); ++i)
+    result.push_back(detect::multiclass_nms(boxes[i].contiguous(), scores[i].contiguous(), config_.nms));
+  return result;
+}
+
+void DetectionTask::update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss,
+                                   bool training, MetricSums* sums) const {
+  torch::NoGradGuard no_grad;
+  sums->add("count", static_cast<double>(batch.size));
+  if (training) {
+    add_training_loss(loss, sums);
+    sums->add("localization_loss", loss.at("localization_loss"));
+    sums->add("classification_loss", loss.at("classification_loss"));
+    return;
+  }
+  const double n = static_cast<double>(batch.size);
+  sums->add("eval_localization_loss", loss.at("batch_localization_loss") * n);
+  sums->add("eval_classification_loss", loss.at("batch_classification_loss") * n);
+  const auto detections = postprocess(outputs);
+  auto targets = batch.targets.to(torch::kCPU, torch::kFloat);
+  auto counts = batch.labels.to(torch::kCPU);
+  std::vector<double> images, gts, dets;
+  for (int64_t i = 0; i < batch.size; ++i) {
+    auto t = targets[i];
+    const double key = static_cast<double>(image_key(t));
+    const double h = t[0].item<double>(), w = t[1].item<double>();
+    images.push_back(key);
+    const int64_t count = counts[i].item<int64_t>();
+    auto ta = t.accessor<float, 1>();
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t o = data::kDetectionTargetHeader + 5 * j;
+      gts.insert(gts.end(), {key, static_cast<double>(ta[o + 4]), ta[o + 1] * w, ta[o] * h,
+                             (ta[o + 3] - ta[o + 1]) * w, (ta[o + 2] - ta[o]) * h});
+    }
+    const auto& d = detections[static_cast<size_t>(i)];
+    auto b = d.boxes.accessor<float, 2>();
+    auto s = d.scores.accessor<float, 1>();
+    auto c = d.classes.accessor<int64_t, 1>();
+    for (int64_t k = 0; k < d.boxes.size(0); ++k)
+      dets.insert(dets.end(), {key, static_cast<double>(c[k]), static_cast<double>(s[k]), b[k][1] * w, b[k][0] * h,
+                               (b[k][3] - b[k][1]) * w, (b[k][2] - b[k][0]) * h});
+  }
+  auto as_rows = [](std::vector<double>& v, int64_t k) {
+    return torch::from_blob(v.data(), {static_cast<int64_t>(v.size()) / k, k}, torch::kDouble).clone();
+  };
+  sums->append_rows("coco_images", as_rows(images, 1));
+  sums->append_rows("coco_groundtruth", as_rows(gts, 6));
+  sums->append_rows("coco_detections", as_rows(dets, 7));
+}
+
+std::map<std::string, double> DetectionTask::compute_metrics(const MetricSums& s, bool training) const {
+  if (training) {
+    const double replicas = std::max(1.0, s.get("replicas"));
+    const double steps = std::max(1.0, s.get("steps") / replicas);
+    return {{"Loss/localization_loss", s.get("localization_loss") / steps},
+            {"Loss/classification_loss", s.get("classification_loss") / steps},
+            {"Loss/regularization_loss", s.get("l2_loss") / replicas / steps},
+            {"Loss/total_loss", training_loss(s)}};
+  }
+  const double count = std::max(1.0, s.get("count"));
+  std::map<std::string, double> m = {
+      {"Loss/localization_loss", s.get("eval_localization_loss") / count},
+      {"Loss/classification_loss", s.get("eval_classification_loss") / count}};
+  m["Loss/total_loss"] = m["Loss/localization_loss"] + m["Loss/classification_loss"];
+  detect::CocoEvaluator coco;
+  if (auto images = s.rows("coco_images"); images.defined()) {
+    auto a = images.accessor<double, 2>();
+    for (int64_t i = 0; i < images.size(0); ++i) coco.add_image(static_cast<int64_t>(a[i][0]));
+  }
+  if (auto gts = s.rows("coco_groundtruth"); gts.defined()) {
+    auto a = gts.accessor<double, 2>();
+    for (int64_t i = 0; i < gts.size(0); ++i) {
+      detect::CocoGroundTruth g;
+      g.image_id = static_cast<int64_t>(a[i][0]);
+      g.category_id = static_cast<int64_t>(a[i][1]);
+      g.x = a[i][2], g.y = a[i][3], g.w = a[i][4], g.h = a[i][5];
+      coco.add_ground_truth(g);
+    }
+  }
+  if (auto dets = s.rows("coco_detections"); dets.defined()) {
+    auto a = dets.accessor<double, 2>();
+    for (int64_t i = 0; i < dets.size(0); ++i) {
+      detect::CocoDetection d;
+      d.image_id = static_cast<int64_t>(a[i][0]);
+      d.category_id = static_cast<int64_t>(a[i][1]);
+      d.score = a[i][2];
+      d.x = a[i][3], d.y = a[i][4], d.w = a[i][5], d.h = a[i][6];
+      coco.add_detection(d);
+    }
+  }
+  const auto result = coco.evaluate();
+  for (const auto& [name, value] : result.named()) m[name] = value;
+  if (config_.per_category_metrics) {
+    for (const auto& [category, ap] : result.per_category_ap) {
+      const auto index = static_cast<size_t>(category - 1);
+      const std::string name =
+          index < config_.class_names.size() ? config_.class_names[index] : "class " + std::to_string(category);
+      m["DetectionBoxes_PerformanceByCategory/mAP/" + name] = ap;
+    }
+  }
+  return m;
+}
+
+std::map<std::string, std::string> DetectionTask::signature() const {
+  char dm[32];
+  std::snprintf(dm, sizeof dm, "%g", config_.model.depth_multiplier);
+  return {{"task", "detect"},
+          {"model", "ssd_mobilenet_v2"},
+          {"num_classes", std::to_string(config_.num_classes)},
+          {"depth_multiplier", dm},
+          {"num_anchors", std::to_string(anchors_.size(0))}};
+}
+
+}  // namespace orchard::tasks
