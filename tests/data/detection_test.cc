@@ -10,6 +10,7 @@
 #include "core/test_util.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
+#include "orchard/data/coco.h"
 #include "orchard/data/example.h"
 #include "orchard/data/image.h"
 #include "orchard/data/shapes.h"
@@ -200,6 +201,72 @@ TEST(ShapesDetection, WritesOdApiRecordsAndALabelMap) {
     EXPECT_FLOAT_EQ(d.boxes[i].xmin, scene.objects[i].xmin);
   }
   EXPECT_EQ(d.source_id, "shapes-validation-000001");
+}
+
+TEST(CocoConvert, WritesNormalisedBoxesCrowdFlagsAndALabelMap) {
+  test::TempDir dir;
+  const auto images = dir.path() / "images";
+  std::filesystem::create_directories(images);
+  Image img;
+  img.height = 100;
+  img.width = 200;
+  img.pixels.assign(100 * 200 * 3, 128);
+  atomic_write_file((images / "a.png").string(), encode_png(img));
+  atomic_write_file((images / "b.jpg").string(), encode_jpeg(img, 90));
+  const std::string json = R"({
+    "images": [{"id": 7, "file_name": "a.png", "height": 100, "width": 200},
+               {"id": 9, "file_name": "b.jpg", "height": 100, "width": 200}],
+    "categories": [{"id": 1, "name": "person"}, {"id": 18, "name": "dog"}],
+    "annotations": [
+      {"id": 1, "image_id": 7, "category_id": 18, "bbox": [20, 10, 40, 30], "iscrowd": 0, "area": 1000},
+      {"id": 2, "image_id": 7, "category_id": 1, "bbox": [0, 0, 200, 100], "iscrowd": 1, "area": 5000},
+      {"id": 3, "image_id": 7, "category_id": 1, "bbox": [5, 5, 0, 10], "iscrowd": 0, "area": 0}]})";
+  const std::string ann = (dir.path() / "instances.json").string();
+  atomic_write_file(ann, json);
+  CocoConvertOptions o;
+  o.annotations = ann;
+  o.image_dir = images.string();
+  o.out_dir = (dir.path() / "out").string();
+  o.num_shards = 2;
+  const auto r = convert_coco_detection(o);
+  EXPECT_EQ(r.images, 2);
+  EXPECT_EQ(r.boxes, 2);
+  EXPECT_EQ(r.crowd, 1);
+  EXPECT_EQ(r.skipped_boxes, 1);  // zero width
+  EXPECT_EQ(r.max_category_id, 18);
+  const auto first = test::read_records((dir.path() / "out" / "train-00000-of-00002").string());
+  ASSERT_EQ(first.size(), 1u);
+  const DetectionExample d = parse_detection_example(first[0], "t", 90);
+  EXPECT_EQ(d.source_id, "7");
+  ASSERT_EQ(d.boxes.size(), 2u);
+  EXPECT_FLOAT_EQ(d.boxes[0].ymin, 0.1f);
+  EXPECT_FLOAT_EQ(d.boxes[0].xmin, 0.1f);
+  EXPECT_FLOAT_EQ(d.boxes[0].ymax, 0.4f);
+  EXPECT_FLOAT_EQ(d.boxes[0].xmax, 0.3f);
+  EXPECT_EQ(d.classes, (std::vector<int64_t>{18, 1}));
+  EXPECT_EQ(d.crowd, (std::vector<bool>{false, true}));
+  EXPECT_EQ(d.texts[0], "dog");
+  // The crowd region's class is negated in the training target.
+  DetectionInputOptions in;
+  in.height = in.width = 32;
+  in.max_boxes = 4;
+  std::vector<float> image(3 * 32 * 32), target(detection_target_dim(4));
+  std::mt19937_64 rng(0);
+  preprocess_detection(d, in, false, rng, image.data(), target.data(), "t");
+  EXPECT_EQ(target[kDetectionTargetHeader + 4], 18.f);
+  EXPECT_EQ(target[kDetectionTargetHeader + 5 + 4], -1.f);
+  const std::string label_map = read_file((dir.path() / "out" / "label_map.pbtxt").string());
+  EXPECT_NE(label_map.find("id: 18\n  name: \"dog\""), std::string::npos) << label_map;
+
+  // An annotation with a category the json does not declare.
+  atomic_write_file(ann, R"({"images": [{"id": 1, "file_name": "a.png"}], "categories": [{"id": 1, "name": "x"}],
+                             "annotations": [{"id": 5, "image_id": 1, "category_id": 3, "bbox": [0, 0, 5, 5]}]})");
+  try {
+    convert_coco_detection(o);
+    ADD_FAILURE() << "no error";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("annotation 5 has category_id 3"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

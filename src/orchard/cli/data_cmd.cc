@@ -10,6 +10,7 @@
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
+#include "orchard/data/coco.h"
 #include "orchard/data/example.h"
 #include "orchard/data/image.h"
 #include "orchard/data/shapes.h"
@@ -101,6 +102,25 @@ void add_data_command(CLI::App& app) {
       } else {
         spdlog::info("wrote {} train and {} validation {} records to {} (+ labels.txt)", tr, va, o->task, o->out_dir);
       }
+    });
+  }
+  {
+    auto o = std::make_shared<data::CocoConvertOptions>();
+    auto task = std::make_shared<std::string>();
+    auto* c = data->add_subcommand("coco", "COCO instances json + images -> TF OD API detection records + label_map.pbtxt");
+    c->add_option("--task", *task, "detection (captioning comes later)")->required();
+    c->add_option("--annotations", o->annotations, "instances_*.json")->required();
+    c->add_option("--image_dir", o->image_dir, "Directory of the json's file_name entries")->required();
+    c->add_option("--out_dir", o->out_dir, "Output directory")->required();
+    c->add_option("--num_shards", o->num_shards, "Number of shards")->capture_default_str();
+    c->add_option("--prefix", o->prefix, "Shard name prefix (train, validation, ...)")->capture_default_str();
+    c->add_option("--limit", o->limit, "Only the first N images (0 = all)");
+    c->callback([o, task] {
+      if (*task != "detection") throw Error("--task must be detection (captioning comes later), not '" + *task + "'");
+      const auto r = data::convert_coco_detection(*o);
+      spdlog::info("wrote {} images with {} boxes ({} crowd; {} empty or outside the image skipped) to {}/{}-*; "
+                   "label_map.pbtxt has ids up to {} (model.ssd.num_classes)",
+                   r.images, r.boxes, r.crowd, r.skipped_boxes, o->out_dir, o->prefix, r.max_category_id);
     });
   }
   {

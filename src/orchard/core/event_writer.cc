@@ -61,6 +61,20 @@ void EventWriter::scalar(const std::string& tag, double value, int64_t step) {
   write_event(ev.SerializeAsString());
 }
 
+void EventWriter::image(const std::string& tag, const std::string& png, int height, int width, int64_t step) {
+  tensorflow::Event ev;
+  ev.set_wall_time(now_seconds());
+  ev.set_step(step);
+  auto* v = ev.mutable_summary()->add_value();
+  v->set_tag(tag);
+  auto* im = v->mutable_image();
+  im->set_height(height);
+  im->set_width(width);
+  im->set_colorspace(3);  // RGB
+  im->set_encoded_image_string(png);
+  write_event(ev.SerializeAsString());
+}
+
 void EventWriter::session_start(int64_t step) {
   tensorflow::Event ev;
   ev.set_wall_time(now_seconds());

@@ -19,6 +19,8 @@ class EventWriter {
   EventWriter& operator=(const EventWriter&) = delete;
 
   void scalar(const std::string& tag, double value, int64_t step);
+  // An image summary (TensorBoard's Images tab): PNG bytes of an RGB image.
+  void image(const std::string& tag, const std::string& png, int height, int width, int64_t step);
   // SessionLog START at `step`: TensorBoard drops events past it from a previous run, so a
   // resumed job's curves do not double back.
   void session_start(int64_t step);

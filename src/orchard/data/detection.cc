@@ -52,7 +52,10 @@ DetectionExample parse_detection_example(const std::string& record, const std::s
   const auto ymax = ex.floats("image/object/bbox/ymax"), xmax = ex.floats("image/object/bbox/xmax");
   d.classes = ex.int64s("image/object/class/label");
   d.texts = ex.bytes_list("image/object/class/text");
+  for (int64_t c : ex.int64s("image/object/is_crowd")) d.crowd.push_back(c != 0);
   const size_t n = ymin.size();
+  if (!d.crowd.empty() && d.crowd.size() != n)
+    bad(source, "image/object/is_crowd", std::to_string(d.crowd.size()) + " values for " + std::to_string(n) + " boxes");
   if (xmin.size() != n || ymax.size() != n || xmax.size() != n)
     bad(source, "image/object/bbox/*",
         "the four coordinate lists differ in length (ymin " + std::to_string(ymin.size()) + ", xmin " +
@@ -107,6 +110,10 @@ std::string make_detection_example(const DetectionExample& d, const std::string&
   set_int64s(f, "image/object/class/label", d.classes);
   auto* texts = (*f->mutable_feature())["image/object/class/text"].mutable_bytes_list();
   for (const auto& t : d.texts) texts->add_value(t);
+  if (!d.crowd.empty()) {
+    std::vector<int64_t> crowd(d.crowd.begin(), d.crowd.end());
+    set_int64s(f, "image/object/is_crowd", crowd);
+  }
   return serialize_deterministic(ex);
 }
 
@@ -177,6 +184,8 @@ int64_t preprocess_detection(const DetectionExample& example, const DetectionInp
   Image img = decode_image(example.encoded, what);
   std::vector<Box> boxes = example.boxes;
   std::vector<int64_t> classes = example.classes;
+  for (size_t i = 0; i < example.crowd.size(); ++i)
+    if (example.crowd[i]) classes[i] = -classes[i];
   bool flip = false;
   if (training) {
     const auto& aug = options.augmentation;

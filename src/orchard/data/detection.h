@@ -24,6 +24,7 @@ struct DetectionExample {
   std::vector<Box> boxes;
   std::vector<int64_t> classes;
   std::vector<std::string> texts;  // image/object/class/text (may be empty)
+  std::vector<bool> crowd;         // image/object/is_crowd (may be empty: none)
 };
 
 // Parses and checks one record: the four bbox lists and the labels have one length, boxes lie
@@ -66,7 +67,8 @@ struct DetectionInputOptions {
 // What the pipeline carries per sample besides the image: label = number of boxes, target =
 // [original height, original width, image key high, image key low, then max_boxes x (ymin,
 // xmin, ymax, xmax, class)], padded with zeros. Boxes are normalised to the (augmented)
-// network input. The image key (48 bits of a hash of image/source_id, or of the image bytes
+// network input; a crowd region (image/object/is_crowd) has its class negated: training
+// leaves it out, COCO evaluation treats it as an ignore region. The image key (48 bits of a hash of image/source_id, or of the image bytes
 // when there is none, in two exactly representable 24-bit halves) identifies the image in
 // evaluation across workers.
 int64_t detection_target_dim(int64_t max_boxes);

@@ -1,6 +1,6 @@
 #include "orchard/detect/shapes_config.h"
 
-#include <map>
+#include <algorithm>
 
 namespace orchard::detect {
 namespace {
@@ -9,6 +9,7 @@ namespace {
 constexpr const char* kTemplate = R"(# SSD with a MobileNetV2 feature extractor for the synthetic shapes set
 # (`orchard data shapes --task detection`): 3 classes (circle, square, triangle).
 # Small enough to train on a laptop CPU; the layout follows ssd_mobilenet_v2_coco.config.
+# The input is at least 96x96 so that the stride-16 feature map is 6x6.
 model {
   ssd {
     num_classes: 3
@@ -103,9 +104,10 @@ model {
         num_layers: 6
         min_scale: 0.15
         max_scale: 0.95
+        # Every shape has a square box: one aspect ratio (plus the interpolated scale), on
+        # every layer including the lowest.
         aspect_ratios: 1.0
-        aspect_ratios: 2.0
-        aspect_ratios: 0.5
+        reduce_boxes_in_lowest_layer: false
       }
     }
     post_processing {
@@ -150,7 +152,7 @@ train_config {
       learning_rate {
         cosine_decay_learning_rate {
           learning_rate_base: 0.01
-          total_steps: 1500
+          total_steps: 1200
           warmup_learning_rate: 0.001
           warmup_steps: 50
         }
@@ -158,7 +160,7 @@ train_config {
     }
     use_moving_average: false
   }
-  num_steps: 1500
+  num_steps: 1200
 }
 train_input_reader {
   tf_record_input_reader {
@@ -189,7 +191,8 @@ std::string replace_all(std::string text, const std::string& from, const std::st
 }  // namespace
 
 std::string shapes_pipeline_config(const std::string& data_dir, int image_size) {
-  return replace_all(replace_all(kTemplate, "DATA_DIR", data_dir), "IMAGE_SIZE", std::to_string(image_size));
+  return replace_all(replace_all(kTemplate, "DATA_DIR", data_dir), "IMAGE_SIZE",
+                     std::to_string(std::max(96, image_size)));
 }
 
 }  // namespace orchard::detect

@@ -1,14 +1,28 @@
 #include "orchard/tasks/detection.h"
 
+#include <spdlog/fmt/fmt.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "orchard/core/error.h"
+#include "orchard/data/image.h"
 #include "orchard/detect/coco_eval.h"
 
 namespace orchard::tasks {
 namespace {
+
+// The network input [-1, 1] (CHW or HWC) back to RGB bytes.
+data::Image to_image(const at::Tensor& input, bool channels_last) {
+  auto hwc = (channels_last ? input : input.permute({1, 2, 0})).contiguous();
+  hwc = ((hwc.to(torch::kFloat) + 1) * 127.5).round().clamp(0, 255).to(torch::kUInt8).contiguous();
+  data::Image im;
+  im.height = static_cast<int>(hwc.size(0));
+  im.width = static_cast<int>(hwc.size(1));
+  im.pixels.assign(hwc.data_ptr<uint8_t>(), hwc.data_ptr<uint8_t>() + hwc.numel());
+  return im;
+}
 
 // The image key the data path stores in two exactly representable 24-bit halves.
 int64_t image_key(const at::Tensor& target_row) {
@@ -59,6 +73,7 @@ LossTerms DetectionTask::loss(const torch::Tensor& outputs, const data::Batch& b
   for (int64_t i = 0; i < out.size(0); ++i) {
     const int64_t n = counts[i].item<int64_t>();
     auto rows = targets[i].narrow(0, data::kDetectionTargetHeader, 5 * n).reshape({n, 5});
+    rows = rows.index({rows.select(1, 4) > 0});  // crowd regions (negated classes) are not trained on
     gt_boxes.push_back(rows.narrow(1, 0, 4));
     gt_classes.push_back(rows.select(1, 4).round().to(torch::kLong));
   }
@@ -131,7 +146,7 @@ void DetectionTask::update_metrics(const torch::Tensor& outputs, const data::Bat
     for (int64_t j = 0; j < count; ++j) {
       const int64_t o = data::kDetectionTargetHeader + 5 * j;
       gts.insert(gts.end(), {key, static_cast<double>(ta[o + 4]), ta[o + 1] * w, ta[o] * h,
-                             (ta[o + 3] - ta[o + 1]) * w, (ta[o + 2] - ta[o]) * h});
+                             (ta[o + 3] - ta[o + 1]) * w, (ta[o + 2] - ta[o]) * h});  // class < 0: crowd
     }
     const auto& d = detections[static_cast<size_t>(i)];
     auto b = d.boxes.accessor<float, 2>();
@@ -140,6 +155,44 @@ void DetectionTask::update_metrics(const torch::Tensor& outputs, const data::Bat
     for (int64_t k = 0; k < d.boxes.size(0); ++k)
       dets.insert(dets.end(), {key, static_cast<double>(c[k]), static_cast<double>(s[k]), b[k][1] * w, b[k][0] * h,
                                (b[k][3] - b[k][1]) * w, (b[k][2] - b[k][0]) * h});
+  }
+  for (int64_t i = 0; i < batch.size && static_cast<int>(visualizations_.size()) < config_.num_visualizations; ++i) {
+    const auto target_row = targets[i];
+    const auto t = target_row.accessor<float, 1>();
+    const auto& d = detections[static_cast<size_t>(i)];
+    std::vector<data::Box> gt, predicted;
+    std::vector<std::string> gt_labels, predicted_labels;
+    auto name = [&](int64_t id) {
+      const auto index = static_cast<size_t>(id - 1);
+      return index < config_.class_names.size() ? config_.class_names[index] : std::to_string(id);
+    };
+    for (int64_t j = 0; j < counts[i].item<int64_t>(); ++j) {
+      const float* b = &t[data::kDetectionTargetHeader + 5 * j];
+      gt.push_back({b[0], b[1], b[2], b[3]});
+      gt_labels.push_back(name(static_cast<int64_t>(std::abs(b[4]))) + (b[4] < 0 ? " (crowd)" : ""));
+    }
+    for (int64_t k = 0; k < d.boxes.size(0); ++k) {
+      const float score = d.scores[k].item<float>();
+      if (score < config_.visualization_min_score) continue;
+      const auto b = d.boxes[k];
+      predicted.push_back({b[0].item<float>(), b[1].item<float>(), b[2].item<float>(), b[3].item<float>()});
+      predicted_labels.push_back(fmt::format("{} {:.0f}%", name(d.classes[k].item<int64_t>()), 100 * score));
+    }
+    data::Image left = to_image(batch.images[i].cpu(), config_.input.channels_last), right = left;
+    data::draw_boxes(&left, predicted, predicted_labels, {255, 40, 40});
+    data::draw_boxes(&right, gt, gt_labels, {40, 220, 40});
+    data::Image both;
+    both.height = left.height;
+    both.width = 2 * left.width;
+    both.pixels.resize(static_cast<size_t>(both.height) * both.width * 3);
+    const size_t row = static_cast<size_t>(left.width) * 3;
+    for (int y = 0; y < left.height; ++y) {
+      std::copy_n(left.pixels.data() + static_cast<size_t>(y) * row, row, both.pixels.data() + 2 * static_cast<size_t>(y) * row);
+      std::copy_n(right.pixels.data() + static_cast<size_t>(y) * row, row,
+                  both.pixels.data() + (2 * static_cast<size_t>(y) + 1) * row);
+    }
+    visualizations_.push_back({"Detections_Left_Groundtruth_Right/" + std::to_string(visualizations_.size()),
+                               both.height, both.width, data::encode_png(both)});
   }
   auto as_rows = [](std::vector<double>& v, int64_t k) {
     return torch::from_blob(v.data(), {static_cast<int64_t>(v.size()) / k, k}, torch::kDouble).clone();
@@ -173,7 +226,8 @@ std::map<std::string, double> DetectionTask::compute_metrics(const MetricSums& s
     for (int64_t i = 0; i < gts.size(0); ++i) {
       detect::CocoGroundTruth g;
       g.image_id = static_cast<int64_t>(a[i][0]);
-      g.category_id = static_cast<int64_t>(a[i][1]);
+      g.category_id = static_cast<int64_t>(std::abs(a[i][1]));
+      g.iscrowd = a[i][1] < 0;
       g.x = a[i][2], g.y = a[i][3], g.w = a[i][4], g.h = a[i][5];
       coco.add_ground_truth(g);
     }
@@ -200,6 +254,12 @@ std::map<std::string, double> DetectionTask::compute_metrics(const MetricSums& s
     }
   }
   return m;
+}
+
+std::vector<SummaryImage> DetectionTask::take_summary_images() {
+  std::vector<SummaryImage> out;
+  out.swap(visualizations_);
+  return out;
 }
 
 std::map<std::string, std::string> DetectionTask::signature() const {

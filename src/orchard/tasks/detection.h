@@ -32,6 +32,8 @@ struct DetectionConfig {
   double l2_weight = 4e-5;                  // conv_hyperparams l2_regularizer weight
   std::vector<std::string> class_names;     // index = label-map id - 1
   bool per_category_metrics = false;        // eval_config.include_metrics_per_category
+  int num_visualizations = 10;              // eval_config: eval images drawn into TensorBoard
+  float visualization_min_score = 0.5f;     // eval_config.min_score_threshold
 };
 
 // The typed configuration of a pipeline.config (already validated by
@@ -62,6 +64,9 @@ class DetectionTask : public Task {
   // per-category AP when configured, and the eval losses.
   std::map<std::string, double> compute_metrics(const MetricSums& sums, bool training) const override;
   std::map<std::string, std::string> signature() const override;
+  // "Detections_Left_Groundtruth_Right/<i>": the first num_visualizations eval images with the
+  // detections (left) beside the ground truth (right), as the OD API draws them.
+  std::vector<SummaryImage> take_summary_images() override;
 
   // Score conversion + box decoding + batch non-max suppression, on the CPU.
   std::vector<ImageDetections> postprocess(const torch::Tensor& outputs) const;
@@ -74,6 +79,7 @@ class DetectionTask : public Task {
   detect::SsdMobileNetV2 model_{nullptr};
   at::Tensor anchors_;  // [A, 4] for the configured input size
   std::vector<at::Tensor> l2_params_;
+  mutable std::vector<SummaryImage> visualizations_;  // filled by update_metrics in eval
 };
 
 }  // namespace orchard::tasks

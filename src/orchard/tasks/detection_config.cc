@@ -121,6 +121,8 @@ DetectionConfig detection_config(const object_detection::protos::TrainEvalPipeli
     }
   }
   c.per_category_metrics = pipeline.eval_config().include_metrics_per_category();
+  c.num_visualizations = static_cast<int>(pipeline.eval_config().num_visualizations());
+  c.visualization_min_score = pipeline.eval_config().min_score_threshold();
   return c;
 }
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "orchard/data/pipeline.h"
 
@@ -44,6 +45,13 @@ class MetricSums {
 
 using LossTerms = std::map<std::string, torch::Tensor>;  // "total" is back-propagated
 
+// An image for TensorBoard (e.g. predictions beside the ground truth).
+struct SummaryImage {
+  std::string tag;
+  int height = 0, width = 0;
+  std::string png;
+};
+
 // The training loss over a host loop, right for any number of replicas. Each replica's
 // "cross_entropy" is its share of the global batch (the shares sum to the global value) and
 // its "l2_loss" is the whole L2 term; the trainer adds "replicas" = 1 per replica before
@@ -67,6 +75,9 @@ class Task {
   virtual std::map<std::string, double> compute_metrics(const MetricSums& sums, bool training) const = 0;
   // What a checkpoint must match to be restored (e.g. arch, num_classes).
   virtual std::map<std::string, std::string> signature() const = 0;
+  // Images collected during the last evaluation (the trainer writes them on the chief), then
+  // forgotten. Most tasks have none.
+  virtual std::vector<SummaryImage> take_summary_images() { return {}; }
 };
 
 }  // namespace orchard::tasks

@@ -183,9 +183,11 @@ std::map<std::string, double> Trainer::evaluate(const EvalInputFactory& eval_inp
   std::string line;
   for (const auto& [k, v] : metrics) line += fmt::format(" {}={:.4f}", k, v);
   spdlog::info("eval at step {} over {} examples ({:.1f}s):{}", step, n, sw.seconds(), line);
+  auto images = m.task.take_summary_images();
   if (summaries) {
     if (auto* w = m.events(false)) {
       for (const auto& [k, v] : metrics) w->scalar(k, v, step);
+      for (const auto& im : images) w->image(im.tag, im.png, im.height, im.width, step);
       w->flush();
     }
   }

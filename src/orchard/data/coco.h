@@ -1,0 +1,33 @@
+// COCO instances json + images -> TF OD API detection records (create_coco_tf_record.py):
+// boxes normalised [ymin, xmin, ymax, xmax], labels = COCO category ids (so the label map
+// and num_classes follow the json's categories, 90 for COCO 2017), crowd regions marked with
+// image/object/is_crowd, plus label_map.pbtxt.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace orchard::data {
+
+struct CocoConvertOptions {
+  std::string annotations;  // instances_*.json
+  std::string image_dir;    // where the json's file_name entries are
+  std::string out_dir;
+  std::string prefix = "train";  // shard names <prefix>-00000-of-0000N
+  int num_shards = 8;
+  int64_t limit = 0;  // > 0: only the first N images (tests, smoke runs)
+};
+
+struct CocoConvertResult {
+  int64_t images = 0;
+  int64_t boxes = 0;
+  int64_t crowd = 0;
+  int64_t skipped_boxes = 0;  // zero-area or outside the image after clipping
+  int max_category_id = 0;
+};
+
+// Streams images into shards of contiguous ranges (one image read at a time). Errors name the
+// json path (and the annotation or image) that is wrong.
+CocoConvertResult convert_coco_detection(const CocoConvertOptions& options);
+
+}  // namespace orchard::data

@@ -1,0 +1,314 @@
+// `orchard data shapes --task detection` + `orchard detect train|eval|export|predict` end to
+// end: the binary on the synthetic shapes set (3 classes) with the pipeline.config the data
+// tool writes, shortened for the test.
+//   DetectTrain.*   learns the set (AP50 >= 0.5), model_dir layout, summaries, continuous
+//                   evaluation, export, predict, resume, fine-tuning types.
+//   DetectErrors.*  bad configs and label maps: a non-zero exit and a message naming them.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/cli_util.h"
+#include "core/test_util.h"
+#include "orchard/core/files.h"
+#include "orchard/core/tfrecord.h"
+#include "orchard/proto/event.pb.h"
+
+namespace orchard::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::TempDir;
+
+constexpr int kSteps = 800;  // of the config's 1200: enough for AP50 ~0.75
+
+std::string replace(std::string text, const std::string& from, const std::string& to) {
+  const auto pos = text.find(from);
+  EXPECT_NE(pos, std::string::npos) << from;
+  if (pos != std::string::npos) text.replace(pos, from.size(), to);
+  return text;
+}
+
+class DetectTrain : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = new TempDir();
+    data_ = root_->file("shapes");
+    auto r = run({"data", "shapes", "--task", "detection", "--out_dir", data_, "--num_train", "2000",
+                  "--num_validation", "200", "--seed", "5"},
+                 *root_);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    config_ = (fs::path(data_) / "pipeline.config").string();
+    model_ = root_->file("model");
+    // Checkpoints (and evaluations) every 200 steps, keeping 2.
+    result_ = run({"detect", "train", "--pipeline_config_path", config_, "--model_dir", model_, "--num_train_steps",
+                   std::to_string(kSteps), "--save_checkpoints_steps", "200", "--max_to_keep", "2", "--log_steps", "100",
+                   "--seed", "1", "--stats_file", root_->file("stats.json"),
+                   // One intra-op thread: with two, any other busy process on a 2-core machine
+                   // (a parallel CTest job) makes libtorch's OpenMP barriers spin for seconds.
+                   "--num_threads", "1", "--num_preprocess_threads", "1"},
+                  *root_);
+  }
+  static void TearDownTestSuite() { delete root_; }
+
+  static TempDir* root_;
+  static std::string data_, config_, model_;
+  static RunResult result_;
+};
+TempDir* DetectTrain::root_ = nullptr;
+std::string DetectTrain::data_, DetectTrain::config_, DetectTrain::model_;
+RunResult DetectTrain::result_;
+
+TEST_F(DetectTrain, LearnsTheShapesSet) {
+  ASSERT_EQ(result_.rc, 0) << result_.err;
+  const json stats = json::parse(test::read_bytes(root_->file("stats.json")));
+  EXPECT_GE(stats.at("eval_DetectionBoxes_Precision/mAP@.50IOU").get<double>(), 0.5) << stats.dump(2);
+  for (const char* key : {"eval_DetectionBoxes_Precision/mAP", "eval_DetectionBoxes_Recall/AR@100",
+                          "eval_DetectionBoxes_PerformanceByCategory/mAP/triangle", "eval_Loss/total_loss"})
+    EXPECT_TRUE(stats.contains(key)) << key << "\n" << stats.dump(2);
+  EXPECT_EQ(stats.at("global_step").get<int64_t>(), kSteps);
+}
+
+TEST_F(DetectTrain, ModelDirAsModelMainLeavesIt) {
+  ASSERT_EQ(result_.rc, 0) << result_.err;
+  // Two newest checkpoints, the index, the resolved config and label map, events, the export.
+  int checkpoints = 0;
+  for (const auto& e : fs::directory_iterator(model_)) checkpoints += contains(e.path().filename().string(), "ckpt-");
+  EXPECT_EQ(checkpoints, 2);
+  EXPECT_TRUE(fs::exists(fs::path(model_) / ("ckpt-" + std::to_string(kSteps) + ".pt")));
+  EXPECT_TRUE(fs::exists(fs::path(model_) / "checkpoint"));
+  EXPECT_TRUE(fs::exists(fs::path(model_) / "pipeline.config"));
+  EXPECT_TRUE(contains(read_file((fs::path(model_) / "label_map.pbtxt").string()), "triangle"));
+  EXPECT_FALSE(files_with((fs::path(model_) / "train").string(), "events.out.tfevents").empty());
+  EXPECT_FALSE(files_with((fs::path(model_) / "eval").string(), "events.out.tfevents").empty());
+  const fs::path exported = fs::path(model_) / "export" / std::to_string(kSteps);
+  EXPECT_TRUE(fs::exists(exported / "pipeline.config"));
+  EXPECT_EQ(files_with(exported.string(), "ckpt-").size(), 1u);
+  // Image summaries: detections beside the ground truth, twice as wide as the input (96).
+  int images = 0;
+  for (const auto& name : files_with((fs::path(model_) / "eval").string(), "events.out.tfevents")) {
+    TFRecordReader reader(name);
+    for (std::string rec; reader.next(&rec);) {
+      tensorflow::Event ev;
+      ASSERT_TRUE(ev.ParseFromString(rec));
+      for (const auto& v : ev.summary().value())
+        if (v.has_image() && v.tag().rfind("Detections_Left_Groundtruth_Right/", 0) == 0) {
+          ++images;
+          EXPECT_EQ(v.image().width(), 2 * v.image().height());
+          EXPECT_EQ(v.image().encoded_image_string().substr(1, 3), "PNG");
+        }
+    }
+  }
+  EXPECT_EQ(images, 4 * 10);  // 10 per evaluation (num_visualizations), 4 evaluations
+  // Evaluation interleaved at each checkpoint.
+  for (int step : {200, 400, 600, kSteps})
+    EXPECT_TRUE(contains(result_.err, "eval at step " + std::to_string(step))) << step << "\n" << result_.err;
+}
+
+TEST_F(DetectTrain, ContinuousEvalStopsAfterTheFinalCheckpoint) {
+  ASSERT_EQ(result_.rc, 0) << result_.err;
+  // model_main --checkpoint_dir: the latest checkpoint is the final step's, so one evaluation
+  // and a clean stop (no waiting for more).
+  const std::string out = root_->file("eval_only");
+  auto r = run({"detect", "eval", "--checkpoint_dir", model_, "--model_dir", out, "--num_train_steps",
+                std::to_string(kSteps), "--eval_timeout", "60", "--stats_file", root_->file("eval.json")},
+               *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "final step " + std::to_string(kSteps))) << r.err;
+  const json train = json::parse(test::read_bytes(root_->file("stats.json")));
+  const json eval = json::parse(test::read_bytes(root_->file("eval.json")));
+  EXPECT_NEAR(eval.at("DetectionBoxes_Precision/mAP@.50IOU").get<double>(),
+              train.at("eval_DetectionBoxes_Precision/mAP@.50IOU").get<double>(), 1e-9);
+  EXPECT_FALSE(files_with((fs::path(out) / "eval").string(), "events.out.tfevents").empty());
+  // --sample_1_of_n_eval_examples 4 with --run_once: a quarter of the images.
+  r = run({"detect", "eval", "--checkpoint_dir", model_, "--model_dir", out, "--run_once",
+           "--sample_1_of_n_eval_examples", "4"},
+          *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "over 50 examples")) << r.err;
+}
+
+TEST_F(DetectTrain, TwoWorkersEvaluateTheirShardsAndGatherTheDetections) {
+  ASSERT_EQ(result_.rc, 0) << result_.err;
+  // Two processes resume the finished model_dir: nothing to train, one evaluation over both
+  // workers' halves of the validation set, the detections gathered before the COCO metrics.
+  const std::string copy = root_->file("two_workers");
+  fs::copy(model_, copy, fs::copy_options::recursive);
+  const int port = 31000 + static_cast<int>(::getpid() % 200) * 5;
+  auto r = run({"launch", "--nproc_per_node", "2", "--master_port", std::to_string(port), "--", "detect", "train",
+                "--pipeline_config_path", config_, "--model_dir", copy, "--num_train_steps", std::to_string(kSteps),
+                "--num_threads", "1", "--stats_file", root_->file("two.json")},
+               *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "over 200 examples")) << r.err;
+  const json one = json::parse(test::read_bytes(root_->file("stats.json")));
+  const json two = json::parse(test::read_bytes(root_->file("two.json")));
+  for (const char* key : {"eval_DetectionBoxes_Precision/mAP", "eval_DetectionBoxes_Precision/mAP@.50IOU",
+                          "eval_DetectionBoxes_Recall/AR@100"})
+    EXPECT_NEAR(two.at(key).get<double>(), one.at(key).get<double>(), 2e-3) << key;  // batch composition only
+}
+
+TEST_F(DetectTrain, ContinuousEvalWaitsForACheckpointThenTimesOut) {
+  const std::string empty = root_->file("no_checkpoints");
+  fs::create_directories(empty);
+  auto r = run({"detect", "eval", "--pipeline_config_path", config_, "--checkpoint_dir", empty, "--eval_timeout", "1",
+                "--eval_poll_secs", "0.2"},
+               *root_);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "no new checkpoint")) << r.err;
+  r = run({"detect", "eval", "--pipeline_config_path", config_, "--checkpoint_dir", empty, "--run_once"}, *root_);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "no checkpoint to evaluate")) << r.err;
+}
+
+TEST_F(DetectTrain, PredictWritesBoxesAndAnnotatedImages) {
+  ASSERT_EQ(result_.rc, 0) << result_.err;
+  // Validation images as files.
+  const std::string images = root_->file("images");
+  auto r = run({"data", "inspect", (fs::path(data_) / "validation-00000-of-00001").string(), "--limit", "3",
+                "--dump_images", images},
+               *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string annotated = root_->file("annotated");
+  for (const std::string& dir : {model_, (fs::path(model_) / "export" / std::to_string(kSteps)).string()}) {
+    r = run({"detect", "predict", "--model_dir", dir, images, "--json", "--output_dir", annotated, "--min_score",
+             "0.3"},
+            *root_);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    int lines = 0, boxes = 0;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line); ++lines) {
+      const json j = json::parse(line);
+      for (const auto& d : j.at("detections")) {
+        ++boxes;
+        EXPECT_GE(d.at("score").get<double>(), 0.3);
+        const std::string label = d.at("label").get<std::string>();
+        EXPECT_TRUE(label == "circle" || label == "square" || label == "triangle") << label;
+        EXPECT_EQ(d.at("box").size(), 4u);
+      }
+    }
+    EXPECT_EQ(lines, 3) << r.out;
+    EXPECT_GT(boxes, 0) << r.out;
+    EXPECT_EQ(files_with(annotated, ".png").size(), 3u);
+  }
+}
+
+TEST_F(DetectTrain, ResumesAndFineTunesByType) {
+  ASSERT_EQ(result_.rc, 0) << result_.err;
+  // A second run over the same model_dir resumes at the last step and trains on.
+  const std::string copy = root_->file("resume");
+  fs::copy(model_, copy, fs::copy_options::recursive);
+  auto r = run({"detect", "train", "--pipeline_config_path", config_, "--model_dir", copy, "--num_train_steps",
+                std::to_string(kSteps + 20), "--log_steps", "10", "--skip_eval"},
+               *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "at step " + std::to_string(kSteps))) << r.err;
+  EXPECT_TRUE(fs::exists(fs::path(copy) / ("ckpt-" + std::to_string(kSteps + 20) + ".pt")));
+
+  // fine_tune_checkpoint_type detection: everything but the heads; full: everything.
+  const std::string text = read_file(config_);
+  for (const char* type : {"detection", "full"}) {
+    const std::string cfg = root_->file(std::string("ft_") + type + ".config");
+    atomic_write_file(cfg, replace(text, "train_config {\n",
+                                   "train_config {\n  fine_tune_checkpoint: \"" + model_ +
+                                       "\"\n  fine_tune_checkpoint_type: \"" + type + "\"\n"));
+    r = run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", root_->file(std::string("ft_") + type),
+             "--num_train_steps", "1", "--skip_eval"},
+            *root_);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_TRUE(contains(r.err, std::string("fine_tune_checkpoint_type ") + type)) << r.err;
+    if (std::string(type) == "detection")
+      EXPECT_TRUE(contains(r.err, "24 skipped (box and class prediction heads")) << r.err;
+    else
+      EXPECT_TRUE(contains(r.err, "0 skipped")) << r.err;
+  }
+  // full with another number of classes: a shape error naming the variable.
+  const std::string cfg = root_->file("ft_mismatch.config");
+  std::string other = replace(text, "num_classes: 3", "num_classes: 5");
+  other = replace(other, "train_config {\n",
+                  "train_config {\n  fine_tune_checkpoint: \"" + model_ + "\"\n  fine_tune_checkpoint_type: \"full\"\n");
+  atomic_write_file(cfg, other);
+  r = run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", root_->file("ft_mismatch"),
+           "--num_train_steps", "1", "--skip_eval"},
+          *root_);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "class_heads.0.weight")) << r.err;
+}
+
+class DetectErrors : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = new TempDir();
+    data_ = root_->file("shapes");
+    auto r = run({"data", "shapes", "--task", "detection", "--out_dir", data_, "--num_train", "64",
+                  "--num_validation", "16"},
+                 *root_);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    text_ = read_file((fs::path(data_) / "pipeline.config").string());
+  }
+  static void TearDownTestSuite() { delete root_; }
+
+  RunResult train_with(const std::string& config_text, std::vector<std::string> extra = {}) {
+    const std::string cfg = root_->file("case.config");
+    atomic_write_file(cfg, config_text);
+    std::vector<std::string> args = {"detect",           "train", "--pipeline_config_path", cfg, "--model_dir",
+                                     root_->file("m"), "--clean", "--num_train_steps",       "2", "--skip_eval"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(args, *root_);
+  }
+
+  static TempDir* root_;
+  static std::string data_, text_;
+};
+TempDir* DetectErrors::root_ = nullptr;
+std::string DetectErrors::data_, DetectErrors::text_;
+
+TEST_F(DetectErrors, UnknownFieldsWarnOrFailWithStrict) {
+  const std::string cfg = replace(text_, "    num_classes: 3\n", "    num_classes: 3\n    frobnicate: 7\n");
+  auto r = train_with(cfg);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "model.ssd.frobnicate")) << r.err;
+  r = train_with(cfg, {"--strict"});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "model.ssd.frobnicate")) << r.err;
+}
+
+TEST_F(DetectErrors, UnsupportedModelAndBadLabelMap) {
+  auto r = train_with(replace(text_, "type: \"ssd_mobilenet_v2\"", "type: \"ssd_resnet50_v1_fpn\""));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "ssd_resnet50_v1_fpn")) << r.err;
+  // A label map with an id above num_classes.
+  const std::string map = root_->file("bad_label_map.pbtxt");
+  atomic_write_file(map, "item { id: 1 name: \"circle\" }\nitem { id: 7 name: \"hexagon\" }\n");
+  std::string cfg = text_;
+  for (int i = 0; i < 2; ++i)
+    cfg = replace(cfg, "label_map_path: \"" + fs::absolute(data_).lexically_normal().string() + "/label_map.pbtxt\"",
+                  "label_map_path: \"" + map + "\"");
+  r = train_with(cfg);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "hexagon")) << r.err;
+  EXPECT_TRUE(contains(r.err, "num_classes")) << r.err;
+}
+
+TEST_F(DetectErrors, LabelOutsideTheModelsClassesNamesTheRecord) {
+  // The records use classes 1..3; a 2-class model (no label map to catch it first) rejects
+  // them naming the file, the record and the field.
+  std::string cfg = replace(text_, "num_classes: 3", "num_classes: 2");
+  const std::string line = "  label_map_path: \"" + fs::absolute(data_).lexically_normal().string() + "/label_map.pbtxt\"\n";
+  for (int i = 0; i < 2; ++i) cfg = replace(cfg, line, "");
+  auto r = train_with(cfg);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "train-0000")) << r.err;
+  EXPECT_TRUE(contains(r.err, "image/object/class/label")) << r.err;
+  EXPECT_TRUE(contains(r.err, "0 is reserved for the background")) << r.err;
+}
+
+}  // namespace
+}  // namespace orchard::cli
