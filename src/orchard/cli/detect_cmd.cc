@@ -439,8 +439,7 @@ void run_train(DetectFlags f) {
   for (auto& p : task.module()->parameters())
     if (p.requires_grad()) params.push_back(p);
   auto [optimizer, lr] = make_optimizer(tc.optimizer(), params);
-  if (tc.gradient_clipping_by_norm() > 0)
-    spdlog::warn("train_config.gradient_clipping_by_norm is not applied yet");
+  topt.clip_gradient_norm = tc.gradient_clipping_by_norm();
 
   topt.on_start = [&, lr = lr](int64_t step) {
     if (step == 0 && !tc.fine_tune_checkpoint().empty())

@@ -285,8 +285,10 @@ RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input, const
         if (reducer) reducer->start();
         objective.backward();
         if (reducer) reducer->finish();
-        if (!m.scaler || m.scaler->unscale(module->parameters()))
+        if (!m.scaler || m.scaler->unscale(module->parameters())) {
+          if (m.opt.clip_gradient_norm > 0) torch::nn::utils::clip_grad_norm_(module->parameters(), m.opt.clip_gradient_norm);
           m.optimizer->step();
+        }
         else
           spdlog::info("step {}: non-finite gradients; skipped, loss scale lowered to {}", step + 1, m.scaler->scale());
         m.task.update_metrics(outputs.detach().to(torch::kFloat), batch, terms, /*training=*/true, &loop_metrics);
