@@ -18,6 +18,8 @@
 #include "core/test_util.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
+#include "orchard/detect/mobilenet_v2.h"
+#include "orchard/train/checkpoint.h"
 #include "orchard/proto/event.pb.h"
 
 namespace orchard::cli {
@@ -36,9 +38,14 @@ std::string replace(std::string text, const std::string& from, const std::string
   return text;
 }
 
+// One intra-op thread for every run: with two, any other busy process on a 2-core machine
+// (a parallel CTest job) makes libtorch's OpenMP barriers spin for seconds per step.
+void one_thread_per_process() { ::setenv("OMP_NUM_THREADS", "1", 1); }
+
 class DetectTrain : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    one_thread_per_process();
     root_ = new TempDir();
     data_ = root_->file("shapes");
     auto r = run({"data", "shapes", "--task", "detection", "--out_dir", data_, "--num_train", "2000",
@@ -50,10 +57,7 @@ class DetectTrain : public ::testing::Test {
     // Checkpoints (and evaluations) every 200 steps, keeping 2.
     result_ = run({"detect", "train", "--pipeline_config_path", config_, "--model_dir", model_, "--num_train_steps",
                    std::to_string(kSteps), "--save_checkpoints_steps", "200", "--max_to_keep", "2", "--log_steps", "100",
-                   "--seed", "1", "--stats_file", root_->file("stats.json"),
-                   // One intra-op thread: with two, any other busy process on a 2-core machine
-                   // (a parallel CTest job) makes libtorch's OpenMP barriers spin for seconds.
-                   "--num_threads", "1", "--num_preprocess_threads", "1"},
+                   "--seed", "1", "--stats_file", root_->file("stats.json"), "--num_preprocess_threads", "1"},
                   *root_);
   }
   static void TearDownTestSuite() { delete root_; }
@@ -229,6 +233,31 @@ TEST_F(DetectTrain, ResumesAndFineTunesByType) {
     else
       EXPECT_TRUE(contains(r.err, "0 skipped")) << r.err;
   }
+  // classification: the backbone from a classifier's features.* (a MobileNetV2 of the same
+  // width, as `orchard import-weights` or a classify run would write it).
+  {
+    detect::MobileNetV2Options mo;
+    mo.width_mult = 0.35;
+    mo.min_depth = 8;
+    mo.finegrain_classification_mode = false;
+    mo.num_classes = 10;
+    detect::MobileNetV2 classifier(mo);
+    const std::string dir = root_->file("classifier");
+    train::CheckpointManager(dir).save(100, *classifier, nullptr, {});
+    const std::string cfg = root_->file("ft_classification.config");
+    atomic_write_file(cfg, replace(text, "train_config {\n",
+                                   "train_config {\n  fine_tune_checkpoint: \"" + dir +
+                                       "\"\n  fine_tune_checkpoint_type: \"classification\"\n"));
+    r = run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", root_->file("ft_classification"),
+             "--num_train_steps", "1", "--skip_eval"},
+            *root_);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    int backbone = 0;
+    for (const auto& p : classifier->named_parameters()) backbone += p.key().rfind("features.", 0) == 0;
+    for (const auto& b : classifier->named_buffers()) backbone += b.key().rfind("features.", 0) == 0;
+    EXPECT_TRUE(contains(r.err, std::to_string(backbone) + " variables restored")) << backbone << "\n" << r.err;
+    EXPECT_TRUE(contains(r.err, "not part of the classification backbone")) << r.err;
+  }
   // full with another number of classes: a shape error naming the variable.
   const std::string cfg = root_->file("ft_mismatch.config");
   std::string other = replace(text, "num_classes: 3", "num_classes: 5");
@@ -245,6 +274,7 @@ TEST_F(DetectTrain, ResumesAndFineTunesByType) {
 class DetectErrors : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    one_thread_per_process();
     root_ = new TempDir();
     data_ = root_->file("shapes");
     auto r = run({"data", "shapes", "--task", "detection", "--out_dir", data_, "--num_train", "64",
