@@ -11,6 +11,7 @@ void add_data_command(CLI::App& app);
 void add_classify_command(CLI::App& app);
 void add_multilabel_command(CLI::App& app);
 void add_detect_command(CLI::App& app);
+void add_caption_command(CLI::App& app);
 void add_launch_command(CLI::App& app);
 
 }  // namespace orchard::cli

@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <filesystem>
 
 #include "orchard/core/error.h"
@@ -226,6 +228,54 @@ void predict_images(tasks::Task& task, const PrepareImage& prepare, const std::v
                                   files.begin() + static_cast<std::ptrdiff_t>(end)),
          task.forward(batch).to(torch::kFloat).cpu());
   }
+}
+
+int64_t watch_checkpoints(const CheckpointWatch& w,
+                          const std::function<void(const std::string& checkpoint, int64_t step)>& evaluate) {
+  int64_t last_step = -1;
+  int retries = 0;
+  auto waiting_since = std::chrono::steady_clock::now();
+  while (true) {
+    const std::string latest = train::CheckpointManager(w.checkpoint_dir).latest();
+    const int64_t step = latest.empty() ? -1 : train::checkpoint_step(latest);
+    if (latest.empty() || step == last_step || step < w.min_global_step) {
+      if (w.run_once && latest.empty()) throw Error(w.checkpoint_dir + ": no checkpoint to evaluate");
+      if (w.run_once && step < w.min_global_step)
+        throw Error(latest + " is at step " + std::to_string(step) + ", before --min_global_step " +
+                    std::to_string(w.min_global_step));
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - waiting_since).count();
+      if (waited > w.timeout_secs) {
+        spdlog::info("no new checkpoint in {} for {:.0f}s; stopping", w.checkpoint_dir, waited);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(w.poll_secs));
+      continue;
+    }
+    try {
+      evaluate(latest, step);
+    } catch (const std::exception& e) {
+      if (!fs::exists(latest)) {
+        spdlog::warn("{} was removed before it could be evaluated (max_to_keep); moving on to a newer one", latest);
+        continue;
+      }
+      if (w.max_eval_retries >= 0 && retries >= w.max_eval_retries) throw;
+      ++retries;
+      spdlog::warn("evaluation of {} failed ({}); retry {}{}", latest, e.what(), retries,
+                   w.max_eval_retries < 0 ? "" : " of " + std::to_string(w.max_eval_retries));
+      std::this_thread::sleep_for(std::chrono::duration<double>(w.poll_secs));
+      continue;
+    }
+    last_step = step;
+    retries = 0;
+    waiting_since = std::chrono::steady_clock::now();
+    if (w.run_once) break;
+    if (w.final_step > 0 && step >= w.final_step) {
+      spdlog::info("evaluated the checkpoint of the final step {}; done", step);
+      break;
+    }
+  }
+  return last_step;
 }
 
 }  // namespace orchard::cli

@@ -79,6 +79,23 @@ void restore_for_inference(tasks::Task& task, const std::string& model_dir, cons
 std::map<std::string, double> evaluate_once(tasks::Task& task, const std::string& model_dir,
                                             const data::PipelineOptions& input);
 
+// Continuous evaluation (TF's checkpoints_iterator, as model_lib.continuous_eval and im2txt's
+// evaluate.py use it): evaluate the newest checkpoint of checkpoint_dir, then each newer one,
+// until the one of final_step (or once with run_once, or after timeout_secs without a new
+// one). A checkpoint deleted by keep-N before it is read is skipped; a failed evaluation is
+// retried max_eval_retries times (negative: always). Returns the last evaluated step (-1: none).
+struct CheckpointWatch {
+  std::string checkpoint_dir;
+  bool run_once = false;
+  int max_eval_retries = 0;
+  double timeout_secs = 3600;
+  double poll_secs = 2;
+  int64_t final_step = 0;       // > 0: stop after evaluating this step
+  int64_t min_global_step = 0;  // checkpoints before this step are not evaluated (im2txt)
+};
+int64_t watch_checkpoints(const CheckpointWatch& watch,
+                          const std::function<void(const std::string& checkpoint, int64_t step)>& evaluate);
+
 // model_dir/config.json, checked to belong to `task`.
 nlohmann::json read_model_config(const std::string& model_dir, const std::string& task);
 

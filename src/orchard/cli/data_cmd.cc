@@ -23,11 +23,13 @@ namespace orchard::cli {
 
 namespace {
 
-// Writes the encoded image of an Example (image/encoded, or ML-Images' "image") to dir/<n>.<ext>.
+// Writes the encoded image of an Example (image/encoded, or ML-Images' "image") or of an im2txt
+// SequenceExample (context image/data; a SequenceExample's context has the field number of an
+// Example's features, so it parses as one) to dir/<n>.<ext>.
 void dump_image(const std::string& record, const std::string& dir, int64_t n) {
   tensorflow::Example ex;
   if (!ex.ParseFromString(record)) return;
-  for (const char* key : {"image/encoded", "image"}) {
+  for (const char* key : {"image/encoded", "image", "image/data"}) {
     auto it = ex.features().feature().find(key);
     if (it == ex.features().feature().end() || it->second.bytes_list().value_size() == 0) continue;
     const std::string& bytes = it->second.bytes_list().value(0);
@@ -76,10 +78,10 @@ void add_data_command(CLI::App& app) {
   {
     auto o = std::make_shared<data::ShapesOptions>();
     auto* c = data->add_subcommand("shapes", "Synthetic coloured circles, squares and triangles -> TFRecord shards");
-    // Required, so scripts keep their meaning when captioning arrives.
     c->add_option("--task", o->task,
                   "Record schema: multilabel (Tencent ML-Images) | detection (TF OD API, + label_map.pbtxt and a "
-                  "ready pipeline.config)")
+                  "ready pipeline.config) | captioning (im2txt SequenceExamples, 5 captions per image, + "
+                  "word_counts.txt)")
         ->required();
     c->add_option("--out_dir", o->out_dir, "Output directory")->required();
     c->add_option("--num_train", o->num_train, "Number of train images")->capture_default_str();
@@ -99,6 +101,10 @@ void add_data_command(CLI::App& app) {
         spdlog::info("wrote {} train and {} validation detection records to {} (+ label_map.pbtxt); train with: "
                      "orchard detect train --pipeline_config_path {} --model_dir MODEL_DIR",
                      tr, va, o->out_dir, config);
+      } else if (o->task == "captioning") {
+        spdlog::info("wrote {} train and {} validation images, 5 caption records each, to {} (+ word_counts.txt); "
+                     "train with: orchard caption train --input_file_pattern '{}/train-*' --train_dir TRAIN_DIR",
+                     tr, va, o->out_dir, o->out_dir);
       } else {
         spdlog::info("wrote {} train and {} validation {} records to {} (+ labels.txt)", tr, va, o->task, o->out_dir);
       }
@@ -106,17 +112,37 @@ void add_data_command(CLI::App& app) {
   }
   {
     auto o = std::make_shared<data::CocoConvertOptions>();
+    auto cap = std::make_shared<data::CocoCaptionOptions>();
     auto task = std::make_shared<std::string>();
-    auto* c = data->add_subcommand("coco", "COCO instances json + images -> TF OD API detection records + label_map.pbtxt");
-    c->add_option("--task", *task, "detection (captioning comes later)")->required();
-    c->add_option("--annotations", o->annotations, "instances_*.json")->required();
+    auto* c = data->add_subcommand(
+        "coco", "COCO json + images -> TF OD API detection records (instances) or im2txt caption records (captions)");
+    c->add_option("--task", *task, "detection (instances_*.json) | captioning (captions_*.json)")->required();
+    c->add_option("--annotations", o->annotations, "instances_*.json or captions_*.json")->required();
     c->add_option("--image_dir", o->image_dir, "Directory of the json's file_name entries")->required();
     c->add_option("--out_dir", o->out_dir, "Output directory")->required();
     c->add_option("--num_shards", o->num_shards, "Number of shards")->capture_default_str();
     c->add_option("--prefix", o->prefix, "Shard name prefix (train, validation, ...)")->capture_default_str();
     c->add_option("--limit", o->limit, "Only the first N images (0 = all)");
-    c->callback([o, task] {
-      if (*task != "detection") throw Error("--task must be detection (captioning comes later), not '" + *task + "'");
+    c->add_option("--vocab_file", cap->vocab_file,
+                  "captioning: use this word_counts.txt (e.g. the training set's) instead of building one");
+    c->add_option("--min_word_count", cap->min_word_count, "captioning: words seen fewer times become <UNK>")
+        ->capture_default_str();
+    c->callback([o, cap, task] {
+      if (*task == "captioning") {
+        cap->annotations = o->annotations;
+        cap->image_dir = o->image_dir;
+        cap->out_dir = o->out_dir;
+        cap->num_shards = o->num_shards;
+        cap->prefix = o->prefix;
+        cap->limit = o->limit;
+        const auto r = data::convert_coco_captions(*cap);
+        spdlog::info("wrote {} caption records of {} images to {}/{}-*; vocabulary {} words{} ({} caption words are "
+                     "<UNK>)",
+                     r.captions, r.images, o->out_dir, o->prefix, r.vocab_size,
+                     cap->vocab_file.empty() ? " (word_counts.txt)" : " from " + cap->vocab_file, r.unknown_words);
+        return;
+      }
+      if (*task != "detection") throw Error("--task must be detection or captioning, not '" + *task + "'");
       const auto r = data::convert_coco_detection(*o);
       spdlog::info("wrote {} images with {} boxes ({} crowd; {} empty or outside the image skipped) to {}/{}-*; "
                    "label_map.pbtxt has ids up to {} (model.ssd.num_classes)",
@@ -136,7 +162,7 @@ void add_data_command(CLI::App& app) {
     c->add_option("--limit", o->limit, "Stop after N records (0 = all)");
     c->add_flag("--skip_corrupt_records", o->skip_corrupt, "Skip records with bad CRCs instead of failing");
     c->add_option("--dump_images", o->dump_images,
-                  "Also write each record's image/encoded (or image) bytes to DIR/<n>.<jpg|png>");
+                  "Also write each record's image/encoded (image, image/data) bytes to DIR/<n>.<jpg|png>");
     c->callback([o] {
       TFRecordReaderOptions ropt;
       ropt.skip_corrupt_records = o->skip_corrupt;

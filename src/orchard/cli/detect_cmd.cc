@@ -7,11 +7,9 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
-#include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <numeric>
-#include <thread>
 
 #include "orchard/cli/commands.h"
 #include "orchard/cli/common.h"
@@ -302,50 +300,20 @@ void run_continuous_eval(DetectFlags f) {
                          [](int64_t) { return 0.0; });
   auto eval_input = [&] { return limit_examples(pipeline_source(input, task, false), num_examples); };
 
-  int64_t last_step = -1;
-  int retries = 0;
-  auto waiting_since = std::chrono::steady_clock::now();
   std::map<std::string, double> metrics;
   spdlog::info("eval-only: watching {} (final step {}), events into {}/eval", f.checkpoint_dir,
                total > 0 ? std::to_string(total) : std::string("none"), model_dir);
-  while (true) {
-    const std::string latest = train::CheckpointManager(f.checkpoint_dir).latest();
-    const int64_t step = latest.empty() ? -1 : train::checkpoint_step(latest);
-    if (latest.empty() || step == last_step) {
-      if (f.run_once && latest.empty()) throw Error(f.checkpoint_dir + ": no checkpoint to evaluate");
-      const double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - waiting_since).count();
-      if (waited > f.eval_timeout) {
-        spdlog::info("no new checkpoint in {} for {:.0f}s (--eval_timeout); stopping", f.checkpoint_dir, waited);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::duration<double>(f.eval_poll));
-      continue;
-    }
-    try {
-      restore_for_inference(task, f.checkpoint_dir, latest);
-      metrics = trainer.evaluate(eval_input, step, /*summaries=*/true);
-    } catch (const std::exception& e) {
-      if (!fs::exists(latest)) {
-        spdlog::warn("{} was removed before it could be evaluated (max_to_keep); moving on to a newer one", latest);
-        continue;
-      }
-      if (f.max_eval_retries >= 0 && retries >= f.max_eval_retries) throw;
-      ++retries;
-      spdlog::warn("evaluation of {} failed ({}); retry {}{}", latest, e.what(), retries,
-                   f.max_eval_retries < 0 ? "" : " of " + std::to_string(f.max_eval_retries));
-      std::this_thread::sleep_for(std::chrono::duration<double>(f.eval_poll));
-      continue;
-    }
-    last_step = step;
-    retries = 0;
-    waiting_since = std::chrono::steady_clock::now();
-    if (f.run_once) break;
-    if (total > 0 && step >= total) {
-      spdlog::info("evaluated the checkpoint of the final step {}; done", step);
-      break;
-    }
-  }
+  CheckpointWatch watch;
+  watch.checkpoint_dir = f.checkpoint_dir;
+  watch.run_once = f.run_once;
+  watch.max_eval_retries = f.max_eval_retries;
+  watch.timeout_secs = f.eval_timeout;
+  watch.poll_secs = f.eval_poll;
+  watch.final_step = total;
+  const int64_t last_step = watch_checkpoints(watch, [&](const std::string& checkpoint, int64_t step) {
+    restore_for_inference(task, f.checkpoint_dir, checkpoint);
+    metrics = trainer.evaluate(eval_input, step, /*summaries=*/true);
+  });
   if (!f.stats_file.empty()) {
     json j = metrics;
     j["global_step"] = last_step;

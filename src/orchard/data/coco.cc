@@ -11,6 +11,7 @@
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
+#include "orchard/data/caption.h"
 #include "orchard/data/detection.h"
 #include "orchard/data/image.h"
 
@@ -18,20 +19,94 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace orchard::data {
+namespace {
+
+json read_coco_json(const std::string& path, const std::vector<const char*>& arrays, const char* kind) {
+  json root;
+  try {
+    root = json::parse(read_file(path));
+  } catch (const json::exception& e) {
+    throw DataError(path + ": not a COCO json (" + e.what() + ")");
+  }
+  for (const char* key : arrays)
+    if (!root.contains(key) || !root[key].is_array())
+      throw DataError(path + ": no '" + std::string(key) + "' array (is it " + kind + "?)");
+  return root;
+}
+
+}  // namespace
+
+CocoCaptionResult convert_coco_captions(const CocoCaptionOptions& o) {
+  if (o.annotations.empty() || o.image_dir.empty() || o.out_dir.empty())
+    throw Error("--annotations, --image_dir and --out_dir are required");
+  if (o.num_shards < 1) throw Error("--num_shards must be at least 1");
+  const json root = read_coco_json(o.annotations, {"images", "annotations"}, "a captions_*.json");
+  std::map<int64_t, std::vector<std::vector<std::string>>> captions_of;
+  for (const auto& a : root["annotations"]) {
+    if (!a.contains("caption") || !a["caption"].is_string())
+      throw DataError(o.annotations + ": annotation " + std::to_string(a.value("id", int64_t{-1})) +
+                      " has no 'caption' string (is it a captions_*.json?)");
+    captions_of[a.at("image_id").get<int64_t>()].push_back(caption_tokens(a["caption"].get<std::string>()));
+  }
+  struct Entry {
+    int64_t id;
+    std::string file;
+    const std::vector<std::vector<std::string>>* captions;
+  };
+  std::vector<Entry> images;
+  for (const auto& im : root["images"]) {
+    const int64_t id = im.at("id").get<int64_t>();
+    auto it = captions_of.find(id);
+    if (it == captions_of.end()) continue;  // an image without captions teaches nothing
+    images.push_back({id, (fs::path(o.image_dir) / im.at("file_name").get<std::string>()).string(), &it->second});
+    if (o.limit > 0 && static_cast<int64_t>(images.size()) >= o.limit) break;
+  }
+  ensure_writable_dir(o.out_dir);
+
+  Vocabulary vocab;
+  if (o.vocab_file.empty()) {
+    std::vector<std::vector<std::string>> all;
+    for (const auto& e : images) all.insert(all.end(), e.captions->begin(), e.captions->end());
+    const auto counts = count_words(all, o.min_word_count);
+    write_word_counts((fs::path(o.out_dir) / "word_counts.txt").string(), counts);
+    vocab = vocabulary_from_counts(counts);
+  } else {
+    vocab = Vocabulary::load(o.vocab_file);
+  }
+  CocoCaptionResult result;
+  result.images = static_cast<int64_t>(images.size());
+  result.vocab_size = vocab.size();
+
+  std::vector<size_t> counts;
+  for (const auto& e : images) counts.push_back(e.captions->size());
+  const auto pairs = shuffled_caption_pairs(counts, o.seed);
+  const int64_t n = static_cast<int64_t>(pairs.size());
+  for (int s = 0; s < o.num_shards; ++s) {
+    char name[128];
+    std::snprintf(name, sizeof name, "%s-%05d-of-%05d", o.prefix.c_str(), s, o.num_shards);
+    TFRecordWriter w((fs::path(o.out_dir) / name).string());
+    for (int64_t k = n * s / o.num_shards; k < n * (s + 1) / o.num_shards; ++k) {
+      const auto& [i, j] = pairs[static_cast<size_t>(k)];
+      CaptionExample e;
+      e.image_id = images[i].id;
+      e.encoded = read_file(images[i].file);
+      image_size(e.encoded, images[i].file);  // a clear error now rather than at training time
+      e.tokens = (*images[i].captions)[j];
+      e.ids = vocab.ids(e.tokens);
+      for (int64_t id : e.ids) result.unknown_words += id == vocab.unknown_id();
+      w.write(make_caption_example(e));
+      ++result.captions;
+    }
+    w.close();
+  }
+  return result;
+}
 
 CocoConvertResult convert_coco_detection(const CocoConvertOptions& o) {
   if (o.annotations.empty() || o.image_dir.empty() || o.out_dir.empty())
     throw Error("--annotations, --image_dir and --out_dir are required");
   if (o.num_shards < 1) throw Error("--num_shards must be at least 1");
-  json root;
-  try {
-    root = json::parse(read_file(o.annotations));
-  } catch (const json::exception& e) {
-    throw DataError(o.annotations + ": not a COCO json (" + e.what() + ")");
-  }
-  for (const char* key : {"images", "annotations", "categories"})
-    if (!root.contains(key) || !root[key].is_array())
-      throw DataError(o.annotations + ": no '" + std::string(key) + "' array (is it an instances_*.json?)");
+  json root = read_coco_json(o.annotations, {"images", "annotations", "categories"}, "an instances_*.json");
 
   CocoConvertResult result;
   std::map<int64_t, std::string> categories;

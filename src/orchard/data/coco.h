@@ -30,4 +30,29 @@ struct CocoConvertResult {
 // json path (and the annotation or image) that is wrong.
 CocoConvertResult convert_coco_detection(const CocoConvertOptions& options);
 
+// COCO captions json + images -> im2txt SequenceExample records (build_mscoco_data.py): one
+// record per (image, caption) in a seeded random order, captions tokenised (data/caption.h),
+// and word_counts.txt built from these captions (min_word_count) unless `vocab_file` is given
+// (convert validation data with the training vocabulary).
+struct CocoCaptionOptions {
+  std::string annotations;  // captions_*.json
+  std::string image_dir;
+  std::string out_dir;
+  std::string prefix = "train";
+  int num_shards = 8;
+  int64_t limit = 0;  // > 0: only the first N images
+  std::string vocab_file;
+  int64_t min_word_count = 4;
+  uint64_t seed = 12345;  // im2txt's random.seed(12345)
+};
+
+struct CocoCaptionResult {
+  int64_t images = 0;
+  int64_t captions = 0;
+  int64_t vocab_size = 0;  // with <UNK>
+  int64_t unknown_words = 0;  // caption words mapped to <UNK>
+};
+
+CocoCaptionResult convert_coco_captions(const CocoCaptionOptions& options);
+
 }  // namespace orchard::data

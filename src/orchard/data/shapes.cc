@@ -14,6 +14,7 @@
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/core/thread_pool.h"
+#include "orchard/data/caption.h"
 #include "orchard/data/detection.h"
 #include "orchard/data/example.h"
 #include "orchard/data/ml_images.h"
@@ -129,6 +130,11 @@ uint64_t split_code(const std::string& split) {
 SceneOptions scene_options(const ShapesOptions& o) {
   SceneOptions s;
   s.image_size = o.image_size;
+  if (o.task == "captioning") {  // captions describe one object or the relation of two
+    s.min_objects = 1;
+    s.max_objects = 2;
+    s.min_size = 0.25f;
+  }
   return s;
 }
 
@@ -158,10 +164,12 @@ std::string detection_record(const Scene& scene, const std::string& format, cons
   return make_detection_example(d, format);
 }
 
-// Records are independent (one RNG each), so workers fill disjoint slots and the result
-// does not depend on the thread count.
-std::vector<std::string> make_split(const ShapesOptions& o, const std::string& split, int64_t count) {
-  std::vector<std::string> records(static_cast<size_t>(count));
+// Runs make(index, scene, name) for every record of a split on a thread pool. Records are
+// independent (one RNG each), so workers fill disjoint slots and the result does not depend
+// on the thread count.
+template <class T, class Make>
+std::vector<T> generate(const ShapesOptions& o, const std::string& split, int64_t count, const Make& make) {
+  std::vector<T> out(static_cast<size_t>(count));
   constexpr int64_t kChunk = 64;
   std::exception_ptr failure;
   std::mutex mu;
@@ -173,9 +181,7 @@ std::vector<std::string> make_split(const ShapesOptions& o, const std::string& s
           for (int64_t i = begin; i < std::min(count, begin + kChunk); ++i) {
             char name[64];
             std::snprintf(name, sizeof name, "shapes-%s-%06lld", split.c_str(), static_cast<long long>(i));
-            const Scene scene = shapes_scene(o, split, i);
-            records[static_cast<size_t>(i)] = o.task == "detection" ? detection_record(scene, o.format, name)
-                                                                    : multilabel_record(scene, o.format, name);
+            out[static_cast<size_t>(i)] = make(i, shapes_scene(o, split, i), std::string(name));
           }
         } catch (...) {
           std::lock_guard<std::mutex> lock(mu);
@@ -185,7 +191,37 @@ std::vector<std::string> make_split(const ShapesOptions& o, const std::string& s
     }
   }  // the pool's destructor runs every queued chunk before joining
   if (failure) std::rethrow_exception(failure);
-  return records;
+  return out;
+}
+
+std::vector<std::string> make_split(const ShapesOptions& o, const std::string& split, int64_t count) {
+  return generate<std::string>(o, split, count, [&](int64_t, const Scene& scene, const std::string& name) {
+    return o.task == "detection" ? detection_record(scene, o.format, name) : multilabel_record(scene, o.format, name);
+  });
+}
+
+std::vector<CaptionedImage> make_caption_split(const ShapesOptions& o, const std::string& split, int64_t count) {
+  return generate<CaptionedImage>(o, split, count, [&](int64_t i, const Scene& scene, const std::string&) {
+    CaptionedImage image;
+    image.image_id = i + 1;
+    image.encoded = o.format == "png" ? encode_png(scene.image) : encode_jpeg(scene.image, 95);
+    for (const auto& text : shapes_captions(scene)) image.captions.push_back(caption_tokens(text));
+    return image;
+  });
+}
+
+// word_counts.txt from the training captions, then both splits as im2txt records.
+void write_caption_dataset(const ShapesOptions& o) {
+  const auto train = make_caption_split(o, "train", o.num_train);
+  const auto validation = make_caption_split(o, "validation", o.num_validation);
+  std::vector<std::vector<std::string>> captions;
+  for (const auto& image : train) captions.insert(captions.end(), image.captions.begin(), image.captions.end());
+  const auto counts = count_words(captions, 4);
+  write_word_counts((fs::path(o.out_dir) / "word_counts.txt").string(), counts);
+  const Vocabulary vocab = vocabulary_from_counts(counts);
+  write_shards(o.out_dir, "train", make_caption_records(train, vocab, mix_seed(o.seed, 1, 7)), o.train_shards);
+  write_shards(o.out_dir, "validation", make_caption_records(validation, vocab, mix_seed(o.seed, 2, 7)),
+               o.validation_shards);
 }
 
 }  // namespace
@@ -262,9 +298,31 @@ Scene shapes_scene(const ShapesOptions& o, const std::string& split, int64_t ind
   return make_scene(rng, scene_options(o));
 }
 
+std::vector<std::string> shapes_captions(const Scene& scene) {
+  const auto name = [](const ShapeObject& obj) {
+    return std::string(kShapeColours[static_cast<size_t>(obj.colour)]) + " " + kShapeKinds[static_cast<size_t>(obj.kind)];
+  };
+  if (scene.objects.size() == 1) {
+    const std::string a = name(scene.objects[0]);
+    return {"a " + a, "there is a " + a, "a single " + a, "a " + a + " on a grey background", "one " + a};
+  }
+  if (scene.objects.size() != 2)
+    throw Error("shapes captions describe one or two objects, not " + std::to_string(scene.objects.size()));
+  const ShapeObject &p = scene.objects[0], &q = scene.objects[1];
+  const float dy = (q.ymin + q.ymax) - (p.ymin + p.ymax), dx = (q.xmin + q.xmax) - (p.xmin + p.xmax);
+  if (std::abs(dy) >= std::abs(dx)) {
+    const std::string top = name(dy > 0 ? p : q), bottom = name(dy > 0 ? q : p);
+    return {"a " + top + " above a " + bottom, "a " + bottom + " below a " + top, "a " + top + " and a " + bottom,
+            "there is a " + top + " above a " + bottom, "a " + top + " over a " + bottom};
+  }
+  const std::string a = name(dx > 0 ? p : q), b = name(dx > 0 ? q : p);
+  return {"a " + a + " next to a " + b, "a " + b + " next to a " + a, "a " + a + " and a " + b,
+          "a " + a + " beside a " + b, "there is a " + a + " next to a " + b};
+}
+
 std::pair<int64_t, int64_t> write_shapes_dataset(const ShapesOptions& o) {
-  if (o.task != "multilabel" && o.task != "detection")
-    throw Error("--task must be multilabel or detection (captioning comes later), not '" + o.task + "'");
+  if (o.task != "multilabel" && o.task != "detection" && o.task != "captioning")
+    throw Error("--task must be multilabel, detection or captioning, not '" + o.task + "'");
   if (o.format != "png" && o.format != "jpeg") throw Error("--format must be png or jpeg, not '" + o.format + "'");
   if (o.out_dir.empty()) throw Error("--out_dir is required");
   if (o.num_train < 0 || o.num_validation < 0) throw Error("--num_train and --num_validation must be >= 0");
@@ -272,6 +330,10 @@ std::pair<int64_t, int64_t> write_shapes_dataset(const ShapesOptions& o) {
     throw Error("--train_shards and --validation_shards must be at least 1");
   validate(scene_options(o));  // fail before any work, not inside a worker
   ensure_writable_dir(o.out_dir);
+  if (o.task == "captioning") {
+    write_caption_dataset(o);
+    return {o.num_train, o.num_validation};
+  }
   write_shards(o.out_dir, "train", make_split(o, "train", o.num_train), o.train_shards);
   write_shards(o.out_dir, "validation", make_split(o, "validation", o.num_validation), o.validation_shards);
   if (o.task == "detection") {

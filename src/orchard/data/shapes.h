@@ -1,7 +1,7 @@
 // The synthetic "shapes" data set behind `orchard data shapes`: coloured circles, squares
 // and triangles on a noisy grey background. One scene generator serves every task; a
 // task's writer only chooses what to record of a Scene: multi-label (which kinds and
-// colours appear) now, detection (the boxes) and captioning (a sentence) later.
+// colours appear), detection (the boxes) or captioning (sentences).
 #pragma once
 
 #include <array>
@@ -54,9 +54,16 @@ std::vector<std::string> shapes_multilabel_classes();
 // 1.0 for each kind and each colour present in the scene, 0.0 otherwise; in class order.
 std::vector<float> shapes_multilabel(const Scene& scene);
 
+// Five reference captions of a scene with one or two objects, as COCO has five per image:
+// "a red circle", "there is a red circle", ... or, for two, their vertical relation ("a red
+// circle above a blue square", "a blue square below a red circle", ...) when they are further
+// apart vertically than horizontally, else flip-invariant words ("a red circle next to a
+// blue square", ...), since training flips images left-right.
+std::vector<std::string> shapes_captions(const Scene& scene);
+
 struct ShapesOptions {
   std::string out_dir;
-  std::string task = "multilabel";  // multilabel | detection (captioning comes later)
+  std::string task = "multilabel";  // multilabel | detection | captioning
   int64_t num_train = 2000;
   int64_t num_validation = 500;
   int image_size = 64;
@@ -79,6 +86,10 @@ Scene shapes_scene(const ShapesOptions& options, const std::string& split, int64
 // Detection records follow the TF OD API schema (data/detection.h): one box per shape,
 // class = kind + 1 (circle 1, square 2, triangle 3), source_id = the name; label_map.pbtxt
 // replaces labels.txt.
+// Captioning records follow im2txt's SequenceExample schema (data/caption.h): scenes of one or
+// two objects, one record per (image, caption) pair with the five shapes_captions, image_id =
+// index + 1, records in a seeded random order; word_counts.txt (from the training captions,
+// min_word_count 4) replaces labels.txt.
 // The output is a pure function of the options (byte-identical for one build: the image
 // encoders and OpenCV are part of it). Returns {train count, validation count}.
 std::pair<int64_t, int64_t> write_shapes_dataset(const ShapesOptions& options);

@@ -1,0 +1,561 @@
+// orchard caption train|eval|run: im2txt (Show and Tell). train is im2txt's train.py and the
+// TPU trainer of the seed (its flags, ModelConfig and TrainingConfig as flags); eval is
+// evaluate.py (perplexity of each new checkpoint) plus BLEU / CIDEr-D of beam-search captions;
+// run is run_inference.py.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <numeric>
+
+#include "orchard/cli/commands.h"
+#include "orchard/cli/common.h"
+#include "orchard/core/error.h"
+#include "orchard/core/files.h"
+#include "orchard/tasks/captioning.h"
+#include "orchard/train/checkpoint.h"
+#include "orchard/train/runtime.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace orchard::cli {
+namespace {
+
+struct CaptionFlags {
+  // train.py / the seed's TPU trainer
+  std::string input_file_pattern;
+  std::string train_dir;
+  std::string inception_checkpoint_file;
+  bool train_inception = false;
+  int64_t train_steps = 10000;       // the seed's default (im2txt's --number_of_steps: 1000000)
+  int64_t train_batch_size = 1024;   // the seed's default (im2txt's ModelConfig.batch_size: 32)
+  int64_t iterations_per_loop = 100;
+  int64_t log_every_n_steps = 100;
+  std::string vocab_file;  // default: word_counts.txt beside the input files
+  // ModelConfig
+  int image_size = 299;
+  int resize_size = 0;  // 0: 346 scaled by image_size / 299
+  int64_t embedding_size = 512;
+  int64_t num_lstm_units = 512;
+  double lstm_dropout_keep_prob = 0.7;
+  double initializer_scale = 0.08;
+  double batch_norm_decay = 0.9997;
+  double inception_weight_decay = 4e-5;
+  int64_t max_caption_tokens = 64;
+  // TrainingConfig
+  int64_t num_examples_per_epoch = 0;  // 0: count the training records (im2txt: 586363, COCO)
+  std::string optimizer = "SGD";
+  double initial_learning_rate = 2.0;
+  double learning_rate_decay_factor = 0.5;
+  double num_epochs_per_decay = 8.0;
+  double train_inception_learning_rate = 0.0005;
+  double clip_gradients = 5.0;
+  double momentum = 0.9;  // --optimizer Momentum
+  int max_checkpoints_to_keep = 5;
+  int64_t save_checkpoints_steps = 0;
+  double save_checkpoints_secs = 600;
+  // evaluation during training (im2txt evaluates in a separate job: `orchard caption eval`)
+  std::string eval_file_pattern;
+  int64_t num_eval_examples = 10132;
+  int64_t eval_batch_size = 32;
+  int beam_size = 3;
+  int max_caption_length = 20;
+  double length_normalization_factor = 0.0;
+  bool eval_captions = true;
+  // Orchard additions
+  bool clean = false;
+  bool distort = true;
+  int num_threads = 0;
+  int num_preprocess_threads = 0;
+  uint64_t seed = 0;
+  std::string stats_file;
+  std::string dtype = "fp32";
+  std::string distribution_strategy = "mirrored";
+  int num_gpus = -2;
+  int collective_timeout = 1800;
+  bool sync_bn = false;
+  bool skip_corrupt_records = false;
+  int64_t shuffle_buffer = 2300 * 2;  // im2txt: values_per_input_shard * input_queue_capacity_factor
+};
+
+void add_model_flags(CLI::App* c, CaptionFlags& f) {
+  c->add_option("--image_size", f.image_size, "Encoder input size (Inception-v3: 299; at least 75)")
+      ->capture_default_str();
+  c->add_option("--resize_size", f.resize_size, "Images are resized to this before cropping (0: 346 * image_size / 299)");
+  c->add_option("--embedding_size", f.embedding_size, "Image and word embedding size")->capture_default_str();
+  c->add_option("--num_lstm_units", f.num_lstm_units, "LSTM units")->capture_default_str();
+  c->add_option("--lstm_dropout_keep_prob", f.lstm_dropout_keep_prob, "Keep probability of the LSTM dropout")
+      ->capture_default_str();
+  c->add_option("--initializer_scale", f.initializer_scale, "Uniform init range of the non-encoder variables")
+      ->capture_default_str();
+  c->add_option("--batch_norm_decay", f.batch_norm_decay, "Encoder batch norm moving-average decay")
+      ->capture_default_str();
+  c->add_option("--max_caption_tokens", f.max_caption_tokens,
+                "Longest caption read from records, <S> and </S> included (longer ones are cut)")
+      ->capture_default_str();
+}
+
+void add_beam_flags(CLI::App* c, CaptionFlags& f) {
+  c->add_option("--beam_size", f.beam_size, "Beam width")->capture_default_str();
+  c->add_option("--max_caption_length", f.max_caption_length, "Longest generated caption (words with <S> and </S>)")
+      ->capture_default_str();
+  c->add_option("--length_normalization_factor", f.length_normalization_factor,
+                "Complete captions score logprob / length^factor (0: plain logprob)")
+      ->capture_default_str();
+}
+
+void add_common_flags(CLI::App* c, CaptionFlags& f) {
+  c->add_option("--vocab_file", f.vocab_file, "word_counts.txt (default: beside the input files, or the train_dir's copy)");
+  c->add_option("--num_threads", f.num_threads, "Intra-op threads (0: all cores)");
+  c->add_option("--num_preprocess_threads", f.num_preprocess_threads, "Input pipeline threads (0: all cores)");
+  c->add_option("--stats_file", f.stats_file, "Write the run's stats (or the metrics) as JSON here");
+  c->add_option("--num_eval_examples", f.num_eval_examples, "Examples per evaluation (0: all)")->capture_default_str();
+  c->add_option("--eval_batch_size", f.eval_batch_size, "Examples per evaluation batch")->capture_default_str();
+  c->add_option("--eval_captions", f.eval_captions, "Beam-search captions and BLEU / CIDEr-D in evaluation")
+      ->capture_default_str();
+  add_beam_flags(c, f);
+}
+
+void add_train_flags(CLI::App* c, CaptionFlags& f) {
+  c->add_option("--input_file_pattern", f.input_file_pattern, "Training SequenceExample shards (comma list or globs)")
+      ->required();
+  c->add_option("--train_dir,--model_dir", f.train_dir, "Checkpoints, summaries and config")->required();
+  c->add_flag("--clean", f.clean, "Remove Orchard's files from train_dir first");
+  c->add_option("--inception_checkpoint_file", f.inception_checkpoint_file,
+                "Initialise the encoder from this checkpoint (Inception-v3 variables, torchvision names, with or "
+                "without the 'inception.' prefix) when training starts");
+  c->add_flag("--train_inception", f.train_inception,
+              "Fine-tune the encoder too (learning rate --train_inception_learning_rate, constant)");
+  c->add_option("--train_steps,--number_of_steps", f.train_steps, "Steps to train")->capture_default_str();
+  c->add_option("--train_batch_size,--batch_size", f.train_batch_size, "Global batch size")->capture_default_str();
+  c->add_option("--iterations_per_loop", f.iterations_per_loop, "Steps per host loop (summaries)")
+      ->capture_default_str();
+  c->add_option("--log_every_n_steps", f.log_every_n_steps, "Log the loss every N steps")->capture_default_str();
+  c->add_option("--num_examples_per_epoch", f.num_examples_per_epoch,
+                "Examples per epoch for the learning-rate decay (0: count the training records)");
+  c->add_option("--optimizer", f.optimizer, "SGD | Momentum | Adam | Adagrad | RMSProp (im2txt's names)")
+      ->capture_default_str();
+  c->add_option("--initial_learning_rate", f.initial_learning_rate, "Learning rate with the encoder frozen")
+      ->capture_default_str();
+  c->add_option("--learning_rate_decay_factor", f.learning_rate_decay_factor, "Staircase decay factor (0: none)")
+      ->capture_default_str();
+  c->add_option("--num_epochs_per_decay", f.num_epochs_per_decay, "Epochs between decays")->capture_default_str();
+  c->add_option("--train_inception_learning_rate", f.train_inception_learning_rate,
+                "Learning rate with --train_inception")
+      ->capture_default_str();
+  c->add_option("--clip_gradients", f.clip_gradients, "Clip the global gradient norm to this (0: no clipping)")
+      ->capture_default_str();
+  c->add_option("--momentum", f.momentum, "Momentum of --optimizer Momentum")->capture_default_str();
+  c->add_option("--inception_weight_decay", f.inception_weight_decay, "L2 weight of the encoder's weights when fine-tuned")
+      ->capture_default_str();
+  c->add_option("--max_checkpoints_to_keep", f.max_checkpoints_to_keep, "Checkpoints to keep")->capture_default_str();
+  c->add_option("--save_checkpoints_steps", f.save_checkpoints_steps, "Checkpoint every N steps (0: by time only)")
+      ->capture_default_str();
+  c->add_option("--save_checkpoints_secs", f.save_checkpoints_secs, "Checkpoint every this many seconds (0: never)")
+      ->capture_default_str();
+  c->add_option("--eval_file_pattern", f.eval_file_pattern,
+                "Evaluate on these shards after each checkpoint (default: no evaluation during training)");
+  c->add_option("--distort", f.distort, "Colour distortion in training")->capture_default_str();
+  c->add_option("--shuffle_buffer", f.shuffle_buffer, "Shuffle buffer over the training records")->capture_default_str();
+  c->add_option("--seed", f.seed, "Random seed (data order, augmentation, init)")->capture_default_str();
+  c->add_option("--dtype", f.dtype, "fp32 | bf16 | fp16")->capture_default_str();
+  c->add_option("--distribution_strategy", f.distribution_strategy, "off | one_device | mirrored | multi_worker_mirrored")
+      ->capture_default_str();
+  c->add_option("--num_gpus", f.num_gpus, "GPUs (0: CPU, -1: all)");
+  c->add_option("--collective_timeout", f.collective_timeout, "Seconds a worker waits for the others")
+      ->capture_default_str();
+  c->add_flag("--sync_bn", f.sync_bn, "Encoder batch norm statistics over the global batch (with --train_inception)");
+  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs (counted in stats)");
+  add_model_flags(c, f);
+  add_common_flags(c, f);
+}
+
+std::string default_vocab_file(const std::string& pattern) {
+  const auto files = expand_file_pattern(pattern);
+  if (files.empty()) throw Error("no files match '" + pattern + "'");
+  return (fs::path(files.front()).parent_path() / "word_counts.txt").string();
+}
+
+tasks::CaptionConfig task_config(const CaptionFlags& f, const data::Vocabulary& vocab) {
+  if (f.image_size < 75) throw Error("--image_size must be at least 75 (Inception-v3's smallest input)");
+  if (f.embedding_size < 1 || f.num_lstm_units < 1) throw Error("--embedding_size and --num_lstm_units must be positive");
+  if (f.lstm_dropout_keep_prob <= 0 || f.lstm_dropout_keep_prob > 1)
+    throw Error("--lstm_dropout_keep_prob must be in (0, 1]");
+  if (f.batch_norm_decay < 0 || f.batch_norm_decay >= 1) throw Error("--batch_norm_decay must be in [0, 1)");
+  if (f.beam_size < 1) throw Error("--beam_size must be at least 1");
+  if (f.max_caption_length < 2) throw Error("--max_caption_length must be at least 2");
+  tasks::CaptionConfig c;
+  c.model.vocab_size = vocab.size();
+  c.model.embedding_size = f.embedding_size;
+  c.model.num_lstm_units = f.num_lstm_units;
+  c.model.lstm_dropout_keep_prob = f.lstm_dropout_keep_prob;
+  c.model.initializer_scale = f.initializer_scale;
+  c.model.batch_norm_decay = f.batch_norm_decay;
+  c.image.image_size = f.image_size;
+  c.image.resize_size = f.resize_size > 0 ? f.resize_size
+                                          : static_cast<int>(std::lround(346.0 * f.image_size / 299.0));
+  c.image.distort = f.distort;
+  c.train_inception = f.train_inception;
+  c.inception_weight_decay = f.inception_weight_decay;
+  c.max_caption_tokens = f.max_caption_tokens;
+  c.beam.beam_size = f.beam_size;
+  c.beam.max_caption_length = f.max_caption_length;
+  c.beam.length_normalization_factor = f.length_normalization_factor;
+  c.eval_captions = f.eval_captions;
+  c.start_id = vocab.start_id();
+  c.end_id = vocab.end_id();
+  return c;
+}
+
+json config_json(const CaptionFlags& f, const tasks::CaptionConfig& c) {
+  return {{"task", "caption"},
+          {"model", "show_and_tell"},
+          {"vocab_size", c.model.vocab_size},
+          {"image_size", c.image.image_size},
+          {"resize_size", c.image.resize_size},
+          {"embedding_size", c.model.embedding_size},
+          {"num_lstm_units", c.model.num_lstm_units},
+          {"lstm_dropout_keep_prob", c.model.lstm_dropout_keep_prob},
+          {"initializer_scale", c.model.initializer_scale},
+          {"batch_norm_decay", c.model.batch_norm_decay},
+          {"max_caption_tokens", c.max_caption_tokens},
+          {"train_inception", c.train_inception},
+          {"input_file_pattern", f.input_file_pattern},
+          {"train_batch_size", f.train_batch_size},
+          {"optimizer", f.optimizer},
+          {"initial_learning_rate", f.initial_learning_rate},
+          {"train_inception_learning_rate", f.train_inception_learning_rate},
+          {"train_steps", f.train_steps},
+          {"seed", f.seed}};
+}
+
+// The model flags of a train_dir's config.json (flags given explicitly stay as they are only for
+// inference-time settings: beam search, batch sizes).
+void load_model_config(const std::string& train_dir, CaptionFlags* f) {
+  const json j = read_model_config(train_dir, "caption");
+  f->image_size = j.at("image_size").get<int>();
+  f->resize_size = j.value("resize_size", 0);
+  f->embedding_size = j.at("embedding_size").get<int64_t>();
+  f->num_lstm_units = j.at("num_lstm_units").get<int64_t>();
+  f->max_caption_tokens = j.value("max_caption_tokens", int64_t{64});
+  f->batch_norm_decay = j.value("batch_norm_decay", 0.9997);
+}
+
+data::Vocabulary load_vocab(const std::string& path, const std::string& flag_hint) {
+  if (!fs::exists(path)) throw Error("vocabulary " + path + " not found (" + flag_hint + ")");
+  return data::Vocabulary::load(path);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const CaptionFlags& f, std::vector<torch::Tensor> params) {
+  std::string name = f.optimizer;
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (name == "sgd") return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.0));
+  if (name == "momentum")
+    return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.0).momentum(f.momentum));
+  if (name == "adam")  // TF's defaults: beta1 0.9, beta2 0.999, epsilon 1e-8
+    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(0.0).eps(1e-8));
+  if (name == "adagrad")  // TF's initial accumulator value 0.1
+    return std::make_unique<torch::optim::Adagrad>(params,
+                                                   torch::optim::AdagradOptions(0.0).initial_accumulator_value(0.1));
+  if (name == "rmsprop")  // TF's decay 0.9, epsilon 1e-10
+    return std::make_unique<torch::optim::RMSprop>(params, torch::optim::RMSpropOptions(0.0).alpha(0.9).eps(1e-10));
+  throw Error("--optimizer must be SGD, Momentum, Adam, Adagrad or RMSProp, not '" + f.optimizer + "'");
+}
+
+// im2txt's init_fn: the encoder from an Inception-v3 checkpoint (torchvision names, as
+// `orchard import-weights` or a classifier writes them, or another caption model's).
+void load_inception(tasks::CaptionTask& task, const std::string& checkpoint) {
+  std::string path = checkpoint;
+  if (fs::is_directory(path)) {
+    path = train::CheckpointManager(checkpoint).latest();
+    if (path.empty()) throw Error("--inception_checkpoint_file " + checkpoint + ": no checkpoint in that directory");
+  }
+  if (!fs::exists(path)) throw Error("--inception_checkpoint_file " + checkpoint + ": no such file");
+  const std::string prefix = caption::kEncoderPrefix;
+  auto is_encoder = [&](const std::string& name) { return name.rfind(prefix, 0) == 0; };
+  std::vector<std::string> restored;
+  std::string first_error;
+  for (bool strip : {true, false}) {
+    train::RestoreOptions ro;
+    ro.load_optimizer = false;
+    ro.load_rng = false;
+    ro.skip = [&](const std::string& name) { return !is_encoder(name); };
+    if (strip) ro.source_name = [&](const std::string& name) { return name.substr(prefix.size()); };
+    restored.clear();
+    ro.restored = &restored;
+    try {
+      train::restore_checkpoint(path, *task.module(), nullptr, ro);
+      spdlog::info("encoder initialised from {} ({} Inception-v3 variables)", path, restored.size());
+      return;
+    } catch (const Error& e) {
+      if (first_error.empty()) first_error = e.what();
+    }
+  }
+  throw Error("--inception_checkpoint_file " + path + " does not hold Inception-v3 variables: " + first_error);
+}
+
+data::PipelineOptions eval_options(const CaptionFlags& f, const std::string& pattern) {
+  data::PipelineOptions o;
+  o.file_pattern = pattern;
+  o.training = false;
+  o.num_epochs = 1;
+  o.batch_size = f.eval_batch_size;
+  o.num_threads = f.num_preprocess_threads;
+  return o;
+}
+
+void run_train(CaptionFlags f) {
+  const bool cuda = torch::cuda::is_available() && f.num_gpus != 0;
+  check_distribution(f.distribution_strategy, f.num_gpus, cuda);
+  train::check_dtype(f.dtype, cuda);
+  if (f.train_batch_size < 1) throw Error("--train_batch_size must be positive");
+  if (f.train_steps < 1) throw Error("--train_steps must be positive");
+  if (f.log_every_n_steps < 1 || f.iterations_per_loop < 1)
+    throw Error("--log_every_n_steps and --iterations_per_loop must be positive");
+  const auto dist = join_cluster(f.distribution_strategy, f.train_batch_size, f.collective_timeout, cuda);
+  const bool chief = !dist || dist->is_chief();
+  if (dist && f.sync_bn) dist->enable_sync_batch_norm();
+  const int threads = train::configure_threads(f.num_threads);
+  if (f.clean && chief) clean_model_dir(f.train_dir);
+  if (dist) dist->barrier();
+  ensure_writable_dir(f.train_dir);
+
+  if (f.vocab_file.empty()) f.vocab_file = default_vocab_file(f.input_file_pattern);
+  const auto vocab = load_vocab(f.vocab_file, "--vocab_file");
+  const auto tcfg = task_config(f, vocab);
+  torch::manual_seed(f.seed);
+  tasks::CaptionTask task(tcfg);
+
+  const int64_t num_records = count_examples(f.input_file_pattern);
+  if (num_records < f.train_batch_size)
+    throw Error("--train_batch_size " + std::to_string(f.train_batch_size) + " is larger than the " +
+                std::to_string(num_records) + " training records");
+  const int64_t per_epoch = f.num_examples_per_epoch > 0 ? f.num_examples_per_epoch : num_records;
+  const int64_t steps_per_epoch = std::max<int64_t>(1, num_records / f.train_batch_size);
+
+  train::TrainerOptions topt;
+  topt.model_dir = f.train_dir;
+  topt.global_batch_size = f.train_batch_size;
+  topt.steps_per_epoch = steps_per_epoch;
+  topt.total_steps = f.train_steps;
+  topt.steps_per_loop = f.save_checkpoints_steps > 0
+                            ? std::gcd(f.iterations_per_loop, std::gcd(f.log_every_n_steps, f.save_checkpoints_steps))
+                            : std::gcd(f.iterations_per_loop, f.log_every_n_steps);
+  topt.enable_checkpoints = true;
+  topt.checkpoint_every = f.save_checkpoints_steps;
+  topt.checkpoint_every_secs = f.save_checkpoints_secs;
+  topt.max_to_keep = f.max_checkpoints_to_keep;
+  topt.log_steps = f.log_every_n_steps;
+  topt.stats_file = f.stats_file;
+  topt.clip_gradient_norm = f.clip_gradients;
+  topt.dtype = f.dtype;
+  topt.device = cuda ? "cuda" : "cpu";
+  const bool has_eval = !f.eval_file_pattern.empty();
+  topt.eval_on_checkpoint = has_eval;
+  topt.distributed = dist;
+
+  // im2txt: with --train_inception a constant 0.0005; otherwise 2.0 decayed by 0.5 every 8
+  // epochs (staircase), the epoch being num_examples_per_epoch / batch_size steps.
+  train::Schedule schedule;
+  if (f.train_inception) {
+    schedule = [lr = f.train_inception_learning_rate](int64_t) { return lr; };
+  } else {
+    const int64_t decay_steps =
+        static_cast<int64_t>(static_cast<double>(per_epoch) / static_cast<double>(f.train_batch_size) *
+                             f.num_epochs_per_decay);
+    schedule = [lr = f.initial_learning_rate, factor = f.learning_rate_decay_factor, decay_steps](int64_t step) {
+      if (factor <= 0 || decay_steps <= 0) return lr;
+      return lr * std::pow(factor, static_cast<double>(step / decay_steps));
+    };
+  }
+  auto optimizer = make_optimizer(f, task.trainable_parameters());
+
+  data::PipelineOptions train_input;
+  train_input.file_pattern = f.input_file_pattern;
+  train_input.training = true;
+  train_input.batch_size = f.train_batch_size;
+  train_input.seed = f.seed;
+  train_input.num_threads = f.num_preprocess_threads;
+  train_input.shuffle_buffer = f.shuffle_buffer;
+  train_input.reader.skip_corrupt_records = f.skip_corrupt_records;
+  train_input.pin_memory = cuda;
+  shard_input(train_input, dist.get());
+  data::PipelineOptions eval_input = eval_input_options(train_input, has_eval ? f.eval_file_pattern : f.input_file_pattern);
+  eval_input.batch_size = std::max<int64_t>(1, f.eval_batch_size / (dist ? dist->world_size() : 1));
+
+  topt.on_start = [&](int64_t step) {
+    if (step == 0 && !f.inception_checkpoint_file.empty()) load_inception(task, f.inception_checkpoint_file);
+    if (step == 0 && f.inception_checkpoint_file.empty())
+      spdlog::warn("no --inception_checkpoint_file: the encoder starts from random weights");
+    if (!chief) return;
+    atomic_write_file((fs::path(f.train_dir) / "config.json").string(), config_json(f, tcfg).dump(2) + "\n");
+    atomic_write_file((fs::path(f.train_dir) / "word_counts.txt").string(), read_file(f.vocab_file));
+  };
+
+  spdlog::info("caption: Show and Tell at {}px, vocabulary {} words, encoder {}, {} records ({} steps/epoch), {} steps, "
+               "{} threads",
+               tcfg.image.image_size, vocab.size(), f.train_inception ? "fine-tuned" : "frozen", num_records,
+               steps_per_epoch, f.train_steps, threads);
+  train::Trainer trainer(topt, task, std::move(optimizer), schedule);
+  const int64_t limit = f.num_eval_examples > 0 ? f.num_eval_examples / (dist ? dist->world_size() : 1) : 0;
+  const auto stats = train_on_pipelines(trainer, task, train_input, eval_input, !has_eval, f.stats_file, {}, limit);
+  if (stats.eval.count("Perplexity"))
+    spdlog::info("final: perplexity {:.3f}, BLEU-4 {:.4f}, CIDEr-D {:.4f} at step {}", stats.eval.at("Perplexity"),
+                 stats.eval.count("Bleu_4") ? stats.eval.at("Bleu_4") : 0.0,
+                 stats.eval.count("CIDEr-D") ? stats.eval.at("CIDEr-D") : 0.0, stats.global_step);
+  spdlog::info("train_dir: {}", f.train_dir);
+}
+
+struct EvalFlags {
+  CaptionFlags f;
+  std::string checkpoint_dir;
+  bool run_once = false;
+  double eval_interval_secs = 600;  // evaluate.py: how often to look for a new checkpoint
+  int64_t min_global_step = 5000;   // evaluate.py
+  double eval_timeout = 3600;
+  int max_eval_retries = 0;
+};
+
+void run_eval(EvalFlags e) {
+  auto& f = e.f;
+  train::configure_threads(f.num_threads);
+  load_model_config(e.checkpoint_dir, &f);
+  if (f.vocab_file.empty()) f.vocab_file = (fs::path(e.checkpoint_dir) / "word_counts.txt").string();
+  const auto vocab = load_vocab(f.vocab_file, "--vocab_file");
+  tasks::CaptionTask task(task_config(f, vocab));
+  const auto input = eval_options(f, f.input_file_pattern);
+  count_examples(f.input_file_pattern);  // a clear error for a pattern without files
+
+  train::TrainerOptions topt;
+  topt.model_dir = e.checkpoint_dir;
+  topt.global_batch_size = f.eval_batch_size;
+  topt.enable_tensorboard = true;
+  train::Trainer trainer(topt, task, std::make_unique<torch::optim::SGD>(task.module()->parameters(), 0.0),
+                         [](int64_t) { return 0.0; });
+  auto eval_input = [&] { return limit_examples(pipeline_source(input, task, false), f.num_eval_examples); };
+
+  CheckpointWatch watch;
+  watch.checkpoint_dir = e.checkpoint_dir;
+  watch.run_once = e.run_once;
+  watch.max_eval_retries = e.max_eval_retries;
+  watch.timeout_secs = e.eval_timeout;
+  watch.poll_secs = e.eval_interval_secs;
+  watch.min_global_step = e.min_global_step;
+  const json config = read_model_config(e.checkpoint_dir, "caption");
+  watch.final_step = config.value("train_steps", int64_t{0});
+  std::map<std::string, double> metrics;
+  spdlog::info("caption eval: watching {} (final step {}), events into {}/eval", e.checkpoint_dir, watch.final_step,
+               e.checkpoint_dir);
+  const int64_t last_step = watch_checkpoints(watch, [&](const std::string& checkpoint, int64_t step) {
+    restore_for_inference(task, e.checkpoint_dir, checkpoint);
+    metrics = trainer.evaluate(eval_input, step, /*summaries=*/true);
+  });
+  json j = metrics;
+  j["global_step"] = last_step;
+  if (!f.stats_file.empty()) atomic_write_file(f.stats_file, j.dump(2) + "\n");
+  if (!metrics.empty()) std::cout << j.dump() << std::endl;
+}
+
+struct RunFlags {
+  CaptionFlags f;
+  std::string checkpoint_path;
+  std::string input_files;
+  bool json_out = false;
+  int64_t batch_size = 16;
+};
+
+void run_inference(RunFlags r) {
+  auto& f = r.f;
+  train::configure_threads(f.num_threads);
+  // --checkpoint_path is a train_dir or one checkpoint file in it.
+  const bool is_dir = fs::is_directory(r.checkpoint_path);
+  const std::string train_dir = is_dir ? r.checkpoint_path : fs::path(r.checkpoint_path).parent_path().string();
+  load_model_config(train_dir, &f);
+  if (f.vocab_file.empty()) f.vocab_file = (fs::path(train_dir) / "word_counts.txt").string();
+  const auto vocab = load_vocab(f.vocab_file, "--vocab_file");
+  tasks::CaptionTask task(task_config(f, vocab));
+  restore_for_inference(task, train_dir, is_dir ? std::string() : r.checkpoint_path);
+  std::vector<std::string> inputs;
+  for (size_t start = 0; start <= r.input_files.size();) {
+    const size_t comma = r.input_files.find(',', start);
+    const std::string part = r.input_files.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!part.empty()) inputs.push_back(part);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  const auto image_options = task.config().image;
+  PrepareImage prepare = [image_options](const std::string& encoded, const std::string& file, float* out) {
+    std::mt19937_64 unused;
+    data::preprocess_caption_image(encoded, image_options, /*training=*/false, unused, out, file);
+  };
+  predict_images(task, prepare, inputs, r.batch_size,
+                 [&](const std::vector<std::string>& files, const at::Tensor& embeddings) {
+                   const auto captions = task.generate_from_embeddings(embeddings);
+                   for (size_t i = 0; i < files.size(); ++i) {
+                     json list = json::array();
+                     if (!r.json_out) std::cout << "Captions for image " << fs::path(files[i]).filename().string() << ":\n";
+                     for (size_t k = 0; k < captions[i].size(); ++k) {
+                       const auto& c = captions[i][k];
+                       const std::string sentence = vocab.sentence(c.words);
+                       const double p = std::exp(c.logprob);
+                       if (r.json_out)
+                         list.push_back({{"caption", sentence}, {"probability", p}, {"logprob", c.logprob}});
+                       else
+                         std::cout << fmt::format("  {}) {} (p={:.6f})\n", k, sentence, p);
+                     }
+                     if (r.json_out) std::cout << json{{"file", files[i]}, {"captions", list}}.dump() << "\n";
+                   }
+                 });
+  std::cout.flush();
+}
+
+}  // namespace
+
+void add_caption_command(CLI::App& app) {
+  auto* cap = app.add_subcommand("caption", "Image captioning: im2txt's Show and Tell");
+  cap->require_subcommand(1);
+  {
+    auto f = std::make_shared<CaptionFlags>();
+    auto* c = cap->add_subcommand("train", "Train Show and Tell (encoder frozen, or fine-tuned with --train_inception)");
+    add_train_flags(c, *f);
+    c->callback([f] { run_train(*f); });
+  }
+  {
+    auto e = std::make_shared<EvalFlags>();
+    auto* c = cap->add_subcommand("eval", "Perplexity, BLEU and CIDEr-D of each new checkpoint (evaluate.py)");
+    c->add_option("--checkpoint_dir", e->checkpoint_dir, "The train_dir to watch")->required();
+    c->add_option("--input_file_pattern", e->f.input_file_pattern, "Evaluation SequenceExample shards")->required();
+    c->add_flag("--run_once", e->run_once, "Evaluate the latest checkpoint once and exit");
+    c->add_option("--eval_interval_secs", e->eval_interval_secs, "Seconds between looks for a new checkpoint")
+        ->capture_default_str();
+    c->add_option("--min_global_step", e->min_global_step, "Do not evaluate checkpoints before this step")
+        ->capture_default_str();
+    c->add_option("--eval_timeout", e->eval_timeout, "Stop after this many seconds without a new checkpoint")
+        ->capture_default_str();
+    c->add_option("--max_eval_retries", e->max_eval_retries, "Retries of a failed evaluation (negative: always)")
+        ->capture_default_str();
+    add_common_flags(c, e->f);
+    c->callback([e] { run_eval(*e); });
+  }
+  {
+    auto r = std::make_shared<RunFlags>();
+    auto* c = cap->add_subcommand("run", "Captions for images with beam search (run_inference.py)");
+    c->add_option("--checkpoint_path", r->checkpoint_path, "A train_dir (its latest checkpoint) or a checkpoint file")
+        ->required();
+    c->add_option("--input_files", r->input_files, "Images: comma-separated files, globs or directories")->required();
+    c->add_option("--vocab_file", r->f.vocab_file, "word_counts.txt (default: the train_dir's)");
+    c->add_flag("--json", r->json_out, "One JSON line per image");
+    c->add_option("--batch_size", r->batch_size, "Images per encoder pass")->capture_default_str();
+    c->add_option("--num_threads", r->f.num_threads, "Intra-op threads (0: all cores)");
+    add_beam_flags(c, r->f);
+    c->callback([r] { run_inference(*r); });
+  }
+}
+
+}  // namespace orchard::cli

@@ -1,0 +1,279 @@
+#include "orchard/models/inception_v3.h"
+
+#include <torch/nn/functional.h>
+#include <torch/nn/init.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
+
+#include <vector>
+
+#include "orchard/models/resnet.h"  // batch_norm
+
+namespace orchard::models {
+namespace inception {
+
+namespace F = torch::nn::functional;
+using torch::ExpandingArray;
+
+// Kernel and padding as (height, width); torchvision's kernel_size=(1, 7), padding=(0, 3).
+struct Conv {
+  int64_t in, out;
+  ExpandingArray<2> kernel;
+  ExpandingArray<2> padding = ExpandingArray<2>(0);
+  int64_t stride = 1;
+};
+
+class BasicConv2dImpl : public torch::nn::Module {
+ public:
+  BasicConv2dImpl(const Conv& c, double momentum)
+      : conv(register_module(
+            "conv",
+            torch::nn::Conv2d(
+                torch::nn::Conv2dOptions(c.in, c.out, c.kernel).stride(c.stride).padding(c.padding).bias(false)))),
+        bn(register_module(
+            "bn", torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(c.out).eps(0.001).momentum(momentum)))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return torch::relu(batch_norm(*bn, conv->forward(x))); }
+
+  torch::nn::Conv2d conv;
+  torch::nn::BatchNorm2d bn;
+};
+
+// Registers a BasicConv2d under `name` in `parent`.
+std::shared_ptr<BasicConv2dImpl> basic(torch::nn::Module& parent, const std::string& name, const Conv& c,
+                                       double momentum) {
+  return parent.register_module(name, std::make_shared<BasicConv2dImpl>(c, momentum));
+}
+
+torch::Tensor avg_pool_3x3_same(const torch::Tensor& x) {
+  // count_include_pad (the default): border averages include the zero padding, as torchvision.
+  return F::avg_pool2d(x, F::AvgPool2dFuncOptions(3).stride(1).padding(1));
+}
+
+torch::Tensor max_pool_3x3_s2(const torch::Tensor& x) { return F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2)); }
+
+// 35x35 grid: 1x1 | 1x1 -> 5x5 | 1x1 -> 3x3 -> 3x3 | avg-pool -> 1x1 (pool_features).
+class InceptionAImpl : public torch::nn::Module {
+ public:
+  InceptionAImpl(int64_t in, int64_t pool_features, double m)
+      : branch1x1(basic(*this, "branch1x1", {in, 64, 1}, m)),
+        branch5x5_1(basic(*this, "branch5x5_1", {in, 48, 1}, m)),
+        branch5x5_2(basic(*this, "branch5x5_2", {48, 64, 5, 2}, m)),
+        branch3x3dbl_1(basic(*this, "branch3x3dbl_1", {in, 64, 1}, m)),
+        branch3x3dbl_2(basic(*this, "branch3x3dbl_2", {64, 96, 3, 1}, m)),
+        branch3x3dbl_3(basic(*this, "branch3x3dbl_3", {96, 96, 3, 1}, m)),
+        branch_pool(basic(*this, "branch_pool", {in, pool_features, 1}, m)) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return torch::cat({branch1x1->forward(x), branch5x5_2->forward(branch5x5_1->forward(x)),
+                       branch3x3dbl_3->forward(branch3x3dbl_2->forward(branch3x3dbl_1->forward(x))),
+                       branch_pool->forward(avg_pool_3x3_same(x))},
+                      1);
+  }
+
+  std::shared_ptr<BasicConv2dImpl> branch1x1, branch5x5_1, branch5x5_2, branch3x3dbl_1, branch3x3dbl_2, branch3x3dbl_3,
+      branch_pool;
+};
+
+// 35x35 -> 17x17: 3x3/2 | 1x1 -> 3x3 -> 3x3/2 | max-pool/2.
+class InceptionBImpl : public torch::nn::Module {
+ public:
+  InceptionBImpl(int64_t in, double m)
+      : branch3x3(basic(*this, "branch3x3", {in, 384, 3, 0, 2}, m)),
+        branch3x3dbl_1(basic(*this, "branch3x3dbl_1", {in, 64, 1}, m)),
+        branch3x3dbl_2(basic(*this, "branch3x3dbl_2", {64, 96, 3, 1}, m)),
+        branch3x3dbl_3(basic(*this, "branch3x3dbl_3", {96, 96, 3, 0, 2}, m)) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return torch::cat(
+        {branch3x3->forward(x), branch3x3dbl_3->forward(branch3x3dbl_2->forward(branch3x3dbl_1->forward(x))),
+         max_pool_3x3_s2(x)},
+        1);
+  }
+
+  std::shared_ptr<BasicConv2dImpl> branch3x3, branch3x3dbl_1, branch3x3dbl_2, branch3x3dbl_3;
+};
+
+// 17x17 grid with factorised 7x7s (1x7 and 7x1) of width c7.
+class InceptionCImpl : public torch::nn::Module {
+ public:
+  InceptionCImpl(int64_t in, int64_t c7, double m)
+      : branch1x1(basic(*this, "branch1x1", {in, 192, 1}, m)),
+        branch7x7_1(basic(*this, "branch7x7_1", {in, c7, 1}, m)),
+        branch7x7_2(basic(*this, "branch7x7_2", {c7, c7, {1, 7}, {0, 3}}, m)),
+        branch7x7_3(basic(*this, "branch7x7_3", {c7, 192, {7, 1}, {3, 0}}, m)),
+        branch7x7dbl_1(basic(*this, "branch7x7dbl_1", {in, c7, 1}, m)),
+        branch7x7dbl_2(basic(*this, "branch7x7dbl_2", {c7, c7, {7, 1}, {3, 0}}, m)),
+        branch7x7dbl_3(basic(*this, "branch7x7dbl_3", {c7, c7, {1, 7}, {0, 3}}, m)),
+        branch7x7dbl_4(basic(*this, "branch7x7dbl_4", {c7, c7, {7, 1}, {3, 0}}, m)),
+        branch7x7dbl_5(basic(*this, "branch7x7dbl_5", {c7, 192, {1, 7}, {0, 3}}, m)),
+        branch_pool(basic(*this, "branch_pool", {in, 192, 1}, m)) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto b7 = branch7x7_3->forward(branch7x7_2->forward(branch7x7_1->forward(x)));
+    auto b7dbl = branch7x7dbl_1->forward(x);
+    for (auto* c : {&branch7x7dbl_2, &branch7x7dbl_3, &branch7x7dbl_4, &branch7x7dbl_5}) b7dbl = (*c)->forward(b7dbl);
+    return torch::cat({branch1x1->forward(x), b7, b7dbl, branch_pool->forward(avg_pool_3x3_same(x))}, 1);
+  }
+
+  std::shared_ptr<BasicConv2dImpl> branch1x1, branch7x7_1, branch7x7_2, branch7x7_3, branch7x7dbl_1, branch7x7dbl_2,
+      branch7x7dbl_3, branch7x7dbl_4, branch7x7dbl_5, branch_pool;
+};
+
+// 17x17 -> 8x8: 1x1 -> 3x3/2 | 1x1 -> 1x7 -> 7x1 -> 3x3/2 | max-pool/2.
+class InceptionDImpl : public torch::nn::Module {
+ public:
+  InceptionDImpl(int64_t in, double m)
+      : branch3x3_1(basic(*this, "branch3x3_1", {in, 192, 1}, m)),
+        branch3x3_2(basic(*this, "branch3x3_2", {192, 320, 3, 0, 2}, m)),
+        branch7x7x3_1(basic(*this, "branch7x7x3_1", {in, 192, 1}, m)),
+        branch7x7x3_2(basic(*this, "branch7x7x3_2", {192, 192, {1, 7}, {0, 3}}, m)),
+        branch7x7x3_3(basic(*this, "branch7x7x3_3", {192, 192, {7, 1}, {3, 0}}, m)),
+        branch7x7x3_4(basic(*this, "branch7x7x3_4", {192, 192, 3, 0, 2}, m)) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto b7 = branch7x7x3_1->forward(x);
+    for (auto* c : {&branch7x7x3_2, &branch7x7x3_3, &branch7x7x3_4}) b7 = (*c)->forward(b7);
+    return torch::cat({branch3x3_2->forward(branch3x3_1->forward(x)), b7, max_pool_3x3_s2(x)}, 1);
+  }
+
+  std::shared_ptr<BasicConv2dImpl> branch3x3_1, branch3x3_2, branch7x7x3_1, branch7x7x3_2, branch7x7x3_3, branch7x7x3_4;
+};
+
+// 8x8 grid with the 3x3s split into parallel 1x3 and 3x1 (concatenated): 2048 channels out.
+class InceptionEImpl : public torch::nn::Module {
+ public:
+  InceptionEImpl(int64_t in, double m)
+      : branch1x1(basic(*this, "branch1x1", {in, 320, 1}, m)),
+        branch3x3_1(basic(*this, "branch3x3_1", {in, 384, 1}, m)),
+        branch3x3_2a(basic(*this, "branch3x3_2a", {384, 384, {1, 3}, {0, 1}}, m)),
+        branch3x3_2b(basic(*this, "branch3x3_2b", {384, 384, {3, 1}, {1, 0}}, m)),
+        branch3x3dbl_1(basic(*this, "branch3x3dbl_1", {in, 448, 1}, m)),
+        branch3x3dbl_2(basic(*this, "branch3x3dbl_2", {448, 384, 3, 1}, m)),
+        branch3x3dbl_3a(basic(*this, "branch3x3dbl_3a", {384, 384, {1, 3}, {0, 1}}, m)),
+        branch3x3dbl_3b(basic(*this, "branch3x3dbl_3b", {384, 384, {3, 1}, {1, 0}}, m)),
+        branch_pool(basic(*this, "branch_pool", {in, 192, 1}, m)) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto b3 = branch3x3_1->forward(x);
+    auto b3dbl = branch3x3dbl_2->forward(branch3x3dbl_1->forward(x));
+    return torch::cat(
+        {branch1x1->forward(x), branch3x3_2a->forward(b3), branch3x3_2b->forward(b3), branch3x3dbl_3a->forward(b3dbl),
+         branch3x3dbl_3b->forward(b3dbl), branch_pool->forward(avg_pool_3x3_same(x))},
+        1);
+  }
+
+  std::shared_ptr<BasicConv2dImpl> branch1x1, branch3x3_1, branch3x3_2a, branch3x3_2b, branch3x3dbl_1, branch3x3dbl_2,
+      branch3x3dbl_3a, branch3x3dbl_3b, branch_pool;
+};
+
+// On Mixed_6e (768 x 17 x 17): avg-pool 5/3 -> 1x1 (128) -> 5x5 (768, valid) -> pool -> fc.
+class InceptionAuxImpl : public torch::nn::Module {
+ public:
+  InceptionAuxImpl(int64_t in, int64_t num_classes, double m)
+      : conv0(basic(*this, "conv0", {in, 128, 1}, m)),
+        conv1(basic(*this, "conv1", {128, 768, 5}, m)),
+        fc(register_module("fc", torch::nn::Linear(768, num_classes))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    TORCH_CHECK(x.size(2) >= 17 && x.size(3) >= 17, "InceptionV3's auxiliary classifier needs a Mixed_6e map of ",
+                "at least 17x17 (inputs of at least 299x299), got ", x.size(2), "x", x.size(3));
+    auto y = F::avg_pool2d(x, F::AvgPool2dFuncOptions(5).stride(3));
+    y = conv1->forward(conv0->forward(y));
+    return fc->forward(torch::flatten(F::adaptive_avg_pool2d(y, F::AdaptiveAvgPool2dFuncOptions(1)), 1));
+  }
+
+  std::shared_ptr<BasicConv2dImpl> conv0, conv1;
+  torch::nn::Linear fc;
+};
+
+}  // namespace inception
+
+using namespace inception;
+
+InceptionV3Impl::InceptionV3Impl(const InceptionV3Options& o) : options_(o) {
+  TORCH_CHECK(o.num_classes >= 0, "InceptionV3 num_classes must be >= 0 (0: no fc), got ", o.num_classes);
+  TORCH_CHECK(!o.aux_logits || o.num_classes >= 1, "InceptionV3 aux_logits needs num_classes >= 1");
+  TORCH_CHECK(o.dropout >= 0 && o.dropout < 1, "InceptionV3 dropout must be in [0, 1), got ", o.dropout);
+  const double m = o.batch_norm_momentum;
+  Conv2d_1a_3x3 = basic(*this, "Conv2d_1a_3x3", {3, 32, 3, 0, 2}, m);
+  Conv2d_2a_3x3 = basic(*this, "Conv2d_2a_3x3", {32, 32, 3}, m);
+  Conv2d_2b_3x3 = basic(*this, "Conv2d_2b_3x3", {32, 64, 3, 1}, m);
+  Conv2d_3b_1x1 = basic(*this, "Conv2d_3b_1x1", {64, 80, 1}, m);
+  Conv2d_4a_3x3 = basic(*this, "Conv2d_4a_3x3", {80, 192, 3}, m);
+  Mixed_5b = register_module("Mixed_5b", std::make_shared<InceptionAImpl>(192, 32, m));
+  Mixed_5c = register_module("Mixed_5c", std::make_shared<InceptionAImpl>(256, 64, m));
+  Mixed_5d = register_module("Mixed_5d", std::make_shared<InceptionAImpl>(288, 64, m));
+  Mixed_6a = register_module("Mixed_6a", std::make_shared<InceptionBImpl>(288, m));
+  Mixed_6b = register_module("Mixed_6b", std::make_shared<InceptionCImpl>(768, 128, m));
+  Mixed_6c = register_module("Mixed_6c", std::make_shared<InceptionCImpl>(768, 160, m));
+  Mixed_6d = register_module("Mixed_6d", std::make_shared<InceptionCImpl>(768, 160, m));
+  Mixed_6e = register_module("Mixed_6e", std::make_shared<InceptionCImpl>(768, 192, m));
+  if (o.aux_logits) AuxLogits = register_module("AuxLogits", std::make_shared<InceptionAuxImpl>(768, o.num_classes, m));
+  Mixed_7a = register_module("Mixed_7a", std::make_shared<InceptionDImpl>(768, m));
+  Mixed_7b = register_module("Mixed_7b", std::make_shared<InceptionEImpl>(1280, m));
+  Mixed_7c = register_module("Mixed_7c", std::make_shared<InceptionEImpl>(kNumFeatures, m));
+  if (o.num_classes > 0) fc = register_module("fc", torch::nn::Linear(kNumFeatures, o.num_classes));
+
+  // He (kaiming normal, fan_in, ReLU gain) for every convolution, not torchvision's
+  // trunc_normal(std 0.1) (0.01 for AuxLogits.conv1). im2txt can run the encoder frozen in
+  // inference mode; with batch-norm statistics never trained (mean 0, variance 1) each
+  // BasicConv2d then scales its input's second moment by about 0.1^2 * fan_in / 2 (0.1 to 20
+  // here), so torchvision's init makes the 2048 features of a random network explode (std ~5e6 at
+  // 75x75, ~1e11 at 299x299), while He init keeps each layer's second moment and the features
+  // O(0.1-1) (std ~0.06 at 75x75, where zero padding dominates the small maps, ~1 at 299): a frozen
+  // random encoder still gives usable features (tests, smoke runs). Training from scratch with
+  // batch statistics does not care either way; pretrained weights replace all of this.
+  torch::NoGradGuard no_grad;
+  for (auto& module : modules(/*include_self=*/false)) {
+    if (auto* c = module->as<torch::nn::Conv2d>()) {
+      torch::nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanIn, torch::kReLU);
+    } else if (auto* b = module->as<torch::nn::BatchNorm2d>()) {
+      b->weight.fill_(1);
+      b->bias.zero_();
+    }
+  }
+  // The classifiers keep torchvision's std; its truncation at +-2 (absolute, not sigmas) never
+  // bites at these stds, so a plain normal is the same distribution.
+  if (fc) {
+    fc->weight.normal_(0, 0.1);
+    fc->bias.zero_();
+  }
+  if (AuxLogits) {
+    AuxLogits->fc->weight.normal_(0, 0.001);
+    AuxLogits->fc->bias.zero_();
+  }
+}
+
+torch::Tensor InceptionV3Impl::pooled(const torch::Tensor& input, torch::Tensor* aux) {
+  TORCH_CHECK(input.dim() == 4 && input.size(1) == 3, "InceptionV3 expects [N, 3, H, W] input, got ", input.sizes());
+  TORCH_CHECK(input.size(2) >= 75 && input.size(3) >= 75, "InceptionV3 needs inputs of at least 75x75, got ",
+              input.size(2), "x", input.size(3));
+  torch::Tensor x = input;
+  if (options_.transform_input) {
+    // torchvision's _transform_input: per channel x * (std / 0.5) + (mean - 0.5) / 0.5.
+    const auto scale = torch::tensor({0.229 / 0.5, 0.224 / 0.5, 0.225 / 0.5}, x.options()).view({1, 3, 1, 1});
+    const auto shift =
+        torch::tensor({(0.485 - 0.5) / 0.5, (0.456 - 0.5) / 0.5, (0.406 - 0.5) / 0.5}, x.options()).view({1, 3, 1, 1});
+    x = x * scale + shift;
+  }
+  x = Conv2d_2b_3x3->forward(Conv2d_2a_3x3->forward(Conv2d_1a_3x3->forward(x)));
+  x = max_pool_3x3_s2(x);
+  x = Conv2d_4a_3x3->forward(Conv2d_3b_1x1->forward(x));
+  x = max_pool_3x3_s2(x);
+  x = Mixed_5d->forward(Mixed_5c->forward(Mixed_5b->forward(x)));
+  x = Mixed_6a->forward(x);
+  x = Mixed_6e->forward(Mixed_6d->forward(Mixed_6c->forward(Mixed_6b->forward(x))));
+  if (aux && AuxLogits && is_training()) *aux = AuxLogits->forward(x);
+  x = Mixed_7c->forward(Mixed_7b->forward(Mixed_7a->forward(x)));
+  return torch::flatten(F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1)), 1);
+}
+
+torch::Tensor InceptionV3Impl::features(const torch::Tensor& x) { return pooled(x, nullptr); }
+
+InceptionV3Output InceptionV3Impl::forward_with_aux(const torch::Tensor& x) {
+  InceptionV3Output out;
+  auto h = F::dropout(pooled(x, &out.aux), F::DropoutFuncOptions().p(options_.dropout).training(is_training()));
+  out.logits = fc ? fc->forward(h) : h;
+  return out;
+}
+
+torch::Tensor InceptionV3Impl::forward(const torch::Tensor& x) {
+  auto h = F::dropout(features(x), F::DropoutFuncOptions().p(options_.dropout).training(is_training()));
+  return fc ? fc->forward(h) : h;
+}
+
+}  // namespace orchard::models

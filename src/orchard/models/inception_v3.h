@@ -1,0 +1,94 @@
+// Inception-v3 (Szegedy et al. 2016, "Rethinking the Inception Architecture") as torchvision's
+// inception_v3 (torchvision 0.14 models/inception.py): parameter and buffer names and shapes
+// match torchvision's state dict (Conv2d_1a_3x3.conv.weight, Conv2d_1a_3x3.bn.running_mean,
+// Mixed_5b.branch1x1.conv.weight, ..., AuxLogits.fc.weight, fc.weight), in torchvision's order,
+// so its ImageNet weights import by name. Every convolution is a BasicConv2d: conv (no bias) ->
+// batch norm (eps 0.001) -> ReLU, children "conv" and "bn".
+//
+// Input: float [N, 3, H, W], H and W >= 75 (torchvision's minimum; the auxiliary classifier
+// needs >= 299), channels_last memory format welcome. ImageNet weights expect 299x299 RGB
+// scaled to [-1, 1] (TF-Slim's inception preprocessing), or torchvision's mean/std-normalised
+// RGB with transform_input.
+// Output of forward: logits [N, num_classes], or the pooled features [N, 2048] (after dropout)
+// when num_classes is 0.
+//
+// Used as the image encoder of im2txt (features) and as a classification backbone.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <memory>
+
+namespace orchard::models {
+
+struct InceptionV3Options {
+  // 0: no fc; forward returns the pooled 2048 features (after dropout).
+  int64_t num_classes = 1000;
+  // The auxiliary classifier on Mixed_6e (torchvision's AuxLogits; needs num_classes >= 1).
+  // torchvision's inception_v3 builds it by default and its ImageNet state dict holds it: load
+  // that with aux_logits = true (or drop the AuxLogits.* entries).
+  bool aux_logits = false;
+  double dropout = 0.5;  // torchvision's p, before fc (TF-Slim: dropout_keep_prob 0.8)
+  // Torch convention (1 - TF decay): im2txt's batch norm decay 0.9997 is momentum 0.0003.
+  double batch_norm_momentum = 0.1;
+  // Map torchvision-normalised input ((x - mean) / std with ImageNet's mean and std) to the
+  // [-1, 1] scaling the ported Google weights were trained with, as torchvision does.
+  bool transform_input = false;
+};
+
+// Where both outputs of a training step are needed.
+struct InceptionV3Output {
+  torch::Tensor logits;  // [N, num_classes]
+  torch::Tensor aux;     // [N, num_classes]; undefined unless aux_logits and training
+};
+
+namespace inception {
+// The building blocks, as torchvision's classes of the same names (defined in the .cc).
+class BasicConv2dImpl;
+class InceptionAImpl;
+class InceptionBImpl;
+class InceptionCImpl;
+class InceptionDImpl;
+class InceptionEImpl;
+class InceptionAuxImpl;
+}  // namespace inception
+
+class InceptionV3Impl : public torch::nn::Module {
+ public:
+  explicit InceptionV3Impl(const InceptionV3Options& options = {});
+
+  // Logits [N, num_classes], or the pooled features [N, 2048] after dropout when num_classes
+  // is 0. Never runs the auxiliary classifier.
+  torch::Tensor forward(const torch::Tensor& x);
+  // forward plus, with aux_logits in training mode, the auxiliary classifier's logits (as
+  // torchvision's forward in training); in eval mode `aux` stays undefined, as torchvision's.
+  InceptionV3Output forward_with_aux(const torch::Tensor& x);
+  // Globally average-pooled output of Mixed_7c, [N, 2048], before dropout: the image
+  // embedding im2txt projects.
+  torch::Tensor features(const torch::Tensor& x);
+
+  static constexpr int64_t kNumFeatures = 2048;
+  const InceptionV3Options& options() const { return options_; }
+
+ private:
+  // Pooled [N, 2048]; also the auxiliary logits into *aux when aux is non-null, AuxLogits
+  // exists and the module is training.
+  torch::Tensor pooled(const torch::Tensor& x, torch::Tensor* aux);
+
+  InceptionV3Options options_;
+  // Registered by the constructor in torchvision's order, so parameters and buffers list in its
+  // state_dict order (max-pools, avgpool and dropout have no state and are functional calls).
+  std::shared_ptr<inception::BasicConv2dImpl> Conv2d_1a_3x3, Conv2d_2a_3x3, Conv2d_2b_3x3, Conv2d_3b_1x1, Conv2d_4a_3x3;
+  std::shared_ptr<inception::InceptionAImpl> Mixed_5b, Mixed_5c, Mixed_5d;
+  std::shared_ptr<inception::InceptionBImpl> Mixed_6a;
+  std::shared_ptr<inception::InceptionCImpl> Mixed_6b, Mixed_6c, Mixed_6d, Mixed_6e;
+  std::shared_ptr<inception::InceptionAuxImpl> AuxLogits;  // null without aux_logits
+  std::shared_ptr<inception::InceptionDImpl> Mixed_7a;
+  std::shared_ptr<inception::InceptionEImpl> Mixed_7b, Mixed_7c;
+  torch::nn::Linear fc{nullptr};  // null when num_classes is 0
+};
+TORCH_MODULE(InceptionV3);
+
+}  // namespace orchard::models

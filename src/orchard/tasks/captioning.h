@@ -1,0 +1,69 @@
+// Image captioning (im2txt's Show and Tell): the model of caption/show_and_tell.h trained on
+// (image, caption) SequenceExamples with the masked next-word cross entropy; evaluation gives
+// im2txt's perplexity plus BLEU-1..4 and CIDEr-D of beam-search captions against every
+// reference caption of the image.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "orchard/caption/beam_search.h"
+#include "orchard/caption/show_and_tell.h"
+#include "orchard/data/caption.h"
+#include "orchard/tasks/task.h"
+
+namespace orchard::tasks {
+
+struct CaptionConfig {
+  caption::ShowAndTellOptions model;  // vocab_size from the vocabulary file
+  data::CaptionImageOptions image;
+  bool train_inception = false;           // fine-tune the encoder (else frozen, inference mode)
+  double inception_weight_decay = 4e-5;   // x sum(w^2) / 2 of the encoder's weights, when fine-tuned
+  int64_t max_caption_tokens = 64;        // longer captions are cut (keeping </S>) when read
+  caption::BeamSearchOptions beam;        // eval captions and `caption run`
+  bool eval_captions = true;              // BLEU / CIDEr-D in evaluation (beam search per image)
+  int64_t start_id = 0, end_id = 1;       // the vocabulary's <S> and </S>
+};
+
+// The target layout of a parsed record: [image_id / 2^24, image_id % 2^24, ids...], with the
+// number of ids (<S> and </S> included) as the label.
+constexpr int64_t kCaptionTargetHeader = 2;
+
+class CaptionTask : public Task {
+ public:
+  explicit CaptionTask(const CaptionConfig& config);
+  std::string name() const override { return "caption"; }
+  std::shared_ptr<torch::nn::Module> module() override { return model_.ptr(); }
+  // Image embeddings [B, E] (the LSTM runs in loss(), which has the captions).
+  torch::Tensor forward(const torch::Tensor& images) override;
+  data::SampleSpec sample_spec() const override;
+  data::ParseFn parser(bool training) const override;
+  // im2txt's batch_loss (masked mean over target words) as this replica's share of the global
+  // batch, plus the encoder's L2 when it is fine-tuned; "sum_losses" / "sum_weights" (detached)
+  // feed perplexity.
+  LossTerms loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) override;
+  void update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss, bool training,
+                      MetricSums* sums) const override;
+  // Training: loss, perplexity. Eval: loss, Perplexity (im2txt's tag), Bleu_1..Bleu_4, CIDEr-D.
+  std::map<std::string, double> compute_metrics(const MetricSums& sums, bool training) const override;
+  std::map<std::string, std::string> signature() const override;
+
+  // Beam-search captions of preprocessed images [N, 3, S, S] (the model in eval mode).
+  std::vector<std::vector<caption::GeneratedCaption>> generate(const torch::Tensor& images);
+  std::vector<std::vector<caption::GeneratedCaption>> generate_from_embeddings(const torch::Tensor& embeddings) const;
+  // Parameters the optimizer trains: everything, or everything but the encoder when frozen.
+  std::vector<torch::Tensor> trainable_parameters();
+  const CaptionConfig& config() const { return config_; }
+  caption::ShowAndTell& model() { return model_; }
+
+ private:
+  CaptionConfig config_;
+  caption::ShowAndTell model_{nullptr};
+  std::vector<torch::Tensor> l2_params_;
+  mutable std::unordered_set<int64_t> captioned_;  // images already captioned in this evaluation
+};
+
+}  // namespace orchard::tasks
