@@ -108,6 +108,13 @@ train::BatchSource limit_examples(train::BatchSource source, int64_t limit) {
   auto seen = std::make_shared<int64_t>(0);
   return [source = std::move(source), limit, seen](data::Batch* b) {
     if (*seen >= limit || !source(b)) return false;
+    if (*seen + b->size > limit) {  // the last batch is cut to the limit
+      const int64_t keep = limit - *seen;
+      b->images = b->images.narrow(0, 0, keep);
+      b->labels = b->labels.narrow(0, 0, keep);
+      if (b->targets.defined()) b->targets = b->targets.narrow(0, 0, keep);
+      b->size = keep;
+    }
     *seen += b->size;
     return true;
   };

@@ -64,7 +64,7 @@ train::RunStats train_on_pipelines(train::Trainer& trainer, const tasks::Task& t
                                    bool skip_eval, const std::string& stats_file,
                                    const train::TrainInputFactory& synthetic = {}, int64_t eval_limit = 0);
 
-// Stops `source` once it has yielded `limit` examples (0: no limit).
+// Stops `source` after `limit` examples (0: no limit), cutting the last batch to fit.
 train::BatchSource limit_examples(train::BatchSource source, int64_t limit);
 
 // Adds the pipelines' skipped-record counts to the stats, logs them and writes the stats JSON.

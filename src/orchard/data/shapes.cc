@@ -130,10 +130,10 @@ uint64_t split_code(const std::string& split) {
 SceneOptions scene_options(const ShapesOptions& o) {
   SceneOptions s;
   s.image_size = o.image_size;
-  if (o.task == "captioning") {  // captions describe one object or the relation of two
-    s.min_objects = 1;
+  if (o.task == "captioning") {  // captions describe two objects and their relation
+    s.min_objects = 2;
     s.max_objects = 2;
-    s.min_size = 0.25f;
+    s.min_size = 0.3f;
   }
   return s;
 }

@@ -86,8 +86,8 @@ Scene shapes_scene(const ShapesOptions& options, const std::string& split, int64
 // Detection records follow the TF OD API schema (data/detection.h): one box per shape,
 // class = kind + 1 (circle 1, square 2, triangle 3), source_id = the name; label_map.pbtxt
 // replaces labels.txt.
-// Captioning records follow im2txt's SequenceExample schema (data/caption.h): scenes of one or
-// two objects, one record per (image, caption) pair with the five shapes_captions, image_id =
+// Captioning records follow im2txt's SequenceExample schema (data/caption.h): scenes of two
+// objects (sides 0.3-0.45 of the image), one record per (image, caption) pair with the five shapes_captions, image_id =
 // index + 1, records in a seeded random order; word_counts.txt (from the training captions,
 // min_word_count 4) replaces labels.txt.
 // The output is a pure function of the options (byte-identical for one build: the image

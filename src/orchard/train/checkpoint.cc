@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -75,6 +76,16 @@ std::string CheckpointManager::latest() const {
   return all.empty() ? "" : all.back().second;
 }
 
+namespace {
+
+size_t optimizer_parameter_count(const torch::optim::Optimizer& optimizer) {
+  size_t n = 0;
+  for (const auto& group : optimizer.param_groups()) n += group.params().size();
+  return n;
+}
+
+}  // namespace
+
 std::string CheckpointManager::save(int64_t step, torch::nn::Module& model, torch::optim::Optimizer* optimizer,
                                     const Meta& meta) {
   ensure_writable_dir(dir_);
@@ -83,6 +94,7 @@ std::string CheckpointManager::save(int64_t step, torch::nn::Module& model, torc
   for (const auto& b : model.named_buffers()) weights.insert(b.key(), b.value().detach().cpu().contiguous());
   c10::Dict<std::string, std::string> meta_dict;
   for (const auto& [k, v] : meta) meta_dict.insert(k, v);
+  if (optimizer) meta_dict.insert_or_assign("optimizer_parameters", std::to_string(optimizer_parameter_count(*optimizer)));
   c10::impl::GenericDict root(c10::StringType::get(), c10::AnyType::get());
   root.insert("model", weights);
   root.insert("meta", meta_dict);
@@ -178,7 +190,17 @@ std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::
     throw Error(path + ": " + std::to_string(missing.size()) + " model variables missing from the checkpoint (" + list +
                 (missing.size() > 5 ? ", ..." : "") + ")");
   }
-  if (optimizer && options.load_optimizer && dict.contains("optimizer")) {
+  // The optimizer state fits only the same set of trained variables: a run that trains more
+  // (im2txt's second phase, --train_inception) starts its optimizer afresh.
+  bool optimizer_fits = true;
+  if (optimizer && meta.count("optimizer_parameters") &&
+      meta.at("optimizer_parameters") != std::to_string(optimizer_parameter_count(*optimizer))) {
+    optimizer_fits = false;
+    if (options.load_optimizer)
+      spdlog::warn("{}: its optimizer state covers {} variables, this run trains {}; the optimizer starts afresh", path,
+                   meta.at("optimizer_parameters"), optimizer_parameter_count(*optimizer));
+  }
+  if (optimizer && options.load_optimizer && optimizer_fits && dict.contains("optimizer")) {
     const auto& value = dict.at("optimizer");
     std::string blob;
     if (value.isString()) {

@@ -1,0 +1,310 @@
+// `orchard data shapes --task captioning` + `orchard caption train|eval|run` end to end: the
+// binary on the synthetic captioned shapes (two objects, five references per image).
+//   CaptionTrain.*   learns the set (BLEU-4 >= 0.5 on its validation images), train_dir layout,
+//                    summaries, continuous evaluation, run_inference output, resume, encoder
+//                    initialisation from a checkpoint.
+//   CaptionErrors.*  bad flags, vocabularies and records: a non-zero exit and a clear message.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/cli_util.h"
+#include "core/test_util.h"
+#include "orchard/core/files.h"
+#include "orchard/core/tfrecord.h"
+#include "orchard/proto/event.pb.h"
+
+namespace orchard::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::TempDir;
+
+constexpr int kSteps = 400;
+
+// The test recipe: Inception-v3 at its smallest input, trained from scratch with the LSTM
+// (no ImageNet weights here), Adam, batch norm statistics that follow a short run.
+std::vector<std::string> recipe() {
+  return {"--image_size", "75", "--train_batch_size", "32", "--train_inception", "--optimizer", "Adam",
+          "--train_inception_learning_rate", "0.002", "--batch_norm_decay", "0.9", "--num_preprocess_threads", "1",
+          "--seed", "1"};
+}
+
+// One intra-op thread per process (see detect_cli_test.cc).
+void one_thread_per_process() { ::setenv("OMP_NUM_THREADS", "1", 1); }
+
+class CaptionTrain : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    one_thread_per_process();
+    root_ = new TempDir();
+    data_ = root_->file("shapes");
+    auto r = run({"data", "shapes", "--task", "captioning", "--out_dir", data_, "--num_train", "1000",
+                  "--num_validation", "60", "--seed", "5", "--train_shards", "2"},
+                 *root_);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    train_dir_ = root_->file("train");
+    std::vector<std::string> args = {"caption", "train", "--input_file_pattern", data_ + "/train-*",
+                                     "--eval_file_pattern", data_ + "/validation-*", "--train_dir", train_dir_,
+                                     "--train_steps", std::to_string(kSteps), "--save_checkpoints_steps", "200",
+                                     "--save_checkpoints_secs", "0", "--log_every_n_steps", "100",
+                                     "--stats_file", root_->file("stats.json")};
+    for (const auto& a : recipe()) args.push_back(a);
+    result_ = run(args, *root_);
+  }
+  static void TearDownTestSuite() { delete root_; }
+
+  static TempDir* root_;
+  static std::string data_, train_dir_;
+  static RunResult result_;
+};
+TempDir* CaptionTrain::root_ = nullptr;
+std::string CaptionTrain::data_, CaptionTrain::train_dir_;
+RunResult CaptionTrain::result_;
+
+TEST_F(CaptionTrain, LearnsTheShapesCaptions) {
+  ASSERT_EQ(result_.rc, 0) << result_.err;
+  const json stats = json::parse(test::read_bytes(root_->file("stats.json")));
+  EXPECT_GE(stats.at("eval_Bleu_4").get<double>(), 0.5) << stats.dump(2);
+  EXPECT_LT(stats.at("eval_Perplexity").get<double>(), 2.0) << stats.dump(2);
+  for (const char* key : {"eval_Bleu_1", "eval_Bleu_2", "eval_Bleu_3", "eval_CIDEr-D", "eval_loss"})
+    EXPECT_TRUE(stats.contains(key)) << key << "\n" << stats.dump(2);
+  EXPECT_EQ(stats.at("eval_captioned_images").get<double>(), 60.0);
+  EXPECT_EQ(stats.at("global_step").get<int64_t>(), kSteps);
+}
+
+TEST_F(CaptionTrain, TrainDirHoldsCheckpointsConfigVocabularyAndSummaries) {
+  ASSERT_EQ(result_.rc, 0) << result_.err;
+  for (int step : {200, kSteps}) {
+    EXPECT_TRUE(fs::exists(fs::path(train_dir_) / ("ckpt-" + std::to_string(step) + ".pt"))) << step;
+    EXPECT_TRUE(contains(result_.err, "eval at step " + std::to_string(step))) << result_.err;
+  }
+  EXPECT_EQ(read_file((fs::path(train_dir_) / "word_counts.txt").string()),
+            read_file((fs::path(data_) / "word_counts.txt").string()));
+  const json config = json::parse(read_file((fs::path(train_dir_) / "config.json").string()));
+  EXPECT_EQ(config.at("task"), "caption");
+  EXPECT_EQ(config.at("image_size"), 75);
+  std::set<std::string> tags;
+  for (const char* sub : {"train", "eval"})
+    for (const auto& name : files_with((fs::path(train_dir_) / sub).string(), "events.out.tfevents")) {
+      TFRecordReader reader(name);
+      for (std::string rec; reader.next(&rec);) {
+        tensorflow::Event ev;
+        ASSERT_TRUE(ev.ParseFromString(rec));
+        for (const auto& v : ev.summary().value()) tags.insert(std::string(sub) + "/" + v.tag());
+      }
+    }
+  for (const char* tag : {"train/loss", "train/perplexity", "train/learning_rate", "eval/Perplexity", "eval/Bleu_4",
+                          "eval/CIDEr-D"})
+    EXPECT_EQ(tags.count(tag), 1u) << tag;
+}
+
+TEST_F(CaptionTrain, EvalFollowsCheckpointsAndAgreesWithTraining) {
+  ASSERT_EQ(result_.rc, 0) << result_.err;
+  // evaluate.py's loop: the latest checkpoint is the final step's, so one evaluation and a stop.
+  auto r = run({"caption", "eval", "--checkpoint_dir", train_dir_, "--input_file_pattern", data_ + "/validation-*",
+                "--min_global_step", "0", "--eval_interval_secs", "0.2", "--eval_timeout", "60", "--stats_file",
+                root_->file("eval.json")},
+               *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "final step " + std::to_string(kSteps))) << r.err;
+  const json train = json::parse(test::read_bytes(root_->file("stats.json")));
+  const json eval = json::parse(test::read_bytes(root_->file("eval.json")));
+  for (const char* key : {"Perplexity", "Bleu_4", "CIDEr-D"})
+    EXPECT_NEAR(eval.at(key).get<double>(), train.at(std::string("eval_") + key).get<double>(), 1e-6) << key;
+  // --run_once with a smaller beam and a cap on examples.
+  r = run({"caption", "eval", "--checkpoint_dir", train_dir_, "--input_file_pattern", data_ + "/validation-*",
+           "--min_global_step", "0", "--run_once", "--num_eval_examples", "100", "--beam_size", "1"},
+          *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "over 100 examples")) << r.err;
+  // im2txt's --min_global_step: a checkpoint before it is not evaluated.
+  r = run({"caption", "eval", "--checkpoint_dir", train_dir_, "--input_file_pattern", data_ + "/validation-*",
+           "--run_once"},
+          *root_);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "min_global_step")) << r.err;
+}
+
+TEST_F(CaptionTrain, TwoWorkersEvaluateTheirShardsAndGatherTheCaptions) {
+  ASSERT_EQ(result_.rc, 0) << result_.err;
+  // Two processes resume the finished train_dir: nothing to train, one evaluation over both
+  // workers' halves of the validation records; hypotheses and references are gathered before
+  // BLEU / CIDEr-D (an image's references may sit on both workers).
+  const std::string copy = root_->file("two_workers");
+  fs::copy(train_dir_, copy, fs::copy_options::recursive);
+  const int port = 32000 + static_cast<int>(::getpid() % 200) * 5;
+  std::vector<std::string> args = {"launch", "--nproc_per_node", "2", "--master_port", std::to_string(port), "--",
+                                   "caption", "train", "--input_file_pattern", data_ + "/train-*",
+                                   "--eval_file_pattern", data_ + "/validation-*", "--train_dir", copy,
+                                   "--train_steps", std::to_string(kSteps), "--num_threads", "1", "--stats_file",
+                                   root_->file("two.json")};
+  for (const auto& a : recipe()) args.push_back(a);
+  auto r = run(args, *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "over 300 examples")) << r.err;
+  const json one = json::parse(test::read_bytes(root_->file("stats.json")));
+  const json two = json::parse(test::read_bytes(root_->file("two.json")));
+  EXPECT_EQ(two.at("eval_captioned_images").get<double>(), 60.0);
+  EXPECT_NEAR(two.at("eval_Perplexity").get<double>(), one.at("eval_Perplexity").get<double>(), 1e-4);
+  for (const char* key : {"eval_Bleu_4", "eval_CIDEr-D"})
+    EXPECT_NEAR(two.at(key).get<double>(), one.at(key).get<double>(), 1e-3) << key;
+}
+
+TEST_F(CaptionTrain, RunPrintsBeamSearchCaptions) {
+  ASSERT_EQ(result_.rc, 0) << result_.err;
+  const std::string images = root_->file("images");
+  auto r = run({"data", "inspect", data_ + "/validation-00000-of-00001", "--limit", "4", "--dump_images", images},
+               *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::set<std::string> words = {"a", "red", "green", "blue", "circle", "square", "triangle", "above", "below",
+                                       "and", "there", "is", "next", "to", "beside", "over", "single", "on",
+                                       "grey", "background", "one"};
+  r = run({"caption", "run", "--checkpoint_path", train_dir_, "--input_files", images + "/0.jpg," + images + "/1*.jpg",
+           "--json"},
+          *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::istringstream in(r.out);
+  int lines = 0;
+  for (std::string line; std::getline(in, line); ++lines) {
+    const json j = json::parse(line);
+    const auto& captions = j.at("captions");
+    ASSERT_EQ(captions.size(), 3u) << line;  // beam_size 3
+    double last = 1.0;
+    for (const auto& c : captions) {
+      const double p = c.at("probability").get<double>();
+      EXPECT_LE(p, last + 1e-12);
+      EXPECT_GT(p, 0.0);
+      last = p;
+      std::istringstream ws(c.at("caption").get<std::string>());
+      int n = 0;
+      for (std::string w; ws >> w; ++n) EXPECT_EQ(words.count(w), 1u) << w;
+      EXPECT_GE(n, 2);
+    }
+  }
+  EXPECT_EQ(lines, 2);
+  // run_inference.py's text format, and a single checkpoint file instead of the directory.
+  r = run({"caption", "run", "--checkpoint_path", (fs::path(train_dir_) / "ckpt-200.pt").string(), "--input_files",
+           images + "/0.jpg", "--beam_size", "2", "--max_caption_length", "4"},
+          *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "Captions for image 0.jpg:")) << r.out;
+  EXPECT_TRUE(contains(r.out, "  0) ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "  1) ")) << r.out;
+  EXPECT_FALSE(contains(r.out, "  2) ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "(p=")) << r.out;
+}
+
+TEST_F(CaptionTrain, ResumesAndInitialisesTheEncoderFromACheckpoint) {
+  ASSERT_EQ(result_.rc, 0) << result_.err;
+  const std::string copy = root_->file("resume");
+  fs::copy(train_dir_, copy, fs::copy_options::recursive);
+  std::vector<std::string> args = {"caption", "train", "--input_file_pattern", data_ + "/train-*", "--train_dir", copy,
+                                   "--train_steps", std::to_string(kSteps + 2), "--log_every_n_steps", "1"};
+  for (const auto& a : recipe()) args.push_back(a);
+  auto r = run(args, *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "resumed from")) << r.err;
+  EXPECT_TRUE(contains(r.err, "step " + std::to_string(kSteps + 2) + "/")) << r.err;
+  EXPECT_FALSE(contains(r.err, "step 1/")) << r.err;
+
+  // im2txt's two phases: a new model, encoder frozen and initialised from the trained one
+  // (--inception_checkpoint_file), then the same train_dir resumed with --train_inception.
+  std::vector<std::string> frozen;
+  for (const auto& a : recipe())
+    if (a != "--train_inception") frozen.push_back(a);
+  const std::string fresh = root_->file("fresh");
+  args = {"caption", "train", "--input_file_pattern", data_ + "/train-*", "--train_dir", fresh, "--train_steps", "1",
+          "--inception_checkpoint_file", train_dir_};
+  args.insert(args.end(), frozen.begin(), frozen.end());
+  r = run(args, *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "encoder initialised from")) << r.err;
+  EXPECT_TRUE(contains(r.err, "(" + std::to_string(94 * 5) + " Inception-v3 variables)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "encoder frozen")) << r.err;
+  args = {"caption", "train", "--input_file_pattern", data_ + "/train-*", "--train_dir", fresh, "--train_steps", "2",
+          "--log_every_n_steps", "1"};
+  for (const auto& a : recipe()) args.push_back(a);
+  r = run(args, *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "encoder fine-tuned")) << r.err;
+  EXPECT_TRUE(contains(r.err, "the optimizer starts afresh")) << r.err;
+  EXPECT_TRUE(contains(r.err, "step 2/2")) << r.err;
+  EXPECT_FALSE(contains(r.err, "encoder initialised from")) << r.err;  // only at step 0
+}
+
+class CaptionErrors : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = new TempDir();
+    data_ = root_->file("shapes");
+    auto r = run({"data", "shapes", "--task", "captioning", "--out_dir", data_, "--num_train", "8",
+                  "--num_validation", "2", "--train_shards", "1"},
+                 *root_);
+    ASSERT_EQ(r.rc, 0) << r.err;
+  }
+  static void TearDownTestSuite() { delete root_; }
+  RunResult train(std::vector<std::string> extra) {
+    std::vector<std::string> args = {"caption", "train", "--input_file_pattern", data_ + "/train-*", "--train_dir",
+                                     root_->file("bad"), "--train_steps", "1", "--train_batch_size", "2",
+                                     "--image_size", "75"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(args, *root_);
+  }
+  static TempDir* root_;
+  static std::string data_;
+};
+TempDir* CaptionErrors::root_ = nullptr;
+std::string CaptionErrors::data_;
+
+TEST_F(CaptionErrors, BadFlagsAndFilesAreNamed) {
+  auto r = train({"--optimizer", "Lion"});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "--optimizer")) << r.err;
+  r = train({"--image_size", "64"});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "75")) << r.err;
+  r = train({"--vocab_file", root_->file("nope.txt")});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "nope.txt")) << r.err;
+  r = train({"--inception_checkpoint_file", root_->file("none.pt")});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "none.pt")) << r.err;
+  r = run({"caption", "eval", "--checkpoint_dir", root_->file("empty"), "--input_file_pattern", data_ + "/validation-*"},
+          *root_);
+  EXPECT_NE(r.rc, 0);
+  r = run({"caption", "run", "--checkpoint_path", root_->file("missing"), "--input_files", "x.jpg"}, *root_);
+  EXPECT_NE(r.rc, 0);
+}
+
+TEST_F(CaptionErrors, RecordsOfAnotherVocabularyNameTheRecord) {
+  // A vocabulary smaller than the ids in the records.
+  atomic_write_file(root_->file("small.txt"), "<S> 1\n</S> 1\na 1\n");
+  auto r = train({"--vocab_file", root_->file("small.txt")});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "train-00000-of-00001")) << r.err;
+  EXPECT_TRUE(contains(r.err, "vocabulary")) << r.err;
+  // Detection records are not captions.
+  const std::string det = root_->file("det");
+  ASSERT_EQ(run({"data", "shapes", "--task", "detection", "--out_dir", det, "--num_train", "4", "--num_validation",
+                 "1", "--train_shards", "1"},
+                *root_)
+                .rc,
+            0);
+  r = run({"caption", "train", "--input_file_pattern", det + "/train-*", "--train_dir", root_->file("bad2"),
+           "--train_steps", "1", "--train_batch_size", "2", "--image_size", "75", "--vocab_file",
+           data_ + "/word_counts.txt"},
+          *root_);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "image/")) << r.err;
+}
+
+}  // namespace
+}  // namespace orchard::cli
