@@ -123,6 +123,34 @@ TEST(Checkpoint, RoundTripRestoresEverything) {
   EXPECT_LT(max_diff(a, d), 1e-6);
 }
 
+// A run that trains more variables than the checkpoint's (im2txt's second phase unfreezes the
+// encoder) keeps the weights and starts its optimizer afresh instead of failing.
+TEST(Checkpoint, OptimizerStateOfOtherTrainedVariablesIsSkipped) {
+  TempDir dir;
+  torch::manual_seed(1);
+  auto a = tiny();
+  std::vector<torch::Tensor> fc_only = {a->named_parameters()["fc.weight"], a->named_parameters()["fc.bias"]};
+  auto opt_a = std::make_unique<torch::optim::SGD>(fc_only, torch::optim::SGDOptions(0.05).momentum(0.9));
+  train_step(a, *opt_a, 10);
+  const std::string path = CheckpointManager(dir.str()).save(3, *a, opt_a.get(), tiny_meta());
+
+  auto b = tiny();
+  auto opt_b = sgd(b);  // every parameter
+  auto [step, meta] = restore_checkpoint(path, *b, opt_b.get(), RestoreOptions{});
+  EXPECT_EQ(step, 3);
+  EXPECT_EQ(meta.at("optimizer_parameters"), "2");
+  EXPECT_EQ(max_diff(a, b), 0.0);
+  // Fresh optimizer: no momentum buffers yet.
+  EXPECT_TRUE(opt_b->state().empty());
+
+  // The same set of variables loads its state.
+  auto c = tiny();
+  std::vector<torch::Tensor> c_fc = {c->named_parameters()["fc.weight"], c->named_parameters()["fc.bias"]};
+  torch::optim::SGD opt_c(c_fc, torch::optim::SGDOptions(0.05).momentum(0.9));
+  restore_checkpoint(path, *c, &opt_c, RestoreOptions{});
+  EXPECT_EQ(opt_c.state().size(), 2u);
+}
+
 TEST(Checkpoint, KeepsNewestNAndIndexNamesTheNewest) {
   TempDir dir;
   auto m = tiny();
