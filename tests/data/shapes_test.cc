@@ -368,7 +368,7 @@ TEST(ShapesDataset, RejectsBadOptions) {
   };
   ShapesOptions o = small_options(dir.file("out"));
   o.task = "segmentation";
-  expect_error(o, "--task must be multilabel or detection");
+  expect_error(o, "--task must be multilabel, detection or captioning");
   o = small_options(dir.file("out"));
   o.format = "gif";
   expect_error(o, "--format");
