@@ -101,7 +101,7 @@ models::ResNet load_tiny(const std::string& ckpt, int64_t* step = nullptr) {
   models::ModelConfig c;
   c.arch = "resnet_tiny";
   c.num_classes = 10;
-  auto m = models::build_model(c);
+  auto m = models::build_resnet(c);
   train::RestoreOptions ro;
   ro.load_rng = false;
   ro.expect = {{"model", "resnet_tiny"}, {"num_classes", "10"}};

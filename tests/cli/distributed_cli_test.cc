@@ -54,7 +54,7 @@ models::ResNet load(const std::string& ckpt) {
   models::ModelConfig c;
   c.arch = "resnet_tiny";
   c.num_classes = 10;
-  auto m = models::build_model(c);
+  auto m = models::build_resnet(c);
   train::RestoreOptions ro;
   ro.load_rng = false;
   train::restore_checkpoint(ckpt, *m, nullptr, ro);

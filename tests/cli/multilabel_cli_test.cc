@@ -39,7 +39,7 @@ std::string make_shapes(const TempDir& root, int num_train, int num_validation) 
 }
 
 std::map<std::string, torch::Tensor> checkpoint_tensors(const std::string& path, const models::ModelConfig& c) {
-  auto m = models::build_model(c);
+  auto m = models::build_resnet(c);
   train::RestoreOptions ro;
   ro.load_rng = false;
   ro.skip = [](const std::string& name) { return name.rfind("multilabel_", 0) == 0; };

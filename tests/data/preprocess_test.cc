@@ -275,6 +275,28 @@ TEST(Preprocess, TrainOutputIsMeanSubtractedAndInRange) {
   }
 }
 
+// Inception-v3's scaling, pixel * 2/255 - 1, on both paths (the ResNets' means otherwise).
+TEST(Preprocess, InceptionScalingMapsPixelsToMinusOneToOne) {
+  PreprocessOptions opt;
+  opt.image_size = 16;
+  opt.scale = kInceptionScale;
+  opt.offset = kInceptionOffset;
+  const std::string png = encode_png(solid(40, 30, 0, 255, 51));
+  std::vector<float> out(3 * 16 * 16);
+  std::mt19937_64 rng(3);
+  for (bool train : {true, false}) {
+    if (train)
+      preprocess_train(png, {}, opt, rng, out.data(), "train");
+    else
+      preprocess_eval(png, opt, out.data(), "eval");
+    for (int i = 0; i < 16 * 16; ++i) {
+      ASSERT_NEAR(out[static_cast<size_t>(i)], -1.0f, 1e-5) << train;
+      ASSERT_NEAR(out[static_cast<size_t>(16 * 16 + i)], 1.0f, 1e-5) << train;
+      ASSERT_NEAR(out[static_cast<size_t>(2 * 16 * 16 + i)], -0.6f, 1e-5) << train;
+    }
+  }
+}
+
 TEST(Preprocess, TrainIsAPureFunctionOfTheRngAndLayoutOnlyPermutes) {
   const std::string jpg = encode_jpeg(noise(80, 60, 2), 90);
   const int S = 24;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -10,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "orchard/core/error.h"
+#include "orchard/models/registry.h"
 #include "orchard/models/resnet.h"  // set_batch_norm_override
 
 namespace orchard::models {
@@ -405,6 +408,31 @@ TEST(InceptionV3, HeInitialisedFeaturesAreOrderOneInEvalMode) {
     // Different images give different features.
     EXPECT_GT((f[0] - f[1]).abs().max().item<double>(), 1e-3 * std) << size;
   }
+}
+
+// The classify / multilabel tasks build it by name: a classifier without the auxiliary head,
+// torchvision's state dict names, logits and pooled features through the ImageModel interface.
+TEST(InceptionV3, RegisteredAsAnImageModel) {
+  const auto names = model_names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "inception_v3"), names.end());
+  ModelConfig c;
+  c.arch = "inception_v3";
+  c.num_classes = 7;
+  ImageModel m = build_model(c);
+  ASSERT_NE(dynamic_cast<InceptionV3Impl*>(m.get()), nullptr);
+  const auto params = m->named_parameters();
+  EXPECT_TRUE(params.contains("Conv2d_1a_3x3.conv.weight"));
+  EXPECT_EQ(params["fc.weight"].sizes(), (std::vector<int64_t>{7, 2048}));
+  for (const auto& p : params) EXPECT_EQ(p.key().rfind("AuxLogits", 0), std::string::npos) << p.key();
+  m->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({2, 3, 75, 75});
+  EXPECT_EQ(m->forward(x).sizes(), (std::vector<int64_t>{2, 7}));
+  EXPECT_EQ(m->features(x).sizes(), (std::vector<int64_t>{2, 2048}));
+  c.width = 32;
+  EXPECT_THROW(build_model(c), Error);  // --width is a ResNet option
+  c.width = 0;
+  EXPECT_THROW(build_resnet(c), Error);  // not a ResNet
 }
 
 }  // namespace

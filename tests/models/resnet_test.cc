@@ -48,7 +48,7 @@ ResNet build(const std::string& arch, int64_t num_classes = 1000, bool zero_init
   c.num_classes = num_classes;
   c.zero_init_residual = zero_init_residual;
   c.width = width;
-  return build_model(c);
+  return build_resnet(c);
 }
 
 bool is_buffer_name(const std::string& name) {
@@ -109,7 +109,7 @@ TEST(ResNet, ConfigurationsMatchTorchvision) {
     for (const std::string& name : {arch, arch + "_small"}) {
       ModelConfig c;
       c.arch = name;
-      const auto o = model_options(c);
+      const auto o = resnet_options(c);
       EXPECT_EQ(o.block, block) << name;
       std::string got;
       for (size_t i = 0; i < o.layers.size(); ++i) got += (i ? "," : "") + std::to_string(o.layers[i]);

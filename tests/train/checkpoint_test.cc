@@ -23,7 +23,7 @@ models::ResNet tiny(int64_t num_classes = 10, const std::string& arch = "resnet_
   models::ModelConfig c;
   c.arch = arch;
   c.num_classes = num_classes;
-  return models::build_model(c);
+  return models::build_resnet(c);
 }
 
 std::unique_ptr<torch::optim::SGD> sgd(models::ResNet& m) {
@@ -253,7 +253,7 @@ TEST(Checkpoint, ShapeMismatchNamesTheVariable) {
   c.arch = "resnet18_small";
   c.num_classes = 10;
   c.width = 8;
-  auto deeper = models::build_model(c);
+  auto deeper = models::build_resnet(c);
   const std::string msg2 =
       error_of([&] { restore_checkpoint(dir.file("ckpt-4.pt"), *deeper, nullptr, RestoreOptions{}); });
   EXPECT_NE(msg2.find("missing from the checkpoint"), std::string::npos) << msg2;

@@ -207,6 +207,21 @@ TEST(ClassificationTask, SignatureNamesModelAndClasses) {
   EXPECT_EQ(sig.at("task"), "classify");
 }
 
+// inception_v3 is built by name and fed [-1, 1] (TF-Slim's inception preprocessing), the
+// ResNets RGB minus the ImageNet means.
+TEST(ClassificationTask, InceptionV3TakesMinusOneToOneInput) {
+  auto c = tiny_config();
+  EXPECT_EQ(ClassificationTask(c).preprocess_options().scale, 1.0f);
+  c.model.arch = "inception_v3";
+  c.image_size = 75;
+  ClassificationTask task(c);
+  EXPECT_EQ(task.preprocess_options().scale, data::kInceptionScale);
+  EXPECT_EQ(task.preprocess_options().offset, data::kInceptionOffset);
+  task.model()->eval();
+  torch::NoGradGuard no_grad;
+  EXPECT_EQ(task.forward(torch::zeros({2, 3, 75, 75})).sizes(), (std::vector<int64_t>{2, c.model.num_classes}));
+}
+
 TEST(ClassificationTask, ChannelsLastGivesTheSameLogits) {
   auto cfg = tiny_config();
   torch::manual_seed(7);

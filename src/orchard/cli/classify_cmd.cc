@@ -83,7 +83,7 @@ struct ClassifyFlags {
 };
 
 void add_model_flags(CLI::App* c, ClassifyFlags& f) {
-  c->add_option("--model", f.model, "Registered model name (resnet18..152, *_small, resnet_tiny)")
+  c->add_option("--model", f.model, "Registered model name (resnet18..152, *_small, resnet_tiny, inception_v3)")
       ->capture_default_str();
   c->add_option("--num_classes", f.num_classes, "Classes (0: lines of data_dir/labels.txt, else 1000)");
   c->add_option("--width", f.width, "Base width override (0: the model's own)");

@@ -73,7 +73,7 @@ struct MultiLabelFlags {
 };
 
 void add_model_flags(CLI::App* c, MultiLabelFlags& f) {
-  c->add_option("--model", f.model, "Registered ResNet (resnet18..152, *_small, resnet_tiny)")->capture_default_str();
+  c->add_option("--model", f.model, "Registered model name (resnet18..152, *_small, resnet_tiny, inception_v3)")->capture_default_str();
   c->add_option("--resnet_size", f.resnet_size, "18 | 34 | 50 | 101 | 152: the same as --model resnetN");
   c->add_option("--width", f.width, "Base width override (0: the model's own)");
   c->add_option("--class_num", f.class_num, "Classes (length of each label vector)")->capture_default_str();

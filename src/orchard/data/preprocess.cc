@@ -107,8 +107,8 @@ void write_scaled(cv::Mat rgb, bool flip, bool channels_last, float scale, const
   }
 }
 
-void normalize(cv::Mat rgb, bool flip, bool channels_last, float* out) {
-  write_scaled(rgb, flip, channels_last, 1.0f, kChannelMeans, out);
+void normalize(cv::Mat rgb, bool flip, const PreprocessOptions& o, float* out) {
+  write_scaled(rgb, flip, o.channels_last, o.scale, o.offset, out);
 }
 
 cv::Mat as_mat(const Image& image) {
@@ -134,7 +134,7 @@ void pad_crop_train(const std::string& encoded, const PreprocessOptions& o, std:
   std::uniform_int_distribution<int> offset(0, 2 * o.pad);
   const int y = offset(rng), x = offset(rng);
   const bool flip = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
-  normalize(padded(cv::Rect(x, y, o.image_size, o.image_size)), flip, o.channels_last, out);
+  normalize(padded(cv::Rect(x, y, o.image_size, o.image_size)), flip, o, out);
 }
 
 }  // namespace
@@ -166,14 +166,15 @@ void preprocess_train(const std::string& encoded, const std::vector<Box>& boxes,
   const CropWindow crop = sample_distorted_crop(size.height, size.width, boxes, options.crop, rng);
   const bool flip = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
   const Image img = decode_crop(encoded, crop, options.image_size, options.image_size, what);
-  resize_normalize(img, options.image_size, options.image_size, flip, options.channels_last, out);
+  resize_scale(img, options.image_size, options.image_size, flip, options.channels_last, options.scale, options.offset,
+               out);
 }
 
 void preprocess_eval(const std::string& encoded, const PreprocessOptions& options, float* out,
                      const std::string& what) {
   if (options.augmentation == Augmentation::kPadCrop) {
     Image storage;
-    return normalize(decode_square(encoded, options.image_size, &storage, what), false, options.channels_last, out);
+    return normalize(decode_square(encoded, options.image_size, &storage, what), false, options, out);
   }
   const int resize_min = eval_resize_min(options.image_size);
   const Image img = decode_scaled(encoded, resize_min, what);
@@ -184,7 +185,7 @@ void preprocess_eval(const std::string& encoded, const PreprocessOptions& option
   cv::Mat resized;
   cv::resize(as_mat(img), resized, cv::Size(new_w, new_h), 0, 0, cv::INTER_LINEAR);
   const int top = (new_h - options.image_size) / 2, left = (new_w - options.image_size) / 2;
-  normalize(resized(cv::Rect(left, top, options.image_size, options.image_size)), false, options.channels_last, out);
+  normalize(resized(cv::Rect(left, top, options.image_size, options.image_size)), false, options, out);
 }
 
 }  // namespace orchard::data

@@ -47,15 +47,22 @@ struct PreprocessOptions {
   Augmentation augmentation = Augmentation::kResNet;
   DistortedBoxOptions crop;  // kResNet
   int pad = 4;               // kPadCrop
+  // Output pixel * scale - offset[c]: RGB minus the ImageNet means (the ResNets) by default;
+  // 2/255 and 1 for Inception's [-1, 1] (see kInceptionScale).
+  float scale = 1.0f;
+  std::array<float, 3> offset = kChannelMeans;
 };
+constexpr float kInceptionScale = 2.0f / 255.0f;
+constexpr std::array<float, 3> kInceptionOffset = {1.0f, 1.0f, 1.0f};
 
 // Train path (kResNet): distorted crop (fused JPEG decode-and-crop), random horizontal flip,
-// bilinear resize to image_size x image_size, subtract channel means. `out` holds 3 * S * S floats.
+// bilinear resize to image_size x image_size, scaled (options.scale, options.offset). `out` holds
+// 3 * S * S floats.
 void preprocess_train(const std::string& encoded, const std::vector<Box>& boxes, const PreprocessOptions& options,
                       std::mt19937_64& rng, float* out, const std::string& what);
 
 // Eval path (kResNet): aspect-preserving resize of the short side to 256 * S / 224, central
-// crop S x S, subtract channel means.
+// crop S x S, scaled as in training.
 void preprocess_eval(const std::string& encoded, const PreprocessOptions& options, float* out,
                      const std::string& what);
 

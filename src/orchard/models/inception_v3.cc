@@ -262,7 +262,7 @@ torch::Tensor InceptionV3Impl::pooled(const torch::Tensor& input, torch::Tensor*
   return torch::flatten(F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1)), 1);
 }
 
-torch::Tensor InceptionV3Impl::features(const torch::Tensor& x) { return pooled(x, nullptr); }
+torch::Tensor InceptionV3Impl::features(torch::Tensor x) { return pooled(x, nullptr); }
 
 InceptionV3Output InceptionV3Impl::forward_with_aux(const torch::Tensor& x) {
   InceptionV3Output out;
@@ -271,7 +271,7 @@ InceptionV3Output InceptionV3Impl::forward_with_aux(const torch::Tensor& x) {
   return out;
 }
 
-torch::Tensor InceptionV3Impl::forward(const torch::Tensor& x) {
+torch::Tensor InceptionV3Impl::forward(torch::Tensor x) {
   auto h = F::dropout(features(x), F::DropoutFuncOptions().p(options_.dropout).training(is_training()));
   return fc ? fc->forward(h) : h;
 }

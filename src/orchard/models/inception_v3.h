@@ -21,6 +21,8 @@
 
 #include <memory>
 
+#include "orchard/models/image_model.h"
+
 namespace orchard::models {
 
 struct InceptionV3Options {
@@ -55,19 +57,19 @@ class InceptionEImpl;
 class InceptionAuxImpl;
 }  // namespace inception
 
-class InceptionV3Impl : public torch::nn::Module {
+class InceptionV3Impl : public ImageModelImpl {
  public:
   explicit InceptionV3Impl(const InceptionV3Options& options = {});
 
   // Logits [N, num_classes], or the pooled features [N, 2048] after dropout when num_classes
   // is 0. Never runs the auxiliary classifier.
-  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward(torch::Tensor x) override;
   // forward plus, with aux_logits in training mode, the auxiliary classifier's logits (as
   // torchvision's forward in training); in eval mode `aux` stays undefined, as torchvision's.
   InceptionV3Output forward_with_aux(const torch::Tensor& x);
   // Globally average-pooled output of Mixed_7c, [N, 2048], before dropout: the image
   // embedding im2txt projects.
-  torch::Tensor features(const torch::Tensor& x);
+  torch::Tensor features(torch::Tensor x) override;
 
   static constexpr int64_t kNumFeatures = 2048;
   const InceptionV3Options& options() const { return options_; }

@@ -1,13 +1,21 @@
 #include "orchard/models/registry.h"
 
+#include <algorithm>
 #include <map>
 
 #include "orchard/core/error.h"
+#include "orchard/models/inception_v3.h"
 
 namespace orchard::models {
 namespace {
 
-using Registry = std::map<std::string, ResNetFactory>;
+using ResNetFactory = std::function<ResNetOptions(const ModelConfig&)>;
+using ModelFactory = std::function<ImageModel(const ModelConfig&)>;
+
+struct Registry {
+  std::map<std::string, ResNetFactory> resnets;
+  std::map<std::string, ModelFactory> others;
+};
 
 void register_builtin_models(Registry& r) {
   struct Depth {
@@ -22,7 +30,7 @@ void register_builtin_models(Registry& r) {
                           {"resnet152", "bottleneck", {3, 8, 36, 3}}};
   for (const auto& d : depths) {
     for (bool small : {false, true}) {
-      r[std::string(d.name) + (small ? "_small" : "")] = [d, small](const ModelConfig& c) {
+      r.resnets[std::string(d.name) + (small ? "_small" : "")] = [d, small](const ModelConfig& c) {
         ResNetOptions o;
         o.block = d.block;
         o.layers = d.layers;
@@ -34,7 +42,7 @@ void register_builtin_models(Registry& r) {
       };
     }
   }
-  r["resnet_tiny"] = [](const ModelConfig& c) {
+  r.resnets["resnet_tiny"] = [](const ModelConfig& c) {
     ResNetOptions o;
     o.block = "basic";
     o.layers = {1, 1, 1, 1};
@@ -43,6 +51,12 @@ void register_builtin_models(Registry& r) {
     o.num_classes = c.num_classes;
     o.zero_init_residual = c.zero_init_residual;
     return o;
+  };
+  r.others["inception_v3"] = [](const ModelConfig& c) -> ImageModel {
+    if (c.width > 0) throw Error("--width applies to the ResNets, not inception_v3");
+    InceptionV3Options o;
+    o.num_classes = c.num_classes;
+    return std::make_shared<InceptionV3Impl>(o);
   };
 }
 
@@ -55,25 +69,41 @@ const Registry& registry() {
   return r;
 }
 
+[[noreturn]] void unknown(const std::string& arch, const std::string& what) {
+  std::string known;
+  for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
+  throw Error("unknown " + what + " '" + arch + "'; registered models: " + known);
+}
+
+void check(const ModelConfig& config) {
+  if (config.num_classes < 1) throw Error("--num_classes must be positive");
+}
+
 }  // namespace
 
 std::vector<std::string> model_names() {
   std::vector<std::string> names;
-  for (const auto& [name, _] : registry()) names.push_back(name);
+  for (const auto& [name, _] : registry().resnets) names.push_back(name);
+  for (const auto& [name, _] : registry().others) names.push_back(name);
+  std::sort(names.begin(), names.end());
   return names;
 }
 
-ResNetOptions model_options(const ModelConfig& config) {
-  auto it = registry().find(config.arch);
-  if (it == registry().end()) {
-    std::string known;
-    for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
-    throw Error("unknown model '" + config.arch + "'; registered models: " + known);
-  }
-  if (config.num_classes < 1) throw Error("--num_classes must be positive");
+ResNetOptions resnet_options(const ModelConfig& config) {
+  auto it = registry().resnets.find(config.arch);
+  if (it == registry().resnets.end()) unknown(config.arch, "ResNet");
+  check(config);
   return it->second(config);
 }
 
-ResNet build_model(const ModelConfig& config) { return ResNet(model_options(config)); }
+ResNet build_resnet(const ModelConfig& config) { return ResNet(resnet_options(config)); }
+
+ImageModel build_model(const ModelConfig& config) {
+  if (registry().resnets.count(config.arch)) return build_resnet(config).ptr();
+  auto it = registry().others.find(config.arch);
+  if (it == registry().others.end()) unknown(config.arch, "model");
+  check(config);
+  return it->second(config);
+}
 
 }  // namespace orchard::models

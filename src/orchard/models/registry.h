@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "orchard/models/image_model.h"
 #include "orchard/models/resnet.h"
 
 namespace orchard::models {
@@ -13,16 +14,18 @@ namespace orchard::models {
 struct ModelConfig {
   std::string arch = "resnet50";
   int64_t num_classes = 1000;
-  int64_t width = 0;  // 0: the architecture's own base width
-  bool zero_init_residual = false;
+  int64_t width = 0;  // 0: the architecture's own base width (ResNets only)
+  bool zero_init_residual = false;  // ResNets only
 };
 
-using ResNetFactory = std::function<ResNetOptions(const ModelConfig&)>;
-
 // Names: resnet18/34/50/101/152 (ImageNet stem), the same with a "_small" suffix (3x3
-// stem, no max-pool; for inputs of 64 px or less), and resnet_tiny (tests).
-ResNet build_model(const ModelConfig& config);
-ResNetOptions model_options(const ModelConfig& config);
+// stem, no max-pool; for inputs of 64 px or less), resnet_tiny (tests) and inception_v3
+// (torchvision's, inputs of at least 75 px; no auxiliary classifier).
+ImageModel build_model(const ModelConfig& config);
 std::vector<std::string> model_names();
+
+// The ResNets alone (an error for other names).
+ResNet build_resnet(const ModelConfig& config);
+ResNetOptions resnet_options(const ModelConfig& config);
 
 }  // namespace orchard::models

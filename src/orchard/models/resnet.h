@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "orchard/models/image_model.h"
+
 namespace orchard::models {
 
 struct ResNetOptions {
@@ -38,12 +40,12 @@ void set_batch_norm_override(BatchNormOverride f);
 // (ResNets, MobileNetV2, the SSD layers) runs through here.
 torch::Tensor batch_norm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
 
-class ResNetImpl : public torch::nn::Module {
+class ResNetImpl : public ImageModelImpl {
  public:
   explicit ResNetImpl(const ResNetOptions& options);
-  torch::Tensor forward(torch::Tensor x);
+  torch::Tensor forward(torch::Tensor x) override;
   // Globally average-pooled features [N, C] (the TF-Hub feature-vector output).
-  torch::Tensor features(torch::Tensor x);
+  torch::Tensor features(torch::Tensor x) override;
   const ResNetOptions& options() const { return options_; }
 
  private:

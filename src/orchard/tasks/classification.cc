@@ -31,6 +31,7 @@ data::PreprocessOptions ClassificationTask::preprocess_options() const {
   o.channels_last = config_.channels_last;
   o.augmentation = config_.augmentation;
   o.crop = config_.crop;
+  set_input_scaling(config_.model, &o);
   o.pad = config_.pad;
   return o;
 }

@@ -24,7 +24,7 @@ class ClassificationTask : public Task {
  public:
   explicit ClassificationTask(const ClassificationConfig& config);
   std::string name() const override { return "classify"; }
-  std::shared_ptr<torch::nn::Module> module() override { return model_.ptr(); }
+  std::shared_ptr<torch::nn::Module> module() override { return model_; }
   torch::Tensor forward(const torch::Tensor& images) override;
   data::SampleSpec sample_spec() const override;
   data::ParseFn parser(bool training) const override;
@@ -39,12 +39,12 @@ class ClassificationTask : public Task {
   // 1e-4 * sum ||w||^2 over trainable non-BN parameters: per layer, or as one op over the
   // concatenation (--single_l2_loss_op). Both give the same number.
   torch::Tensor l2_loss(bool single_op) const;
-  models::ResNet& model() { return model_; }
+  models::ImageModel& model() { return model_; }
   const ClassificationConfig& config() const { return config_; }
 
  private:
   ClassificationConfig config_;
-  models::ResNet model_{nullptr};
+  models::ImageModel model_;
   std::vector<torch::Tensor> l2_params_;
 };
 

@@ -4,7 +4,7 @@
 
 namespace orchard::tasks {
 
-models::ResNet build_image_model(const models::ModelConfig& config, bool channels_last) {
+models::ImageModel build_image_model(const models::ModelConfig& config, bool channels_last) {
   auto model = models::build_model(config);
   if (channels_last) {
     torch::NoGradGuard no_grad;
@@ -14,7 +14,14 @@ models::ResNet build_image_model(const models::ModelConfig& config, bool channel
   return model;
 }
 
-torch::Tensor forward_image_model(models::ResNet& model, const torch::Tensor& images, bool channels_last) {
+void set_input_scaling(const models::ModelConfig& config, data::PreprocessOptions* options) {
+  if (config.arch == "inception_v3") {
+    options->scale = data::kInceptionScale;
+    options->offset = data::kInceptionOffset;
+  }
+}
+
+torch::Tensor forward_image_model(models::ImageModel& model, const torch::Tensor& images, bool channels_last) {
   auto x = images;
   if (channels_last && x.dim() == 4 && x.size(3) == 3 && x.size(1) != 3)
     x = x.permute({0, 3, 1, 2});  // NHWC storage viewed as NCHW: the channels_last memory format

@@ -77,6 +77,7 @@ data::PreprocessOptions MultiLabelTask::preprocess_options() const {
   o.image_size = config_.image_size;
   o.channels_last = config_.channels_last;
   o.crop = config_.crop;
+  set_input_scaling(config_.model, &o);
   return o;
 }
 

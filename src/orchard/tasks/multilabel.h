@@ -59,7 +59,7 @@ class MultiLabelTask : public Task {
 
   explicit MultiLabelTask(const MultiLabelConfig& config);
   std::string name() const override { return "multilabel"; }
-  std::shared_ptr<torch::nn::Module> module() override { return model_.ptr(); }
+  std::shared_ptr<torch::nn::Module> module() override { return model_; }
   torch::Tensor forward(const torch::Tensor& images) override;
   data::SampleSpec sample_spec() const override;
   data::ParseFn parser(bool training) const override;
@@ -77,7 +77,7 @@ class MultiLabelTask : public Task {
 
  private:
   MultiLabelConfig config_;
-  models::ResNet model_{nullptr};
+  models::ImageModel model_;
   torch::Tensor pos_count_, neg_count_;  // registered buffers on the model
 };
 
