@@ -13,5 +13,6 @@ void add_multilabel_command(CLI::App& app);
 void add_detect_command(CLI::App& app);
 void add_caption_command(CLI::App& app);
 void add_launch_command(CLI::App& app);
+void add_import_command(CLI::App& app);
 
 }  // namespace orchard::cli

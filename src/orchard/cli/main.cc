@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   orchard::cli::add_multilabel_command(app);
   orchard::cli::add_detect_command(app);
   orchard::cli::add_caption_command(app);
+  orchard::cli::add_import_command(app);
   orchard::cli::add_launch_command(app);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,138 @@
+// orchard import-weights: a PyTorch (torchvision) state dict saved with torch.save becomes an
+// Orchard classify model_dir: ckpt-0.pt (usable as a model_dir, a --fine_tune_checkpoint or an
+// --inception_checkpoint_file) and config.json.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "orchard/cli/commands.h"
+#include "orchard/core/error.h"
+#include "orchard/core/files.h"
+#include "orchard/models/torch_state_dict.h"
+#include "orchard/tasks/classification.h"
+#include "orchard/train/checkpoint.h"
+
+namespace orchard::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ImportFlags {
+  std::string arch;
+  std::string state_dict;
+  std::string out_dir;
+  int64_t num_classes = 0;  // 0: fc.weight's rows
+  int image_size = 0;       // 0: 299 for inception_v3, 224 otherwise
+  std::string input_normalization = "torchvision";
+};
+
+// torchvision's ImageNet normalisation, (x / 255 - mean) / std per RGB channel.
+constexpr double kTorchvisionStd[3] = {0.229, 0.224, 0.225};
+
+std::string join(const std::vector<std::string>& names, size_t limit = 20) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < limit; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > limit) s += ", ... (" + std::to_string(names.size()) + " in all)";
+  return s;
+}
+
+void run_import(const ImportFlags& f) {
+  if (f.input_normalization != "torchvision" && f.input_normalization != "none")
+    throw Error("--input_normalization must be torchvision or none, not '" + f.input_normalization + "'");
+  const bool inception = f.arch == "inception_v3";
+  const auto source = models::read_torch_state_dict(f.state_dict);
+  std::map<std::string, torch::Tensor> weights(source.begin(), source.end());
+
+  tasks::ClassificationConfig c;
+  c.model.arch = f.arch;
+  c.model.num_classes = f.num_classes;
+  if (c.model.num_classes == 0) {
+    auto it = weights.find("fc.weight");
+    if (it == weights.end()) throw Error(f.state_dict + ": no fc.weight to take --num_classes from; pass it");
+    c.model.num_classes = it->second.size(0);
+  }
+  c.image_size = f.image_size > 0 ? f.image_size : (inception ? 299 : 224);
+  tasks::ClassificationTask task(c);  // unknown --arch: the registry's error lists the names
+  auto module = task.module();
+
+  // Every variable of the model must come from the file with its shape; torchvision's
+  // auxiliary classifier (AuxLogits.*, training only) is the one thing left behind.
+  std::vector<std::string> missing, mismatched, unexpected;
+  std::set<std::string> used;
+  torch::NoGradGuard no_grad;
+  auto copy_in = [&](const std::string& name, torch::Tensor& dst) {
+    auto it = weights.find(name);
+    if (it == weights.end()) return missing.push_back(name);
+    used.insert(name);
+    if (it->second.sizes() != dst.sizes()) {
+      std::ostringstream s;
+      s << name << " " << it->second.sizes() << " (model " << dst.sizes() << ")";
+      return mismatched.push_back(s.str());
+    }
+    dst.copy_(it->second.to(dst.dtype()));
+  };
+  for (auto& p : module->named_parameters()) copy_in(p.key(), p.value());
+  for (auto& b : module->named_buffers()) copy_in(b.key(), b.value());
+  std::vector<std::string> ignored;
+  for (const auto& [name, _] : source) {
+    if (used.count(name)) continue;
+    (inception && name.rfind("AuxLogits.", 0) == 0 ? ignored : unexpected).push_back(name);
+  }
+  std::string problems;
+  if (!missing.empty()) problems += "\n  missing keys: " + join(missing);
+  if (!unexpected.empty()) problems += "\n  unexpected keys: " + join(unexpected);
+  if (!mismatched.empty()) problems += "\n  shape mismatches: " + join(mismatched);
+  if (!problems.empty()) throw Error(f.state_dict + " does not hold " + f.arch + " weights:" + problems);
+  if (!ignored.empty()) spdlog::info("left out {} auxiliary-classifier entries (AuxLogits.*)", ignored.size());
+
+  // Orchard feeds the ResNets RGB minus the ImageNet means (0-255 scale): dividing conv1's input
+  // channels by 255 * std makes that torchvision's (x / 255 - mean) / std (means equal within
+  // 0.5 / 255). Inception-v3's weights take [-1, 1], which Orchard feeds.
+  if (!inception && f.input_normalization == "torchvision") {
+    auto w = module->named_parameters()["conv1.weight"];
+    for (int ch = 0; ch < 3; ++ch) w.select(1, ch).div_(255.0 * kTorchvisionStd[ch]);
+  }
+
+  fs::create_directories(f.out_dir);
+  train::CheckpointManager manager(f.out_dir);
+  if (!manager.latest().empty()) throw Error(f.out_dir + " already holds checkpoints; import into an empty directory");
+  const std::string path = manager.save(0, *module, nullptr, task.signature());
+  const nlohmann::json config = {{"task", "classify"},
+                                 {"model", f.arch},
+                                 {"num_classes", c.model.num_classes},
+                                 {"width", 0},
+                                 {"zero_init_residual", false},
+                                 {"image_size", c.image_size},
+                                 {"data_format", "channels_first"},
+                                 {"augmentation", "resnet"},
+                                 {"imported_from", fs::absolute(f.state_dict).string()},
+                                 {"input_normalization", inception ? "none" : f.input_normalization}};
+  atomic_write_file((fs::path(f.out_dir) / "config.json").string(), config.dump(2) + "\n");
+  spdlog::info("imported {} tensors of {} ({} classes) into {}", used.size(), f.arch, c.model.num_classes, path);
+}
+
+}  // namespace
+
+void add_import_command(CLI::App& app) {
+  auto f = std::make_shared<ImportFlags>();
+  auto* c = app.add_subcommand("import-weights",
+                               "Import a PyTorch state dict (torch.save) of a torchvision classifier as a model_dir");
+  c->add_option("--arch", f->arch, "resnet18..152 or inception_v3 (torchvision's names)")->required();
+  c->add_option("--state_dict", f->state_dict, "File written by torch.save(model.state_dict(), FILE)")->required();
+  c->add_option("--out_dir", f->out_dir, "New model_dir: ckpt-0.pt, checkpoint, config.json")->required();
+  c->add_option("--num_classes", f->num_classes, "Classes (0: the rows of fc.weight)");
+  c->add_option("--image_size", f->image_size, "config.json's input size (0: 299 for inception_v3, else 224)");
+  c->add_option("--input_normalization", f->input_normalization,
+                "ResNets: torchvision (fold its mean/std input scaling into conv1, for Orchard's "
+                "RGB-minus-means input) or none (weights as they are)")
+      ->capture_default_str();
+  c->callback([f] { run_import(*f); });
+}
+
+}  // namespace orchard::cli
