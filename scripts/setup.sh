@@ -16,6 +16,8 @@ ORCHARD_PACKAGES=(
   libprotobuf-dev protobuf-compiler   # tf.train.Example, TensorBoard events
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev
   libopencv-imgproc-dev libopencv-core-dev
+  libonnx-dev                         # the onnx.proto schema for ONNX export
+  libopencv-dnn-dev                   # the tests load exported ONNX files with OpenCV's DNN module
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist               # the demo's data

@@ -1,0 +1,115 @@
+// `orchard classify export --format onnx`: OpenCV's DNN module (Debian's libopencv-dnn-dev, an
+// ONNX consumer Orchard does not share code with) loads each exported file and must reproduce
+// Orchard's own outputs for the same input.
+#include <gtest/gtest.h>
+#include <opencv2/dnn.hpp>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/cli_util.h"
+#include "core/test_util.h"
+#include "orchard/core/files.h"
+#include "orchard/models/registry.h"
+#include "orchard/train/checkpoint.h"
+
+namespace orchard {
+namespace {
+
+// A classify model_dir holding `arch` with random weights and batch-norm statistics.
+models::ResNet write_model_dir(const std::string& dir, const std::string& arch, int image_size) {
+  models::ModelConfig c;
+  c.arch = arch;
+  c.num_classes = 10;
+  auto model = models::build_resnet(c);
+  torch::manual_seed(3);
+  {
+    // Random affine batch norms whose statistics are those of one batch of Orchard-scaled
+    // input (momentum 1), so that activations stay O(1) through all the layers.
+    torch::NoGradGuard no_grad;
+    for (auto& m : model->modules(false))
+      if (auto* bn = m->as<torch::nn::BatchNorm2d>()) {
+        bn->weight.uniform_(0.5, 1.5);
+        bn->bias.uniform_(-0.2, 0.2);
+        bn->options.momentum(1.0);
+      }
+    model->train();
+    model->forward(torch::randn({8, 3, image_size, image_size}) * 50);
+  }
+  train::CheckpointManager(dir).save(0, *model, nullptr,
+                                     {{"task", "classify"}, {"model", arch}, {"num_classes", "10"}, {"width", "0"}});
+  const nlohmann::json config = {{"task", "classify"}, {"model", arch}, {"num_classes", 10}, {"image_size", image_size}};
+  atomic_write_file(dir + "/config.json", config.dump());
+  model->eval();
+  return model;
+}
+
+torch::Tensor opencv_forward(const std::string& onnx, const torch::Tensor& x) {
+  cv::dnn::Net net = cv::dnn::readNetFromONNX(onnx);
+  std::vector<int> sizes(x.sizes().begin(), x.sizes().end());
+  cv::Mat blob(static_cast<int>(sizes.size()), sizes.data(), CV_32F, x.contiguous().data_ptr<float>());
+  net.setInput(blob, "images");
+  cv::Mat out = net.forward();
+  std::vector<int64_t> shape(out.size.p, out.size.p + out.dims);
+  return torch::from_blob(out.ptr<float>(), shape, torch::kFloat).clone();
+}
+
+double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  EXPECT_EQ(a.sizes(), b.sizes());
+  return (a - b).abs().max().item<double>();
+}
+
+class ExportOnnx : public ::testing::TestWithParam<std::pair<std::string, int>> {};
+
+TEST_P(ExportOnnx, OpenCvReproducesLogitsAndFeatures) {
+  const auto [arch, size] = GetParam();
+  test::TempDir root;
+  const std::string dir = root.file("model");
+  auto model = write_model_dir(dir, arch, size);
+  auto r = cli::run({"classify", "export", "--model_dir", dir, "--out", root.file("m.onnx")}, root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = cli::run({"classify", "export", "--model_dir", dir, "--out", root.file("f.onnx"), "--feature_vector"}, root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+
+  torch::manual_seed(5);
+  const auto x = torch::randn({2, 3, size, size}) * 50;  // Orchard's input scale: RGB minus the means
+  torch::NoGradGuard no_grad;
+  const auto logits = model->forward(x), features = model->features(x);
+  // Outputs are O(1): 1e-4, or 1e-4 of the largest output where that is larger (two float32
+  // implementations of resnet50's 53 convolutions differ by ~5e-5 of the features' scale).
+  const auto tol = [](const torch::Tensor& t) { return 1e-4 * std::max(1.0, t.abs().max().item<double>()); };
+  const double dl = max_diff(opencv_forward(root.file("m.onnx"), x), logits);
+  const double df = max_diff(opencv_forward(root.file("f.onnx"), x), features);
+  std::cout << arch << ": max |OpenCV - Orchard| " << dl << " (logits up to " << logits.abs().max().item<double>()
+            << "), " << df << " (features up to " << features.abs().max().item<double>() << ")\n";
+  EXPECT_LE(dl, tol(logits));
+  EXPECT_LE(df, tol(features));
+}
+
+// resnet_tiny: basic blocks, the small-input stem (no max-pool); resnet50: the ImageNet stem,
+// bottlenecks and projection shortcuts.
+INSTANTIATE_TEST_SUITE_P(ResNets, ExportOnnx,
+                         ::testing::Values(std::make_pair(std::string("resnet_tiny"), 32),
+                                           std::make_pair(std::string("resnet50"), 64)),
+                         [](const auto& info) { return info.param.first; });
+
+TEST(ExportOnnxErrors, FormatAndArchitecture) {
+  test::TempDir root;
+  const std::string dir = root.file("model");
+  write_model_dir(dir, "resnet_tiny", 32);
+  auto r = cli::run({"classify", "export", "--model_dir", dir, "--out", root.file("m.tflite"), "--format", "tflite"},
+                    root);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("--format must be onnx"), std::string::npos) << r.err;
+  r = cli::run({"classify", "export", "--model_dir", root.file("missing"), "--out", root.file("m.onnx")}, root);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("config.json"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace orchard
