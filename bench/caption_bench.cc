@@ -42,10 +42,16 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "orchard/core/error.h"
 #include "orchard/tasks/captioning.h"
 
 namespace {
+
+using orchard::bench::cpu_now;
+using orchard::bench::wall_now;
+using orchard::bench::keep_freed_memory;
+using orchard::bench::median;
 
 using nlohmann::json;
 using orchard::Error;
@@ -54,31 +60,6 @@ constexpr int64_t kStartId = 0, kEndId = 1;
 constexpr double kClipNorm = 5.0;          // im2txt's clip_gradients
 constexpr double kFrozenLr = 2.0;          // im2txt's initial_learning_rate
 constexpr double kFinetuneLr = 0.0005;     // im2txt's train_inception_learning_rate
-
-double wall_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double cpu_now() {  // CPU time of all threads of this process
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-// The glibc settings `orchard` applies to itself at start-up (src/orchard/cli/main.cc).
-void keep_freed_memory() {
-  if (std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_")) return;
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  mallopt(M_TOP_PAD, 64 << 20);
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 std::vector<int64_t> split_ints(const std::string& s) {
   std::vector<int64_t> out;

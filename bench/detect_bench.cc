@@ -41,40 +41,20 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "orchard/core/error.h"
 #include "orchard/detect/config.h"
 #include "orchard/tasks/detection.h"
 
 namespace {
 
+using orchard::bench::cpu_now;
+using orchard::bench::wall_now;
+using orchard::bench::keep_freed_memory;
+using orchard::bench::median;
+
 using nlohmann::json;
 using orchard::Error;
-
-double wall_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double cpu_now() {  // CPU time of all threads of this process
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-// The glibc settings `orchard` applies to itself at start-up (src/orchard/cli/main.cc), so
-// that this binary measures what `orchard detect train` runs.
-void keep_freed_memory() {
-  if (std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_")) return;
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  mallopt(M_TOP_PAD, 64 << 20);
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // ---- inputs shared with the peer: raw little-endian arrays + meta.json (name -> shape, dtype)
 

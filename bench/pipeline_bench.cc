@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
@@ -32,15 +33,8 @@
 
 namespace {
 
-double wall_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double cpu_now() {  // CPU time of all threads of this process
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
+using orchard::bench::cpu_now;
+using orchard::bench::wall_now;
 
 }  // namespace
 
