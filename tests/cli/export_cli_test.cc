@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -16,37 +18,55 @@
 #include "core/test_util.h"
 #include "orchard/core/files.h"
 #include "orchard/models/registry.h"
+#include "orchard/tasks/classification.h"
+#include "orchard/tasks/multilabel.h"
 #include "orchard/train/checkpoint.h"
 
 namespace orchard {
 namespace {
 
-// A classify model_dir holding `arch` with random weights and batch-norm statistics.
-models::ResNet write_model_dir(const std::string& dir, const std::string& arch, int image_size) {
+// A `task` (classify | multilabel) model_dir holding `arch` with random weights and batch-norm
+// statistics; returns its ResNet (inside the task's module).
+std::shared_ptr<torch::nn::Module> write_model_dir(const std::string& dir, const std::string& task,
+                                                   const std::string& arch, int image_size) {
   models::ModelConfig c;
   c.arch = arch;
   c.num_classes = 10;
-  auto model = models::build_resnet(c);
+  std::shared_ptr<torch::nn::Module> module;
+  std::map<std::string, std::string> signature;
+  nlohmann::json config = {{"task", task}, {"model", arch}, {"image_size", image_size}};
+  if (task == "classify") {
+    tasks::ClassificationConfig tc;
+    tc.model = c;
+    tasks::ClassificationTask t(tc);
+    module = t.module(), signature = t.signature();
+    config["num_classes"] = 10;
+  } else {
+    tasks::MultiLabelConfig mc;
+    mc.model = c;
+    tasks::MultiLabelTask t(mc);
+    module = t.module(), signature = t.signature();
+    config["class_num"] = 10;
+  }
+  auto& model = dynamic_cast<models::ResNetImpl&>(*module);
   torch::manual_seed(3);
   {
     // Random affine batch norms whose statistics are those of one batch of Orchard-scaled
     // input (momentum 1), so that activations stay O(1) through all the layers.
     torch::NoGradGuard no_grad;
-    for (auto& m : model->modules(false))
+    for (auto& m : model.modules(false))
       if (auto* bn = m->as<torch::nn::BatchNorm2d>()) {
         bn->weight.uniform_(0.5, 1.5);
         bn->bias.uniform_(-0.2, 0.2);
         bn->options.momentum(1.0);
       }
-    model->train();
-    model->forward(torch::randn({8, 3, image_size, image_size}) * 50);
+    model.train();
+    model.forward(torch::randn({8, 3, image_size, image_size}) * 50);
   }
-  train::CheckpointManager(dir).save(0, *model, nullptr,
-                                     {{"task", "classify"}, {"model", arch}, {"num_classes", "10"}, {"width", "0"}});
-  const nlohmann::json config = {{"task", "classify"}, {"model", arch}, {"num_classes", 10}, {"image_size", image_size}};
+  train::CheckpointManager(dir).save(0, *module, nullptr, signature);
   atomic_write_file(dir + "/config.json", config.dump());
-  model->eval();
-  return model;
+  model.eval();
+  return module;
 }
 
 torch::Tensor opencv_forward(const std::string& onnx, const torch::Tensor& x) {
@@ -64,22 +84,28 @@ double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).abs().max().item<double>();
 }
 
-class ExportOnnx : public ::testing::TestWithParam<std::pair<std::string, int>> {};
+struct ExportCase {
+  std::string task, arch;
+  int size;
+};
+
+class ExportOnnx : public ::testing::TestWithParam<ExportCase> {};
 
 TEST_P(ExportOnnx, OpenCvReproducesLogitsAndFeatures) {
-  const auto [arch, size] = GetParam();
+  const auto& [task, arch, size] = GetParam();
   test::TempDir root;
   const std::string dir = root.file("model");
-  auto model = write_model_dir(dir, arch, size);
-  auto r = cli::run({"classify", "export", "--model_dir", dir, "--out", root.file("m.onnx")}, root);
+  auto module = write_model_dir(dir, task, arch, size);
+  auto& model = dynamic_cast<models::ResNetImpl&>(*module);
+  auto r = cli::run({task, "export", "--model_dir", dir, "--out", root.file("m.onnx")}, root);
   ASSERT_EQ(r.rc, 0) << r.err;
-  r = cli::run({"classify", "export", "--model_dir", dir, "--out", root.file("f.onnx"), "--feature_vector"}, root);
+  r = cli::run({task, "export", "--model_dir", dir, "--out", root.file("f.onnx"), "--feature_vector"}, root);
   ASSERT_EQ(r.rc, 0) << r.err;
 
   torch::manual_seed(5);
   const auto x = torch::randn({2, 3, size, size}) * 50;  // Orchard's input scale: RGB minus the means
   torch::NoGradGuard no_grad;
-  const auto logits = model->forward(x), features = model->features(x);
+  const auto logits = model.forward(x), features = model.features(x);
   // Outputs are O(1): 1e-4, or 1e-4 of the largest output where that is larger (two float32
   // implementations of resnet50's 53 convolutions differ by ~5e-5 of the features' scale).
   const auto tol = [](const torch::Tensor& t) { return 1e-4 * std::max(1.0, t.abs().max().item<double>()); };
@@ -92,16 +118,18 @@ TEST_P(ExportOnnx, OpenCvReproducesLogitsAndFeatures) {
 }
 
 // resnet_tiny: basic blocks, the small-input stem (no max-pool); resnet50: the ImageNet stem,
-// bottlenecks and projection shortcuts.
+// bottlenecks and projection shortcuts; a multi-label tagger (its model_dir holds the class
+// counters too).
 INSTANTIATE_TEST_SUITE_P(ResNets, ExportOnnx,
-                         ::testing::Values(std::make_pair(std::string("resnet_tiny"), 32),
-                                           std::make_pair(std::string("resnet50"), 64)),
-                         [](const auto& info) { return info.param.first; });
+                         ::testing::Values(ExportCase{"classify", "resnet_tiny", 32},
+                                           ExportCase{"classify", "resnet50", 64},
+                                           ExportCase{"multilabel", "resnet_tiny", 32}),
+                         [](const auto& info) { return info.param.task + "_" + info.param.arch; });
 
 TEST(ExportOnnxErrors, FormatAndArchitecture) {
   test::TempDir root;
   const std::string dir = root.file("model");
-  write_model_dir(dir, "resnet_tiny", 32);
+  write_model_dir(dir, "classify", "resnet_tiny", 32);
   auto r = cli::run({"classify", "export", "--model_dir", dir, "--out", root.file("m.tflite"), "--format", "tflite"},
                     root);
   EXPECT_NE(r.rc, 0);

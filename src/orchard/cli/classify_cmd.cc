@@ -15,7 +15,6 @@
 #include "orchard/core/tfrecord.h"
 #include "orchard/data/preprocess.h"
 #include "orchard/data/tools.h"
-#include "orchard/export/onnx_export.h"
 #include "orchard/tasks/classification.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/loss_scale.h"
@@ -413,36 +412,18 @@ void add_classify_command(CLI::App& app) {
     });
   }
   {
-    struct ExportFlags {
-      ClassifyFlags f;
-      std::string checkpoint, format = "onnx", out;
-      bool feature_vector = false;
-    };
     auto e = std::make_shared<ExportFlags>();
     auto* c = cls->add_subcommand("export", "Write the model for serving: ONNX (opset 13), logits or feature vector");
-    c->add_option("--model_dir", e->f.model_dir, "Model directory")->required();
-    c->add_option("--checkpoint", e->checkpoint, "A checkpoint file (default: the latest)");
-    c->add_option("--format", e->format, "onnx")->capture_default_str();
-    c->add_option("--out", e->out, "Output file")->required();
-    c->add_flag("--feature_vector", e->feature_vector,
-                "Output the pooled features instead of the logits (the TF-Hub feature-vector export)");
+    add_export_flags(c, *e);
     c->callback([e] {
-      if (e->format != "onnx") throw Error("--format must be onnx, not '" + e->format + "'");
-      auto& f = e->f;
+      ClassifyFlags f;
+      f.model_dir = e->model_dir;
       load_model_config(f.model_dir, &f);
       auto tcfg = task_config(f, false);
       tcfg.channels_last = false;  // the graph takes NCHW
       tasks::ClassificationTask task(tcfg);
       restore_for_inference(task, f.model_dir, e->checkpoint);
-      task.model()->eval();
-      auto* resnet = dynamic_cast<models::ResNetImpl*>(task.model().get());
-      if (!resnet) throw Error("ONNX export supports the ResNets so far, not " + tcfg.model.arch);
-      exporting::OnnxExportOptions o;
-      o.image_size = tcfg.image_size;
-      o.feature_vector = e->feature_vector;
-      exporting::export_resnet_onnx(*resnet, o, e->out);
-      spdlog::info("wrote {} (ONNX opset {}, input 'images' [batch, 3, {}, {}] preprocessed as Orchard's eval, output '{}')",
-                   e->out, exporting::kOnnxOpset, o.image_size, o.image_size, o.feature_vector ? "features" : "logits");
+      export_image_model(*task.module(), tcfg.model.arch, tcfg.image_size, *e);
     });
   }
   {

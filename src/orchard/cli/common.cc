@@ -1,5 +1,6 @@
 #include "orchard/cli/common.h"
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -12,6 +13,8 @@
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
+#include "orchard/export/onnx_export.h"
+#include "orchard/models/resnet.h"
 #include "orchard/tasks/task.h"
 #include "orchard/train/checkpoint.h"
 
@@ -283,6 +286,29 @@ int64_t watch_checkpoints(const CheckpointWatch& w,
     }
   }
   return last_step;
+}
+
+void add_export_flags(CLI::App* c, ExportFlags& f) {
+  c->add_option("--model_dir", f.model_dir, "Model directory")->required();
+  c->add_option("--checkpoint", f.checkpoint, "A checkpoint file (default: the latest)");
+  c->add_option("--format", f.format, "onnx")->capture_default_str();
+  c->add_option("--out", f.out, "Output file")->required();
+  c->add_flag("--feature_vector", f.feature_vector,
+              "Output the pooled features instead of the logits (the TF-Hub feature-vector export)");
+}
+
+void export_image_model(torch::nn::Module& model, const std::string& arch, int64_t image_size,
+                        const ExportFlags& f) {
+  if (f.format != "onnx") throw Error("--format must be onnx, not '" + f.format + "'");
+  auto* resnet = dynamic_cast<models::ResNetImpl*>(&model);
+  if (!resnet) throw Error("ONNX export supports the ResNets so far, not " + arch);
+  model.eval();
+  exporting::OnnxExportOptions o;
+  o.image_size = image_size;
+  o.feature_vector = f.feature_vector;
+  exporting::export_resnet_onnx(*resnet, o, f.out);
+  spdlog::info("wrote {} (ONNX opset {}, input 'images' [batch, 3, {}, {}] preprocessed as for eval, output '{}')", f.out,
+               exporting::kOnnxOpset, image_size, image_size, f.feature_vector ? "features" : "logits");
 }
 
 }  // namespace orchard::cli

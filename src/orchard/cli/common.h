@@ -18,8 +18,14 @@
 #include "orchard/train/stats.h"
 #include "orchard/train/trainer.h"
 
+namespace CLI {
+class App;
+}
 namespace orchard::tasks {
 class Task;
+}
+namespace torch::nn {
+class Module;
 }
 
 namespace orchard::cli {
@@ -111,5 +117,15 @@ using PrepareImage = std::function<void(const std::string& encoded, const std::s
 void predict_images(tasks::Task& task, const PrepareImage& prepare, const std::vector<std::string>& inputs,
                     int64_t batch_size,
                     const std::function<void(const std::vector<std::string>& files, const at::Tensor& outputs)>& emit);
+
+// `classify|multilabel export`: the flags, and the writer of a restored image model (a ResNet)
+// as ONNX (orchard/export/onnx_export.h).
+struct ExportFlags {
+  std::string model_dir, checkpoint, format = "onnx", out;
+  bool feature_vector = false;
+};
+void add_export_flags(CLI::App* c, ExportFlags& f);
+void export_image_model(torch::nn::Module& model, const std::string& arch, int64_t image_size,
+                        const ExportFlags& f);
 
 }  // namespace orchard::cli

@@ -342,6 +342,22 @@ void add_multilabel_command(CLI::App& app) {
     });
   }
   {
+    auto e = std::make_shared<ExportFlags>();
+    auto* c = ml->add_subcommand("export", "Write the model for serving: ONNX (opset 13), logits (apply a sigmoid) or "
+                                           "feature vector");
+    add_export_flags(c, *e);
+    c->callback([e] {
+      MultiLabelFlags f;
+      f.model_dir = e->model_dir;
+      load_model_config(f.model_dir, &f);
+      auto tcfg = task_config(f);
+      tcfg.channels_last = false;  // the graph takes NCHW
+      tasks::MultiLabelTask task(tcfg);
+      restore_for_inference(task, f.model_dir, e->checkpoint);
+      export_image_model(*task.module(), tcfg.model.arch, tcfg.image_size, *e);
+    });
+  }
+  {
     struct PredictFlags {
       MultiLabelFlags f;
       std::vector<std::string> inputs;
