@@ -2,8 +2,12 @@
 #pragma once
 
 #include <malloc.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -35,6 +39,28 @@ inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The timing fields of a bench's JSON line: iterations, median / mean / min wall ms, CPU ms and
+// units per second per iteration, the median ms of each phase, and every iteration's ms.
+inline nlohmann::json timing_json(const std::vector<double>& times, double cpu_seconds,
+                                  const std::map<std::string, std::vector<double>>& phases, double units_per_iter) {
+  const double med = median(times);
+  double sum = 0;
+  for (double t : times) sum += t;
+  std::vector<double> times_ms;
+  for (double t : times) times_ms.push_back(std::round(1e5 * t) / 100);  // 0.01 ms
+  nlohmann::json phase_ms = nlohmann::json::object();
+  for (const auto& [k, v] : phases) phase_ms[k] = 1e3 * median(v);
+  const auto n = static_cast<double>(times.size());
+  return {{"iters", static_cast<int64_t>(times.size())},
+          {"median_ms", 1e3 * med},
+          {"mean_ms", 1e3 * sum / n},
+          {"min_ms", 1e3 * *std::min_element(times.begin(), times.end())},
+          {"cpu_ms", 1e3 * cpu_seconds / n},
+          {"per_s", units_per_iter / med},
+          {"phases_ms", phase_ms},
+          {"times_ms", times_ms}};
 }
 
 }  // namespace orchard::bench

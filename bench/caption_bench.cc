@@ -51,7 +51,7 @@ namespace {
 using orchard::bench::cpu_now;
 using orchard::bench::wall_now;
 using orchard::bench::keep_freed_memory;
-using orchard::bench::median;
+using orchard::bench::timing_json;
 
 using nlohmann::json;
 using orchard::Error;
@@ -292,29 +292,9 @@ Result time_loop(int64_t warmup, int64_t iters, const std::function<void(std::ma
 
 void emit(const std::string& bench, int64_t size, const std::string& unit, double units_per_iter, int threads,
           int64_t warmup, const Result& r, const json& check, const json& extra) {
-  const double med = median(r.times);
-  double sum = 0;
-  for (double t : r.times) sum += t;
-  std::vector<double> times_ms;
-  for (double t : r.times) times_ms.push_back(std::round(1e5 * t) / 100);  // 0.01 ms
-  json phases = json::object();
-  for (const auto& [k, v] : r.phases) phases[k] = 1e3 * median(v);
-  json j = {{"impl", "orchard"},
-            {"bench", bench},
-            {"size", size},
-            {"unit", unit},
-            {"units", units_per_iter},
-            {"threads", threads},
-            {"warmup", warmup},
-            {"iters", static_cast<int64_t>(r.times.size())},
-            {"median_ms", 1e3 * med},
-            {"mean_ms", 1e3 * sum / static_cast<double>(r.times.size())},
-            {"min_ms", 1e3 * *std::min_element(r.times.begin(), r.times.end())},
-            {"cpu_ms", 1e3 * r.cpu_seconds / static_cast<double>(r.times.size())},
-            {"per_s", units_per_iter / med},
-            {"phases_ms", phases},
-            {"times_ms", times_ms},
-            {"check", check}};
+  json j = {{"impl", "orchard"}, {"bench", bench},   {"size", size},     {"unit", unit},
+            {"units", units_per_iter}, {"threads", threads}, {"warmup", warmup}, {"check", check}};
+  j.update(timing_json(r.times, r.cpu_seconds, r.phases, units_per_iter));
   for (const auto& [k, v] : extra.items()) j[k] = v;
   std::cout << j.dump() << std::endl;
 }
