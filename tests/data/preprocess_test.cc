@@ -365,6 +365,54 @@ TEST(Preprocess, PadCropIsATranslatedPossiblyMirroredCopyAndEvalIsTheImage) {
   EXPECT_THROW(parse_augmentation("cutout"), Error);
 }
 
+TEST(Preprocess, RandomErasingZeroesOneRectangleInTorchvisionsRangesAtItsRate) {
+  const int S = 28;
+  const std::string png = encode_png(solid(S, S, 200, 180, 160));  // no pixel is the mean
+  PreprocessOptions plain;
+  plain.image_size = S;
+  plain.augmentation = Augmentation::kPadCrop;
+  plain.pad = 0;  // the train output is the image (possibly flipped): all pixels non-zero
+  PreprocessOptions erasing = plain;
+  erasing.random_erasing = 0.5f;
+  std::vector<float> a(3 * S * S), b(3 * S * S);
+  int erased = 0;
+  const int trials = 2000;
+  for (uint64_t seed = 0; seed < trials; ++seed) {
+    std::mt19937_64 r1(seed), r2(seed);
+    preprocess_train(png, {}, plain, r1, a.data(), "train");
+    preprocess_train(png, {}, erasing, r2, b.data(), "train");
+    // The erased pixels form one rectangle, equal in all channels; the rest is untouched.
+    int y0 = S, x0 = S, y1 = -1, x1 = -1, zeros = 0;
+    for (int y = 0; y < S; ++y)
+      for (int x = 0; x < S; ++x) {
+        const size_t i = static_cast<size_t>(y * S + x);
+        const bool z = b[i] == 0;
+        for (int c = 1; c < 3; ++c) ASSERT_EQ(b[c * S * S + i] == 0, z);
+        for (int c = 0; c < 3 && !z; ++c) ASSERT_EQ(b[c * S * S + i], a[c * S * S + i]);
+        if (z) ++zeros, y0 = std::min(y0, y), x0 = std::min(x0, x), y1 = std::max(y1, y), x1 = std::max(x1, x);
+      }
+    if (zeros == 0) continue;
+    ++erased;
+    const int h = y1 - y0 + 1, w = x1 - x0 + 1;
+    ASSERT_EQ(zeros, h * w) << "seed " << seed << ": not a rectangle";
+    EXPECT_GE(h * w, 0.02 * S * S - S) << seed;  // area 2-33% (rounded sides)
+    EXPECT_LE(h * w, 0.33 * S * S + S) << seed;
+    EXPECT_GE(static_cast<double>(h) / w, 0.3 * 0.8) << seed;  // ratio 0.3-3.3
+    EXPECT_LE(static_cast<double>(h) / w, 3.3 / 0.8) << seed;
+  }
+  EXPECT_NEAR(erased / static_cast<double>(trials), 0.5, 0.05);
+
+  // Channels-last erases the same rectangle; probability 0 draws nothing (outputs equal the plain path's).
+  std::mt19937_64 r1(11), r2(11);
+  const Rect r = random_erase(1, S, true, r1, b.data());
+  EXPECT_GT(r.height * r.width, 0);
+  for (int y = r.y; y < r.y + r.height; ++y)
+    for (int x = r.x; x < r.x + r.width; ++x)
+      for (int c = 0; c < 3; ++c) ASSERT_EQ(b[static_cast<size_t>((y * S + x) * 3 + c)], 0);
+  EXPECT_EQ(random_erase(0, S, true, r2, b.data()).height, 0);
+  EXPECT_EQ(r2(), std::mt19937_64(11)());
+}
+
 TEST(Preprocess, BadImageIsADataErrorNamingTheRecord) {
   PreprocessOptions opt;
   opt.image_size = 8;

@@ -74,6 +74,7 @@ struct ClassifyFlags {
   std::string augmentation = "resnet";
   double min_crop_area = 0.05;
   int pad = 4;
+  double random_erasing = 0;
   int64_t num_train_examples = 0;  // 0: count the train shards
   int max_to_keep = 10;
   bool skip_corrupt_records = false;
@@ -145,6 +146,9 @@ void add_train_flags(CLI::App* c, ClassifyFlags& f) {
   c->add_option("--min_crop_area", f.min_crop_area, "resnet augmentation: lower end of the crop's area range")
       ->capture_default_str();
   c->add_option("--pad", f.pad, "pad_crop augmentation: pixels padded on each side")->capture_default_str();
+  c->add_option("--random_erasing", f.random_erasing,
+                "Probability of erasing one random rectangle of each training image (torchvision RandomErasing)")
+      ->capture_default_str();
   c->add_option("--num_train_examples", f.num_train_examples, "Examples per epoch (0: count the shards)");
   c->add_option("--max_to_keep", f.max_to_keep, "Checkpoints to keep")->capture_default_str();
   c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs (counted in stats)");
@@ -182,9 +186,11 @@ tasks::ClassificationConfig task_config(const ClassifyFlags& f, bool cuda) {
   c.augmentation = data::parse_augmentation(f.augmentation);
   c.crop.min_area = static_cast<float>(f.min_crop_area);
   c.pad = f.pad;
+  c.random_erasing = static_cast<float>(f.random_erasing);
   if (f.image_size < 8) throw Error("--image_size must be at least 8");
   if (f.min_crop_area <= 0 || f.min_crop_area > 1) throw Error("--min_crop_area must be in (0, 1]");
   if (f.pad < 0 || f.pad > f.image_size) throw Error("--pad must be in [0, --image_size]");
+  if (f.random_erasing < 0 || f.random_erasing > 1) throw Error("--random_erasing must be in [0, 1]");
   return c;
 }
 
@@ -202,6 +208,7 @@ json config_json(const ClassifyFlags& f, const tasks::ClassificationConfig& c) {
           {"augmentation", f.augmentation},
           {"min_crop_area", f.min_crop_area},
           {"pad", f.pad},
+          {"random_erasing", f.random_erasing},
           {"data_dir", f.data_dir},
           {"batch_size", f.batch_size},
           {"train_epochs", f.train_epochs},

@@ -137,6 +137,16 @@ void pad_crop_train(const std::string& encoded, const PreprocessOptions& o, std:
   normalize(padded(cv::Rect(x, y, o.image_size, o.image_size)), flip, o, out);
 }
 
+void resnet_train(const std::string& encoded, const std::vector<Box>& boxes, const PreprocessOptions& options,
+                  std::mt19937_64& rng, float* out, const std::string& what) {
+  const ImageSize size = image_size(encoded, what);
+  const CropWindow crop = sample_distorted_crop(size.height, size.width, boxes, options.crop, rng);
+  const bool flip = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
+  const Image img = decode_crop(encoded, crop, options.image_size, options.image_size, what);
+  resize_scale(img, options.image_size, options.image_size, flip, options.channels_last, options.scale, options.offset,
+               out);
+}
+
 }  // namespace
 
 void resize_normalize(const Image& image, int out_h, int out_w, bool flip, bool channels_last, float* out) {
@@ -159,15 +169,41 @@ Augmentation parse_augmentation(const std::string& name) {
 
 std::string augmentation_name(Augmentation a) { return a == Augmentation::kPadCrop ? "pad_crop" : "resnet"; }
 
+Rect random_erase(float probability, int size, bool channels_last, std::mt19937_64& rng, float* out) {
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  if (probability <= 0 || unit(rng) >= probability) return {};
+  // torchvision's RandomErasing.get_params: up to 10 draws of area and log-uniform aspect ratio.
+  const double area = static_cast<double>(size) * size;
+  std::uniform_real_distribution<double> area_fraction(0.02, 0.33);
+  std::uniform_real_distribution<double> log_ratio(std::log(0.3), std::log(3.3));
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target = area * area_fraction(rng), ratio = std::exp(log_ratio(rng));
+    const int h = static_cast<int>(std::lround(std::sqrt(target * ratio)));
+    const int w = static_cast<int>(std::lround(std::sqrt(target / ratio)));
+    if (h < 1 || w < 1 || h >= size || w >= size) continue;
+    Rect r{std::uniform_int_distribution<int>(0, size - h)(rng), std::uniform_int_distribution<int>(0, size - w)(rng),
+           h, w};
+    const size_t plane = static_cast<size_t>(size) * size;
+    for (int y = r.y; y < r.y + h; ++y) {
+      if (channels_last) {
+        std::fill_n(out + (static_cast<size_t>(y) * size + r.x) * 3, static_cast<size_t>(w) * 3, 0.0f);
+      } else {
+        for (int c = 0; c < 3; ++c) std::fill_n(out + c * plane + static_cast<size_t>(y) * size + r.x, w, 0.0f);
+      }
+    }
+    return r;
+  }
+  return {};
+}
+
 void preprocess_train(const std::string& encoded, const std::vector<Box>& boxes, const PreprocessOptions& options,
                       std::mt19937_64& rng, float* out, const std::string& what) {
-  if (options.augmentation == Augmentation::kPadCrop) return pad_crop_train(encoded, options, rng, out, what);
-  const ImageSize size = image_size(encoded, what);
-  const CropWindow crop = sample_distorted_crop(size.height, size.width, boxes, options.crop, rng);
-  const bool flip = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
-  const Image img = decode_crop(encoded, crop, options.image_size, options.image_size, what);
-  resize_scale(img, options.image_size, options.image_size, flip, options.channels_last, options.scale, options.offset,
-               out);
+  if (options.augmentation == Augmentation::kPadCrop) {
+    pad_crop_train(encoded, options, rng, out, what);
+  } else {
+    resnet_train(encoded, boxes, options, rng, out, what);
+  }
+  random_erase(options.random_erasing, options.image_size, options.channels_last, rng, out);
 }
 
 void preprocess_eval(const std::string& encoded, const PreprocessOptions& options, float* out,

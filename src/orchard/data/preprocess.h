@@ -47,6 +47,10 @@ struct PreprocessOptions {
   Augmentation augmentation = Augmentation::kResNet;
   DistortedBoxOptions crop;  // kResNet
   int pad = 4;               // kPadCrop
+  // Random erasing (Zhong et al. 2017; torchvision.transforms.RandomErasing defaults): after the
+  // augmentation above, with this probability one rectangle of 2-33% of the area and aspect ratio
+  // in [0.3, 3.3] is set to 0, i.e. the mean pixel. Training only; 0 draws nothing.
+  float random_erasing = 0.0f;
   // Output pixel * scale - offset[c]: RGB minus the ImageNet means (the ResNets) by default;
   // 2/255 and 1 for Inception's [-1, 1] (see kInceptionScale).
   float scale = 1.0f;
@@ -60,6 +64,13 @@ constexpr std::array<float, 3> kInceptionOffset = {1.0f, 1.0f, 1.0f};
 // 3 * S * S floats.
 void preprocess_train(const std::string& encoded, const std::vector<Box>& boxes, const PreprocessOptions& options,
                       std::mt19937_64& rng, float* out, const std::string& what);
+
+// Random erasing on a preprocessed [3, S, S] / [S, S, 3] image in place (see
+// PreprocessOptions::random_erasing). Returns the erased rectangle, empty when nothing was erased.
+struct Rect {
+  int y = 0, x = 0, height = 0, width = 0;
+};
+Rect random_erase(float probability, int size, bool channels_last, std::mt19937_64& rng, float* out);
 
 // Eval path (kResNet): aspect-preserving resize of the short side to 256 * S / 224, central
 // crop S x S, scaled as in training.

@@ -33,6 +33,7 @@ data::PreprocessOptions ClassificationTask::preprocess_options() const {
   o.crop = config_.crop;
   set_input_scaling(config_.model, &o);
   o.pad = config_.pad;
+  o.random_erasing = config_.random_erasing;
   return o;
 }
 

@@ -18,6 +18,7 @@ struct ClassificationConfig {
   data::Augmentation augmentation = data::Augmentation::kResNet;
   data::DistortedBoxOptions crop;  // resnet augmentation
   int pad = 4;                     // pad_crop augmentation
+  float random_erasing = 0;        // probability, training only
 };
 
 class ClassificationTask : public Task {
