@@ -206,6 +206,19 @@ TEST_F(CaptionTrain, RunPrintsBeamSearchCaptions) {
   EXPECT_TRUE(contains(r.out, "  1) ")) << r.out;
   EXPECT_FALSE(contains(r.out, "  2) ")) << r.out;
   EXPECT_TRUE(contains(r.out, "(p=")) << r.out;
+  // `predict`, the other tasks' interface: --model_dir, positional files / globs / directories.
+  r = run({"caption", "predict", "--model_dir", train_dir_, images, "--json", "--checkpoint",
+           (fs::path(train_dir_) / "ckpt-60.pt").string()},
+          *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::istringstream all(r.out);
+  std::set<std::string> files;
+  for (std::string line; std::getline(all, line);) {
+    const json j = json::parse(line);
+    EXPECT_EQ(j.at("captions").size(), 3u) << line;
+    files.insert(fs::path(j.at("file").get<std::string>()).filename().string());
+  }
+  EXPECT_EQ(files, (std::set<std::string>{"0.jpg", "1.jpg", "2.jpg", "3.jpg"})) << r.out;
 }
 
 TEST_F(CaptionTrain, ResumesAndInitialisesTheEncoderFromACheckpoint) {

@@ -465,24 +465,38 @@ void run_eval(EvalFlags e) {
 struct RunFlags {
   CaptionFlags f;
   std::string checkpoint_path;
-  std::string input_files;
+  std::string input_files;           // run: comma-separated
+  std::vector<std::string> inputs;   // predict: positional
+  std::string checkpoint;            // predict: a checkpoint file instead of the latest
   bool json_out = false;
   int64_t batch_size = 16;
 };
 
+void add_inference_flags(CLI::App* c, RunFlags& r) {
+  c->add_option("--vocab_file", r.f.vocab_file, "word_counts.txt (default: the train_dir's)");
+  c->add_flag("--json", r.json_out, "One JSON line per image");
+  c->add_option("--batch_size", r.batch_size, "Images per encoder pass")->capture_default_str();
+  c->add_option("--num_threads", r.f.num_threads, "Intra-op threads (0: all cores)");
+  add_beam_flags(c, r.f);
+}
+
 void run_inference(RunFlags r) {
   auto& f = r.f;
   train::configure_threads(f.num_threads);
-  // --checkpoint_path is a train_dir or one checkpoint file in it.
-  const bool is_dir = fs::is_directory(r.checkpoint_path);
-  const std::string train_dir = is_dir ? r.checkpoint_path : fs::path(r.checkpoint_path).parent_path().string();
+  // run: --checkpoint_path is a train_dir or one checkpoint file in it; predict: --model_dir is the
+  // train_dir and --checkpoint an optional file.
+  if (r.checkpoint.empty() && !fs::is_directory(r.checkpoint_path)) {
+    r.checkpoint = r.checkpoint_path;
+    r.checkpoint_path = fs::path(r.checkpoint_path).parent_path().string();
+  }
+  const std::string train_dir = r.checkpoint_path;
   load_model_config(train_dir, &f);
   if (f.vocab_file.empty()) f.vocab_file = (fs::path(train_dir) / "word_counts.txt").string();
   const auto vocab = load_vocab(f.vocab_file, "--vocab_file");
   tasks::CaptionTask task(task_config(f, vocab));
-  restore_for_inference(task, train_dir, is_dir ? std::string() : r.checkpoint_path);
-  std::vector<std::string> inputs;
-  for (size_t start = 0; start <= r.input_files.size();) {
+  restore_for_inference(task, train_dir, r.checkpoint);
+  std::vector<std::string> inputs = r.inputs;
+  for (size_t start = 0; start < r.input_files.size();) {
     const size_t comma = r.input_files.find(',', start);
     const std::string part = r.input_files.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (!part.empty()) inputs.push_back(part);
@@ -549,11 +563,17 @@ void add_caption_command(CLI::App& app) {
     c->add_option("--checkpoint_path", r->checkpoint_path, "A train_dir (its latest checkpoint) or a checkpoint file")
         ->required();
     c->add_option("--input_files", r->input_files, "Images: comma-separated files, globs or directories")->required();
-    c->add_option("--vocab_file", r->f.vocab_file, "word_counts.txt (default: the train_dir's)");
-    c->add_flag("--json", r->json_out, "One JSON line per image");
-    c->add_option("--batch_size", r->batch_size, "Images per encoder pass")->capture_default_str();
-    c->add_option("--num_threads", r->f.num_threads, "Intra-op threads (0: all cores)");
-    add_beam_flags(c, r->f);
+    add_inference_flags(c, *r);
+    c->callback([r] { run_inference(*r); });
+  }
+  {
+    // The same with the other tasks' predict interface: --model_dir and positional inputs.
+    auto r = std::make_shared<RunFlags>();
+    auto* c = cap->add_subcommand("predict", "Beam-search captions for images (files, globs or directories)");
+    c->add_option("--model_dir", r->checkpoint_path, "The train_dir")->required();
+    c->add_option("--checkpoint", r->checkpoint, "A checkpoint file (default: the latest)");
+    c->add_option("inputs", r->inputs, "Images, globs or directories")->required();
+    add_inference_flags(c, *r);
     c->callback([r] { run_inference(*r); });
   }
 }
