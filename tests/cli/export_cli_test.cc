@@ -1,4 +1,4 @@
-// `orchard classify export --format onnx`: OpenCV's DNN module (Debian's libopencv-dnn-dev, an
+// `orchard classify|multilabel export --format onnx`: OpenCV's DNN module (Debian's libopencv-dnn-dev, an
 // ONNX consumer Orchard does not share code with) loads each exported file and must reproduce
 // Orchard's own outputs for the same input.
 #include <gtest/gtest.h>
@@ -17,6 +17,8 @@
 #include "cli/cli_util.h"
 #include "core/test_util.h"
 #include "orchard/core/files.h"
+#include "orchard/data/preprocess.h"
+#include "orchard/models/image_model.h"
 #include "orchard/models/registry.h"
 #include "orchard/tasks/classification.h"
 #include "orchard/tasks/multilabel.h"
@@ -25,8 +27,10 @@
 namespace orchard {
 namespace {
 
+double input_scale(const std::string& arch);
+
 // A `task` (classify | multilabel) model_dir holding `arch` with random weights and batch-norm
-// statistics; returns its ResNet (inside the task's module).
+// statistics; returns its model (the task's module).
 std::shared_ptr<torch::nn::Module> write_model_dir(const std::string& dir, const std::string& task,
                                                    const std::string& arch, int image_size) {
   models::ModelConfig c;
@@ -48,7 +52,7 @@ std::shared_ptr<torch::nn::Module> write_model_dir(const std::string& dir, const
     module = t.module(), signature = t.signature();
     config["class_num"] = 10;
   }
-  auto& model = dynamic_cast<models::ResNetImpl&>(*module);
+  auto& model = dynamic_cast<models::ImageModelImpl&>(*module);
   torch::manual_seed(3);
   {
     // Random affine batch norms whose statistics are those of one batch of Orchard-scaled
@@ -61,13 +65,16 @@ std::shared_ptr<torch::nn::Module> write_model_dir(const std::string& dir, const
         bn->options.momentum(1.0);
       }
     model.train();
-    model.forward(torch::randn({8, 3, image_size, image_size}) * 50);
+    model.forward(torch::randn({8, 3, image_size, image_size}) * input_scale(arch));
   }
   train::CheckpointManager(dir).save(0, *module, nullptr, signature);
   atomic_write_file(dir + "/config.json", config.dump());
   model.eval();
   return module;
 }
+
+// The spread of the preprocessed input: RGB minus the means for the ResNets, [-1, 1] for Inception.
+double input_scale(const std::string& arch) { return arch == "inception_v3" ? 1.0 : 50.0; }
 
 torch::Tensor opencv_forward(const std::string& onnx, const torch::Tensor& x) {
   cv::dnn::Net net = cv::dnn::readNetFromONNX(onnx);
@@ -96,14 +103,16 @@ TEST_P(ExportOnnx, OpenCvReproducesLogitsAndFeatures) {
   test::TempDir root;
   const std::string dir = root.file("model");
   auto module = write_model_dir(dir, task, arch, size);
-  auto& model = dynamic_cast<models::ResNetImpl&>(*module);
+  auto& model = dynamic_cast<models::ImageModelImpl&>(*module);
   auto r = cli::run({task, "export", "--model_dir", dir, "--out", root.file("m.onnx")}, root);
   ASSERT_EQ(r.rc, 0) << r.err;
   r = cli::run({task, "export", "--model_dir", dir, "--out", root.file("f.onnx"), "--feature_vector"}, root);
   ASSERT_EQ(r.rc, 0) << r.err;
+  r = cli::run({task, "export", "--model_dir", dir, "--out", root.file("p.onnx"), "--include_preprocessing"}, root);
+  ASSERT_EQ(r.rc, 0) << r.err;
 
   torch::manual_seed(5);
-  const auto x = torch::randn({2, 3, size, size}) * 50;  // Orchard's input scale: RGB minus the means
+  const auto x = torch::randn({2, 3, size, size}) * input_scale(arch);  // Orchard's preprocessed input
   torch::NoGradGuard no_grad;
   const auto logits = model.forward(x), features = model.features(x);
   // Outputs are O(1): 1e-4, or 1e-4 of the largest output where that is larger (two float32
@@ -115,15 +124,28 @@ TEST_P(ExportOnnx, OpenCvReproducesLogitsAndFeatures) {
             << "), " << df << " (features up to " << features.abs().max().item<double>() << ")\n";
   EXPECT_LE(dl, tol(logits));
   EXPECT_LE(df, tol(features));
+
+  // --include_preprocessing: RGB values in [0, 255] in; the graph scales them as Orchard's
+  // preprocessing does (RGB minus the ImageNet means; Inception: * 2/255 - 1).
+  const auto rgb = torch::randint(0, 256, {2, 3, size, size}).to(torch::kFloat);
+  const auto scaled = arch == "inception_v3"
+                          ? rgb * data::kInceptionScale - 1.0f
+                          : rgb - torch::tensor({data::kChannelMeans[0], data::kChannelMeans[1], data::kChannelMeans[2]})
+                                      .view({1, 3, 1, 1});
+  const auto expected = model.forward(scaled);
+  const double dp = max_diff(opencv_forward(root.file("p.onnx"), rgb), expected);
+  std::cout << arch << " with preprocessing: max |OpenCV - Orchard| " << dp << "\n";
+  EXPECT_LE(dp, tol(expected));
 }
 
 // resnet_tiny: basic blocks, the small-input stem (no max-pool); resnet50: the ImageNet stem,
 // bottlenecks and projection shortcuts; a multi-label tagger (its model_dir holds the class
-// counters too).
+// counters too); Inception-v3 at its smallest input (all five block types, both pools).
 INSTANTIATE_TEST_SUITE_P(ResNets, ExportOnnx,
                          ::testing::Values(ExportCase{"classify", "resnet_tiny", 32},
                                            ExportCase{"classify", "resnet50", 64},
-                                           ExportCase{"multilabel", "resnet_tiny", 32}),
+                                           ExportCase{"multilabel", "resnet_tiny", 32},
+                                           ExportCase{"classify", "inception_v3", 75}),
                          [](const auto& info) { return info.param.task + "_" + info.param.arch; });
 
 TEST(ExportOnnxErrors, FormatAndArchitecture) {

@@ -14,7 +14,7 @@
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
 #include "orchard/export/onnx_export.h"
-#include "orchard/models/resnet.h"
+#include "orchard/models/image_model.h"
 #include "orchard/tasks/task.h"
 #include "orchard/train/checkpoint.h"
 
@@ -295,20 +295,27 @@ void add_export_flags(CLI::App* c, ExportFlags& f) {
   c->add_option("--out", f.out, "Output file")->required();
   c->add_flag("--feature_vector", f.feature_vector,
               "Output the pooled features instead of the logits (the TF-Hub feature-vector export)");
+  c->add_flag("--include_preprocessing", f.include_preprocessing,
+              "The graph takes RGB values in [0, 255] and applies the model's input scaling itself");
 }
 
-void export_image_model(torch::nn::Module& model, const std::string& arch, int64_t image_size,
+void export_image_model(torch::nn::Module& model, const std::string& arch, const data::PreprocessOptions& preprocess,
                         const ExportFlags& f) {
   if (f.format != "onnx") throw Error("--format must be onnx, not '" + f.format + "'");
-  auto* resnet = dynamic_cast<models::ResNetImpl*>(&model);
-  if (!resnet) throw Error("ONNX export supports the ResNets so far, not " + arch);
+  auto* image_model = dynamic_cast<models::ImageModelImpl*>(&model);
+  if (!image_model) throw Error("ONNX export does not support " + arch);
   model.eval();
   exporting::OnnxExportOptions o;
-  o.image_size = image_size;
+  o.image_size = preprocess.image_size;
   o.feature_vector = f.feature_vector;
-  exporting::export_resnet_onnx(*resnet, o, f.out);
-  spdlog::info("wrote {} (ONNX opset {}, input 'images' [batch, 3, {}, {}] preprocessed as for eval, output '{}')", f.out,
-               exporting::kOnnxOpset, image_size, image_size, f.feature_vector ? "features" : "logits");
+  o.include_preprocessing = f.include_preprocessing;
+  o.scale = preprocess.scale;
+  o.offset = preprocess.offset;
+  exporting::export_onnx(*image_model, o, f.out);
+  spdlog::info("wrote {} (ONNX opset {}, input 'images' [batch, 3, {}, {}] {}, output '{}')", f.out,
+               exporting::kOnnxOpset, o.image_size, o.image_size,
+               f.include_preprocessing ? "RGB in [0, 255]" : "preprocessed as for eval",
+               f.feature_vector ? "features" : "logits");
 }
 
 }  // namespace orchard::cli

@@ -118,14 +118,16 @@ void predict_images(tasks::Task& task, const PrepareImage& prepare, const std::v
                     int64_t batch_size,
                     const std::function<void(const std::vector<std::string>& files, const at::Tensor& outputs)>& emit);
 
-// `classify|multilabel export`: the flags, and the writer of a restored image model (a ResNet)
-// as ONNX (orchard/export/onnx_export.h).
+// `classify|multilabel export`: the flags, and the writer of a restored image model (a ResNet
+// or Inception-v3) as ONNX (orchard/export/onnx_export.h); `preprocess` gives the input size and
+// the scaling --include_preprocessing puts into the graph.
 struct ExportFlags {
   std::string model_dir, checkpoint, format = "onnx", out;
   bool feature_vector = false;
+  bool include_preprocessing = false;
 };
 void add_export_flags(CLI::App* c, ExportFlags& f);
-void export_image_model(torch::nn::Module& model, const std::string& arch, int64_t image_size,
+void export_image_model(torch::nn::Module& model, const std::string& arch, const data::PreprocessOptions& preprocess,
                         const ExportFlags& f);
 
 }  // namespace orchard::cli

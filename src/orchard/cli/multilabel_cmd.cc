@@ -354,7 +354,7 @@ void add_multilabel_command(CLI::App& app) {
       tcfg.channels_last = false;  // the graph takes NCHW
       tasks::MultiLabelTask task(tcfg);
       restore_for_inference(task, f.model_dir, e->checkpoint);
-      export_image_model(*task.module(), tcfg.model.arch, tcfg.image_size, *e);
+      export_image_model(*task.module(), tcfg.model.arch, task.preprocess_options(), *e);
     });
   }
   {

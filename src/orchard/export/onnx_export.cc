@@ -3,8 +3,12 @@
 #include <onnx/onnx_pb.h>
 #include <torch/torch.h>
 
+#include <map>
+
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
+#include "orchard/models/inception_v3.h"
+#include "orchard/models/resnet.h"
 
 namespace orchard::exporting {
 namespace {
@@ -21,6 +25,16 @@ class GraphBuilder {
     init->set_data_type(onnx::TensorProto::FLOAT);
     for (int64_t d : t.sizes()) init->add_dims(d);
     init->set_raw_data(std::string(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()) * 4));
+    return name;
+  }
+
+  // An int64 initializer (shapes, pads).
+  std::string int64s(const std::string& name, const std::vector<int64_t>& values) {
+    auto* init = graph_->add_initializer();
+    init->set_name(name);
+    init->set_data_type(onnx::TensorProto::INT64);
+    init->add_dims(static_cast<int64_t>(values.size()));
+    for (int64_t v : values) init->add_int64_data(v);
     return name;
   }
 
@@ -70,6 +84,33 @@ class GraphBuilder {
 
   std::string relu(const std::string& x) { return node("Relu", {x}, x + ".relu")->output(0); }
 
+  std::string pool(const std::string& op, const std::string& name, const std::string& x, int64_t kernel,
+                   int64_t stride, int64_t pad) {
+    auto* n = node(op, {x}, name);
+    ints(n, "kernel_shape", {kernel, kernel});
+    ints(n, "strides", {stride, stride});
+    ints(n, "pads", {pad, pad, pad, pad});
+    return name;
+  }
+
+  // torch's avg_pool2d with padding and count_include_pad (its default): the zeros count in
+  // border averages. Written as an explicit zero Pad and an unpadded AveragePool, which every
+  // consumer reads the same (OpenCV 4.6 ignores count_include_pad).
+  std::string avg_pool_include_pad(const std::string& name, const std::string& x, int64_t kernel, int64_t pad) {
+    zero_pad(name + ".pad", x, pad);
+    return pool("AveragePool", name, name + ".pad", kernel, 1, 0);
+  }
+
+  std::string zero_pad(const std::string& name, const std::string& x, int64_t pad) {
+    node("Pad", {x, int64s(name + ".pads", {0, 0, pad, pad, 0, 0, pad, pad})}, name);
+    return name;
+  }
+
+  std::string concat(const std::string& name, const std::vector<std::string>& inputs) {
+    integer(node("Concat", inputs, name), "axis", 1);
+    return name;
+  }
+
  private:
   onnx::GraphProto* graph_;
 };
@@ -98,31 +139,11 @@ void value_info(onnx::ValueInfoProto* v, const std::string& name, const std::vec
   for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
 }
 
-}  // namespace
-
-void export_resnet_onnx(models::ResNetImpl& model, const OnnxExportOptions& options, const std::string& path) {
-  torch::NoGradGuard no_grad;
-  onnx::ModelProto proto;
-  proto.set_ir_version(onnx::IR_VERSION_2019_9_19);  // IR 6 (opset 11-13 era): what OpenCV 4.6 reads
-  proto.set_producer_name("orchard");
-  proto.set_producer_version("1");
-  auto* opset = proto.add_opset_import();
-  opset->set_domain("");
-  opset->set_version(kOnnxOpset);
-  auto* graph = proto.mutable_graph();
-  graph->set_name("resnet");
-  GraphBuilder g(graph);
-
-  value_info(graph->add_input(), "images", {"batch"}, {3, options.image_size, options.image_size});
+// ResNet body: conv1 .. layer4, returning the last feature map.
+std::string resnet_body(GraphBuilder& g, models::ResNetImpl& model, const std::string& input) {
   std::string x = g.relu(g.conv_bn("conv1", child<torch::nn::Conv2dImpl>(model, "conv1"),
-                                   child<torch::nn::BatchNorm2dImpl>(model, "bn1"), "images"));
-  if (!model.options().small_input) {
-    auto* n = g.node("MaxPool", {x}, "maxpool");
-    GraphBuilder::ints(n, "kernel_shape", {3, 3});
-    GraphBuilder::ints(n, "strides", {2, 2});
-    GraphBuilder::ints(n, "pads", {1, 1, 1, 1});
-    x = "maxpool";
-  }
+                                   child<torch::nn::BatchNorm2dImpl>(model, "bn1"), input));
+  if (!model.options().small_input) x = g.pool("MaxPool", "maxpool", x, 3, 2, 1);
   for (int l = 1; l <= 4; ++l) {
     const std::string layer_name = "layer" + std::to_string(l);
     auto& layer = child<torch::nn::SequentialImpl>(model, layer_name);
@@ -147,15 +168,127 @@ void export_resnet_onnx(models::ResNetImpl& model, const OnnxExportOptions& opti
       x = g.relu(p + "add");
     }
   }
+  return x;
+}
+
+// Inception-v3 body (torchvision's module names): the stem, Mixed_5b .. Mixed_7c. The blocks'
+// classes live in inception_v3.cc; their structure is walked here by child name.
+class InceptionWriter {
+ public:
+  InceptionWriter(GraphBuilder& g, models::InceptionV3Impl& model) : g_(g) {
+    for (const auto& m : model.named_modules()) modules_[m.key()] = m.value();
+  }
+
+  std::string body(const std::string& input) {
+    std::string x = chain("", {"Conv2d_1a_3x3", "Conv2d_2a_3x3", "Conv2d_2b_3x3"}, input);
+    x = g_.pool("MaxPool", "maxpool1", x, 3, 2, 0);
+    x = g_.pool("MaxPool", "maxpool2", chain("", {"Conv2d_3b_1x1", "Conv2d_4a_3x3"}, x), 3, 2, 0);
+    for (const char* name : {"Mixed_5b", "Mixed_5c", "Mixed_5d"}) x = block_a(name, x);
+    x = block_b("Mixed_6a", x);
+    for (const char* name : {"Mixed_6b", "Mixed_6c", "Mixed_6d", "Mixed_6e"}) x = block_c(name, x);
+    x = block_d("Mixed_7a", x);
+    for (const char* name : {"Mixed_7b", "Mixed_7c"}) x = block_e(name, x);
+    return x;
+  }
+
+ private:
+  // BasicConv2d `name`: conv -> batch norm (folded) -> ReLU.
+  std::string basic(const std::string& name, const std::string& x) {
+    auto* conv = find(name + ".conv")->as<torch::nn::Conv2dImpl>();
+    auto* bn = find(name + ".bn")->as<torch::nn::BatchNorm2dImpl>();
+    if (!conv || !bn) throw Error("ONNX export: " + name + " is not a BasicConv2d");
+    return g_.relu(g_.conv_bn(name, *conv, *bn, x));
+  }
+  std::string chain(const std::string& block, const std::vector<std::string>& names, std::string x) {
+    for (const auto& n : names) x = basic(block.empty() ? n : block + "." + n, x);
+    return x;
+  }
+  std::string avg_pool(const std::string& block, const std::string& x) {
+    return g_.avg_pool_include_pad(block + ".avg_pool", x, 3, 1);
+  }
+  std::string block_a(const std::string& b, const std::string& x) {
+    return g_.concat(b, {chain(b, {"branch1x1"}, x), chain(b, {"branch5x5_1", "branch5x5_2"}, x),
+                         chain(b, {"branch3x3dbl_1", "branch3x3dbl_2", "branch3x3dbl_3"}, x),
+                         chain(b, {"branch_pool"}, avg_pool(b, x))});
+  }
+  std::string block_b(const std::string& b, const std::string& x) {
+    return g_.concat(b, {chain(b, {"branch3x3"}, x),
+                         chain(b, {"branch3x3dbl_1", "branch3x3dbl_2", "branch3x3dbl_3"}, x),
+                         g_.pool("MaxPool", b + ".max_pool", x, 3, 2, 0)});
+  }
+  std::string block_c(const std::string& b, const std::string& x) {
+    return g_.concat(
+        b, {chain(b, {"branch1x1"}, x), chain(b, {"branch7x7_1", "branch7x7_2", "branch7x7_3"}, x),
+            chain(b, {"branch7x7dbl_1", "branch7x7dbl_2", "branch7x7dbl_3", "branch7x7dbl_4", "branch7x7dbl_5"}, x),
+            chain(b, {"branch_pool"}, avg_pool(b, x))});
+  }
+  std::string block_d(const std::string& b, const std::string& x) {
+    return g_.concat(b, {chain(b, {"branch3x3_1", "branch3x3_2"}, x),
+                         chain(b, {"branch7x7x3_1", "branch7x7x3_2", "branch7x7x3_3", "branch7x7x3_4"}, x),
+                         g_.pool("MaxPool", b + ".max_pool", x, 3, 2, 0)});
+  }
+  std::string block_e(const std::string& b, const std::string& x) {
+    const std::string b3 = chain(b, {"branch3x3_1"}, x);
+    const std::string b3dbl = chain(b, {"branch3x3dbl_1", "branch3x3dbl_2"}, x);
+    return g_.concat(b, {chain(b, {"branch1x1"}, x), chain(b, {"branch3x3_2a"}, b3), chain(b, {"branch3x3_2b"}, b3),
+                         chain(b, {"branch3x3dbl_3a"}, b3dbl), chain(b, {"branch3x3dbl_3b"}, b3dbl),
+                         chain(b, {"branch_pool"}, avg_pool(b, x))});
+  }
+  torch::nn::Module* find(const std::string& path) {
+    auto it = modules_.find(path);
+    if (it == modules_.end()) throw Error("ONNX export: the model has no " + path);
+    return it->second.get();
+  }
+
+  GraphBuilder& g_;
+  std::map<std::string, std::shared_ptr<torch::nn::Module>> modules_;
+};
+
+}  // namespace
+
+void export_onnx(models::ImageModelImpl& model, const OnnxExportOptions& options, const std::string& path) {
+  torch::NoGradGuard no_grad;
+  onnx::ModelProto proto;
+  proto.set_ir_version(onnx::IR_VERSION_2019_9_19);  // IR 6 (opset 11-13 era): what OpenCV 4.6 reads
+  proto.set_producer_name("orchard");
+  proto.set_producer_version("1");
+  auto* opset = proto.add_opset_import();
+  opset->set_domain("");
+  opset->set_version(kOnnxOpset);
+  auto* graph = proto.mutable_graph();
+  GraphBuilder g(graph);
+
+  value_info(graph->add_input(), "images", {"batch"}, {3, options.image_size, options.image_size});
+  std::string input = "images";
+  if (options.include_preprocessing) {
+    // pixel * scale - offset[c] as a per-channel (grouped) 1x1 convolution: one node every
+    // consumer runs (OpenCV 4.6 rejects Mul / Add on the graph input with [1, 3, 1, 1] constants).
+    const auto weight = torch::full({3, 1, 1, 1}, options.scale);
+    const auto bias = -torch::tensor({options.offset[0], options.offset[1], options.offset[2]});
+    auto* n = g.node("Conv", {input, g.constant("preprocess.weight", weight), g.constant("preprocess.bias", bias)},
+                     "preprocess");
+    GraphBuilder::ints(n, "kernel_shape", {1, 1});
+    GraphBuilder::integer(n, "group", 3);
+    input = "preprocess";
+  }
+  std::string x;
+  if (auto* resnet = dynamic_cast<models::ResNetImpl*>(&model)) {
+    graph->set_name("resnet");
+    x = resnet_body(g, *resnet, input);
+  } else if (auto* inception = dynamic_cast<models::InceptionV3Impl*>(&model)) {
+    if (inception->options().transform_input) throw Error("ONNX export: Inception-v3 with transform_input");
+    graph->set_name("inception_v3");
+    x = InceptionWriter(g, *inception).body(input);
+  } else {
+    throw Error("ONNX export supports the ResNets and Inception-v3");
+  }
   g.node("GlobalAveragePool", {x}, "avgpool");
   auto* flatten = g.node("Flatten", {"avgpool"}, options.feature_vector ? "features" : "pooled");
   GraphBuilder::integer(flatten, "axis", 1);
-  int64_t outputs = 0;
+  auto& fc = child<torch::nn::LinearImpl>(model, "fc");
   std::string output = flatten->output(0);
-  if (options.feature_vector) {
-    outputs = child<torch::nn::LinearImpl>(model, "fc").weight.size(1);
-  } else {
-    auto& fc = child<torch::nn::LinearImpl>(model, "fc");
+  int64_t outputs = fc.weight.size(1);
+  if (!options.feature_vector) {  // (dropout before fc is the identity at inference)
     auto* gemm = g.node("Gemm", {output, g.constant("fc.weight", fc.weight), g.constant("fc.bias", fc.bias)}, "logits");
     GraphBuilder::integer(gemm, "transB", 1);
     output = "logits";
