@@ -428,6 +428,7 @@ void add_classify_command(CLI::App& app) {
       load_model_config(f.model_dir, &f);
       auto tcfg = task_config(f, false);
       tcfg.channels_last = false;  // the graph takes NCHW
+      tcfg.model.initialize = false;  // restored below
       tasks::ClassificationTask task(tcfg);
       restore_for_inference(task, f.model_dir, e->checkpoint);
       export_image_model(*task.module(), tcfg.model.arch, task.preprocess_options(), *e);
@@ -455,6 +456,7 @@ void add_classify_command(CLI::App& app) {
       train::configure_threads(f.num_threads);
       load_model_config(f.model_dir, &f);
       auto tcfg = task_config(f, false);
+      tcfg.model.initialize = false;  // restored below
       tasks::ClassificationTask task(tcfg);
       restore_for_inference(task, f.model_dir, p->checkpoint);
       auto names = data::read_labels((fs::path(f.model_dir) / "labels.txt").string());

@@ -352,6 +352,7 @@ void add_multilabel_command(CLI::App& app) {
       load_model_config(f.model_dir, &f);
       auto tcfg = task_config(f);
       tcfg.channels_last = false;  // the graph takes NCHW
+      tcfg.model.initialize = false;  // restored below
       tasks::MultiLabelTask task(tcfg);
       restore_for_inference(task, f.model_dir, e->checkpoint);
       export_image_model(*task.module(), tcfg.model.arch, task.preprocess_options(), *e);
@@ -378,7 +379,9 @@ void add_multilabel_command(CLI::App& app) {
       auto& f = p->f;
       train::configure_threads(f.num_threads);
       load_model_config(f.model_dir, &f);
-      tasks::MultiLabelTask task(task_config(f));
+      auto tcfg = task_config(f);
+      tcfg.model.initialize = false;  // restored below
+      tasks::MultiLabelTask task(tcfg);
       restore_for_inference(task, f.model_dir, p->checkpoint);
       const auto names = data::read_labels((fs::path(f.model_dir) / "labels.txt").string());
       predict_images(task, task.preprocess_options(), p->inputs, f.batch_size,

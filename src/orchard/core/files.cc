@@ -1,6 +1,7 @@
 #include "orchard/core/files.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <glob.h>
 #include <unistd.h>
 
@@ -93,13 +94,35 @@ void atomic_write_file(const std::string& path, const std::string& contents) {
   }
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+namespace {
+// The whole file in one allocation of its size (a stream copy of a 100 MB checkpoint takes
+// ~1 s in doublings and copies here), reading on until the end if it grew meanwhile.
+std::string read_whole(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  std::string bytes;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) bytes.resize(static_cast<size_t>(st.st_size));
+  size_t used = 0;
+  while (true) {
+    if (used == bytes.size()) bytes.resize(std::max<size_t>(bytes.size() * 2, 1 << 16));
+    const ssize_t n = ::read(fd, &bytes[used], bytes.size() - used);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw Error(path + ": cannot read: " + std::strerror(err));
+    }
+    if (n == 0) break;
+    used += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  bytes.resize(used);
+  return bytes;
 }
+}  // namespace
+
+std::string read_file(const std::string& path) { return read_whole(path); }
 
 void ensure_writable_dir(const std::string& dir) {
   std::error_code ec;

@@ -38,6 +38,7 @@ void register_builtin_models(Registry& r) {
         o.num_classes = c.num_classes;
         if (c.width > 0) o.base_width = c.width;
         o.zero_init_residual = c.zero_init_residual;
+        o.initialize = c.initialize;
         return o;
       };
     }
@@ -50,6 +51,7 @@ void register_builtin_models(Registry& r) {
     o.base_width = c.width > 0 ? c.width : 8;
     o.num_classes = c.num_classes;
     o.zero_init_residual = c.zero_init_residual;
+    o.initialize = c.initialize;
     return o;
   };
   r.others["inception_v3"] = [](const ModelConfig& c) -> ImageModel {

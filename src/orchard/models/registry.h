@@ -16,6 +16,9 @@ struct ModelConfig {
   int64_t num_classes = 1000;
   int64_t width = 0;  // 0: the architecture's own base width (ResNets only)
   bool zero_init_residual = false;  // ResNets only
+  // false: skip the ResNets' own initialisation (he_normal draws) when a checkpoint is
+  // restored right after (predict, eval, export): faster start-up, same restored model.
+  bool initialize = true;
 };
 
 // Names: resnet18/34/50/101/152 (ImageNet stem), the same with a "_small" suffix (3x3

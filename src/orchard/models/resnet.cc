@@ -110,6 +110,7 @@ ResNetImpl::ResNetImpl(const ResNetOptions& o) : options_(o), inplanes_(o.base_w
   layer4 = register_module("layer4", make_layer(o.base_width * 8, o.layers[3], 2));
   fc = register_module("fc", torch::nn::Linear(inplanes_, o.num_classes));
 
+  if (!o.initialize) return;
   torch::NoGradGuard no_grad;
   for (auto& m : modules(/*include_self=*/false)) {
     if (auto* c = m->as<torch::nn::Conv2d>()) {
@@ -119,10 +120,11 @@ ResNetImpl::ResNetImpl(const ResNetOptions& o) : options_(o), inplanes_(o.base_w
       const double fan_in = static_cast<double>(w.size(1) * w.size(2) * w.size(3));
       const double std = std::sqrt(2.0 / fan_in) / 0.87962566103423978;  // stddev of the untruncated normal
       w.normal_(0, std);
-      for (int round = 0; round < 20; ++round) {  // redraw values beyond 2 sigma
-        auto bad = w.abs() > 2 * std;
-        if (!bad.any().item<bool>()) break;
-        w.copy_(torch::where(bad, torch::empty_like(w).normal_(0, std), w));
+      for (int round = 0; round < 20; ++round) {  // redraw the values beyond 2 sigma (only those)
+        const auto bad = w.abs() > 2 * std;
+        const int64_t n = bad.sum().item<int64_t>();
+        if (n == 0) break;
+        w.masked_scatter_(bad, torch::empty({n}, w.options()).normal_(0, std));
       }
     } else if (auto* b = m->as<torch::nn::BatchNorm2d>()) {
       b->weight.fill_(1);

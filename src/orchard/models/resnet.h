@@ -30,6 +30,7 @@ struct ResNetOptions {
   bool zero_init_residual = false;         // gamma = 0 in each block's last BN
   double bn_momentum = 0.1;                // TF momentum 0.9 == torch momentum 0.1
   double bn_eps = 1e-5;
+  bool initialize = true;                  // false: leave torch's default init (weights restored next)
 };
 
 // Replaces every batch norm's training-mode forward in the ResNets (e.g. by a synchronized
