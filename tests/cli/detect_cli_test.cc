@@ -18,7 +18,7 @@
 #include "core/test_util.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
-#include "orchard/detect/mobilenet_v2.h"
+#include "orchard/models/mobilenet_v2.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/proto/event.pb.h"
 
@@ -236,12 +236,12 @@ TEST_F(DetectTrain, ResumesAndFineTunesByType) {
   // classification: the backbone from a classifier's features.* (a MobileNetV2 of the same
   // width, as `orchard import-weights` or a classify run would write it).
   {
-    detect::MobileNetV2Options mo;
+    models::MobileNetV2Options mo;
     mo.width_mult = 0.35;
     mo.min_depth = 8;
     mo.finegrain_classification_mode = false;
     mo.num_classes = 10;
-    detect::MobileNetV2 classifier(mo);
+    models::MobileNetV2 classifier(mo);
     const std::string dir = root_->file("classifier");
     train::CheckpointManager(dir).save(100, *classifier, nullptr, {});
     const std::string cfg = root_->file("ft_classification.config");

@@ -140,12 +140,14 @@ TEST_P(ExportOnnx, OpenCvReproducesLogitsAndFeatures) {
 
 // resnet_tiny: basic blocks, the small-input stem (no max-pool); resnet50: the ImageNet stem,
 // bottlenecks and projection shortcuts; a multi-label tagger (its model_dir holds the class
-// counters too); Inception-v3 at its smallest input (all five block types, both pools).
-INSTANTIATE_TEST_SUITE_P(ResNets, ExportOnnx,
+// counters too); Inception-v3 at its smallest input (all five block types, both pools);
+// MobileNetV2 (depthwise convolutions, ReLU6, inverted residuals).
+INSTANTIATE_TEST_SUITE_P(ImageModels, ExportOnnx,
                          ::testing::Values(ExportCase{"classify", "resnet_tiny", 32},
                                            ExportCase{"classify", "resnet50", 64},
                                            ExportCase{"multilabel", "resnet_tiny", 32},
-                                           ExportCase{"classify", "inception_v3", 75}),
+                                           ExportCase{"classify", "inception_v3", 75},
+                                           ExportCase{"classify", "mobilenet_v2", 64}),
                          [](const auto& info) { return info.param.task + "_" + info.param.arch; });
 
 TEST(ExportOnnxErrors, FormatAndArchitecture) {

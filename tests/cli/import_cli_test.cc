@@ -70,7 +70,7 @@ TEST_P(ImportWeights, ReproducesTorchvisionLogits) {
   const auto config = nlohmann::json::parse(read_file(out + "/config.json"));
   EXPECT_EQ(config.at("task"), "classify");
   EXPECT_EQ(config.at("model"), arch);
-  EXPECT_EQ(config.at("num_classes"), 10);  // from fc.weight
+  EXPECT_EQ(config.at("num_classes"), 10);  // from fc.weight / classifier.1.weight
 
   const auto x = read_f32(ref + "/input.f32", {2, 3, size, size});
   const auto expected = read_f32(ref + "/logits.f32", {2, 10});
@@ -80,7 +80,8 @@ TEST_P(ImportWeights, ReproducesTorchvisionLogits) {
     EXPECT_LE(max_diff(imported_logits(arch, out, x), expected), 1e-4);
     return;
   }
-  // ResNets: torchvision's (x / 255 - mean) / std is folded into conv1, so Orchard's input
+  // ResNets, MobileNetV2: torchvision's (x / 255 - mean) / std is folded into the first
+  // convolution (conv1, features.0.0), so Orchard's input
   // (RGB minus the means, 0-255 scale) x * 255 * std gives torchvision's logits of x.
   const auto scale = torch::tensor({255 * kTorchvisionStd[0], 255 * kTorchvisionStd[1], 255 * kTorchvisionStd[2]},
                                    torch::kFloat).view({1, 3, 1, 1});
@@ -99,6 +100,7 @@ TEST_P(ImportWeights, ReproducesTorchvisionLogits) {
 INSTANTIATE_TEST_SUITE_P(Torchvision, ImportWeights,
                          ::testing::Values(std::make_pair(std::string("resnet18"), 64),
                                            std::make_pair(std::string("resnet50"), 64),
+                                           std::make_pair(std::string("mobilenet_v2"), 64),
                                            std::make_pair(std::string("inception_v3"), 75)),
                          [](const auto& info) { return info.param.first; });
 

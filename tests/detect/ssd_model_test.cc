@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "orchard/detect/mobilenet_v2.h"
+#include "orchard/models/mobilenet_v2.h"
 
 namespace orchard::detect {
 namespace {

@@ -420,7 +420,7 @@ void add_classify_command(CLI::App& app) {
   }
   {
     auto e = std::make_shared<ExportFlags>();
-    auto* c = cls->add_subcommand("export", "Write the model for serving: ONNX (opset 13), logits or feature vector");
+    auto* c = cls->add_subcommand("export", "Write the model for serving: ONNX (opset 10), logits or feature vector");
     add_export_flags(c, *e);
     c->callback([e] {
       ClassifyFlags f;

@@ -27,7 +27,7 @@ struct ImportFlags {
   std::string arch;
   std::string state_dict;
   std::string out_dir;
-  int64_t num_classes = 0;  // 0: fc.weight's rows
+  int64_t num_classes = 0;  // 0: the classifier weight's rows
   int image_size = 0;       // 0: 299 for inception_v3, 224 otherwise
   std::string input_normalization = "torchvision";
 };
@@ -46,6 +46,10 @@ void run_import(const ImportFlags& f) {
   if (f.input_normalization != "torchvision" && f.input_normalization != "none")
     throw Error("--input_normalization must be torchvision or none, not '" + f.input_normalization + "'");
   const bool inception = f.arch == "inception_v3";
+  const bool mobilenet = f.arch == "mobilenet_v2";
+  // torchvision's names of the classifier and of the first convolution (which takes the input).
+  const std::string classifier = mobilenet ? "classifier.1.weight" : "fc.weight";
+  const std::string first_conv = mobilenet ? "features.0.0.weight" : "conv1.weight";
   const auto source = models::read_torch_state_dict(f.state_dict);
   std::map<std::string, torch::Tensor> weights(source.begin(), source.end());
 
@@ -53,8 +57,8 @@ void run_import(const ImportFlags& f) {
   c.model.arch = f.arch;
   c.model.num_classes = f.num_classes;
   if (c.model.num_classes == 0) {
-    auto it = weights.find("fc.weight");
-    if (it == weights.end()) throw Error(f.state_dict + ": no fc.weight to take --num_classes from; pass it");
+    auto it = weights.find(classifier);
+    if (it == weights.end()) throw Error(f.state_dict + ": no " + classifier + " to take --num_classes from; pass it");
     c.model.num_classes = it->second.size(0);
   }
   c.image_size = f.image_size > 0 ? f.image_size : (inception ? 299 : 224);
@@ -91,11 +95,12 @@ void run_import(const ImportFlags& f) {
   if (!problems.empty()) throw Error(f.state_dict + " does not hold " + f.arch + " weights:" + problems);
   if (!ignored.empty()) spdlog::info("left out {} auxiliary-classifier entries (AuxLogits.*)", ignored.size());
 
-  // Orchard feeds the ResNets RGB minus the ImageNet means (0-255 scale): dividing conv1's input
-  // channels by 255 * std makes that torchvision's (x / 255 - mean) / std (means equal within
-  // 0.5 / 255). Inception-v3's weights take [-1, 1], which Orchard feeds.
+  // Orchard feeds the ResNets and MobileNetV2 RGB minus the ImageNet means (0-255 scale): dividing
+  // the first convolution's input channels by 255 * std makes that torchvision's
+  // (x / 255 - mean) / std (means equal within 0.5 / 255; the zero padding agrees too).
+  // Inception-v3's weights take [-1, 1], which Orchard feeds.
   if (!inception && f.input_normalization == "torchvision") {
-    auto w = module->named_parameters()["conv1.weight"];
+    auto w = module->named_parameters()[first_conv];
     for (int ch = 0; ch < 3; ++ch) w.select(1, ch).div_(255.0 * kTorchvisionStd[ch]);
   }
 
@@ -123,14 +128,14 @@ void add_import_command(CLI::App& app) {
   auto f = std::make_shared<ImportFlags>();
   auto* c = app.add_subcommand("import-weights",
                                "Import a PyTorch state dict (torch.save) of a torchvision classifier as a model_dir");
-  c->add_option("--arch", f->arch, "resnet18..152 or inception_v3 (torchvision's names)")->required();
+  c->add_option("--arch", f->arch, "resnet18..152, mobilenet_v2 or inception_v3 (torchvision's names)")->required();
   c->add_option("--state_dict", f->state_dict, "File written by torch.save(model.state_dict(), FILE)")->required();
   c->add_option("--out_dir", f->out_dir, "New model_dir: ckpt-0.pt, checkpoint, config.json")->required();
-  c->add_option("--num_classes", f->num_classes, "Classes (0: the rows of fc.weight)");
+  c->add_option("--num_classes", f->num_classes, "Classes (0: the rows of the classifier's weight)");
   c->add_option("--image_size", f->image_size, "config.json's input size (0: 299 for inception_v3, else 224)");
   c->add_option("--input_normalization", f->input_normalization,
-                "ResNets: torchvision (fold its mean/std input scaling into conv1, for Orchard's "
-                "RGB-minus-means input) or none (weights as they are)")
+                "ResNets, mobilenet_v2: torchvision (fold its mean/std input scaling into the first "
+                "convolution, for Orchard's RGB-minus-means input) or none (weights as they are)")
       ->capture_default_str();
   c->callback([f] { run_import(*f); });
 }

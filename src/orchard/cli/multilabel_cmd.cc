@@ -343,7 +343,7 @@ void add_multilabel_command(CLI::App& app) {
   }
   {
     auto e = std::make_shared<ExportFlags>();
-    auto* c = ml->add_subcommand("export", "Write the model for serving: ONNX (opset 13), logits (apply a sigmoid) or "
+    auto* c = ml->add_subcommand("export", "Write the model for serving: ONNX (opset 10), logits (apply a sigmoid) or "
                                            "feature vector");
     add_export_flags(c, *e);
     c->callback([e] {

@@ -33,9 +33,24 @@
 #include <utility>
 #include <vector>
 
-#include "orchard/detect/mobilenet_v2.h"
+#include "orchard/models/mobilenet_v2.h"
 
 namespace orchard::detect {
+
+// The backbone and its building blocks (orchard/models/mobilenet_v2.h). Every batch norm of
+// MobileNetV2 and the SSD layers runs through models::batch_norm, so
+// models::set_batch_norm_override (synchronized batch norm) covers them too.
+using models::batch_norm;
+using models::conv2d_tf_same;
+using models::ConvNormActivation;
+using models::ConvNormActivationImpl;
+using models::ConvNormActivationOptions;
+using models::make_divisible;
+using models::MobileNetV2;
+using models::MobileNetV2Endpoint;
+using models::MobileNetV2Impl;
+using models::MobileNetV2Options;
+using models::parse_mobilenet_v2_endpoint;
 
 struct SsdModelOptions {
   int64_t num_classes = 90;  // without background; class outputs have num_classes + 1 columns (0 = background)

@@ -8,6 +8,7 @@
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/models/inception_v3.h"
+#include "orchard/models/mobilenet_v2.h"
 #include "orchard/models/resnet.h"
 
 namespace orchard::exporting {
@@ -28,16 +29,6 @@ class GraphBuilder {
     return name;
   }
 
-  // An int64 initializer (shapes, pads).
-  std::string int64s(const std::string& name, const std::vector<int64_t>& values) {
-    auto* init = graph_->add_initializer();
-    init->set_name(name);
-    init->set_data_type(onnx::TensorProto::INT64);
-    init->add_dims(static_cast<int64_t>(values.size()));
-    for (int64_t v : values) init->add_int64_data(v);
-    return name;
-  }
-
   onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& inputs, const std::string& output) {
     auto* n = graph_->add_node();
     n->set_op_type(op);
@@ -53,6 +44,12 @@ class GraphBuilder {
     a->set_type(onnx::AttributeProto::INTS);
     for (int64_t v : values) a->add_ints(v);
   }
+  static void real(onnx::NodeProto* n, const std::string& name, float value) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(value);
+  }
   static void integer(onnx::NodeProto* n, const std::string& name, int64_t value) {
     auto* a = n->add_attribute();
     a->set_name(name);
@@ -64,7 +61,7 @@ class GraphBuilder {
   std::string conv_bn(const std::string& name, torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn,
                       const std::string& x) {
     const auto& o = conv.options;
-    if (o.groups() != 1 || o.bias()) throw Error("ONNX export: " + name + " is not a plain bias-free convolution");
+    if (o.bias()) throw Error("ONNX export: " + name + " is not a bias-free convolution");
     const auto* pad = c10::get_if<torch::ExpandingArray<2>>(&o.padding());
     if (!pad) throw Error("ONNX export: " + name + " uses string padding");
     // In double, so that the folded weights are the nearest floats to the exact products.
@@ -79,7 +76,16 @@ class GraphBuilder {
     ints(n, "strides", {(*s)[0], (*s)[1]});
     ints(n, "dilations", {(*d)[0], (*d)[1]});
     ints(n, "pads", {(**pad)[0], (**pad)[1], (**pad)[0], (**pad)[1]});
+    if (o.groups() != 1) integer(n, "group", o.groups());
     return name;
+  }
+
+  // ReLU6: Clip to [0, 6] (bounds as attributes, opset < 11).
+  std::string relu6(const std::string& x) {
+    auto* n = node("Clip", {x}, x + ".relu6");
+    real(n, "min", 0.0f);
+    real(n, "max", 6.0f);
+    return n->output(0);
   }
 
   std::string relu(const std::string& x) { return node("Relu", {x}, x + ".relu")->output(0); }
@@ -102,7 +108,7 @@ class GraphBuilder {
   }
 
   std::string zero_pad(const std::string& name, const std::string& x, int64_t pad) {
-    node("Pad", {x, int64s(name + ".pads", {0, 0, pad, pad, 0, 0, pad, pad})}, name);
+    ints(node("Pad", {x}, name), "pads", {0, 0, pad, pad, 0, 0, pad, pad});  // mode constant, value 0
     return name;
   }
 
@@ -173,11 +179,29 @@ std::string resnet_body(GraphBuilder& g, models::ResNetImpl& model, const std::s
 
 // Inception-v3 body (torchvision's module names): the stem, Mixed_5b .. Mixed_7c. The blocks'
 // classes live in inception_v3.cc; their structure is walked here by child name.
-class InceptionWriter {
+// A model's modules by their dotted path (torchvision's names), for the writers that walk
+// blocks whose classes live in the model's .cc.
+class ModuleIndex {
  public:
-  InceptionWriter(GraphBuilder& g, models::InceptionV3Impl& model) : g_(g) {
+  explicit ModuleIndex(torch::nn::Module& model) {
     for (const auto& m : model.named_modules()) modules_[m.key()] = m.value();
   }
+  template <typename T>
+  T& get(const std::string& path) const {
+    auto it = modules_.find(path);
+    T* t = it == modules_.end() ? nullptr : it->second->as<T>();
+    if (!t) throw Error("ONNX export: the model has no " + path + " of the expected type");
+    return *t;
+  }
+  bool has(const std::string& path) const { return modules_.count(path) > 0; }
+
+ private:
+  std::map<std::string, std::shared_ptr<torch::nn::Module>> modules_;
+};
+
+class InceptionWriter {
+ public:
+  InceptionWriter(GraphBuilder& g, models::InceptionV3Impl& model) : g_(g), modules_(model) {}
 
   std::string body(const std::string& input) {
     std::string x = chain("", {"Conv2d_1a_3x3", "Conv2d_2a_3x3", "Conv2d_2b_3x3"}, input);
@@ -194,10 +218,8 @@ class InceptionWriter {
  private:
   // BasicConv2d `name`: conv -> batch norm (folded) -> ReLU.
   std::string basic(const std::string& name, const std::string& x) {
-    auto* conv = find(name + ".conv")->as<torch::nn::Conv2dImpl>();
-    auto* bn = find(name + ".bn")->as<torch::nn::BatchNorm2dImpl>();
-    if (!conv || !bn) throw Error("ONNX export: " + name + " is not a BasicConv2d");
-    return g_.relu(g_.conv_bn(name, *conv, *bn, x));
+    return g_.relu(g_.conv_bn(name, modules_.get<torch::nn::Conv2dImpl>(name + ".conv"),
+                              modules_.get<torch::nn::BatchNorm2dImpl>(name + ".bn"), x));
   }
   std::string chain(const std::string& block, const std::vector<std::string>& names, std::string x) {
     for (const auto& n : names) x = basic(block.empty() ? n : block + "." + n, x);
@@ -234,22 +256,51 @@ class InceptionWriter {
                          chain(b, {"branch3x3dbl_3a"}, b3dbl), chain(b, {"branch3x3dbl_3b"}, b3dbl),
                          chain(b, {"branch_pool"}, avg_pool(b, x))});
   }
-  torch::nn::Module* find(const std::string& path) {
-    auto it = modules_.find(path);
-    if (it == modules_.end()) throw Error("ONNX export: the model has no " + path);
-    return it->second.get();
-  }
-
   GraphBuilder& g_;
-  std::map<std::string, std::shared_ptr<torch::nn::Module>> modules_;
+  ModuleIndex modules_;
 };
+
+// MobileNetV2 body (torchvision's names): features.0 (conv-BN-ReLU6), the inverted residuals
+// features.1-17 (conv.{0: expansion, if any; next: depthwise; then the projection conv and its
+// BN}, with the residual where stride 1 keeps the channels), features.18 (1x1 conv-BN-ReLU6).
+std::string mobilenet_v2_body(GraphBuilder& g, models::MobileNetV2Impl& model, const std::string& input) {
+  if (model.options().include_top == false) throw Error("ONNX export: MobileNetV2 without its classifier");
+  const ModuleIndex modules(model);
+  auto conv_bn_relu6 = [&](const std::string& p, const std::string& x) {
+    auto& cna = modules.get<models::ConvNormActivationImpl>(p);
+    if (cna.options.tf_same_padding()) throw Error("ONNX export: " + p + " uses TF 'SAME' padding");
+    return g.relu6(g.conv_bn(p, *cna.conv, *cna.bn, x));
+  };
+  std::string x = conv_bn_relu6("features.0", input);
+  for (int i = 1; modules.has("features." + std::to_string(i) + ".conv"); ++i) {
+    const std::string p = "features." + std::to_string(i) + ".conv.";
+    const bool expansion = modules.has(p + "3");  // conv.0 expand, .1 depthwise, .2 project, .3 BN
+    std::string h = x;
+    int c = 0;
+    if (expansion) h = conv_bn_relu6(p + std::to_string(c++), h);
+    auto& depthwise = modules.get<models::ConvNormActivationImpl>(p + std::to_string(c));
+    h = conv_bn_relu6(p + std::to_string(c++), h);
+    auto& project = modules.get<torch::nn::Conv2dImpl>(p + std::to_string(c));
+    h = g.conv_bn(p + std::to_string(c), project, modules.get<torch::nn::BatchNorm2dImpl>(p + std::to_string(c + 1)), h);
+    const int64_t in = expansion ? modules.get<models::ConvNormActivationImpl>(p + "0").options.in_channels()
+                                 : depthwise.options.in_channels();
+    if (depthwise.options.stride() == 1 && in == project.options.out_channels()) {
+      g.node("Add", {h, x}, p + "add");
+      h = p + "add";
+    }
+    x = h;
+  }
+  int last = 1;
+  while (modules.has("features." + std::to_string(last + 1))) ++last;
+  return conv_bn_relu6("features." + std::to_string(last), x);
+}
 
 }  // namespace
 
 void export_onnx(models::ImageModelImpl& model, const OnnxExportOptions& options, const std::string& path) {
   torch::NoGradGuard no_grad;
   onnx::ModelProto proto;
-  proto.set_ir_version(onnx::IR_VERSION_2019_9_19);  // IR 6 (opset 11-13 era): what OpenCV 4.6 reads
+  proto.set_ir_version(onnx::IR_VERSION_2019_3_18);  // IR 5, the opset 10 era
   proto.set_producer_name("orchard");
   proto.set_producer_version("1");
   auto* opset = proto.add_opset_import();
@@ -279,17 +330,22 @@ void export_onnx(models::ImageModelImpl& model, const OnnxExportOptions& options
     if (inception->options().transform_input) throw Error("ONNX export: Inception-v3 with transform_input");
     graph->set_name("inception_v3");
     x = InceptionWriter(g, *inception).body(input);
+  } else if (auto* mobilenet = dynamic_cast<models::MobileNetV2Impl*>(&model)) {
+    graph->set_name("mobilenet_v2");
+    x = mobilenet_v2_body(g, *mobilenet, input);
   } else {
-    throw Error("ONNX export supports the ResNets and Inception-v3");
+    throw Error("ONNX export supports the ResNets, MobileNetV2 and Inception-v3");
   }
   g.node("GlobalAveragePool", {x}, "avgpool");
   auto* flatten = g.node("Flatten", {"avgpool"}, options.feature_vector ? "features" : "pooled");
   GraphBuilder::integer(flatten, "axis", 1);
-  auto& fc = child<torch::nn::LinearImpl>(model, "fc");
+  const ModuleIndex modules(model);
+  auto& fc = modules.get<torch::nn::LinearImpl>(modules.has("fc") ? "fc" : "classifier.1");
   std::string output = flatten->output(0);
   int64_t outputs = fc.weight.size(1);
   if (!options.feature_vector) {  // (dropout before fc is the identity at inference)
-    auto* gemm = g.node("Gemm", {output, g.constant("fc.weight", fc.weight), g.constant("fc.bias", fc.bias)}, "logits");
+    auto* gemm = g.node("Gemm", {output, g.constant("classifier.weight", fc.weight), g.constant("classifier.bias", fc.bias)},
+                        "logits");
     GraphBuilder::integer(gemm, "transB", 1);
     output = "logits";
     outputs = fc.weight.size(0);

@@ -1,5 +1,5 @@
-// ONNX export of the image classifiers (the ResNets and Inception-v3), written from the model's
-// own structure through the protobuf `onnx` schema (Debian's libonnx-dev). Opset 13, one graph
+// ONNX export of the image classifiers (the ResNets, MobileNetV2 and Inception-v3), written from
+// the model's own structure through the protobuf `onnx` schema (Debian's libonnx-dev). Opset 10, one graph
 // input "images" (float [batch, 3, H, W], batch symbolic: the preprocessed input Orchard's
 // classify feeds, or with include_preprocessing RGB pixel values in [0, 255]) and one output:
 // "logits" [batch, classes], or "features" [batch, C] (the globally average-pooled feature
@@ -15,7 +15,9 @@
 
 namespace orchard::exporting {
 
-constexpr int64_t kOnnxOpset = 13;
+// Opset 10 (IR 5): read by every consumer still in use; its Clip takes the ReLU6 bounds as
+// attributes, the form OpenCV 4.6 (Debian 12) reads, where opset 11+ moved them to inputs.
+constexpr int64_t kOnnxOpset = 10;
 
 struct OnnxExportOptions {
   int64_t image_size = 224;     // H = W of the graph input (documentation; convolutions take any)

@@ -5,6 +5,7 @@
 
 #include "orchard/core/error.h"
 #include "orchard/models/inception_v3.h"
+#include "orchard/models/mobilenet_v2.h"
 
 namespace orchard::models {
 namespace {
@@ -59,6 +60,12 @@ void register_builtin_models(Registry& r) {
     InceptionV3Options o;
     o.num_classes = c.num_classes;
     return std::make_shared<InceptionV3Impl>(o);
+  };
+  r.others["mobilenet_v2"] = [](const ModelConfig& c) -> ImageModel {
+    if (c.width > 0) throw Error("--width applies to the ResNets, not mobilenet_v2");
+    MobileNetV2Options o;  // torchvision's: width 1.0, last layer 1280, dropout 0.2
+    o.num_classes = c.num_classes;
+    return std::make_shared<MobileNetV2Impl>(o);
   };
 }
 

@@ -22,8 +22,9 @@ struct ModelConfig {
 };
 
 // Names: resnet18/34/50/101/152 (ImageNet stem), the same with a "_small" suffix (3x3
-// stem, no max-pool; for inputs of 64 px or less), resnet_tiny (tests) and inception_v3
-// (torchvision's, inputs of at least 75 px; no auxiliary classifier).
+// stem, no max-pool; for inputs of 64 px or less), resnet_tiny (tests), inception_v3
+// (torchvision's, inputs of at least 75 px; no auxiliary classifier) and mobilenet_v2
+// (torchvision's).
 ImageModel build_model(const ModelConfig& config);
 std::vector<std::string> model_names();
 

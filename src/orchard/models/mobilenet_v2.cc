@@ -1,4 +1,4 @@
-#include "orchard/detect/mobilenet_v2.h"
+#include "orchard/models/mobilenet_v2.h"
 
 #include <torch/nn/functional.h>
 #include <torch/nn/init.h>
@@ -9,7 +9,7 @@
 #include <cctype>
 #include <utility>
 
-namespace orchard::detect {
+namespace orchard::models {
 namespace {
 
 namespace F = torch::nn::functional;
@@ -222,7 +222,7 @@ int64_t MobileNetV2Impl::endpoint_channels(const MobileNetV2Endpoint& e) const {
   return expansion_channels_[e.index];
 }
 
-torch::Tensor MobileNetV2Impl::features(const torch::Tensor& x) {
+torch::Tensor MobileNetV2Impl::features(torch::Tensor x) {
   torch::Tensor h = x;
   for (const auto& m : *features_) {
     if (auto* block = m->as<InvertedResidualImpl>())
@@ -233,9 +233,9 @@ torch::Tensor MobileNetV2Impl::features(const torch::Tensor& x) {
   return h.mean({2, 3});
 }
 
-torch::Tensor MobileNetV2Impl::forward(const torch::Tensor& x) {
+torch::Tensor MobileNetV2Impl::forward(torch::Tensor x) {
   auto pooled = features(x);
   return options_.include_top ? classifier_->forward(pooled) : pooled;
 }
 
-}  // namespace orchard::detect
+}  // namespace orchard::models

@@ -8,7 +8,8 @@
 // Output of forward: logits [N, num_classes], or the pooled features [N, last_channels()]
 // when include_top is false.
 //
-// Self-contained (no detection code): it is meant to move to orchard/models.
+// A classification backbone (`--model mobilenet_v2`, an ImageModel) and the SSD feature
+// extractor's base (orchard/detect/ssd_model.h).
 #pragma once
 
 #include <torch/arg.h>
@@ -23,13 +24,10 @@
 #include <string>
 #include <vector>
 
+#include "orchard/models/image_model.h"
 #include "orchard/models/resnet.h"
 
-namespace orchard::detect {
-
-// Every batch norm of MobileNetV2 and the SSD layers runs through models::batch_norm, so
-// models::set_batch_norm_override (synchronized batch norm) covers them too.
-using models::batch_norm;
+namespace orchard::models {
 
 // A convolution with TF's 'SAME' padding: output size ceil(in / stride), the odd padding
 // pixel (if any) at the bottom/right. `conv` must have been built with padding 0.
@@ -93,12 +91,12 @@ struct MobileNetV2Endpoint {
 // Throws c10::Error naming the accepted forms for anything else.
 MobileNetV2Endpoint parse_mobilenet_v2_endpoint(const std::string& name);
 
-class MobileNetV2Impl : public torch::nn::Module {
+class MobileNetV2Impl : public ImageModelImpl {
  public:
   explicit MobileNetV2Impl(const MobileNetV2Options& options);
-  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward(torch::Tensor x) override;
   // Globally average-pooled output of features[18], [N, last_channels()].
-  torch::Tensor features(const torch::Tensor& x);
+  torch::Tensor features(torch::Tensor x) override;
   // The requested endpoints, in the order asked; runs the network only as far as needed.
   std::vector<torch::Tensor> endpoints(const torch::Tensor& x, const std::vector<MobileNetV2Endpoint>& wanted);
   int64_t endpoint_channels(const MobileNetV2Endpoint& e) const;
@@ -115,4 +113,4 @@ class MobileNetV2Impl : public torch::nn::Module {
 };
 TORCH_MODULE(MobileNetV2);
 
-}  // namespace orchard::detect
+}  // namespace orchard::models
