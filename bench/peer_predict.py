@@ -11,6 +11,8 @@ python3-torchvision 0.14), as a whole process: bench/predict.sh times it from st
 """
 import argparse
 import json
+import sys
+import time
 
 import torch
 import torchvision
@@ -38,11 +40,17 @@ def main():
     ])
     with torch.inference_mode():
         for begin in range(0, len(a.images), a.batch_size):
+            start = time.perf_counter()
             files = a.images[begin:begin + a.batch_size]
             batch = torch.stack([preprocess(Image.open(f).convert("RGB")) for f in files])
+            prepared = time.perf_counter()
             top_p, top_i = torch.softmax(model(batch), 1).topk(a.top_k, 1)
             for f, ps, ids in zip(files, top_p.tolist(), top_i.tolist()):
                 print(json.dumps({"file": f, "predictions": [{"class_id": i, "probability": q} for i, q in zip(ids, ps)]}))
+            sys.stdout.flush()
+            # What bench/predict.sh reads (the same line as `orchard -v classify predict` logs).
+            print("predict batch: %d images in %.2f ms (inputs %.2f ms)" %
+                  (len(files), 1e3 * (time.perf_counter() - start), 1e3 * (prepared - start)), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -226,7 +226,12 @@ void predict_images(tasks::Task& task, const PrepareImage& prepare, const std::v
   task.module()->eval();
   torch::NoGradGuard no_grad;
   const auto spec = task.sample_spec();
+  using Clock = std::chrono::steady_clock;
+  const auto ms = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
   for (size_t begin = 0; begin < files.size(); begin += static_cast<size_t>(batch_size)) {
+    const auto start = Clock::now();
     const size_t end = std::min(files.size(), begin + static_cast<size_t>(batch_size));
     std::vector<int64_t> shape = {static_cast<int64_t>(end - begin)};
     shape.insert(shape.end(), spec.image_shape.begin(), spec.image_shape.end());
@@ -234,9 +239,13 @@ void predict_images(tasks::Task& task, const PrepareImage& prepare, const std::v
     const int64_t numel = batch[0].numel();
     for (size_t i = begin; i < end; ++i)
       prepare(read_file(files[i]), files[i], batch.data_ptr<float>() + (i - begin) * numel);
+    const auto prepared = Clock::now();
     emit(std::vector<std::string>(files.begin() + static_cast<std::ptrdiff_t>(begin),
                                   files.begin() + static_cast<std::ptrdiff_t>(end)),
          task.forward(batch).to(torch::kFloat).cpu());
+    // (-v) What bench/predict.sh reads: the whole batch, from reading its files to printing.
+    spdlog::debug("predict batch: {} images in {:.2f} ms (inputs {:.2f} ms)", end - begin, ms(start, Clock::now()),
+                  ms(start, prepared));
   }
 }
 
