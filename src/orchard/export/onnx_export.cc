@@ -121,20 +121,6 @@ class GraphBuilder {
   onnx::GraphProto* graph_;
 };
 
-template <typename T>
-T& child(torch::nn::Module& m, const std::string& name) {
-  for (const auto& c : m.named_children())
-    if (c.key() == name)
-      if (auto* t = c.value()->as<T>()) return *t;
-  throw Error("ONNX export: the model has no " + name);
-}
-
-bool has_child(torch::nn::Module& m, const std::string& name) {
-  for (const auto& c : m.named_children())
-    if (c.key() == name) return true;
-  return false;
-}
-
 void value_info(onnx::ValueInfoProto* v, const std::string& name, const std::vector<std::string>& symbolic,
                 const std::vector<int64_t>& dims) {
   v->set_name(name);
@@ -145,42 +131,8 @@ void value_info(onnx::ValueInfoProto* v, const std::string& name, const std::vec
   for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
 }
 
-// ResNet body: conv1 .. layer4, returning the last feature map.
-std::string resnet_body(GraphBuilder& g, models::ResNetImpl& model, const std::string& input) {
-  std::string x = g.relu(g.conv_bn("conv1", child<torch::nn::Conv2dImpl>(model, "conv1"),
-                                   child<torch::nn::BatchNorm2dImpl>(model, "bn1"), input));
-  if (!model.options().small_input) x = g.pool("MaxPool", "maxpool", x, 3, 2, 1);
-  for (int l = 1; l <= 4; ++l) {
-    const std::string layer_name = "layer" + std::to_string(l);
-    auto& layer = child<torch::nn::SequentialImpl>(model, layer_name);
-    int64_t i = 0;
-    for (const auto& block : layer.children()) {
-      const std::string p = layer_name + "." + std::to_string(i++) + ".";
-      const bool bottleneck = has_child(*block, "conv3");
-      std::string out = g.relu(g.conv_bn(p + "conv1", child<torch::nn::Conv2dImpl>(*block, "conv1"),
-                                         child<torch::nn::BatchNorm2dImpl>(*block, "bn1"), x));
-      out = g.conv_bn(p + "conv2", child<torch::nn::Conv2dImpl>(*block, "conv2"),
-                      child<torch::nn::BatchNorm2dImpl>(*block, "bn2"), out);
-      if (bottleneck)
-        out = g.conv_bn(p + "conv3", child<torch::nn::Conv2dImpl>(*block, "conv3"),
-                        child<torch::nn::BatchNorm2dImpl>(*block, "bn3"), g.relu(out));
-      std::string identity = x;
-      if (has_child(*block, "downsample")) {
-        auto& down = child<torch::nn::SequentialImpl>(*block, "downsample");
-        identity = g.conv_bn(p + "downsample", *down[0]->as<torch::nn::Conv2dImpl>(),
-                             *down[1]->as<torch::nn::BatchNorm2dImpl>(), x);
-      }
-      g.node("Add", {out, identity}, p + "add");
-      x = g.relu(p + "add");
-    }
-  }
-  return x;
-}
-
-// Inception-v3 body (torchvision's module names): the stem, Mixed_5b .. Mixed_7c. The blocks'
-// classes live in inception_v3.cc; their structure is walked here by child name.
-// A model's modules by their dotted path (torchvision's names), for the writers that walk
-// blocks whose classes live in the model's .cc.
+// A model's modules by their dotted path (torchvision's names): the writers below walk each
+// model by name (the block classes of Inception-v3 and MobileNetV2 live in their .cc files).
 class ModuleIndex {
  public:
   explicit ModuleIndex(torch::nn::Module& model) {
@@ -199,6 +151,30 @@ class ModuleIndex {
   std::map<std::string, std::shared_ptr<torch::nn::Module>> modules_;
 };
 
+// ResNet body: conv1 .. layer4, returning the last feature map.
+std::string resnet_body(GraphBuilder& g, models::ResNetImpl& model, const std::string& input) {
+  const ModuleIndex modules(model);
+  auto conv_bn = [&](const std::string& conv, const std::string& bn, const std::string& x) {
+    return g.conv_bn(conv, modules.get<torch::nn::Conv2dImpl>(conv), modules.get<torch::nn::BatchNorm2dImpl>(bn), x);
+  };
+  std::string x = g.relu(conv_bn("conv1", "bn1", input));
+  if (!model.options().small_input) x = g.pool("MaxPool", "maxpool", x, 3, 2, 1);
+  for (int l = 1; l <= 4; ++l) {
+    for (int i = 0; modules.has("layer" + std::to_string(l) + "." + std::to_string(i)); ++i) {
+      const std::string p = "layer" + std::to_string(l) + "." + std::to_string(i) + ".";
+      std::string out = conv_bn(p + "conv2", p + "bn2", g.relu(conv_bn(p + "conv1", p + "bn1", x)));
+      if (modules.has(p + "conv3")) out = conv_bn(p + "conv3", p + "bn3", g.relu(out));  // bottleneck
+      const std::string identity =
+          modules.has(p + "downsample") ? conv_bn(p + "downsample.0", p + "downsample.1", x) : x;
+      g.node("Add", {out, identity}, p + "add");
+      x = g.relu(p + "add");
+    }
+  }
+  return x;
+}
+
+// Inception-v3 body (torchvision's module names): the stem, Mixed_5b .. Mixed_7c. The blocks'
+// classes live in inception_v3.cc; their structure is walked here by name.
 class InceptionWriter {
  public:
   InceptionWriter(GraphBuilder& g, models::InceptionV3Impl& model) : g_(g), modules_(model) {}
@@ -264,7 +240,7 @@ class InceptionWriter {
 // features.1-17 (conv.{0: expansion, if any; next: depthwise; then the projection conv and its
 // BN}, with the residual where stride 1 keeps the channels), features.18 (1x1 conv-BN-ReLU6).
 std::string mobilenet_v2_body(GraphBuilder& g, models::MobileNetV2Impl& model, const std::string& input) {
-  if (model.options().include_top == false) throw Error("ONNX export: MobileNetV2 without its classifier");
+  if (!model.options().include_top) throw Error("ONNX export: MobileNetV2 without its classifier");
   const ModuleIndex modules(model);
   auto conv_bn_relu6 = [&](const std::string& p, const std::string& x) {
     auto& cna = modules.get<models::ConvNormActivationImpl>(p);
