@@ -6,9 +6,11 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <regex>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,9 +20,13 @@
 #include "core/test_util.h"
 #include "orchard/core/files.h"
 #include "orchard/data/preprocess.h"
+#include "orchard/detect/box_ops.h"
+#include "orchard/detect/config.h"
+#include "orchard/detect/ssd_model.h"
 #include "orchard/models/image_model.h"
 #include "orchard/models/registry.h"
 #include "orchard/tasks/classification.h"
+#include "orchard/tasks/detection.h"
 #include "orchard/tasks/multilabel.h"
 #include "orchard/train/checkpoint.h"
 
@@ -150,6 +156,107 @@ INSTANTIATE_TEST_SUITE_P(ImageModels, ExportOnnx,
                                            ExportCase{"classify", "mobilenet_v2", 64}),
                          [](const auto& info) { return info.param.task + "_" + info.param.arch; });
 
+// `detect export --format onnx`: the SSD (backbone endpoints, extra layers with TF 'SAME'
+// stride-2 convs padded asymmetrically, 3x3 heads; square and non-square inputs) plus score conversion and box decoding
+// against the anchors, checked against DetectionTask's own forward, decode_boxes and score
+// converter.
+struct DetectExportCase {
+  std::string score_converter;
+  int height, width;  // fixed_shape_resizer
+};
+
+class ExportOnnxDetect : public ::testing::TestWithParam<DetectExportCase> {};
+
+TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
+  const auto& [converter, height, width] = GetParam();
+  test::TempDir root;
+  const std::string data = root.file("shapes"), dir = root.file("model");
+  auto r = cli::run({"data", "shapes", "--task", "detection", "--out_dir", data, "--num_train", "4",
+                     "--num_validation", "4"},
+                    root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string text = read_file(data + "/pipeline.config");
+  text = std::regex_replace(text, std::regex("score_converter: SIGMOID"), "score_converter: " + converter);
+  text = std::regex_replace(text, std::regex("height: 96"), "height: " + std::to_string(height));
+  text = std::regex_replace(text, std::regex("width: 96"), "width: " + std::to_string(width));
+  std::filesystem::create_directories(dir);
+  atomic_write_file(dir + "/pipeline.config", text);
+
+  const auto pipeline = detect::parse_pipeline_config(text, "pipeline.config", /*strict=*/true);
+  tasks::DetectionTask task(tasks::detection_config(pipeline, /*channels_last=*/false));
+  ASSERT_EQ(task.config().score_converter, converter);
+  ASSERT_EQ(task.config().input.height, height);
+  ASSERT_EQ(task.config().input.width, width);
+  auto& model = *task.model();
+  torch::manual_seed(3);
+  {
+    // Random affine batch norms with one batch's statistics, random head biases.
+    torch::NoGradGuard no_grad;
+    for (auto& m : model.modules(false)) {
+      if (auto* bn = m->as<torch::nn::BatchNorm2d>()) {
+        bn->weight.uniform_(0.5, 1.5);
+        bn->bias.uniform_(-0.2, 0.2);
+        bn->options.momentum(1.0);
+      }
+    }
+    for (const auto& p : model.named_parameters())
+      if (detect::is_prediction_head_parameter(p.key())) p.value().normal_(0, 0.05);
+    model.train();
+    model.forward(torch::rand({4, 3, height, width}) * 2 - 1);
+  }
+  train::CheckpointManager(dir).save(0, model, nullptr, task.signature());
+  model.eval();
+  r = cli::run({"detect", "export", "--model_dir", dir, "--format", "onnx", "--out", root.file("d.onnx")}, root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = cli::run({"detect", "export", "--model_dir", dir, "--format", "onnx", "--out", root.file("p.onnx"),
+                "--include_preprocessing"},
+               root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+
+  torch::manual_seed(5);
+  const auto rgb = torch::randint(0, 256, {2, 3, height, width}).to(torch::kFloat);
+  const auto x = rgb * data::kInceptionScale - 1.0f;  // the detector's [-1, 1] input
+  torch::NoGradGuard no_grad;
+  const auto out = model.forward(x);
+  const auto boxes = detect::decode_boxes(out.narrow(2, 0, 4), task.anchors(), task.config().loss.coder);
+  auto scores = out.narrow(2, 4, out.size(2) - 4);
+  if (converter == "SIGMOID") scores = scores.sigmoid();
+  if (converter == "SOFTMAX") scores = scores.softmax(2);
+
+  for (const auto& [file, input] : {std::pair{root.file("d.onnx"), x}, std::pair{root.file("p.onnx"), rgb}}) {
+    cv::dnn::Net net = cv::dnn::readNetFromONNX(file);
+    std::vector<int> sizes(input.sizes().begin(), input.sizes().end());
+    cv::Mat blob(4, sizes.data(), CV_32F, input.contiguous().data_ptr<float>());
+    net.setInput(blob, "images");
+    std::vector<cv::Mat> outs;
+    net.forward(outs, std::vector<std::string>{"raw_detection_boxes", "raw_detection_scores"});
+    ASSERT_EQ(outs.size(), 2u);
+    auto tensor = [](const cv::Mat& m) {
+      return torch::from_blob(const_cast<float*>(m.ptr<float>()), std::vector<int64_t>(m.size.p, m.size.p + m.dims),
+                              torch::kFloat)
+          .clone();
+    };
+    const double db = max_diff(tensor(outs[0]), boxes), ds = max_diff(tensor(outs[1]), scores);
+    std::cout << converter << " " << height << "x" << width << " " << file << ": max |OpenCV - Orchard| boxes " << db
+              << " (up to " << boxes.abs().max().item<double>() << "), scores " << ds << "\n";
+    EXPECT_LE(db, 1e-4);
+    EXPECT_LE(ds, 1e-4);
+  }
+  // The decoded boxes are what predict feeds NMS: different codes must give different boxes.
+  EXPECT_GT((boxes - detect::decode_boxes(torch::zeros_like(out.narrow(2, 0, 4)), task.anchors(), task.config().loss.coder))
+                .abs()
+                .max()
+                .item<double>(),
+            1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ssd, ExportOnnxDetect,
+                         ::testing::Values(DetectExportCase{"SIGMOID", 96, 96}, DetectExportCase{"SOFTMAX", 128, 80}),
+                         [](const auto& info) {
+                           return info.param.score_converter + "_" + std::to_string(info.param.height) + "x" +
+                                  std::to_string(info.param.width);
+                         });
+
 TEST(ExportOnnxErrors, FormatAndArchitecture) {
   test::TempDir root;
   const std::string dir = root.file("model");
@@ -161,6 +268,12 @@ TEST(ExportOnnxErrors, FormatAndArchitecture) {
   r = cli::run({"classify", "export", "--model_dir", root.file("missing"), "--out", root.file("m.onnx")}, root);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("config.json"), std::string::npos) << r.err;
+  r = cli::run({"detect", "export", "--model_dir", dir, "--format", "onnx"}, root);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("--format onnx needs --out"), std::string::npos) << r.err;
+  r = cli::run({"detect", "export", "--model_dir", dir, "--format", "tflite", "--out", root.file("d.tflite")}, root);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("--format must be dir or onnx"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "orchard/detect/config.h"
 #include "orchard/detect/label_map.h"
 #include "orchard/detect/learning_schedules.h"
+#include "orchard/export/onnx_export.h"
 #include "orchard/tasks/detection.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/runtime.h"
@@ -539,18 +540,50 @@ void add_detect_command(CLI::App& app) {
   }
   {
     auto f = std::make_shared<DetectFlags>();
-    auto out = std::make_shared<std::string>();
-    auto ckpt = std::make_shared<std::string>();
-    auto* c = det->add_subcommand("export", "Write the inference model (weights, pipeline.config, label map)");
+    struct DetectExportFlags {
+      std::string out_dir, checkpoint, format = "dir", out;
+      bool include_preprocessing = false;
+    };
+    auto e = std::make_shared<DetectExportFlags>();
+    auto* c = det->add_subcommand(
+        "export", "Write the inference model: a directory (weights, pipeline.config, label map) or ONNX (opset 10)");
     c->add_option("--model_dir", f->model_dir, "Model directory")->required();
-    c->add_option("--output_directory,--out_dir", *out, "Output directory")->required();
-    c->add_option("--checkpoint", *ckpt, "A checkpoint file (default: the latest)");
-    c->callback([f, out, ckpt] {
+    c->add_option("--checkpoint", e->checkpoint, "A checkpoint file (default: the latest)");
+    c->add_option("--format", e->format,
+                  "dir: the inference model directory (--output_directory); onnx: one ONNX file (--out) with the "
+                  "box decoding and score conversion, without NMS")
+        ->capture_default_str();
+    c->add_option("--output_directory,--out_dir", e->out_dir, "Output directory (--format dir)");
+    c->add_option("--out", e->out, "Output file (--format onnx)");
+    c->add_flag("--include_preprocessing", e->include_preprocessing,
+                "--format onnx: the graph takes RGB values in [0, 255] and scales them to [-1, 1] itself");
+    c->callback([f, e] {
+      if (e->format != "dir" && e->format != "onnx") throw Error("--format must be dir or onnx, not '" + e->format + "'");
+      if (e->format == "dir" && e->out_dir.empty()) throw Error("--format dir needs --output_directory");
+      if (e->format == "onnx" && e->out.empty()) throw Error("--format onnx needs --out FILE");
       auto l = load_for_inference(*f);
       tasks::DetectionTask task(l.config);
-      restore_for_inference(task, f->model_dir, *ckpt);
-      const std::string path = ckpt->empty() ? train::CheckpointManager(f->model_dir).latest() : *ckpt;
-      export_model(task, f->model_dir, *out, train::checkpoint_step(path), l);
+      restore_for_inference(task, f->model_dir, e->checkpoint);
+      if (e->format == "dir") {
+        const std::string path = e->checkpoint.empty() ? train::CheckpointManager(f->model_dir).latest() : e->checkpoint;
+        export_model(task, f->model_dir, e->out_dir, train::checkpoint_step(path), l);
+        return;
+      }
+      task.module()->eval();
+      const auto& cfg = task.config();
+      exporting::DetectionOnnxOptions o;
+      o.height = cfg.input.height;
+      o.width = cfg.input.width;
+      o.include_preprocessing = e->include_preprocessing;
+      o.score_converter = cfg.score_converter;
+      const auto& coder = cfg.loss.coder;
+      o.box_coder_scales = {coder.y_scale, coder.x_scale, coder.height_scale, coder.width_scale};
+      exporting::export_detection_onnx(*task.model(), task.anchors(), o, e->out);
+      spdlog::info("wrote {} (ONNX opset {}, input 'images' [batch, 3, {}, {}] {}, outputs 'raw_detection_boxes' "
+                   "[batch, {}, 4], 'raw_detection_scores' [batch, {}, {}] ({}; column 0 the background); no NMS)",
+                   e->out, exporting::kOnnxOpset, o.height, o.width,
+                   o.include_preprocessing ? "RGB in [0, 255]" : "scaled to [-1, 1]", task.anchors().size(0),
+                   task.anchors().size(0), cfg.num_classes + 1, cfg.score_converter);
     });
   }
   {

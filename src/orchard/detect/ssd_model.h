@@ -90,6 +90,8 @@ class SsdMobileNetV2Impl : public torch::nn::Module {
   // Channels of each feature map (576, 1280, 512, 256, 256, 128 at depth_multiplier 1).
   const std::vector<int64_t>& feature_map_channels() const { return channels_; }
   const SsdModelOptions& options() const { return options_; }
+  // The backbone endpoints taken as the first feature maps (layer_15/expansion_output, layer_19).
+  const std::vector<MobileNetV2Endpoint>& base_endpoints() const { return base_endpoints_; }
 
  private:
   SsdModelOptions options_;

@@ -3,16 +3,20 @@
 #include <onnx/onnx_pb.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
+#include "orchard/detect/ssd_model.h"
 #include "orchard/models/inception_v3.h"
 #include "orchard/models/mobilenet_v2.h"
 #include "orchard/models/resnet.h"
 
 namespace orchard::exporting {
 namespace {
+
+using Pads = std::array<int64_t, 4>;  // ONNX order: top, left, bottom, right
 
 class GraphBuilder {
  public:
@@ -57,27 +61,50 @@ class GraphBuilder {
     a->set_i(value);
   }
 
-  // conv (no bias) followed by batch norm, folded: W * g / sqrt(v + eps), b - m * g / sqrt(v + eps).
-  std::string conv_bn(const std::string& name, torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn,
-                      const std::string& x) {
-    const auto& o = conv.options;
-    if (o.bias()) throw Error("ONNX export: " + name + " is not a bias-free convolution");
-    const auto* pad = c10::get_if<torch::ExpandingArray<2>>(&o.padding());
-    if (!pad) throw Error("ONNX export: " + name + " uses string padding");
-    // In double, so that the folded weights are the nearest floats to the exact products.
-    const auto inv_std = torch::rsqrt(bn.running_var.to(torch::kDouble) + bn.options.eps());
-    const auto g = bn.weight.to(torch::kDouble) * inv_std;
-    const auto w = conv.weight.to(torch::kDouble) * g.view({-1, 1, 1, 1});
-    const auto b = bn.bias.to(torch::kDouble) - bn.running_mean.to(torch::kDouble) * g;
-    const std::string weight = constant(name + ".weight", w), bias = constant(name + ".bias", b);
-    auto* n = node("Conv", {x, weight, bias}, name);
+  // An int64 initializer (shapes, Slice bounds).
+  std::string int64s(const std::string& name, const std::vector<int64_t>& values) {
+    auto* init = graph_->add_initializer();
+    init->set_name(name);
+    init->set_data_type(onnx::TensorProto::INT64);
+    init->add_dims(static_cast<int64_t>(values.size()));
+    for (int64_t v : values) init->add_int64_data(v);
+    return name;
+  }
+
+  // A convolution with explicit pads {top, left, bottom, right}.
+  std::string conv(const std::string& name, const torch::nn::detail::ConvNdOptions<2>& o, const torch::Tensor& weight,
+                   const torch::Tensor& bias, const std::string& x, const Pads& pads) {
+    auto* n = node("Conv", {x, constant(name + ".weight", weight), constant(name + ".bias", bias)}, name);
     const auto k = o.kernel_size(), s = o.stride(), d = o.dilation();
     ints(n, "kernel_shape", {(*k)[0], (*k)[1]});
     ints(n, "strides", {(*s)[0], (*s)[1]});
     ints(n, "dilations", {(*d)[0], (*d)[1]});
-    ints(n, "pads", {(**pad)[0], (**pad)[1], (**pad)[0], (**pad)[1]});
+    ints(n, "pads", {pads[0], pads[1], pads[2], pads[3]});
     if (o.groups() != 1) integer(n, "group", o.groups());
     return name;
+  }
+
+  // conv (no bias) followed by batch norm, folded: W * g / sqrt(v + eps), b - m * g / sqrt(v + eps).
+  std::string conv_bn(const std::string& name, torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn,
+                      const std::string& x) {
+    return conv_bn(name, conv, bn, x, symmetric_pads(name, conv.options));
+  }
+  std::string conv_bn(const std::string& name, torch::nn::Conv2dImpl& c, torch::nn::BatchNorm2dImpl& bn,
+                      const std::string& x, const Pads& pads) {
+    if (c.options.bias()) throw Error("ONNX export: " + name + " is not a bias-free convolution");
+    // In double, so that the folded weights are the nearest floats to the exact products.
+    const auto inv_std = torch::rsqrt(bn.running_var.to(torch::kDouble) + bn.options.eps());
+    const auto g = bn.weight.to(torch::kDouble) * inv_std;
+    const auto w = c.weight.to(torch::kDouble) * g.view({-1, 1, 1, 1});
+    const auto b = bn.bias.to(torch::kDouble) - bn.running_mean.to(torch::kDouble) * g;
+    return conv(name, c.options, w, b, x, pads);
+  }
+
+  // The module's own (symmetric, numeric) padding.
+  static Pads symmetric_pads(const std::string& name, const torch::nn::detail::ConvNdOptions<2>& o) {
+    const auto* pad = c10::get_if<torch::ExpandingArray<2>>(&o.padding());
+    if (!pad) throw Error("ONNX export: " + name + " uses string padding");
+    return {(**pad)[0], (**pad)[1], (**pad)[0], (**pad)[1]};
   }
 
   // ReLU6: Clip to [0, 6] (bounds as attributes, opset < 11).
@@ -236,24 +263,33 @@ class InceptionWriter {
   ModuleIndex modules_;
 };
 
-// MobileNetV2 body (torchvision's names): features.0 (conv-BN-ReLU6), the inverted residuals
-// features.1-17 (conv.{0: expansion, if any; next: depthwise; then the projection conv and its
-// BN}, with the residual where stride 1 keeps the channels), features.18 (1x1 conv-BN-ReLU6).
-std::string mobilenet_v2_body(GraphBuilder& g, models::MobileNetV2Impl& model, const std::string& input) {
-  if (!model.options().include_top) throw Error("ONNX export: MobileNetV2 without its classifier");
-  const ModuleIndex modules(model);
+// MobileNetV2's features under `prefix` (torchvision's names): features.0 (conv-BN-ReLU6), the
+// inverted residuals (conv.{0: expansion, if any; next: depthwise; then the projection conv and
+// its BN}, with the residual where stride 1 keeps the channels), the last 1x1 conv-BN-ReLU6.
+// Written as far as the deepest of `wanted` (TF-Slim's endpoints); returns their outputs.
+std::vector<std::string> mobilenet_v2_features(GraphBuilder& g, const ModuleIndex& modules, const std::string& prefix,
+                                               const std::string& input,
+                                               const std::vector<models::MobileNetV2Endpoint>& wanted) {
   auto conv_bn_relu6 = [&](const std::string& p, const std::string& x) {
     auto& cna = modules.get<models::ConvNormActivationImpl>(p);
     if (cna.options.tf_same_padding()) throw Error("ONNX export: " + p + " uses TF 'SAME' padding");
     return g.relu6(g.conv_bn(p, *cna.conv, *cna.bn, x));
   };
-  std::string x = conv_bn_relu6("features.0", input);
-  for (int i = 1; modules.has("features." + std::to_string(i) + ".conv"); ++i) {
-    const std::string p = "features." + std::to_string(i) + ".conv.";
+  int64_t deepest = 0;
+  for (const auto& e : wanted) deepest = std::max(deepest, e.index);
+  std::map<std::pair<int64_t, bool>, std::string> outputs;
+  std::string x = outputs[{0, false}] = conv_bn_relu6(prefix + "features.0", input);
+  for (int64_t i = 1; i <= deepest; ++i) {
+    const std::string block = prefix + "features." + std::to_string(i);
+    if (!modules.has(block + ".conv")) {  // the last 1x1 conv
+      x = outputs[{i, false}] = conv_bn_relu6(block, x);
+      continue;
+    }
+    const std::string p = block + ".conv.";
     const bool expansion = modules.has(p + "3");  // conv.0 expand, .1 depthwise, .2 project, .3 BN
     std::string h = x;
     int c = 0;
-    if (expansion) h = conv_bn_relu6(p + std::to_string(c++), h);
+    if (expansion) h = outputs[{i, true}] = conv_bn_relu6(p + std::to_string(c++), h);
     auto& depthwise = modules.get<models::ConvNormActivationImpl>(p + std::to_string(c));
     h = conv_bn_relu6(p + std::to_string(c++), h);
     auto& project = modules.get<torch::nn::Conv2dImpl>(p + std::to_string(c));
@@ -264,11 +300,67 @@ std::string mobilenet_v2_body(GraphBuilder& g, models::MobileNetV2Impl& model, c
       g.node("Add", {h, x}, p + "add");
       h = p + "add";
     }
-    x = h;
+    x = outputs[{i, false}] = h;
   }
-  int last = 1;
+  std::vector<std::string> result;
+  for (const auto& e : wanted) {
+    auto it = outputs.find({e.index, e.expansion_output});
+    if (it == outputs.end()) throw Error("ONNX export: MobileNetV2 has no such endpoint (features." +
+                                         std::to_string(e.index) + (e.expansion_output ? " expansion)" : ")"));
+    result.push_back(it->second);
+  }
+  return result;
+}
+
+std::string mobilenet_v2_body(GraphBuilder& g, models::MobileNetV2Impl& model, const std::string& input) {
+  if (!model.options().include_top) throw Error("ONNX export: MobileNetV2 without its classifier");
+  const ModuleIndex modules(model);
+  int64_t last = 1;
   while (modules.has("features." + std::to_string(last + 1))) ++last;
-  return conv_bn_relu6("features." + std::to_string(last), x);
+  return mobilenet_v2_features(g, modules, "", input, {models::MobileNetV2Endpoint{last, false}}).front();
+}
+
+// TF 'SAME' padding of `o` over an input of h x w, as models::conv2d_tf_same pads: the odd
+// pixel after.
+Pads same_pads(int64_t h, int64_t w, const torch::nn::detail::ConvNdOptions<2>& o) {
+  Pads pads{};
+  const int64_t in[2] = {h, w};
+  for (int d = 0; d < 2; ++d) {
+    const int64_t s = (*o.stride())[d], k = ((*o.kernel_size())[d] - 1) * (*o.dilation())[d] + 1;
+    const int64_t total = std::max<int64_t>(((in[d] + s - 1) / s - 1) * s + k - in[d], 0);
+    pads[d] = total / 2;
+    pads[d + 2] = total - total / 2;
+  }
+  return pads;
+}
+
+// A model proto at kOnnxOpset with its graph input "images" [batch, 3, height, width] and,
+// with include_preprocessing, pixel * scale - offset[c] as a per-channel (grouped) 1x1
+// convolution: one node every consumer runs (OpenCV 4.6 rejects Mul / Add on the graph input
+// with [1, 3, 1, 1] constants). Returns the name of the model's input.
+std::string begin_model(onnx::ModelProto& proto, GraphBuilder& g, int64_t height, int64_t width,
+                        bool include_preprocessing, float scale, const std::array<float, 3>& offset) {
+  proto.set_ir_version(onnx::IR_VERSION_2019_3_18);  // IR 5, the opset 10 era
+  proto.set_producer_name("orchard");
+  proto.set_producer_version("1");
+  auto* opset = proto.add_opset_import();
+  opset->set_domain("");
+  opset->set_version(kOnnxOpset);
+  value_info(proto.mutable_graph()->add_input(), "images", {"batch"}, {3, height, width});
+  if (!include_preprocessing) return "images";
+  const auto weight = torch::full({3, 1, 1, 1}, scale);
+  const auto bias = -torch::tensor({offset[0], offset[1], offset[2]});
+  auto* n = g.node("Conv", {"images", g.constant("preprocess.weight", weight), g.constant("preprocess.bias", bias)},
+                   "preprocess");
+  GraphBuilder::ints(n, "kernel_shape", {1, 1});
+  GraphBuilder::integer(n, "group", 3);
+  return "preprocess";
+}
+
+void save_model(const onnx::ModelProto& proto, const std::string& path) {
+  std::string bytes;
+  if (!proto.SerializeToString(&bytes)) throw Error("ONNX export: cannot serialise the model");
+  atomic_write_file(path, bytes);
 }
 
 }  // namespace
@@ -276,28 +368,10 @@ std::string mobilenet_v2_body(GraphBuilder& g, models::MobileNetV2Impl& model, c
 void export_onnx(models::ImageModelImpl& model, const OnnxExportOptions& options, const std::string& path) {
   torch::NoGradGuard no_grad;
   onnx::ModelProto proto;
-  proto.set_ir_version(onnx::IR_VERSION_2019_3_18);  // IR 5, the opset 10 era
-  proto.set_producer_name("orchard");
-  proto.set_producer_version("1");
-  auto* opset = proto.add_opset_import();
-  opset->set_domain("");
-  opset->set_version(kOnnxOpset);
   auto* graph = proto.mutable_graph();
   GraphBuilder g(graph);
-
-  value_info(graph->add_input(), "images", {"batch"}, {3, options.image_size, options.image_size});
-  std::string input = "images";
-  if (options.include_preprocessing) {
-    // pixel * scale - offset[c] as a per-channel (grouped) 1x1 convolution: one node every
-    // consumer runs (OpenCV 4.6 rejects Mul / Add on the graph input with [1, 3, 1, 1] constants).
-    const auto weight = torch::full({3, 1, 1, 1}, options.scale);
-    const auto bias = -torch::tensor({options.offset[0], options.offset[1], options.offset[2]});
-    auto* n = g.node("Conv", {input, g.constant("preprocess.weight", weight), g.constant("preprocess.bias", bias)},
-                     "preprocess");
-    GraphBuilder::ints(n, "kernel_shape", {1, 1});
-    GraphBuilder::integer(n, "group", 3);
-    input = "preprocess";
-  }
+  const std::string input = begin_model(proto, g, options.image_size, options.image_size,
+                                        options.include_preprocessing, options.scale, options.offset);
   std::string x;
   if (auto* resnet = dynamic_cast<models::ResNetImpl*>(&model)) {
     graph->set_name("resnet");
@@ -327,10 +401,114 @@ void export_onnx(models::ImageModelImpl& model, const OnnxExportOptions& options
     outputs = fc.weight.size(0);
   }
   value_info(graph->add_output(), output, {"batch"}, {outputs});
+  save_model(proto, path);
+}
 
-  std::string bytes;
-  if (!proto.SerializeToString(&bytes)) throw Error("ONNX export: cannot serialise the model");
-  atomic_write_file(path, bytes);
+void export_detection_onnx(detect::SsdMobileNetV2Impl& model, const at::Tensor& anchors,
+                           const DetectionOnnxOptions& options, const std::string& path) {
+  torch::NoGradGuard no_grad;
+  if (options.score_converter != "SIGMOID" && options.score_converter != "SOFTMAX" &&
+      options.score_converter != "IDENTITY_WITH_LOGITS")
+    throw Error("ONNX export: unknown score_converter '" + options.score_converter + "'");
+  const auto& mo = model.options();
+  if (mo.box_code_size != 4) throw Error("ONNX export: the box coder needs box_code_size 4");
+  onnx::ModelProto proto;
+  auto* graph = proto.mutable_graph();
+  graph->set_name("ssd_mobilenet_v2");
+  GraphBuilder g(graph);
+  std::string x = begin_model(proto, g, options.height, options.width, options.include_preprocessing, options.scale,
+                              options.offset);
+  const ModuleIndex modules(model);
+  const auto sizes = model.feature_map_sizes(options.height, options.width);
+  const size_t n = mo.anchors_per_location.size();
+
+  // Feature maps: the backbone's endpoints, then the extra layers (TF 'SAME' stride-2 convs,
+  // padded for the size each one sees).
+  std::vector<std::string> maps = mobilenet_v2_features(g, modules, "backbone.", x, model.base_endpoints());
+  for (size_t k = 0; maps.size() < n; ++k) {
+    const std::string layer = "extras." + std::to_string(k);
+    auto [h, w] = sizes[maps.size() - 1];
+    x = maps.back();
+    for (int j = 0; modules.has(layer + "." + std::to_string(j)); ++j) {
+      const std::string name = layer + "." + std::to_string(j);
+      auto& cna = modules.get<models::ConvNormActivationImpl>(name);
+      const auto& o = cna.conv->options;
+      const Pads pads =
+          cna.options.tf_same_padding() ? same_pads(h, w, o) : GraphBuilder::symmetric_pads(name, o);
+      x = g.relu6(g.conv_bn(name, *cna.conv, *cna.bn, x, pads));
+      h = (h + pads[0] + pads[2] - ((*o.kernel_size())[0] - 1) * (*o.dilation())[0] - 1) / (*o.stride())[0] + 1;
+      w = (w + pads[1] + pads[3] - ((*o.kernel_size())[1] - 1) * (*o.dilation())[1] - 1) / (*o.stride())[1] + 1;
+    }
+    maps.push_back(x);
+  }
+
+  // Heads: [B, a * code, h, w] -> [B, h, w, a * code] -> [B, h * w * a, code], concatenated
+  // over the feature maps in the anchor generator's order.
+  int64_t num_anchors = 0;
+  std::vector<std::string> boxes, classes;
+  for (size_t i = 0; i < n; ++i) {
+    const auto [h, w] = sizes[i];
+    const int64_t a = h * w * mo.anchors_per_location[i];
+    num_anchors += a;
+    for (const char* head : {"box_heads.", "class_heads."}) {
+      const std::string name = head + std::to_string(i);
+      auto& conv = modules.get<torch::nn::Conv2dImpl>(name);
+      const int64_t code = conv.options.out_channels() / mo.anchors_per_location[i];
+      g.conv(name, conv.options, conv.weight, conv.bias, maps[i], same_pads(h, w, conv.options));
+      GraphBuilder::ints(g.node("Transpose", {name}, name + ".nhwc"), "perm", {0, 2, 3, 1});
+      g.node("Reshape", {name + ".nhwc", g.int64s(name + ".shape", {-1, a, code})}, name + ".flat");
+      (head[0] == 'b' ? boxes : classes).push_back(name + ".flat");
+    }
+  }
+  const bool identity = options.score_converter == "IDENTITY_WITH_LOGITS";
+  auto concat = [&](const std::vector<std::string>& parts, const std::string& name, int64_t axis) {
+    if (parts.size() == 1) return parts.front() == name ? name : g.node("Identity", parts, name)->output(0);
+    GraphBuilder::integer(g.node("Concat", parts, name), "axis", axis);
+    return name;
+  };
+  concat(boxes, "box_encodings", 1);
+  concat(classes, identity ? "raw_detection_scores" : "class_predictions", 1);
+  if (options.score_converter == "SIGMOID") g.node("Sigmoid", {"class_predictions"}, "raw_detection_scores");
+  if (options.score_converter == "SOFTMAX")
+    GraphBuilder::integer(g.node("Softmax", {"class_predictions"}, "raw_detection_scores"), "axis", 2);
+
+  // FasterRcnnBoxCoder decoding against the anchors (ymin, xmin, ymax, xmax):
+  //   (yc, xc) = (ty, tx) * (ha / y_scale, wa / x_scale) + (yc_a, xc_a)
+  //   (h, w) / 2 = exp((th, tw) / (height_scale, width_scale)) * (ha, wa) / 2
+  //   box = (yc, xc) -+ (h, w) / 2
+  // Every constant is [A, 2], the shape every consumer broadcasts the same way.
+  const auto an = anchors.to(torch::kCPU, torch::kFloat).contiguous();
+  if (an.dim() != 2 || an.size(0) != num_anchors || an.size(1) != 4)
+    throw Error("ONNX export: " + std::to_string(num_anchors) + " anchors expected for " +
+                std::to_string(options.height) + "x" + std::to_string(options.width) + " input");
+  const auto ha = an.select(1, 2) - an.select(1, 0), wa = an.select(1, 3) - an.select(1, 1);
+  const auto yc = an.select(1, 0) + ha / 2, xc = an.select(1, 1) + wa / 2;
+  const auto& sc = options.box_coder_scales;
+  auto slice = [&](const std::string& name, int64_t begin) {
+    return g.node("Slice", {"box_encodings", g.int64s(name + ".starts", {begin}), g.int64s(name + ".ends", {begin + 2}),
+                            g.int64s(name + ".axes", {2})},
+                  name)
+        ->output(0);
+  };
+  auto mul = [&](const std::string& name, const std::string& v, const torch::Tensor& c) {
+    return g.node("Mul", {v, g.constant(name + ".factor", c)}, name)->output(0);
+  };
+  const std::string center_scaled = mul("decode.center_scaled", slice("decode.center_codes", 0),
+                                        torch::stack({ha / sc[0], wa / sc[1]}, 1));
+  const std::string center =
+      g.node("Add", {center_scaled, g.constant("decode.anchor_centers", torch::stack({yc, xc}, 1))}, "decode.center")
+          ->output(0);
+  const std::string log_size = mul("decode.log_size", slice("decode.size_codes", 2),
+                                   torch::stack({torch::full_like(ha, 1 / sc[2]), torch::full_like(wa, 1 / sc[3])}, 1));
+  const std::string half = mul("decode.half_size", g.node("Exp", {log_size}, "decode.size_ratio")->output(0),
+                               torch::stack({ha / 2, wa / 2}, 1));
+  g.node("Sub", {center, half}, "decode.min");
+  g.node("Add", {center, half}, "decode.max");
+  GraphBuilder::integer(g.node("Concat", {"decode.min", "decode.max"}, "raw_detection_boxes"), "axis", 2);
+
+  value_info(graph->add_output(), "raw_detection_boxes", {"batch"}, {num_anchors, 4});
+  value_info(graph->add_output(), "raw_detection_scores", {"batch"}, {num_anchors, mo.num_classes + 1});
+  save_model(proto, path);
 }
 
 }  // namespace orchard::exporting
