@@ -35,6 +35,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torchvision
 
+import peer_timing
+from peer_timing import emit, time_loop
+
 CLIP_NORM = 5.0
 FROZEN_LR, FINETUNE_LR = 2.0, 0.0005
 INCEPTION_WEIGHT_DECAY = 4e-5
@@ -257,52 +260,7 @@ def beam_check(captions, end_id):
             "mean_length": sum(len(b.sentence) for b in best) / len(best)}
 
 
-# ---- timing
-
-BUDGET_S = 15.0  # --budget_s: as caption_bench's g_budget_seconds
-
-
-def time_loop(warmup, iters, body):
-    """warmup untimed + iters timed calls (cut by BUDGET_S), as caption_bench's time_loop."""
-    for _ in range(warmup):
-        body({})
-    times, phases = [], {}
-    cpu0 = time.process_time()
-    timed_start = time.perf_counter()
-    for i in range(iters):
-        if i >= 3 and time.perf_counter() - timed_start >= BUDGET_S:
-            break
-        phase = {}
-        t0 = time.perf_counter()
-        body(phase)
-        times.append(time.perf_counter() - t0)
-        for k, v in phase.items():
-            phases.setdefault(k, []).append(v)
-    return {"times": times, "phases": phases, "cpu": time.process_time() - cpu0, "check": {}}
-
-
-def median(v):
-    v = sorted(v)
-    n = len(v)
-    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
-
-
-def emit(impl, bench, size, unit, units_per_iter, threads, warmup, r, **extra):
-    med = median(r["times"])
-    j = {
-        "impl": impl, "bench": bench, "size": size, "unit": unit, "units": units_per_iter, "threads": threads,
-        "warmup": warmup, "iters": len(r["times"]), "median_ms": 1e3 * med,
-        "mean_ms": 1e3 * sum(r["times"]) / len(r["times"]), "min_ms": 1e3 * min(r["times"]),
-        "cpu_ms": 1e3 * r["cpu"] / len(r["times"]), "per_s": units_per_iter / med,
-        "phases_ms": {k: 1e3 * median(v) for k, v in sorted(r["phases"].items())},
-        "times_ms": [round(1e3 * t, 2) for t in r["times"]], "check": r["check"],
-    }
-    j.update(extra)
-    print(json.dumps(j, sort_keys=True), flush=True)
-
-
 def main():
-    global BUDGET_S
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--inputs", required=True)
     p.add_argument("--impl", default="pytorch", help="name in the JSON lines (pytorch, pytorch_tuned)")
@@ -315,9 +273,9 @@ def main():
     p.add_argument("--train_iters", type=int, default=10)
     p.add_argument("--beam_iters", type=int, default=10)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--budget_s", type=float, default=BUDGET_S, help="seconds per measurement (at least 3 iterations)")
+    p.add_argument("--budget_s", type=float, default=peer_timing.budget_s, help="seconds per measurement (at least 3 iterations)")
     a = p.parse_args()
-    BUDGET_S = a.budget_s
+    peer_timing.budget_s = a.budget_s
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)  # dropout
     inputs = Inputs(a.inputs)

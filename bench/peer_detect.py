@@ -29,6 +29,9 @@ import torch.nn.functional as F
 import torchvision
 from torchvision.ops import batched_nms, nms
 
+import peer_timing
+from peer_timing import emit, time_loop
+
 NUM_CLASSES = 90
 ANCHORS_PER_LOCATION = (3, 6, 6, 6, 6, 6)
 EXTRA_DEPTHS = (512, 256, 256, 128)
@@ -219,47 +222,6 @@ class SsdMobileNetV2(nn.Module):
         return torch.cat([torch.cat(boxes, 1), torch.cat(classes, 1)], 2)
 
 
-# ---- timing
-
-BUDGET_S = 15.0  # --budget_s: as detect_bench's g_budget_seconds
-
-
-def time_loop(warmup, iters, body):
-    """warmup untimed + iters timed calls (cut by BUDGET_S), as detect_bench's time_loop."""
-    for _ in range(warmup):
-        body({})
-    times, phases = [], {}
-    cpu0 = time.process_time()
-    timed_start = time.perf_counter()
-    for i in range(iters):
-        if i >= 3 and time.perf_counter() - timed_start >= BUDGET_S:
-            break
-        phase = {}
-        t0 = time.perf_counter()
-        body(phase)
-        times.append(time.perf_counter() - t0)
-        for k, v in phase.items():
-            phases.setdefault(k, []).append(v)
-    return {"times": times, "phases": phases, "cpu": time.process_time() - cpu0, "check": {}}
-
-
-def median(v):
-    v = sorted(v)
-    n = len(v)
-    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
-
-
-def emit(impl, bench, size, unit, units_per_iter, threads, warmup, iters, r):
-    med = median(r["times"])
-    print(json.dumps({
-        "impl": impl, "bench": bench, "size": size, "unit": unit, "threads": threads, "warmup": warmup,
-        "iters": len(r["times"]), "median_ms": 1e3 * med, "mean_ms": 1e3 * sum(r["times"]) / len(r["times"]),
-        "min_ms": 1e3 * min(r["times"]), "cpu_ms": 1e3 * r["cpu"] / len(r["times"]), "per_s": units_per_iter / med,
-        "phases_ms": {k: 1e3 * median(v) for k, v in sorted(r["phases"].items())},
-        "times_ms": [round(1e3 * t, 2) for t in r["times"]], "check": r["check"],
-    }, sort_keys=True), flush=True)
-
-
 def gt_lists(inputs, batch):
     counts = inputs.read("loss_counts")[:batch]
     targets = inputs.read("loss_targets")[:batch]
@@ -272,7 +234,6 @@ def gt_lists(inputs, batch):
 
 
 def main():
-    global BUDGET_S
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--inputs", required=True)
     p.add_argument("--impl", default="pytorch", help="name in the JSON lines (pytorch, pytorch_tuned)")
@@ -287,9 +248,9 @@ def main():
     p.add_argument("--model_iters", type=int, default=6)
     p.add_argument("--eval_iters", type=int, default=5)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--budget_s", type=float, default=BUDGET_S, help="seconds per measurement (at least 3 iterations)")
+    p.add_argument("--budget_s", type=float, default=peer_timing.budget_s, help="seconds per measurement (at least 3 iterations)")
     a = p.parse_args()
-    BUDGET_S = a.budget_s
+    peer_timing.budget_s = a.budget_s
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     inputs = Inputs(a.inputs)
@@ -308,14 +269,14 @@ def main():
                 out = {}
                 r = time_loop(nms_warmup, iters, lambda ph: out.__setitem__("keep", nms(boxes, scores, 0.6)))
                 r["check"] = {"kept": out["keep"].numel(), "index_sum": int(out["keep"].sum())}
-                emit(impl, "nms", n, "call", 1, T, nms_warmup, iters, r)
+                emit(impl, "nms", n, "call", 1, T, nms_warmup, r)
         elif what == "postprocess":
             boxes, scores = inputs.read("post_boxes"), inputs.read("post_scores")
             out = {}
             r = time_loop(loss_warmup, a.post_iters, lambda ph: out.__setitem__("d", postprocess_image(boxes, scores)))
             b, s, c = out["d"]
             r["check"] = {"kept": s.numel(), "score_sum": float(s.sum()), "class_sum": int(c.sum())}
-            emit(impl, "postprocess", boxes.shape[0], "image", 1, T, loss_warmup, a.post_iters, r)
+            emit(impl, "postprocess", boxes.shape[0], "image", 1, T, loss_warmup, r)
         elif what == "loss":
             outputs = inputs.read("loss_outputs")[:a.batch].contiguous()
             gt_boxes, gt_classes = gt_lists(inputs, a.batch)
@@ -333,7 +294,7 @@ def main():
 
             r = time_loop(loss_warmup, a.loss_iters, body)
             r["check"] = {"localization_loss": float(out["l"][0]), "classification_loss": float(out["l"][1])}
-            emit(impl, "loss", a.batch, "batch", 1, T, loss_warmup, a.loss_iters, r)
+            emit(impl, "loss", a.batch, "batch", 1, T, loss_warmup, r)
         elif what == "model":
             model = SsdMobileNetV2().train()
             for bs in (int(b) for b in a.model_batches.split(",")):
@@ -353,7 +314,7 @@ def main():
 
                 r = time_loop(a.warmup, a.model_iters, body)
                 r["check"] = {"output_shape": out["shape"], "params": sum(p.numel() for p in model.parameters())}
-                emit(impl, "model", bs, "image", bs, T, a.warmup, a.model_iters, r)
+                emit(impl, "model", bs, "image", bs, T, a.warmup, r)
         elif what == "train":
             model = SsdMobileNetV2().train()
             # ssd_mobilenet_v2_coco.config: rms_prop_optimizer, lr 0.004, decay 0.9, momentum 0.9, eps 1.0.
@@ -382,7 +343,7 @@ def main():
 
             r = time_loop(a.warmup, a.model_iters, body)
             r["check"] = {"total_loss": out["total"]}
-            emit(impl, "train", a.batch, "image", a.batch, T, a.warmup, a.model_iters, r)
+            emit(impl, "train", a.batch, "image", a.batch, T, a.warmup, r)
         elif what == "eval":
             model = SsdMobileNetV2().eval()
             images = torch.rand(a.batch, 3, 300, 300) * 2 - 1
@@ -401,7 +362,7 @@ def main():
 
             r = time_loop(eval_warmup, a.eval_iters, body)
             r["check"] = {"kept": sum(d[1].numel() for d in out["d"])}
-            emit(impl, "eval", a.batch, "image", a.batch, T, eval_warmup, a.eval_iters, r)
+            emit(impl, "eval", a.batch, "image", a.batch, T, eval_warmup, r)
         else:
             raise SystemExit(f"peer_detect.py: unknown bench {what!r}")
 

@@ -503,6 +503,12 @@ TEST_F(ClassifyErrors, TpuStrategyNotSupported) {
   expect_error(args(root_->file("m_tpu"), {"--distribution_strategy", "tpu"}), {"tpu", "not supported"});
 }
 
+TEST_F(ClassifyErrors, AugmentationProbabilityOutOfRange) {
+  expect_error(args(root_->file("m_erasing"), {"--random_erasing", "1.5"}), {"--random_erasing must be in [0, 1]"});
+  expect_error(args(root_->file("m_erasing"), {"--random_erasing", "-0.1"}), {"--random_erasing must be in [0, 1]"});
+  EXPECT_FALSE(fs::exists(root_->file("m_erasing") + "/config.json"));
+}
+
 TEST_F(ClassifyErrors, BatchLargerThanTheData) {
   expect_error(args(root_->file("m_batch"), {"--batch_size", "512"}), {"--batch_size 512", "256"});
 }
