@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
+#include <functional>
+#include <iostream>
 #include <vector>
 
 namespace orchard::bench {
@@ -61,6 +63,50 @@ inline nlohmann::json timing_json(const std::vector<double>& times, double cpu_s
           {"per_s", units_per_iter / med},
           {"phases_ms", phase_ms},
           {"times_ms", times_ms}};
+}
+
+// One measurement: seconds per timed iteration, per phase, CPU seconds of the timed part, and the
+// bench's check values (what the peer must agree on).
+struct TimedResult {
+  std::vector<double> times;
+  std::map<std::string, std::vector<double>> phases;
+  double cpu_seconds = 0;
+  nlohmann::json check = nlohmann::json::object();
+};
+
+// Seconds the timed part of a measurement may take (--budget_s): the timed loop stops after this
+// (at least 3 iterations), so that a slow side still finishes. The warm-up always runs in full:
+// the first model steps of a process are several times slower (allocator and oneDNN warm-up).
+inline double g_budget_seconds = 15;
+
+// Runs `body` warmup times untimed, then iters times timed (cut by g_budget_seconds). `body`
+// records its phases into `phase` (name -> seconds) when it has any. The peers'
+// bench/peer_timing.py time_loop measures the same way.
+inline TimedResult time_loop(int64_t warmup, int64_t iters,
+                             const std::function<void(std::map<std::string, double>*)>& body) {
+  TimedResult r;
+  std::map<std::string, double> phase;
+  for (int64_t i = 0; i < warmup; ++i) body(&phase);
+  const double cpu0 = cpu_now(), timed_start = wall_now();
+  for (int64_t i = 0; i < iters && (i < 3 || wall_now() - timed_start < g_budget_seconds); ++i) {
+    phase.clear();
+    const double t0 = wall_now();
+    body(&phase);
+    r.times.push_back(wall_now() - t0);
+    for (const auto& [k, v] : phase) r.phases[k].push_back(v);
+  }
+  r.cpu_seconds = cpu_now() - cpu0;
+  return r;
+}
+
+// Prints the result line of one measurement ("impl": "orchard"), with `extra` fields.
+inline void emit(const std::string& bench, int64_t size, const std::string& unit, double units_per_iter, int threads,
+                 int64_t warmup, const TimedResult& r, const nlohmann::json& extra = nlohmann::json::object()) {
+  nlohmann::json j = {{"impl", "orchard"}, {"bench", bench},     {"size", size},     {"unit", unit},
+                      {"units", units_per_iter}, {"threads", threads}, {"warmup", warmup}, {"check", r.check}};
+  j.update(timing_json(r.times, r.cpu_seconds, r.phases, units_per_iter));
+  for (const auto& [k, v] : extra.items()) j[k] = v;
+  std::cout << j.dump() << std::endl;
 }
 
 }  // namespace orchard::bench

@@ -48,10 +48,12 @@
 
 namespace {
 
-using orchard::bench::cpu_now;
-using orchard::bench::wall_now;
+using orchard::bench::emit;
+using orchard::bench::g_budget_seconds;
 using orchard::bench::keep_freed_memory;
-using orchard::bench::timing_json;
+using orchard::bench::time_loop;
+using orchard::bench::TimedResult;
+using orchard::bench::wall_now;
 
 using nlohmann::json;
 using orchard::Error;
@@ -262,42 +264,6 @@ void make_inputs(const std::string& dir, uint64_t seed, const Dims& d, double en
   in.finish(d.to_json(seed, end_bias));
 }
 
-// ---- timing
-
-struct Result {
-  std::vector<double> times;                          // seconds per iteration
-  std::map<std::string, std::vector<double>> phases;  // seconds per iteration and phase
-  double cpu_seconds = 0;
-};
-
-// Seconds the timed part of a measurement may take: the timed loop stops after this (at least
-// 3 iterations), so that a slow side still finishes.
-double g_budget_seconds = 15;
-
-Result time_loop(int64_t warmup, int64_t iters, const std::function<void(std::map<std::string, double>*)>& body) {
-  Result r;
-  std::map<std::string, double> phase;
-  for (int64_t i = 0; i < warmup; ++i) body(&phase);
-  const double cpu0 = cpu_now(), timed_start = wall_now();
-  for (int64_t i = 0; i < iters && (i < 3 || wall_now() - timed_start < g_budget_seconds); ++i) {
-    phase.clear();
-    const double t0 = wall_now();
-    body(&phase);
-    r.times.push_back(wall_now() - t0);
-    for (const auto& [k, v] : phase) r.phases[k].push_back(v);
-  }
-  r.cpu_seconds = cpu_now() - cpu0;
-  return r;
-}
-
-void emit(const std::string& bench, int64_t size, const std::string& unit, double units_per_iter, int threads,
-          int64_t warmup, const Result& r, const json& check, const json& extra) {
-  json j = {{"impl", "orchard"}, {"bench", bench},   {"size", size},     {"unit", unit},
-            {"units", units_per_iter}, {"threads", threads}, {"warmup", warmup}, {"check", check}};
-  j.update(timing_json(r.times, r.cpu_seconds, r.phases, units_per_iter));
-  for (const auto& [k, v] : extra.items()) j[k] = v;
-  std::cout << j.dump() << std::endl;
-}
 
 double seconds_since(double t0) { return wall_now() - t0; }
 
@@ -438,7 +404,7 @@ int main(int argc, char** argv) {
         const auto batch = caption_batch(captions.narrow(0, 0, b));
         for (int64_t size : split_ints(finetune ? finetune_sizes : frozen_sizes)) {
           const auto images = in.read("images_" + std::to_string(size)).narrow(0, 0, b).contiguous();
-          Result r;
+          TimedResult r;
           {
             TrainStep step(task_config(dims, finetune, /*dropout=*/true), in);
             r = time_loop(warmup, train_iters, [&](auto* phase) { step.run(images, batch, phase); });
@@ -450,7 +416,8 @@ int main(int argc, char** argv) {
                         {"trainable_params", count(exact.task.trainable_parameters())}};
           check["loss_step1"] = exact.run(images, batch, &phase);
           check["loss_step2"] = exact.run(images, batch, &phase);
-          emit(w, size, "image", static_cast<double>(b), threads, warmup, r, check,
+          r.check = check;
+          emit(w, size, "image", static_cast<double>(b), threads, warmup, r,
                {{"batch", b}, {"caption_length", dims.caption_length}});
         }
       } else if (w == "beam" || w == "beam_per_image") {
@@ -460,7 +427,7 @@ int main(int argc, char** argv) {
         const int64_t n = embeddings.size(0);
         std::vector<std::vector<orchard::caption::GeneratedCaption>> out;
         const int64_t bench_warmup = w == "beam" ? warmup : std::min<int64_t>(warmup, 1);
-        const Result r = time_loop(bench_warmup, beam_iters, [&](auto*) {
+        TimedResult r = time_loop(bench_warmup, beam_iters, [&](auto*) {
           if (w == "beam") {
             out = task.generate_from_embeddings(embeddings);
           } else {
@@ -469,7 +436,8 @@ int main(int argc, char** argv) {
           }
         });
         const auto& beam = task.config().beam;
-        emit(w, n, "caption", static_cast<double>(n), threads, bench_warmup, r, beam_check(out),
+        r.check = beam_check(out);
+        emit(w, n, "caption", static_cast<double>(n), threads, bench_warmup, r,
              {{"beam_size", beam.beam_size}, {"max_caption_length", beam.max_caption_length}});
       } else {
         throw Error("--what: unknown bench '" + w + "' (train_frozen, train_finetune, beam, beam_per_image)");

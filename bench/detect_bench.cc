@@ -48,10 +48,12 @@
 
 namespace {
 
-using orchard::bench::cpu_now;
-using orchard::bench::wall_now;
+using orchard::bench::emit;
+using orchard::bench::g_budget_seconds;
 using orchard::bench::keep_freed_memory;
-using orchard::bench::timing_json;
+using orchard::bench::time_loop;
+using orchard::bench::TimedResult;
+using orchard::bench::wall_now;
 
 using nlohmann::json;
 using orchard::Error;
@@ -142,47 +144,6 @@ void make_inputs(const std::string& dir, uint64_t seed, const orchard::tasks::De
   in.finish(seed);
 }
 
-// ---- timing
-
-struct Result {
-  std::vector<double> times;                          // seconds per iteration
-  std::map<std::string, std::vector<double>> phases;  // seconds per iteration and phase
-  double cpu_seconds = 0;
-  json check = json::object();
-};
-
-// Seconds the timed part of a measurement may take: the timed loop stops after this (at least
-// 3 iterations), so that a slow side still finishes. The warm-up always runs in full: the first
-// model steps of a process are several times slower (allocator and oneDNN warm-up).
-double g_budget_seconds = 15;
-
-// Runs `body` warmup times untimed, then iters times timed (cut by g_budget_seconds).
-// `body` records its phases into `phase` (name -> seconds) when it has any.
-Result time_loop(int64_t warmup, int64_t iters, const std::function<void(std::map<std::string, double>*)>& body) {
-  Result r;
-  std::map<std::string, double> phase;
-  const double start = wall_now();
-  for (int64_t i = 0; i < warmup; ++i) body(&phase);
-  const double cpu0 = cpu_now(), timed_start = wall_now();
-  for (int64_t i = 0; i < iters && (i < 3 || wall_now() - timed_start < g_budget_seconds); ++i) {
-    phase.clear();
-    const double t0 = wall_now();
-    body(&phase);
-    r.times.push_back(wall_now() - t0);
-    for (const auto& [k, v] : phase) r.phases[k].push_back(v);
-  }
-  r.cpu_seconds = cpu_now() - cpu0;
-  return r;
-}
-
-void emit(const std::string& bench, int64_t size, const std::string& unit, double units_per_iter, int threads,
-          int64_t warmup, int64_t iters, const Result& r, json extra = json::object()) {
-  json j = {{"impl", "orchard"}, {"bench", bench},     {"size", size},
-            {"unit", unit},       {"threads", threads}, {"warmup", warmup}, {"check", r.check}};
-  j.update(timing_json(r.times, r.cpu_seconds, r.phases, units_per_iter));
-  for (auto& [k, v] : extra.items()) j[k] = v;
-  std::cout << j.dump() << std::endl;
-}
 
 double seconds_since(double t0) { return wall_now() - t0; }
 
@@ -279,7 +240,7 @@ int main(int argc, char** argv) {
           const int64_t nms_warmup = large ? warmup : small_warmup;
           auto r = time_loop(nms_warmup, iters, [&](auto*) { keep = orchard::detect::nms(boxes, scores, 0.6f); });
           r.check = {{"kept", keep.numel()}, {"index_sum", keep.sum().item<int64_t>()}};
-          emit("nms", n, "call", 1, threads, nms_warmup, iters, r);
+          emit("nms", n, "call", 1, threads, nms_warmup, r);
         }
       } else if (w == "postprocess") {
         const auto boxes = in.read("post_boxes"), scores = in.read("post_scores");
@@ -289,7 +250,7 @@ int main(int argc, char** argv) {
         r.check = {{"kept", d.scores.numel()},
                    {"score_sum", d.scores.sum().item<double>()},
                    {"class_sum", d.classes.sum().item<int64_t>()}};
-        emit("postprocess", boxes.size(0), "image", 1, threads, loss_warmup, post_iters, r);
+        emit("postprocess", boxes.size(0), "image", 1, threads, loss_warmup, r);
       } else if (w == "loss") {
         // detect::ssd_loss as DetectionTask::loss calls it, without the L2 term (that is the model's).
         const auto outputs = in.read("loss_outputs").narrow(0, 0, batch).contiguous();
@@ -341,7 +302,7 @@ int main(int argc, char** argv) {
         }
         r.check = {{"localization_loss", l.at("localization_loss").item<double>()},
                    {"classification_loss", l.at("classification_loss").item<double>()}};
-        emit("loss", batch, "batch", 1, threads, loss_warmup, loss_iters, r);
+        emit("loss", batch, "batch", 1, threads, loss_warmup, r);
       } else if (w == "model") {
         auto& model = task.model();
         model->train();
@@ -360,7 +321,7 @@ int main(int argc, char** argv) {
             (*phase)["backward"] = seconds_since(t0);
           });
           r.check = {{"output_shape", out.sizes().vec()}, {"params", parameter_count(*model)}};
-          emit("model", bs, "image", static_cast<double>(bs), threads, warmup, model_iters, r);
+          emit("model", bs, "image", static_cast<double>(bs), threads, warmup, r);
         }
       } else if (w == "train") {
         auto& model = task.model();
@@ -392,7 +353,7 @@ int main(int argc, char** argv) {
           (*phase)["optimizer"] = seconds_since(t0);
         });
         r.check = {{"total_loss", terms.at("total").item<double>()}};
-        emit("train", batch, "image", static_cast<double>(batch), threads, warmup, model_iters, r);
+        emit("train", batch, "image", static_cast<double>(batch), threads, warmup, r);
       } else if (w == "eval") {
         auto& model = task.model();
         model->eval();
@@ -410,7 +371,7 @@ int main(int argc, char** argv) {
         int64_t kept = 0;
         for (const auto& d : dets) kept += d.scores.numel();
         r.check = {{"kept", kept}};
-        emit("eval", batch, "image", static_cast<double>(batch), threads, eval_warmup, eval_iters, r);
+        emit("eval", batch, "image", static_cast<double>(batch), threads, eval_warmup, r);
         model->train();
       } else {
         throw Error("--what: unknown bench '" + w + "' (nms, postprocess, loss, model, train, eval)");
