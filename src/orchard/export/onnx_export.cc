@@ -450,14 +450,14 @@ void export_detection_onnx(detect::SsdMobileNetV2Impl& model, const at::Tensor& 
     const auto [h, w] = sizes[i];
     const int64_t a = h * w * mo.anchors_per_location[i];
     num_anchors += a;
-    for (const char* head : {"box_heads.", "class_heads."}) {
+    for (auto [head, outputs] : {std::pair{"box_heads.", &boxes}, std::pair{"class_heads.", &classes}}) {
       const std::string name = head + std::to_string(i);
       auto& conv = modules.get<torch::nn::Conv2dImpl>(name);
       const int64_t code = conv.options.out_channels() / mo.anchors_per_location[i];
       g.conv(name, conv.options, conv.weight, conv.bias, maps[i], same_pads(h, w, conv.options));
       GraphBuilder::ints(g.node("Transpose", {name}, name + ".nhwc"), "perm", {0, 2, 3, 1});
       g.node("Reshape", {name + ".nhwc", g.int64s(name + ".shape", {-1, a, code})}, name + ".flat");
-      (head[0] == 'b' ? boxes : classes).push_back(name + ".flat");
+      outputs->push_back(name + ".flat");
     }
   }
   const bool identity = options.score_converter == "IDENTITY_WITH_LOGITS";
