@@ -215,8 +215,9 @@ InceptionV3Impl::InceptionV3Impl(const InceptionV3Options& o) : options_(o) {
   // here), so torchvision's init makes the 2048 features of a random network explode (std ~5e6 at
   // 75x75, ~1e11 at 299x299), while He init keeps each layer's second moment and the features
   // O(0.1-1) (std ~0.06 at 75x75, where zero padding dominates the small maps, ~1 at 299): a frozen
-  // random encoder still gives usable features (tests, smoke runs). Training from scratch with
-  // batch statistics does not care either way; pretrained weights replace all of this.
+  // random encoder still gives usable features (tests, smoke runs). Training from scratch: the
+  // caption runs on the shapes set measured the same with either; torchvision's network at 75 px
+  // learnt shape kinds only with its own init (docs/caption.md). Pretrained weights replace all this.
   torch::NoGradGuard no_grad;
   for (auto& module : modules(/*include_self=*/false)) {
     if (auto* c = module->as<torch::nn::Conv2d>()) {
