@@ -542,6 +542,18 @@ TEST_F(ClassifyErrors, ProfileStepsWritesAChromeTrace) {
   EXPECT_TRUE(names.count("aten::convolution_backward") || names.count("ConvolutionBackward0")) << traces[0];
 }
 
+TEST_F(ClassifyErrors, EvaluationsKeepTheirIntervalWhenStepsPerLoopDoesNotDivideIt) {
+  // 16 steps per epoch, loops of 5: as orbit's Controller, the loop ending at 16 is cut short
+  // for the epoch's evaluation (loops end at 5, 10, 15, 16, 20).
+  auto a = args(root_->file("m_loops"), {"--train_epochs", "2", "--train_steps", "20", "--steps_per_loop", "5"});
+  a.erase(std::find(a.begin(), a.end(), "--skip_eval"));
+  auto r = run(a, *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "eval at step 16 ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "eval at step 20 ")) << r.err;
+  EXPECT_FALSE(contains(r.err, "eval at step 15 ")) << r.err;
+}
+
 TEST_F(ClassifyErrors, CorruptRecordFailsOrIsSkippedAndCounted) {
   // A copy of the data whose first train shard has one record with a broken data CRC.
   const std::string data = root_->file("corrupt_data");

@@ -233,8 +233,11 @@ RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input, const
     spdlog::info("training from step {} to {} ({} steps per epoch, global batch {})", step, m.opt.total_steps, spe,
                  m.opt.global_batch_size);
     while (step < m.opt.total_steps) {
-      const int64_t loop_end =
-          std::min(m.opt.total_steps, (step / m.opt.steps_per_loop + 1) * m.opt.steps_per_loop);
+      int64_t loop_end = std::min(m.opt.total_steps, (step / m.opt.steps_per_loop + 1) * m.opt.steps_per_loop);
+      // As orbit's Controller: a loop also ends where an evaluation is due, so evaluations
+      // keep their interval when steps_per_loop does not divide it.
+      if (m.opt.eval_every > 0 && !m.opt.skip_eval)
+        loop_end = std::min(loop_end, (step / m.opt.eval_every + 1) * m.opt.eval_every);
       loop_metrics.reset();
       Stopwatch loop_clock;
       const int64_t loop_first = step;

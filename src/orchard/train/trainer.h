@@ -1,5 +1,5 @@
 // The shared training loop (the seed's orbit Controller + ResnetRunnable): host loops of
-// steps_per_loop steps, logging every log_steps, train summaries per loop, checkpoints every
+// steps_per_loop steps (cut short where an evaluation is due), logging every log_steps, train summaries per loop, checkpoints every
 // checkpoint_every steps and at the end, evaluation every eval_every steps and at the end,
 // resume from the newest checkpoint (model, optimizer, step, RNG and data position).
 #pragma once
