@@ -1,7 +1,8 @@
 // The shared training loop (the seed's orbit Controller + ResnetRunnable): host loops of
-// steps_per_loop steps (cut short where an evaluation is due), logging every log_steps, train summaries per loop, checkpoints every
-// checkpoint_every steps and at the end, evaluation every eval_every steps and at the end,
-// resume from the newest checkpoint (model, optimizer, step, RNG and data position).
+// steps_per_loop steps (cut short where an evaluation is due), logging every log_steps, train
+// summaries per loop, checkpoints every checkpoint_every steps and at the end, evaluation
+// every eval_every steps and at the end, resume from the newest checkpoint (model, optimizer,
+// step, RNG and data position).
 #pragma once
 
 #include <torch/optim/optimizer.h>
