@@ -79,6 +79,22 @@ TEST_F(FilePattern, DirectoryMeansItsRegularFiles) {
   EXPECT_EQ(expand_file_pattern(p("subdir")), Files{(dir_.path() / "subdir" / "inner").string()});
 }
 
+TEST_F(FilePattern, ImagesOnlyFiltersDirectoriesByExtension) {
+  test::write_bytes(p("x.JPG"), "x");
+  test::write_bytes(p("y.jpeg"), "x");
+  test::write_bytes(p("z.png"), "x");
+  EXPECT_EQ(expand_file_pattern(dir_.str(), /*images_only=*/true), (Files{p("x.JPG"), p("y.jpeg"), p("z.png")}));
+  // Files named explicitly or by a glob stay whatever their name: a bad one is the decoder's error.
+  EXPECT_EQ(expand_file_pattern(p("a.txt") + "," + p("?.png"), true), (Files{p("a.txt"), p("z.png")}));
+  try {
+    expand_file_pattern(p("subdir"), true);
+    ADD_FAILURE() << "no error for a directory without images";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no .jpg, .jpeg or .png files in '" + p("subdir") + "'"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(FilePattern, NoMatchNamesThePattern) {
   for (const std::string& pattern : {p("test-*"), p("nothing.txt"),
                                      p("train-?????"

@@ -355,6 +355,25 @@ TEST(ShapesDataset, SameSeedSameBytes) {
   EXPECT_NE(shapes_scene(a, "train", 0).image.pixels, shapes_scene(a, "validation", 0).image.pixels);
 }
 
+TEST(ShapesDataset, ObjectCountsFollowTheOptions) {
+  ShapesOptions o = small_options("");
+  for (int64_t i = 0; i < 20; ++i) {  // defaults: multilabel 1-4, captioning exactly 2
+    const size_t n = shapes_scene(o, "train", i).objects.size();
+    EXPECT_TRUE(n >= 1 && n <= 4) << n;
+  }
+  o.task = "captioning";
+  for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(shapes_scene(o, "train", i).objects.size(), 2u);
+  o.min_objects = 1;
+  std::set<size_t> seen;
+  for (int64_t i = 0; i < 40; ++i) seen.insert(shapes_scene(o, "train", i).objects.size());
+  EXPECT_EQ(seen, (std::set<size_t>{1, 2}));
+  o.max_objects = 1;
+  for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(shapes_scene(o, "validation", i).objects.size(), 1u);
+  o.task = "multilabel";
+  o.min_objects = o.max_objects = 3;
+  for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(shapes_scene(o, "train", i).objects.size(), 3u);
+}
+
 TEST(ShapesDataset, RejectsBadOptions) {
   TempDir dir;
   auto expect_error = [&](ShapesOptions o, const std::string& part) {
@@ -378,6 +397,14 @@ TEST(ShapesDataset, RejectsBadOptions) {
   o = small_options(dir.file("out"));
   o.num_train = -1;
   expect_error(o, "--num_train");
+  o = small_options(dir.file("out"));
+  o.task = "captioning";
+  o.max_objects = 3;  // captions describe one or two objects
+  expect_error(o, "need 1 <= --min_objects <= --max_objects <= 2");
+  o = small_options(dir.file("out"));
+  o.min_objects = 3;
+  o.max_objects = 2;
+  expect_error(o, "min_objects <= max_objects");
   EXPECT_THROW(shapes_scene(small_options(""), "test", 0), Error);
 }
 

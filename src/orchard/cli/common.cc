@@ -222,7 +222,7 @@ void predict_images(tasks::Task& task, const PrepareImage& prepare, const std::v
   if (batch_size < 1) throw Error("--batch_size must be positive");
   std::vector<std::string> files;
   for (const auto& in : inputs)
-    for (auto& file : expand_file_pattern(in)) files.push_back(std::move(file));
+    for (auto& file : expand_file_pattern(in, /*images_only=*/true)) files.push_back(std::move(file));
   task.module()->eval();
   torch::NoGradGuard no_grad;
   const auto spec = task.sample_spec();

@@ -91,6 +91,9 @@ void add_data_command(CLI::App& app) {
     c->add_option("--validation_shards", o->validation_shards, "Number of validation shards")->capture_default_str();
     c->add_option("--seed", o->seed, "Generator seed (same seed, same bytes)")->capture_default_str();
     c->add_option("--format", o->format, "Image encoding: jpeg or png")->capture_default_str();
+    c->add_option("--min_objects", o->min_objects,
+                  "Fewest objects per image (default: 1, captioning 2; captions describe 1 or 2)");
+    c->add_option("--max_objects", o->max_objects, "Most objects per image (default: 4, captioning 2)");
     c->callback([o] {
       auto [tr, va] = data::write_shapes_dataset(*o);
       if (o->task == "detection") {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -27,9 +28,15 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
+bool has_image_extension(const fs::path& path) {
+  std::string ext = path.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+}
+
 }  // namespace
 
-std::vector<std::string> expand_file_pattern(const std::string& pattern) {
+std::vector<std::string> expand_file_pattern(const std::string& pattern, bool images_only) {
   std::vector<std::string> out;
   std::set<std::string> seen;
   std::stringstream ss(pattern);
@@ -43,7 +50,9 @@ std::vector<std::string> expand_file_pattern(const std::string& pattern) {
     std::error_code ec;
     if (fs::is_directory(item, ec)) {
       for (const auto& e : fs::directory_iterator(item, ec))
-        if (e.is_regular_file() && e.path().filename().string()[0] != '.') matched.push_back(e.path().string());
+        if (e.is_regular_file() && e.path().filename().string()[0] != '.' &&
+            (!images_only || has_image_extension(e.path())))
+          matched.push_back(e.path().string());
     } else {
       glob_t g{};
       int rc = ::glob(item.c_str(), GLOB_NOSORT, nullptr, &g);
@@ -52,7 +61,9 @@ std::vector<std::string> expand_file_pattern(const std::string& pattern) {
           if (fs::is_regular_file(g.gl_pathv[i], ec)) matched.emplace_back(g.gl_pathv[i]);
       globfree(&g);
     }
-    if (matched.empty()) throw Error("no files match '" + item + "'");
+    if (matched.empty())
+      throw Error(images_only && fs::is_directory(item, ec) ? "no .jpg, .jpeg or .png files in '" + item + "'"
+                                                           : "no files match '" + item + "'");
     std::sort(matched.begin(), matched.end());
     for (auto& m : matched)
       if (seen.insert(m).second) out.push_back(std::move(m));

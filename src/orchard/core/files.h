@@ -10,7 +10,10 @@ namespace orchard {
 // a file, a directory (its regular files, not recursive) or a glob with * ? [..]
 // (e.g. "train-?????-of-01024"). Result is sorted within each item, items in order,
 // duplicates removed. Throws Error naming the item that matched nothing.
-std::vector<std::string> expand_file_pattern(const std::string& pattern);
+// With `images_only`, a directory item gives only its .jpg / .jpeg / .png files (any case),
+// so a folder of photos with a notes file beside them can be predicted on; files named
+// explicitly or by a glob are kept whatever their name.
+std::vector<std::string> expand_file_pattern(const std::string& pattern, bool images_only = false);
 
 // Writes `contents` to "<path>.tmp-<pid>", fsyncs it and renames it over path.
 void atomic_write_file(const std::string& path, const std::string& contents);

@@ -135,6 +135,11 @@ SceneOptions scene_options(const ShapesOptions& o) {
     s.max_objects = 2;
     s.min_size = 0.3f;
   }
+  if (o.min_objects >= 0) s.min_objects = o.min_objects;
+  if (o.max_objects >= 0) s.max_objects = o.max_objects;
+  if (o.task == "captioning" && (s.min_objects < 1 || s.max_objects > 2))
+    throw Error("shapes captions describe one or two objects: need 1 <= --min_objects <= --max_objects <= 2 (got " +
+                std::to_string(s.min_objects) + ", " + std::to_string(s.max_objects) + ")");
   return s;
 }
 

@@ -71,6 +71,10 @@ struct ShapesOptions {
   int validation_shards = 1;
   uint64_t seed = 0;
   std::string format = "jpeg";  // jpeg (quality 95) | png
+  // Objects per image; -1 = the task's default (multilabel and detection 1-4, captioning 2).
+  // Captions describe one or two objects.
+  int min_objects = -1;
+  int max_objects = -1;
 };
 
 // The scene of record `index` of `split` ("train" or "validation"). Every record has its
@@ -87,7 +91,7 @@ Scene shapes_scene(const ShapesOptions& options, const std::string& split, int64
 // class = kind + 1 (circle 1, square 2, triangle 3), source_id = the name; label_map.pbtxt
 // replaces labels.txt.
 // Captioning records follow im2txt's SequenceExample schema (data/caption.h): scenes of two
-// objects (sides 0.3-0.45 of the image), one record per (image, caption) pair with the five shapes_captions, image_id =
+// objects by default (sides 0.3-0.45 of the image), one record per (image, caption) pair with the five shapes_captions, image_id =
 // index + 1, records in a seeded random order; word_counts.txt (from the training captions,
 // min_word_count 4) replaces labels.txt.
 // The output is a pure function of the options (byte-identical for one build: the image
