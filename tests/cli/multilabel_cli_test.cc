@@ -220,6 +220,39 @@ TEST_F(MultiLabelTrain, FineTunesFromTheBackboneOfAClassifyCheckpoint) {
   EXPECT_TRUE(contains(bad.err, "variable 'conv1.weight' has shape")) << bad.err;
 }
 
+// --optimizer adam: trains, checkpoints Adam's moments and resumes from them; bad
+// --optimizer / --init values are refused before any work.
+TEST(MultiLabelOptions, AdamTrainsAndResumes) {
+  TempDir root;
+  const std::string data = make_shapes(root, 64, 16);
+  const std::string model = root.file("adam");
+  auto train = [&](int steps) {
+    return run({"multilabel", "train", "--data_dir", data, "--model_dir", model, "--model", "resnet_tiny",
+                "--class_num", "6", "--image_size", "32", "--batch_size", "8", "--max_iter", std::to_string(steps),
+                "--snapshot", "2", "--skip_eval", "--optimizer", "adam", "--lr", "0.016", "--num_threads", "1"},
+               root);
+  };
+  auto first = train(2);
+  ASSERT_EQ(first.rc, 0) << first.err;
+  EXPECT_EQ(json::parse(read_file(model + "/config.json")).at("optimizer"), "adam");
+  auto resumed = train(4);
+  ASSERT_EQ(resumed.rc, 0) << resumed.err;
+  EXPECT_TRUE(contains(resumed.err, "ckpt-2")) << resumed.err;  // restored, Adam state included
+  EXPECT_TRUE(fs::exists(model + "/ckpt-4.pt"));
+
+  auto bad = run({"multilabel", "train", "--data_dir", data, "--model_dir", root.file("b1"), "--model", "resnet_tiny",
+                  "--class_num", "6", "--optimizer", "rmsprop"},
+                 root);
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_TRUE(contains(bad.err, "--optimizer must be momentum or adam, not 'rmsprop'")) << bad.err;
+  bad = run({"multilabel", "train", "--data_dir", data, "--model_dir", root.file("b2"), "--model", "resnet_tiny",
+             "--class_num", "6", "--init", "torchvision"},
+            root);
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_TRUE(contains(bad.err, "--init torchvision applies to inception_v3, not resnet_tiny")) << bad.err;
+  EXPECT_FALSE(fs::exists(root.file("b1") + "/config.json"));
+}
+
 TEST(MultiLabelErrors, WrongLabelLengthNamesFileAndRecord) {
   TempDir root;
   const std::string data = make_shapes(root, 64, 16);

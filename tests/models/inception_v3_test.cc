@@ -217,6 +217,23 @@ TEST(InceptionV3, FeatureModeHasNoClassifiers) {
   EXPECT_THROW(InceptionV3(options(0, true)), c10::Error);  // the aux classifier needs classes
 }
 
+TEST(InceptionV3, TorchvisionInitDrawsConvolutionsWithStd01) {
+  InceptionV3Options o = options(10, false);
+  InceptionV3 he(o);
+  o.torchvision_init = true;
+  InceptionV3 tv(o);
+  // Mixed_7c.branch3x3dbl_1: a 1x1 convolution over 2048 channels (448 x 2048 weights).
+  const auto he_w = he->named_parameters()["Mixed_7c.branch3x3dbl_1.conv.weight"];
+  const auto tv_w = tv->named_parameters()["Mixed_7c.branch3x3dbl_1.conv.weight"];
+  EXPECT_NEAR(tv_w.std().item<double>(), 0.1, 0.002);
+  EXPECT_NEAR(he_w.std().item<double>(), std::sqrt(2.0 / 2048), 0.001);
+  EXPECT_NEAR(tv->named_parameters()["Conv2d_1a_3x3.conv.weight"].std().item<double>(), 0.1, 0.02);
+  // Batch norms and the classifier are the same either way.
+  EXPECT_TRUE(torch::equal(tv->named_parameters()["Mixed_7c.branch3x3dbl_1.bn.weight"],
+                           torch::ones({448})));
+  EXPECT_NEAR(tv->named_parameters()["fc.weight"].std().item<double>(), 0.1, 0.005);
+}
+
 TEST(InceptionV3, BatchNormsUseEps0001AndTheConfiguredMomentum) {
   InceptionV3Options o = options(10, true);
   o.batch_norm_momentum = 0.0003;  // im2txt's decay 0.9997

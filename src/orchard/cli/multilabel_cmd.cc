@@ -41,6 +41,8 @@ struct MultiLabelFlags {
   std::string pretrain_ckpt;  // --fine_tune_checkpoint
   int num_gpus = -2;
   double opt_momentum = 0.9;
+  std::string optimizer = "momentum";
+  std::string init = "default";
   double lr = 0.1;
   int64_t lr_decay_step = 0;
   double weight_decay = 1e-4;
@@ -101,6 +103,13 @@ void add_train_flags(CLI::App* c, MultiLabelFlags& f) {
                 "Start from this checkpoint's backbone (a file or a model_dir; the classifier is re-initialised)");
   c->add_option("--num_gpus", f.num_gpus, "GPUs (0: CPU, -1: all)");
   c->add_option("--opt_momentum", f.opt_momentum, "SGD momentum")->capture_default_str();
+  c->add_option("--optimizer", f.optimizer,
+                "momentum (ML-Images': SGD with --opt_momentum) | adam (TF's defaults: beta1 0.9, beta2 0.999, eps 1e-8)")
+      ->capture_default_str();
+  c->add_option("--init", f.init,
+                "Weight initialisation when training from scratch: default (the model's own) | torchvision "
+                "(inception_v3: trunc_normal(0.1) convolutions, as torchvision and TF-Slim)")
+      ->capture_default_str();
   c->add_option("--lr", f.lr, "Learning rate for a batch of 256 (scaled linearly)")->capture_default_str();
   c->add_option("--lr_decay_step", f.lr_decay_step, "LR x0.1 after 1, 2, 3 and 4 times this many steps (0: never)")
       ->capture_default_str();
@@ -143,6 +152,14 @@ tasks::MultiLabelConfig task_config(const MultiLabelFlags& f) {
   c.model.arch = f.resnet_size > 0 ? "resnet" + std::to_string(f.resnet_size) : f.model;
   c.model.num_classes = f.class_num;
   c.model.width = f.width;
+  if (f.init != "default" && f.init != "torchvision")
+    throw Error("--init must be default or torchvision, not '" + f.init + "'");
+  if (f.init == "torchvision" && c.model.arch != "inception_v3")
+    throw Error("--init torchvision applies to inception_v3, not " +
+                c.model.arch);
+  c.model.init = f.init;
+  if (f.optimizer != "momentum" && f.optimizer != "adam")
+    throw Error("--optimizer must be momentum or adam, not '" + f.optimizer + "'");
   c.image_size = f.image_size;
   if (f.data_format != "channels_first" && f.data_format != "channels_last")
     throw Error("--data_format must be channels_first or channels_last, not '" + f.data_format + "'");
@@ -169,7 +186,8 @@ json config_json(const MultiLabelFlags& f, const tasks::MultiLabelConfig& c) {
           {"data_dir", f.data_dir},        {"batch_size", f.batch_size},    {"lr", f.lr},
           {"lr_decay_step", f.lr_decay_step}, {"warmup_step", f.warmup_step}, {"lr_warmup", f.lr_warmup},
           {"warmup_decay_step", f.warmup_decay_step}, {"warmup_decay_factor", f.warmup_decay_factor},
-          {"max_iter", f.max_iter},        {"random_seed", f.random_seed},  {"dtype", f.dtype}};
+          {"max_iter", f.max_iter},        {"random_seed", f.random_seed},  {"dtype", f.dtype},
+          {"optimizer", f.optimizer},      {"init", f.init}};
 }
 
 void load_model_config(const std::string& model_dir, MultiLabelFlags* f) {
@@ -268,8 +286,12 @@ void run_train(MultiLabelFlags f) {
   lr.lr_warmup = f.lr_warmup;
   lr.warmup_decay_step = f.warmup_decay_step;
   lr.warmup_decay_factor = f.warmup_decay_factor;
-  auto optimizer = std::make_unique<torch::optim::SGD>(task.module()->parameters(),
-                                                       torch::optim::SGDOptions(0.0).momentum(f.opt_momentum));
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (f.optimizer == "adam")
+    optimizer = std::make_unique<torch::optim::Adam>(task.module()->parameters(), torch::optim::AdamOptions(0.0).eps(1e-8));
+  else
+    optimizer = std::make_unique<torch::optim::SGD>(task.module()->parameters(),
+                                                    torch::optim::SGDOptions(0.0).momentum(f.opt_momentum));
 
   train_input.training = true;
   train_input.batch_size = f.batch_size;

@@ -221,7 +221,10 @@ InceptionV3Impl::InceptionV3Impl(const InceptionV3Options& o) : options_(o) {
   torch::NoGradGuard no_grad;
   for (auto& module : modules(/*include_self=*/false)) {
     if (auto* c = module->as<torch::nn::Conv2d>()) {
-      torch::nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanIn, torch::kReLU);
+      if (o.torchvision_init)
+        c->weight.normal_(0, 0.1);  // trunc_normal_(std=0.1, a=-2, b=2): the truncation never bites
+      else
+        torch::nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanIn, torch::kReLU);
     } else if (auto* b = module->as<torch::nn::BatchNorm2d>()) {
       b->weight.fill_(1);
       b->bias.zero_();

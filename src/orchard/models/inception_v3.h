@@ -38,6 +38,11 @@ struct InceptionV3Options {
   // Map torchvision-normalised input ((x - mean) / std with ImageNet's mean and std) to the
   // [-1, 1] scaling the ported Google weights were trained with, as torchvision does.
   bool transform_input = false;
+  // Convolutions drawn as torchvision (and TF-Slim, im2txt's encoder) draw them, normal(0, 0.1)
+  // truncated at +-2, instead of He init. Training from scratch with Adam, this is the one
+  // that learns shape kinds at 75 px (docs/caption.md); a never-trained frozen network's
+  // features explode with it (see the .cc), so He stays the default.
+  bool torchvision_init = false;
 };
 
 // Where both outputs of a training step are needed.

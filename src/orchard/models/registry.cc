@@ -59,6 +59,7 @@ void register_builtin_models(Registry& r) {
     if (c.width > 0) throw Error("--width applies to the ResNets, not inception_v3");
     InceptionV3Options o;
     o.num_classes = c.num_classes;
+    o.torchvision_init = c.init == "torchvision";
     return std::make_shared<InceptionV3Impl>(o);
   };
   r.others["mobilenet_v2"] = [](const ModelConfig& c) -> ImageModel {

@@ -19,6 +19,9 @@ struct ModelConfig {
   // false: skip the ResNets' own initialisation (he_normal draws) when a checkpoint is
   // restored right after (predict, eval, export): faster start-up, same restored model.
   bool initialize = true;
+  // "" or "default": the model's own initialisation; "torchvision": inception_v3 only,
+  // torchvision's and TF-Slim's trunc_normal(std 0.1) convolutions (see inception_v3.h).
+  std::string init;
 };
 
 // Names: resnet18/34/50/101/152 (ImageNet stem), the same with a "_small" suffix (3x3
