@@ -313,6 +313,17 @@ TEST_F(ClassifyTrain, PredictCommand) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.out, images[0])) << r.out;
 
+  // A directory: its images, not the other files beside them.
+  const std::string photos = root_->file("photos");
+  fs::create_directories(photos);
+  for (size_t i = 0; i < images.size(); ++i) fs::copy_file(images[i], photos + "/p" + std::to_string(i) + ".PNG");
+  test::write_bytes(photos + "/notes.txt", "not an image");
+  r = run({"classify", "predict", "--model_dir", model_a_, photos, "--json", "--num_threads", "1"}, *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, photos + "/p0.PNG")) << r.out;
+  EXPECT_TRUE(contains(r.out, photos + "/p1.PNG")) << r.out;
+  EXPECT_FALSE(contains(r.out, "notes.txt")) << r.out;
+
   // A file that is not there.
   auto bad = run({"classify", "predict", "--model_dir", model_a_, root_->file("nope.png")}, *root_);
   EXPECT_EQ(bad.rc, 1) << bad.err;
