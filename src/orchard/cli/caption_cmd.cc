@@ -252,21 +252,6 @@ data::Vocabulary load_vocab(const std::string& path, const std::string& flag_hin
   return data::Vocabulary::load(path);
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const CaptionFlags& f, std::vector<torch::Tensor> params) {
-  std::string name = f.optimizer;
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
-  if (name == "sgd") return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.0));
-  if (name == "momentum")
-    return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.0).momentum(f.momentum));
-  if (name == "adam")  // TF's defaults: beta1 0.9, beta2 0.999, epsilon 1e-8
-    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(0.0).eps(1e-8));
-  if (name == "adagrad")  // TF's initial accumulator value 0.1
-    return std::make_unique<torch::optim::Adagrad>(params,
-                                                   torch::optim::AdagradOptions(0.0).initial_accumulator_value(0.1));
-  if (name == "rmsprop")  // TF's decay 0.9, epsilon 1e-10
-    return std::make_unique<torch::optim::RMSprop>(params, torch::optim::RMSpropOptions(0.0).alpha(0.9).eps(1e-10));
-  throw Error("--optimizer must be SGD, Momentum, Adam, Adagrad or RMSProp, not '" + f.optimizer + "'");
-}
 
 // im2txt's init_fn: the encoder from an Inception-v3 checkpoint (torchvision names, as
 // `orchard import-weights` or a classifier writes them, or another caption model's).
@@ -374,7 +359,7 @@ void run_train(CaptionFlags f) {
       return lr * std::pow(factor, static_cast<double>(step / decay_steps));
     };
   }
-  auto optimizer = make_optimizer(f, task.trainable_parameters());
+  auto optimizer = make_tf_optimizer(f.optimizer, task.trainable_parameters(), f.momentum);
 
   data::PipelineOptions train_input;
   train_input.file_pattern = f.input_file_pattern;

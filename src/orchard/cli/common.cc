@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <thread>
 #include <filesystem>
@@ -325,6 +326,23 @@ void export_image_model(torch::nn::Module& model, const std::string& arch, const
                exporting::kOnnxOpset, o.image_size, o.image_size,
                f.include_preprocessing ? "RGB in [0, 255]" : "preprocessed as for eval",
                f.feature_vector ? "features" : "logits");
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_tf_optimizer(const std::string& optimizer, std::vector<at::Tensor> params,
+                                                           double momentum) {
+  std::string name = optimizer;
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (name == "sgd") return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.0));
+  if (name == "momentum")
+    return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.0).momentum(momentum));
+  if (name == "adam")  // TF's defaults: beta1 0.9, beta2 0.999, epsilon 1e-8
+    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(0.0).eps(1e-8));
+  if (name == "adagrad")  // TF's initial accumulator value 0.1
+    return std::make_unique<torch::optim::Adagrad>(params,
+                                                   torch::optim::AdagradOptions(0.0).initial_accumulator_value(0.1));
+  if (name == "rmsprop")  // TF's decay 0.9, epsilon 1e-10
+    return std::make_unique<torch::optim::RMSprop>(params, torch::optim::RMSpropOptions(0.0).alpha(0.9).eps(1e-10));
+  throw Error("--optimizer must be SGD, Momentum, Adam, Adagrad or RMSProp, not '" + optimizer + "'");
 }
 
 }  // namespace orchard::cli

@@ -130,4 +130,9 @@ void add_export_flags(CLI::App* c, ExportFlags& f);
 void export_image_model(torch::nn::Module& model, const std::string& arch, const data::PreprocessOptions& preprocess,
                         const ExportFlags& f);
 
+// An optimizer by TF's `optimize_loss` name (any case): SGD, Momentum (with `momentum`), Adam,
+// Adagrad, RMSProp, with TF's default hyper-parameters; the learning rate is the schedule's.
+std::unique_ptr<torch::optim::Optimizer> make_tf_optimizer(const std::string& name, std::vector<at::Tensor> params,
+                                                           double momentum);
+
 }  // namespace orchard::cli

@@ -155,8 +155,7 @@ tasks::MultiLabelConfig task_config(const MultiLabelFlags& f) {
   if (f.init != "default" && f.init != "torchvision")
     throw Error("--init must be default or torchvision, not '" + f.init + "'");
   if (f.init == "torchvision" && c.model.arch != "inception_v3")
-    throw Error("--init torchvision applies to inception_v3, not " +
-                c.model.arch);
+    throw Error("--init torchvision applies to inception_v3, not " + c.model.arch);
   c.model.init = f.init;
   if (f.optimizer != "momentum" && f.optimizer != "adam")
     throw Error("--optimizer must be momentum or adam, not '" + f.optimizer + "'");
@@ -286,12 +285,7 @@ void run_train(MultiLabelFlags f) {
   lr.lr_warmup = f.lr_warmup;
   lr.warmup_decay_step = f.warmup_decay_step;
   lr.warmup_decay_factor = f.warmup_decay_factor;
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  if (f.optimizer == "adam")
-    optimizer = std::make_unique<torch::optim::Adam>(task.module()->parameters(), torch::optim::AdamOptions(0.0).eps(1e-8));
-  else
-    optimizer = std::make_unique<torch::optim::SGD>(task.module()->parameters(),
-                                                    torch::optim::SGDOptions(0.0).momentum(f.opt_momentum));
+  auto optimizer = make_tf_optimizer(f.optimizer, task.module()->parameters(), f.opt_momentum);
 
   train_input.training = true;
   train_input.batch_size = f.batch_size;
