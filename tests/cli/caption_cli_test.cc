@@ -3,6 +3,8 @@
 //   CaptionTrain.*   learns the captions' language (perplexity, BLEU), train_dir layout,
 //                    summaries, continuous evaluation, run_inference output, resume, encoder
 //                    initialisation from a checkpoint.
+//   CaptionPretrainedEncoder.*  im2txt's recipe in miniature: Inception-v3 trained first (as a
+//                    shapes tagger), then frozen under the LSTM: BLEU-4 >= 0.5.
 //   CaptionErrors.*  bad flags, vocabularies and records: a non-zero exit and a clear message.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -258,6 +260,56 @@ TEST_F(CaptionTrain, ResumesAndInitialisesTheEncoderFromACheckpoint) {
   EXPECT_TRUE(contains(r.err, "the optimizer starts afresh")) << r.err;
   EXPECT_TRUE(contains(r.err, "step 2/2")) << r.err;
   EXPECT_FALSE(contains(r.err, "encoder initialised from")) << r.err;  // only at step 0
+}
+
+// im2txt's recipe with a shapes tagger in place of ImageNet (docs/caption.md): Inception-v3
+// thinned to TF-Slim's depth multiplier 0.25 at 107 px learns the six tags (3 kinds, 3 colours)
+// in 1000 steps, then the LSTM learns the captions on its frozen features. Measured
+// (2026-11-30, one thread per process, two seeds): tagger mAP 0.973 / 0.975, BLEU-4 0.596 /
+// 0.592 on the 200 two-shape validation images after 200 caption steps (0.55-0.56 after 600,
+// while perplexity still falls); trained from scratch with the captions instead, the encoder
+// stays at 0.30-0.44 (the caption loss alone does not teach kinds). About 7 minutes.
+TEST(CaptionPretrainedEncoder, FrozenShapesTaggerReachesBleu4OfHalf) {
+  one_thread_per_process();
+  TempDir root;
+  const std::string tags = root.file("tags"), captions = root.file("captions"), tagger = root.file("tagger");
+  auto r = run({"data", "shapes", "--task", "multilabel", "--out_dir", tags, "--num_train", "3000", "--num_validation",
+                "300", "--min_objects", "1", "--max_objects", "2", "--seed", "7"},
+               root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run({"multilabel", "train", "--data_dir", tags, "--model_dir", tagger, "--model", "inception_v3",
+           "--depth_multiplier", "0.25", "--init", "torchvision", "--optimizer", "adam", "--lr", "0.016",
+           "--lr_decay_step", "700", "--weight_decay", "0", "--loss_balance", "none", "--class_num", "6",
+           "--image_size", "107", "--batch_size", "32", "--max_iter", "1000", "--snapshot", "1000",
+           "--num_preprocess_threads", "1", "--seed", "1", "--stats_file", root.file("tagger.json")},
+          root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json tagged = json::parse(test::read_bytes(root.file("tagger.json")));
+  EXPECT_GE(tagged.at("eval_mAP").get<double>(), 0.85) << tagged.dump(2);
+
+  r = run({"data", "shapes", "--task", "captioning", "--out_dir", captions, "--num_train", "1000", "--num_validation",
+           "200", "--seed", "5", "--train_shards", "2"},
+          root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run({"caption", "train", "--input_file_pattern", captions + "/train-*", "--eval_file_pattern",
+           captions + "/validation-*", "--train_dir", root.file("captioner"), "--train_steps", "200",
+           "--save_checkpoints_steps", "200", "--save_checkpoints_secs", "0", "--inception_checkpoint_file",
+           tagger + "/ckpt-1000.pt", "--depth_multiplier", "0.25", "--image_size", "107", "--train_batch_size", "32",
+           "--optimizer", "Adam", "--initial_learning_rate", "0.002", "--num_preprocess_threads", "1", "--seed", "1",
+           "--stats_file", root.file("captioner.json")},
+          root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "encoder frozen")) << r.err;
+  const json stats = json::parse(test::read_bytes(root.file("captioner.json")));
+  EXPECT_EQ(stats.at("eval_captioned_images").get<double>(), 200.0);
+  EXPECT_GE(stats.at("eval_Bleu_4").get<double>(), 0.5) << stats.dump(2);
+  // A thinned encoder's checkpoint is refused by a full-width model, naming the mismatch.
+  r = run({"caption", "train", "--input_file_pattern", captions + "/train-*", "--train_dir", root.file("wide"),
+           "--train_steps", "1", "--inception_checkpoint_file", tagger + "/ckpt-1000.pt", "--image_size", "107",
+           "--train_batch_size", "2"},
+          root);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "Conv2d_1a_3x3.conv.weight")) << r.err;
 }
 
 class CaptionErrors : public ::testing::Test {

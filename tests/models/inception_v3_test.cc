@@ -452,5 +452,52 @@ TEST(InceptionV3, RegisteredAsAnImageModel) {
   EXPECT_THROW(build_resnet(c), Error);  // not a ResNet
 }
 
+// TF-Slim's inception_v3(depth_multiplier, min_depth=16): every convolution's channels
+// max(int(c * multiplier), 16), the concatenations following: at 0.25 Mixed_5b takes
+// d(192) = 48, Mixed_7c gives d(320) + 4 d(384) + d(192) = 80 + 384 + 48 = 512 features.
+TEST(InceptionV3, DepthMultiplierThinsEveryConvolutionAsTfSlim) {
+  InceptionV3Options o = options(7, true);
+  o.depth_multiplier = 0.25;
+  InceptionV3 thin(o);
+  const auto shapes = state_shapes(*thin);
+  EXPECT_EQ(shapes.at("Conv2d_1a_3x3.conv.weight"), "16,3,3,3");  // d(32) = max(8, 16)
+  EXPECT_EQ(shapes.at("Conv2d_4a_3x3.conv.weight"), "48,20,3,3");
+  EXPECT_EQ(shapes.at("Mixed_5b.branch1x1.conv.weight"), "16,48,1,1");
+  EXPECT_EQ(shapes.at("Mixed_5b.branch_pool.conv.weight"), "16,48,1,1");  // d(32) pool features
+  EXPECT_EQ(shapes.at("Mixed_5c.branch1x1.conv.weight"), "16,72,1,1");  // 16 + 16 + 24 + 16
+  EXPECT_EQ(shapes.at("Mixed_6a.branch3x3.conv.weight"), "96,72,3,3");
+  EXPECT_EQ(shapes.at("Mixed_6b.branch7x7_2.conv.weight"), "32,32,1,7");  // c7 128 -> 32
+  EXPECT_EQ(shapes.at("Mixed_6b.branch1x1.conv.weight"), "48,192,1,1");   // 96 + 24 + 72
+  EXPECT_EQ(shapes.at("Mixed_7a.branch3x3_2.conv.weight"), "80,48,3,3");
+  EXPECT_EQ(shapes.at("Mixed_7b.branch1x1.conv.weight"), "80,320,1,1");   // 80 + 48 + 192
+  EXPECT_EQ(shapes.at("Mixed_7c.branch3x3dbl_1.conv.weight"), "112,512,1,1");
+  EXPECT_EQ(shapes.at("AuxLogits.conv1.conv.weight"), "192,32,5,5");
+  EXPECT_EQ(shapes.at("AuxLogits.fc.weight"), "7,192");
+  EXPECT_EQ(shapes.at("fc.weight"), "7,512");
+  EXPECT_EQ(thin->num_features(), 512);
+  EXPECT_LT(count_parameters(*thin) * 12, kTorchvisionParameters);  // about 1/16 of the weights
+
+  thin->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({2, 3, 107, 107});
+  EXPECT_EQ(thin->features(x).sizes(), (Sizes{2, 512}));
+  EXPECT_EQ(thin->forward(x).sizes(), (Sizes{2, 7}));
+  EXPECT_EQ(InceptionV3(options(0, false))->num_features(), 2048);
+
+  // By name: inception_v3 only, a multiplier in (0, 1].
+  ModelConfig c;
+  c.arch = "inception_v3";
+  c.num_classes = 3;
+  c.depth_multiplier = 0.5;
+  EXPECT_EQ(build_model(c)->named_parameters()["fc.weight"].sizes(), (Sizes{3, 1024}));
+  for (double bad : {0.0, 1.5}) {
+    c.depth_multiplier = bad;
+    EXPECT_THROW(build_model(c), Error) << bad;
+  }
+  c.arch = "resnet18";
+  c.depth_multiplier = 0.5;
+  EXPECT_THROW(build_model(c), Error);
+}
+
 }  // namespace
 }  // namespace orchard::models

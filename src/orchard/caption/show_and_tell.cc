@@ -10,10 +10,12 @@ ShowAndTellImpl::ShowAndTellImpl(const ShowAndTellOptions& o) : options_(o) {
   io.aux_logits = false;
   io.dropout = 1.0 - o.inception_dropout_keep_prob;
   io.batch_norm_momentum = 1.0 - o.batch_norm_decay;
+  io.depth_multiplier = o.inception_depth_multiplier;
+  io.torchvision_init = o.inception_torchvision_init;
   inception_ = register_module("inception", models::InceptionV3(io));
   image_embedding_ = register_module(
       "image_embedding",
-      torch::nn::Linear(torch::nn::LinearOptions(models::InceptionV3Impl::kNumFeatures, o.embedding_size).bias(false)));
+      torch::nn::Linear(torch::nn::LinearOptions(inception_->num_features(), o.embedding_size).bias(false)));
   seq_embedding_ = register_module("seq_embedding", torch::nn::Embedding(o.vocab_size, o.embedding_size));
   lstm_ = register_module(
       "lstm", torch::nn::LSTM(torch::nn::LSTMOptions(o.embedding_size, o.num_lstm_units).num_layers(1).batch_first(true)));

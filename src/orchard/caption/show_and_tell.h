@@ -33,6 +33,8 @@ struct ShowAndTellOptions {
   double initializer_scale = 0.08;
   double inception_dropout_keep_prob = 0.8;
   double batch_norm_decay = 0.9997;  // the encoder's batch norm (TF decay = 1 - torch momentum)
+  double inception_depth_multiplier = 1.0;  // TF-Slim's depth_multiplier: < 1 thins the encoder
+  bool inception_torchvision_init = false;   // models::InceptionV3Options::torchvision_init
 };
 
 // LSTM state (h, c), each [N, num_lstm_units].

@@ -45,6 +45,8 @@ struct CaptionFlags {
   int64_t num_lstm_units = 512;
   double lstm_dropout_keep_prob = 0.7;
   double initializer_scale = 0.08;
+  double depth_multiplier = 1.0;
+  std::string init = "default";
   double batch_norm_decay = 0.9997;
   double inception_weight_decay = 4e-5;
   int64_t max_caption_tokens = 64;
@@ -95,6 +97,10 @@ void add_model_flags(CLI::App* c, CaptionFlags& f) {
   c->add_option("--initializer_scale", f.initializer_scale, "Uniform init range of the non-encoder variables")
       ->capture_default_str();
   c->add_option("--batch_norm_decay", f.batch_norm_decay, "Encoder batch norm moving-average decay")
+      ->capture_default_str();
+  c->add_option("--depth_multiplier", f.depth_multiplier,
+                "Encoder channels x this (TF-Slim's inception_v3 depth_multiplier, at least 16 each); ImageNet "
+                "weights need 1")
       ->capture_default_str();
   c->add_option("--max_caption_tokens", f.max_caption_tokens,
                 "Longest caption read from records, <S> and </S> included (longer ones are cut)")
@@ -164,6 +170,10 @@ void add_train_flags(CLI::App* c, CaptionFlags& f) {
   c->add_option("--distort", f.distort, "Colour distortion in training")->capture_default_str();
   c->add_option("--shuffle_buffer", f.shuffle_buffer, "Shuffle buffer over the training records")->capture_default_str();
   c->add_option("--seed", f.seed, "Random seed (data order, augmentation, init)")->capture_default_str();
+  c->add_option("--init", f.init,
+                "Encoder initialisation without --inception_checkpoint_file: default (He) | torchvision "
+                "(trunc_normal(0.1) convolutions, as torchvision and TF-Slim; use with --train_inception)")
+      ->capture_default_str();
   c->add_option("--dtype", f.dtype, "fp32 | bf16 | fp16")->capture_default_str();
   c->add_option("--distribution_strategy", f.distribution_strategy, "off | one_device | mirrored | multi_worker_mirrored")
       ->capture_default_str();
@@ -188,6 +198,9 @@ tasks::CaptionConfig task_config(const CaptionFlags& f, const data::Vocabulary& 
   if (f.lstm_dropout_keep_prob <= 0 || f.lstm_dropout_keep_prob > 1)
     throw Error("--lstm_dropout_keep_prob must be in (0, 1]");
   if (f.batch_norm_decay < 0 || f.batch_norm_decay >= 1) throw Error("--batch_norm_decay must be in [0, 1)");
+  if (!(f.depth_multiplier > 0 && f.depth_multiplier <= 1)) throw Error("--depth_multiplier must be in (0, 1]");
+  if (f.init != "default" && f.init != "torchvision")
+    throw Error("--init must be default or torchvision, not '" + f.init + "'");
   if (f.beam_size < 1) throw Error("--beam_size must be at least 1");
   if (f.max_caption_length < 2) throw Error("--max_caption_length must be at least 2");
   tasks::CaptionConfig c;
@@ -197,6 +210,8 @@ tasks::CaptionConfig task_config(const CaptionFlags& f, const data::Vocabulary& 
   c.model.lstm_dropout_keep_prob = f.lstm_dropout_keep_prob;
   c.model.initializer_scale = f.initializer_scale;
   c.model.batch_norm_decay = f.batch_norm_decay;
+  c.model.inception_depth_multiplier = f.depth_multiplier;
+  c.model.inception_torchvision_init = f.init == "torchvision";
   c.image.image_size = f.image_size;
   c.image.resize_size = f.resize_size > 0 ? f.resize_size
                                           : static_cast<int>(std::lround(346.0 * f.image_size / 299.0));
@@ -224,6 +239,8 @@ json config_json(const CaptionFlags& f, const tasks::CaptionConfig& c) {
           {"lstm_dropout_keep_prob", c.model.lstm_dropout_keep_prob},
           {"initializer_scale", c.model.initializer_scale},
           {"batch_norm_decay", c.model.batch_norm_decay},
+          {"depth_multiplier", c.model.inception_depth_multiplier},
+          {"init", f.init},
           {"max_caption_tokens", c.max_caption_tokens},
           {"train_inception", c.train_inception},
           {"input_file_pattern", f.input_file_pattern},
@@ -245,6 +262,7 @@ void load_model_config(const std::string& train_dir, CaptionFlags* f) {
   f->num_lstm_units = j.at("num_lstm_units").get<int64_t>();
   f->max_caption_tokens = j.value("max_caption_tokens", int64_t{64});
   f->batch_norm_decay = j.value("batch_norm_decay", 0.9997);
+  f->depth_multiplier = j.value("depth_multiplier", 1.0);
 }
 
 data::Vocabulary load_vocab(const std::string& path, const std::string& flag_hint) {
@@ -282,7 +300,9 @@ void load_inception(tasks::CaptionTask& task, const std::string& checkpoint) {
       if (first_error.empty()) first_error = e.what();
     }
   }
-  throw Error("--inception_checkpoint_file " + path + " does not hold Inception-v3 variables: " + first_error);
+  throw Error("--inception_checkpoint_file " + path + " does not hold this encoder's Inception-v3 variables " +
+              "(--depth_multiplier " + fmt::format("{:g}", task.config().model.inception_depth_multiplier) +
+              " must be the checkpoint's): " + first_error);
 }
 
 data::PipelineOptions eval_options(const CaptionFlags& f, const std::string& pattern) {

@@ -59,6 +59,7 @@ struct MultiLabelFlags {
   // Orchard additions
   std::string model = "resnet101";
   int64_t width = 0;
+  double depth_multiplier = 1.0;
   double pos_weight = 1;
   std::string balance = "ml_images";
   double threshold = 0.5;
@@ -78,6 +79,9 @@ void add_model_flags(CLI::App* c, MultiLabelFlags& f) {
   c->add_option("--model", f.model, "Registered model name (resnet18..152, *_small, resnet_tiny, inception_v3)")->capture_default_str();
   c->add_option("--resnet_size", f.resnet_size, "18 | 34 | 50 | 101 | 152: the same as --model resnetN");
   c->add_option("--width", f.width, "Base width override (0: the model's own)");
+  c->add_option("--depth_multiplier", f.depth_multiplier,
+                "inception_v3: channels x this (TF-Slim's depth_multiplier, at least 16 each)")
+      ->capture_default_str();
   c->add_option("--class_num", f.class_num, "Classes (length of each label vector)")->capture_default_str();
   c->add_option("--image_size", f.image_size, "Input size in pixels")->capture_default_str();
   c->add_option("--data_format", f.data_format, "channels_first | channels_last")->capture_default_str();
@@ -152,6 +156,7 @@ tasks::MultiLabelConfig task_config(const MultiLabelFlags& f) {
   c.model.arch = f.resnet_size > 0 ? "resnet" + std::to_string(f.resnet_size) : f.model;
   c.model.num_classes = f.class_num;
   c.model.width = f.width;
+  c.model.depth_multiplier = f.depth_multiplier;
   if (f.init != "default" && f.init != "torchvision")
     throw Error("--init must be default or torchvision, not '" + f.init + "'");
   if (f.init == "torchvision" && c.model.arch != "inception_v3")
@@ -179,7 +184,7 @@ tasks::MultiLabelConfig task_config(const MultiLabelFlags& f) {
 
 json config_json(const MultiLabelFlags& f, const tasks::MultiLabelConfig& c) {
   return {{"task", "multilabel"},          {"model", c.model.arch},         {"class_num", c.model.num_classes},
-          {"width", c.model.width},        {"image_size", c.image_size},    {"data_format", f.data_format},
+          {"width", c.model.width},        {"depth_multiplier", c.model.depth_multiplier}, {"image_size", c.image_size},    {"data_format", f.data_format},
           {"threshold", c.threshold},      {"weight_decay", c.weight_decay}, {"pos_weight", c.pos_weight},
           {"loss_balance", f.balance},     {"mask_thres", c.mask_thres},    {"neg_select", c.neg_select},
           {"data_dir", f.data_dir},        {"batch_size", f.batch_size},    {"lr", f.lr},
@@ -195,6 +200,7 @@ void load_model_config(const std::string& model_dir, MultiLabelFlags* f) {
   f->resnet_size = 0;
   f->class_num = j.at("class_num").get<int64_t>();
   f->width = j.value("width", int64_t{0});
+  f->depth_multiplier = j.value("depth_multiplier", 1.0);
   f->image_size = j.at("image_size").get<int>();
   f->data_format = j.value("data_format", std::string("channels_first"));
   if (f->threshold == 0.5) f->threshold = j.value("threshold", 0.5);  // an explicit --threshold wins

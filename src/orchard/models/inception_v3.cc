@@ -5,6 +5,7 @@
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "orchard/models/resnet.h"  // batch_norm
@@ -21,6 +22,16 @@ struct Conv {
   ExpandingArray<2> kernel;
   ExpandingArray<2> padding = ExpandingArray<2>(0);
   int64_t stride = 1;
+};
+
+// TF-Slim's inception_v3 `depth`: every convolution's output channels scaled by the depth
+// multiplier, never below min_depth. Multiplier 1 is the published (and torchvision's) network.
+struct Depth {
+  double multiplier = 1.0;
+  int64_t min_depth = 16;
+  int64_t operator()(int64_t channels) const {
+    return std::max(static_cast<int64_t>(static_cast<double>(channels) * multiplier), min_depth);
+  }
 };
 
 class BasicConv2dImpl : public torch::nn::Module {
@@ -54,14 +65,17 @@ torch::Tensor max_pool_3x3_s2(const torch::Tensor& x) { return F::max_pool2d(x, 
 // 35x35 grid: 1x1 | 1x1 -> 5x5 | 1x1 -> 3x3 -> 3x3 | avg-pool -> 1x1 (pool_features).
 class InceptionAImpl : public torch::nn::Module {
  public:
-  InceptionAImpl(int64_t in, int64_t pool_features, double m)
-      : branch1x1(basic(*this, "branch1x1", {in, 64, 1}, m)),
-        branch5x5_1(basic(*this, "branch5x5_1", {in, 48, 1}, m)),
-        branch5x5_2(basic(*this, "branch5x5_2", {48, 64, 5, 2}, m)),
-        branch3x3dbl_1(basic(*this, "branch3x3dbl_1", {in, 64, 1}, m)),
-        branch3x3dbl_2(basic(*this, "branch3x3dbl_2", {64, 96, 3, 1}, m)),
-        branch3x3dbl_3(basic(*this, "branch3x3dbl_3", {96, 96, 3, 1}, m)),
-        branch_pool(basic(*this, "branch_pool", {in, pool_features, 1}, m)) {}
+  InceptionAImpl(int64_t in, int64_t pool_features, double m, const Depth& d)
+      : branch1x1(basic(*this, "branch1x1", {in, d(64), 1}, m)),
+        branch5x5_1(basic(*this, "branch5x5_1", {in, d(48), 1}, m)),
+        branch5x5_2(basic(*this, "branch5x5_2", {d(48), d(64), 5, 2}, m)),
+        branch3x3dbl_1(basic(*this, "branch3x3dbl_1", {in, d(64), 1}, m)),
+        branch3x3dbl_2(basic(*this, "branch3x3dbl_2", {d(64), d(96), 3, 1}, m)),
+        branch3x3dbl_3(basic(*this, "branch3x3dbl_3", {d(96), d(96), 3, 1}, m)),
+        branch_pool(basic(*this, "branch_pool", {in, d(pool_features), 1}, m)) {}
+  static int64_t out_channels(int64_t pool_features, const Depth& d) {
+    return d(64) + d(64) + d(96) + d(pool_features);
+  }
   torch::Tensor forward(const torch::Tensor& x) {
     return torch::cat({branch1x1->forward(x), branch5x5_2->forward(branch5x5_1->forward(x)),
                        branch3x3dbl_3->forward(branch3x3dbl_2->forward(branch3x3dbl_1->forward(x))),
@@ -76,11 +90,12 @@ class InceptionAImpl : public torch::nn::Module {
 // 35x35 -> 17x17: 3x3/2 | 1x1 -> 3x3 -> 3x3/2 | max-pool/2.
 class InceptionBImpl : public torch::nn::Module {
  public:
-  InceptionBImpl(int64_t in, double m)
-      : branch3x3(basic(*this, "branch3x3", {in, 384, 3, 0, 2}, m)),
-        branch3x3dbl_1(basic(*this, "branch3x3dbl_1", {in, 64, 1}, m)),
-        branch3x3dbl_2(basic(*this, "branch3x3dbl_2", {64, 96, 3, 1}, m)),
-        branch3x3dbl_3(basic(*this, "branch3x3dbl_3", {96, 96, 3, 0, 2}, m)) {}
+  InceptionBImpl(int64_t in, double m, const Depth& d)
+      : branch3x3(basic(*this, "branch3x3", {in, d(384), 3, 0, 2}, m)),
+        branch3x3dbl_1(basic(*this, "branch3x3dbl_1", {in, d(64), 1}, m)),
+        branch3x3dbl_2(basic(*this, "branch3x3dbl_2", {d(64), d(96), 3, 1}, m)),
+        branch3x3dbl_3(basic(*this, "branch3x3dbl_3", {d(96), d(96), 3, 0, 2}, m)) {}
+  static int64_t out_channels(int64_t in, const Depth& d) { return d(384) + d(96) + in; }
   torch::Tensor forward(const torch::Tensor& x) {
     return torch::cat(
         {branch3x3->forward(x), branch3x3dbl_3->forward(branch3x3dbl_2->forward(branch3x3dbl_1->forward(x))),
@@ -94,17 +109,9 @@ class InceptionBImpl : public torch::nn::Module {
 // 17x17 grid with factorised 7x7s (1x7 and 7x1) of width c7.
 class InceptionCImpl : public torch::nn::Module {
  public:
-  InceptionCImpl(int64_t in, int64_t c7, double m)
-      : branch1x1(basic(*this, "branch1x1", {in, 192, 1}, m)),
-        branch7x7_1(basic(*this, "branch7x7_1", {in, c7, 1}, m)),
-        branch7x7_2(basic(*this, "branch7x7_2", {c7, c7, {1, 7}, {0, 3}}, m)),
-        branch7x7_3(basic(*this, "branch7x7_3", {c7, 192, {7, 1}, {3, 0}}, m)),
-        branch7x7dbl_1(basic(*this, "branch7x7dbl_1", {in, c7, 1}, m)),
-        branch7x7dbl_2(basic(*this, "branch7x7dbl_2", {c7, c7, {7, 1}, {3, 0}}, m)),
-        branch7x7dbl_3(basic(*this, "branch7x7dbl_3", {c7, c7, {1, 7}, {0, 3}}, m)),
-        branch7x7dbl_4(basic(*this, "branch7x7dbl_4", {c7, c7, {7, 1}, {3, 0}}, m)),
-        branch7x7dbl_5(basic(*this, "branch7x7dbl_5", {c7, 192, {1, 7}, {0, 3}}, m)),
-        branch_pool(basic(*this, "branch_pool", {in, 192, 1}, m)) {}
+  InceptionCImpl(int64_t in, int64_t c7_channels, double m, const Depth& d)
+      : InceptionCImpl(in, d(c7_channels), d(192), m) {}
+  static int64_t out_channels(const Depth& d) { return 4 * d(192); }
   torch::Tensor forward(const torch::Tensor& x) {
     auto b7 = branch7x7_3->forward(branch7x7_2->forward(branch7x7_1->forward(x)));
     auto b7dbl = branch7x7dbl_1->forward(x);
@@ -114,18 +121,33 @@ class InceptionCImpl : public torch::nn::Module {
 
   std::shared_ptr<BasicConv2dImpl> branch1x1, branch7x7_1, branch7x7_2, branch7x7_3, branch7x7dbl_1, branch7x7dbl_2,
       branch7x7dbl_3, branch7x7dbl_4, branch7x7dbl_5, branch_pool;
+
+ private:
+  // c7: the factorised 7x7s' width; o: each branch's output (both already scaled).
+  InceptionCImpl(int64_t in, int64_t c7, int64_t o, double m)
+      : branch1x1(basic(*this, "branch1x1", {in, o, 1}, m)),
+        branch7x7_1(basic(*this, "branch7x7_1", {in, c7, 1}, m)),
+        branch7x7_2(basic(*this, "branch7x7_2", {c7, c7, {1, 7}, {0, 3}}, m)),
+        branch7x7_3(basic(*this, "branch7x7_3", {c7, o, {7, 1}, {3, 0}}, m)),
+        branch7x7dbl_1(basic(*this, "branch7x7dbl_1", {in, c7, 1}, m)),
+        branch7x7dbl_2(basic(*this, "branch7x7dbl_2", {c7, c7, {7, 1}, {3, 0}}, m)),
+        branch7x7dbl_3(basic(*this, "branch7x7dbl_3", {c7, c7, {1, 7}, {0, 3}}, m)),
+        branch7x7dbl_4(basic(*this, "branch7x7dbl_4", {c7, c7, {7, 1}, {3, 0}}, m)),
+        branch7x7dbl_5(basic(*this, "branch7x7dbl_5", {c7, o, {1, 7}, {0, 3}}, m)),
+        branch_pool(basic(*this, "branch_pool", {in, o, 1}, m)) {}
 };
 
 // 17x17 -> 8x8: 1x1 -> 3x3/2 | 1x1 -> 1x7 -> 7x1 -> 3x3/2 | max-pool/2.
 class InceptionDImpl : public torch::nn::Module {
  public:
-  InceptionDImpl(int64_t in, double m)
-      : branch3x3_1(basic(*this, "branch3x3_1", {in, 192, 1}, m)),
-        branch3x3_2(basic(*this, "branch3x3_2", {192, 320, 3, 0, 2}, m)),
-        branch7x7x3_1(basic(*this, "branch7x7x3_1", {in, 192, 1}, m)),
-        branch7x7x3_2(basic(*this, "branch7x7x3_2", {192, 192, {1, 7}, {0, 3}}, m)),
-        branch7x7x3_3(basic(*this, "branch7x7x3_3", {192, 192, {7, 1}, {3, 0}}, m)),
-        branch7x7x3_4(basic(*this, "branch7x7x3_4", {192, 192, 3, 0, 2}, m)) {}
+  InceptionDImpl(int64_t in, double m, const Depth& d)
+      : branch3x3_1(basic(*this, "branch3x3_1", {in, d(192), 1}, m)),
+        branch3x3_2(basic(*this, "branch3x3_2", {d(192), d(320), 3, 0, 2}, m)),
+        branch7x7x3_1(basic(*this, "branch7x7x3_1", {in, d(192), 1}, m)),
+        branch7x7x3_2(basic(*this, "branch7x7x3_2", {d(192), d(192), {1, 7}, {0, 3}}, m)),
+        branch7x7x3_3(basic(*this, "branch7x7x3_3", {d(192), d(192), {7, 1}, {3, 0}}, m)),
+        branch7x7x3_4(basic(*this, "branch7x7x3_4", {d(192), d(192), 3, 0, 2}, m)) {}
+  static int64_t out_channels(int64_t in, const Depth& d) { return d(320) + d(192) + in; }
   torch::Tensor forward(const torch::Tensor& x) {
     auto b7 = branch7x7x3_1->forward(x);
     for (auto* c : {&branch7x7x3_2, &branch7x7x3_3, &branch7x7x3_4}) b7 = (*c)->forward(b7);
@@ -138,16 +160,17 @@ class InceptionDImpl : public torch::nn::Module {
 // 8x8 grid with the 3x3s split into parallel 1x3 and 3x1 (concatenated): 2048 channels out.
 class InceptionEImpl : public torch::nn::Module {
  public:
-  InceptionEImpl(int64_t in, double m)
-      : branch1x1(basic(*this, "branch1x1", {in, 320, 1}, m)),
-        branch3x3_1(basic(*this, "branch3x3_1", {in, 384, 1}, m)),
-        branch3x3_2a(basic(*this, "branch3x3_2a", {384, 384, {1, 3}, {0, 1}}, m)),
-        branch3x3_2b(basic(*this, "branch3x3_2b", {384, 384, {3, 1}, {1, 0}}, m)),
-        branch3x3dbl_1(basic(*this, "branch3x3dbl_1", {in, 448, 1}, m)),
-        branch3x3dbl_2(basic(*this, "branch3x3dbl_2", {448, 384, 3, 1}, m)),
-        branch3x3dbl_3a(basic(*this, "branch3x3dbl_3a", {384, 384, {1, 3}, {0, 1}}, m)),
-        branch3x3dbl_3b(basic(*this, "branch3x3dbl_3b", {384, 384, {3, 1}, {1, 0}}, m)),
-        branch_pool(basic(*this, "branch_pool", {in, 192, 1}, m)) {}
+  InceptionEImpl(int64_t in, double m, const Depth& d)
+      : branch1x1(basic(*this, "branch1x1", {in, d(320), 1}, m)),
+        branch3x3_1(basic(*this, "branch3x3_1", {in, d(384), 1}, m)),
+        branch3x3_2a(basic(*this, "branch3x3_2a", {d(384), d(384), {1, 3}, {0, 1}}, m)),
+        branch3x3_2b(basic(*this, "branch3x3_2b", {d(384), d(384), {3, 1}, {1, 0}}, m)),
+        branch3x3dbl_1(basic(*this, "branch3x3dbl_1", {in, d(448), 1}, m)),
+        branch3x3dbl_2(basic(*this, "branch3x3dbl_2", {d(448), d(384), 3, 1}, m)),
+        branch3x3dbl_3a(basic(*this, "branch3x3dbl_3a", {d(384), d(384), {1, 3}, {0, 1}}, m)),
+        branch3x3dbl_3b(basic(*this, "branch3x3dbl_3b", {d(384), d(384), {3, 1}, {1, 0}}, m)),
+        branch_pool(basic(*this, "branch_pool", {in, d(192), 1}, m)) {}
+  static int64_t out_channels(const Depth& d) { return d(320) + 4 * d(384) + d(192); }
   torch::Tensor forward(const torch::Tensor& x) {
     auto b3 = branch3x3_1->forward(x);
     auto b3dbl = branch3x3dbl_2->forward(branch3x3dbl_1->forward(x));
@@ -164,10 +187,10 @@ class InceptionEImpl : public torch::nn::Module {
 // On Mixed_6e (768 x 17 x 17): avg-pool 5/3 -> 1x1 (128) -> 5x5 (768, valid) -> pool -> fc.
 class InceptionAuxImpl : public torch::nn::Module {
  public:
-  InceptionAuxImpl(int64_t in, int64_t num_classes, double m)
-      : conv0(basic(*this, "conv0", {in, 128, 1}, m)),
-        conv1(basic(*this, "conv1", {128, 768, 5}, m)),
-        fc(register_module("fc", torch::nn::Linear(768, num_classes))) {}
+  InceptionAuxImpl(int64_t in, int64_t num_classes, double m, const Depth& d)
+      : conv0(basic(*this, "conv0", {in, d(128), 1}, m)),
+        conv1(basic(*this, "conv1", {d(128), d(768), 5}, m)),
+        fc(register_module("fc", torch::nn::Linear(d(768), num_classes))) {}
   torch::Tensor forward(const torch::Tensor& x) {
     TORCH_CHECK(x.size(2) >= 17 && x.size(3) >= 17, "InceptionV3's auxiliary classifier needs a Mixed_6e map of ",
                 "at least 17x17 (inputs of at least 299x299), got ", x.size(2), "x", x.size(3));
@@ -188,25 +211,36 @@ InceptionV3Impl::InceptionV3Impl(const InceptionV3Options& o) : options_(o) {
   TORCH_CHECK(o.num_classes >= 0, "InceptionV3 num_classes must be >= 0 (0: no fc), got ", o.num_classes);
   TORCH_CHECK(!o.aux_logits || o.num_classes >= 1, "InceptionV3 aux_logits needs num_classes >= 1");
   TORCH_CHECK(o.dropout >= 0 && o.dropout < 1, "InceptionV3 dropout must be in [0, 1), got ", o.dropout);
+  TORCH_CHECK(o.depth_multiplier > 0 && o.depth_multiplier <= 1 && o.min_depth >= 1,
+              "InceptionV3 depth_multiplier must be in (0, 1] and min_depth >= 1, got ", o.depth_multiplier, " and ",
+              o.min_depth);
   const double m = o.batch_norm_momentum;
-  Conv2d_1a_3x3 = basic(*this, "Conv2d_1a_3x3", {3, 32, 3, 0, 2}, m);
-  Conv2d_2a_3x3 = basic(*this, "Conv2d_2a_3x3", {32, 32, 3}, m);
-  Conv2d_2b_3x3 = basic(*this, "Conv2d_2b_3x3", {32, 64, 3, 1}, m);
-  Conv2d_3b_1x1 = basic(*this, "Conv2d_3b_1x1", {64, 80, 1}, m);
-  Conv2d_4a_3x3 = basic(*this, "Conv2d_4a_3x3", {80, 192, 3}, m);
-  Mixed_5b = register_module("Mixed_5b", std::make_shared<InceptionAImpl>(192, 32, m));
-  Mixed_5c = register_module("Mixed_5c", std::make_shared<InceptionAImpl>(256, 64, m));
-  Mixed_5d = register_module("Mixed_5d", std::make_shared<InceptionAImpl>(288, 64, m));
-  Mixed_6a = register_module("Mixed_6a", std::make_shared<InceptionBImpl>(288, m));
-  Mixed_6b = register_module("Mixed_6b", std::make_shared<InceptionCImpl>(768, 128, m));
-  Mixed_6c = register_module("Mixed_6c", std::make_shared<InceptionCImpl>(768, 160, m));
-  Mixed_6d = register_module("Mixed_6d", std::make_shared<InceptionCImpl>(768, 160, m));
-  Mixed_6e = register_module("Mixed_6e", std::make_shared<InceptionCImpl>(768, 192, m));
-  if (o.aux_logits) AuxLogits = register_module("AuxLogits", std::make_shared<InceptionAuxImpl>(768, o.num_classes, m));
-  Mixed_7a = register_module("Mixed_7a", std::make_shared<InceptionDImpl>(768, m));
-  Mixed_7b = register_module("Mixed_7b", std::make_shared<InceptionEImpl>(1280, m));
-  Mixed_7c = register_module("Mixed_7c", std::make_shared<InceptionEImpl>(kNumFeatures, m));
-  if (o.num_classes > 0) fc = register_module("fc", torch::nn::Linear(kNumFeatures, o.num_classes));
+  const Depth d{o.depth_multiplier, o.min_depth};
+  // Channels as torchvision's at multiplier 1: 192 -> 256 -> 288 -> 288 (Mixed_5*), 768
+  // (Mixed_6*), 1280 (Mixed_7a), 2048 (Mixed_7b, 7c).
+  Conv2d_1a_3x3 = basic(*this, "Conv2d_1a_3x3", {3, d(32), 3, 0, 2}, m);
+  Conv2d_2a_3x3 = basic(*this, "Conv2d_2a_3x3", {d(32), d(32), 3}, m);
+  Conv2d_2b_3x3 = basic(*this, "Conv2d_2b_3x3", {d(32), d(64), 3, 1}, m);
+  Conv2d_3b_1x1 = basic(*this, "Conv2d_3b_1x1", {d(64), d(80), 1}, m);
+  Conv2d_4a_3x3 = basic(*this, "Conv2d_4a_3x3", {d(80), d(192), 3}, m);
+  const int64_t c5b = d(192), c5c = InceptionAImpl::out_channels(32, d), c5d = InceptionAImpl::out_channels(64, d);
+  Mixed_5b = register_module("Mixed_5b", std::make_shared<InceptionAImpl>(c5b, 32, m, d));
+  Mixed_5c = register_module("Mixed_5c", std::make_shared<InceptionAImpl>(c5c, 64, m, d));
+  Mixed_5d = register_module("Mixed_5d", std::make_shared<InceptionAImpl>(c5d, 64, m, d));
+  const int64_t c6a = InceptionAImpl::out_channels(64, d), c6 = InceptionBImpl::out_channels(c6a, d);
+  Mixed_6a = register_module("Mixed_6a", std::make_shared<InceptionBImpl>(c6a, m, d));
+  Mixed_6b = register_module("Mixed_6b", std::make_shared<InceptionCImpl>(c6, 128, m, d));
+  const int64_t c6c = InceptionCImpl::out_channels(d);
+  Mixed_6c = register_module("Mixed_6c", std::make_shared<InceptionCImpl>(c6c, 160, m, d));
+  Mixed_6d = register_module("Mixed_6d", std::make_shared<InceptionCImpl>(c6c, 160, m, d));
+  Mixed_6e = register_module("Mixed_6e", std::make_shared<InceptionCImpl>(c6c, 192, m, d));
+  if (o.aux_logits)
+    AuxLogits = register_module("AuxLogits", std::make_shared<InceptionAuxImpl>(c6c, o.num_classes, m, d));
+  Mixed_7a = register_module("Mixed_7a", std::make_shared<InceptionDImpl>(c6c, m, d));
+  Mixed_7b = register_module("Mixed_7b", std::make_shared<InceptionEImpl>(InceptionDImpl::out_channels(c6c, d), m, d));
+  num_features_ = InceptionEImpl::out_channels(d);
+  Mixed_7c = register_module("Mixed_7c", std::make_shared<InceptionEImpl>(num_features_, m, d));
+  if (o.num_classes > 0) fc = register_module("fc", torch::nn::Linear(num_features_, o.num_classes));
 
   // He (kaiming normal, fan_in, ReLU gain) for every convolution, not torchvision's
   // trunc_normal(std 0.1) (0.01 for AuxLogits.conv1). im2txt can run the encoder frozen in

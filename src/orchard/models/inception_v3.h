@@ -9,8 +9,12 @@
 // needs >= 299), channels_last memory format welcome. ImageNet weights expect 299x299 RGB
 // scaled to [-1, 1] (TF-Slim's inception preprocessing), or torchvision's mean/std-normalised
 // RGB with transform_input.
-// Output of forward: logits [N, num_classes], or the pooled features [N, 2048] (after dropout)
-// when num_classes is 0.
+// Output of forward: logits [N, num_classes], or the pooled features [N, num_features()] (2048;
+// after dropout) when num_classes is 0.
+//
+// depth_multiplier < 1 thins every convolution as TF-Slim's inception_v3(depth_multiplier,
+// min_depth) does (channels max(int(c * multiplier), min_depth)): the same architecture at a
+// fraction of the cost, for small data and CPU tests. ImageNet weights exist for 1 only.
 //
 // Used as the image encoder of im2txt (features) and as a classification backbone.
 #pragma once
@@ -43,6 +47,9 @@ struct InceptionV3Options {
   // that learns shape kinds at 75 px (docs/caption.md); a never-trained frozen network's
   // features explode with it (see the .cc), so He stays the default.
   bool torchvision_init = false;
+  // TF-Slim's depth_multiplier and min_depth (see above); 1 is the published network.
+  double depth_multiplier = 1.0;
+  int64_t min_depth = 16;
 };
 
 // Where both outputs of a training step are needed.
@@ -72,11 +79,12 @@ class InceptionV3Impl : public ImageModelImpl {
   // forward plus, with aux_logits in training mode, the auxiliary classifier's logits (as
   // torchvision's forward in training); in eval mode `aux` stays undefined, as torchvision's.
   InceptionV3Output forward_with_aux(const torch::Tensor& x);
-  // Globally average-pooled output of Mixed_7c, [N, 2048], before dropout: the image
+  // Globally average-pooled output of Mixed_7c, [N, num_features()], before dropout: the image
   // embedding im2txt projects.
   torch::Tensor features(torch::Tensor x) override;
 
-  static constexpr int64_t kNumFeatures = 2048;
+  // Mixed_7c's channels: 2048 at depth multiplier 1.
+  int64_t num_features() const { return num_features_; }
   const InceptionV3Options& options() const { return options_; }
 
  private:
@@ -85,6 +93,7 @@ class InceptionV3Impl : public ImageModelImpl {
   torch::Tensor pooled(const torch::Tensor& x, torch::Tensor* aux);
 
   InceptionV3Options options_;
+  int64_t num_features_ = 0;
   // Registered by the constructor in torchvision's order, so parameters and buffers list in its
   // state_dict order (max-pools, avgpool and dropout have no state and are functional calls).
   std::shared_ptr<inception::BasicConv2dImpl> Conv2d_1a_3x3, Conv2d_2a_3x3, Conv2d_2b_3x3, Conv2d_3b_1x1, Conv2d_4a_3x3;

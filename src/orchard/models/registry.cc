@@ -60,6 +60,7 @@ void register_builtin_models(Registry& r) {
     InceptionV3Options o;
     o.num_classes = c.num_classes;
     o.torchvision_init = c.init == "torchvision";
+    o.depth_multiplier = c.depth_multiplier;
     return std::make_shared<InceptionV3Impl>(o);
   };
   r.others["mobilenet_v2"] = [](const ModelConfig& c) -> ImageModel {
@@ -87,6 +88,10 @@ const Registry& registry() {
 
 void check(const ModelConfig& config) {
   if (config.num_classes < 1) throw Error("--num_classes must be positive");
+  if (!(config.depth_multiplier > 0 && config.depth_multiplier <= 1))
+    throw Error("--depth_multiplier must be in (0, 1]");
+  if (config.depth_multiplier != 1 && config.arch != "inception_v3")
+    throw Error("--depth_multiplier applies to inception_v3, not " + config.arch);
 }
 
 }  // namespace
@@ -109,6 +114,7 @@ ResNetOptions resnet_options(const ModelConfig& config) {
 ResNet build_resnet(const ModelConfig& config) { return ResNet(resnet_options(config)); }
 
 ImageModel build_model(const ModelConfig& config) {
+  check(config);
   if (registry().resnets.count(config.arch)) return build_resnet(config).ptr();
   auto it = registry().others.find(config.arch);
   if (it == registry().others.end()) unknown(config.arch, "model");

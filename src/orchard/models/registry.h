@@ -22,6 +22,8 @@ struct ModelConfig {
   // "" or "default": the model's own initialisation; "torchvision": inception_v3 only,
   // torchvision's and TF-Slim's trunc_normal(std 0.1) convolutions (see inception_v3.h).
   std::string init;
+  // inception_v3 only: TF-Slim's depth_multiplier (channels x this, at least 16); 1 otherwise.
+  double depth_multiplier = 1.0;
 };
 
 // Names: resnet18/34/50/101/152 (ImageNet stem), the same with a "_small" suffix (3x3
