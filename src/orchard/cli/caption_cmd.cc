@@ -199,8 +199,6 @@ tasks::CaptionConfig task_config(const CaptionFlags& f, const data::Vocabulary& 
     throw Error("--lstm_dropout_keep_prob must be in (0, 1]");
   if (f.batch_norm_decay < 0 || f.batch_norm_decay >= 1) throw Error("--batch_norm_decay must be in [0, 1)");
   if (!(f.depth_multiplier > 0 && f.depth_multiplier <= 1)) throw Error("--depth_multiplier must be in (0, 1]");
-  if (f.init != "default" && f.init != "torchvision")
-    throw Error("--init must be default or torchvision, not '" + f.init + "'");
   if (f.beam_size < 1) throw Error("--beam_size must be at least 1");
   if (f.max_caption_length < 2) throw Error("--max_caption_length must be at least 2");
   tasks::CaptionConfig c;
@@ -211,7 +209,7 @@ tasks::CaptionConfig task_config(const CaptionFlags& f, const data::Vocabulary& 
   c.model.initializer_scale = f.initializer_scale;
   c.model.batch_norm_decay = f.batch_norm_decay;
   c.model.inception_depth_multiplier = f.depth_multiplier;
-  c.model.inception_torchvision_init = f.init == "torchvision";
+  c.model.inception_torchvision_init = torchvision_init_flag(f.init);
   c.image.image_size = f.image_size;
   c.image.resize_size = f.resize_size > 0 ? f.resize_size
                                           : static_cast<int>(std::lround(346.0 * f.image_size / 299.0));

@@ -345,4 +345,10 @@ std::unique_ptr<torch::optim::Optimizer> make_tf_optimizer(const std::string& op
   throw Error("--optimizer must be SGD, Momentum, Adam, Adagrad or RMSProp, not '" + optimizer + "'");
 }
 
+bool torchvision_init_flag(const std::string& init) {
+  if (init != "default" && init != "torchvision")
+    throw Error("--init must be default or torchvision, not '" + init + "'");
+  return init == "torchvision";
+}
+
 }  // namespace orchard::cli

@@ -135,4 +135,8 @@ void export_image_model(torch::nn::Module& model, const std::string& arch, const
 std::unique_ptr<torch::optim::Optimizer> make_tf_optimizer(const std::string& name, std::vector<at::Tensor> params,
                                                            double momentum);
 
+// The value of an `--init default|torchvision` flag (Inception-v3's initialisation): true for
+// torchvision; a clear error for anything else.
+bool torchvision_init_flag(const std::string& init);
+
 }  // namespace orchard::cli

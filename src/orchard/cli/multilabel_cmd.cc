@@ -157,9 +157,7 @@ tasks::MultiLabelConfig task_config(const MultiLabelFlags& f) {
   c.model.num_classes = f.class_num;
   c.model.width = f.width;
   c.model.depth_multiplier = f.depth_multiplier;
-  if (f.init != "default" && f.init != "torchvision")
-    throw Error("--init must be default or torchvision, not '" + f.init + "'");
-  if (f.init == "torchvision" && c.model.arch != "inception_v3")
+  if (torchvision_init_flag(f.init) && c.model.arch != "inception_v3")
     throw Error("--init torchvision applies to inception_v3, not " + c.model.arch);
   c.model.init = f.init;
   if (f.optimizer != "momentum" && f.optimizer != "adam")
@@ -184,14 +182,15 @@ tasks::MultiLabelConfig task_config(const MultiLabelFlags& f) {
 
 json config_json(const MultiLabelFlags& f, const tasks::MultiLabelConfig& c) {
   return {{"task", "multilabel"},          {"model", c.model.arch},         {"class_num", c.model.num_classes},
-          {"width", c.model.width},        {"depth_multiplier", c.model.depth_multiplier}, {"image_size", c.image_size},    {"data_format", f.data_format},
+          {"width", c.model.width},        {"image_size", c.image_size},    {"data_format", f.data_format},
           {"threshold", c.threshold},      {"weight_decay", c.weight_decay}, {"pos_weight", c.pos_weight},
           {"loss_balance", f.balance},     {"mask_thres", c.mask_thres},    {"neg_select", c.neg_select},
           {"data_dir", f.data_dir},        {"batch_size", f.batch_size},    {"lr", f.lr},
           {"lr_decay_step", f.lr_decay_step}, {"warmup_step", f.warmup_step}, {"lr_warmup", f.lr_warmup},
           {"warmup_decay_step", f.warmup_decay_step}, {"warmup_decay_factor", f.warmup_decay_factor},
           {"max_iter", f.max_iter},        {"random_seed", f.random_seed},  {"dtype", f.dtype},
-          {"optimizer", f.optimizer},      {"init", f.init}};
+          {"optimizer", f.optimizer},      {"init", f.init},
+          {"depth_multiplier", c.model.depth_multiplier}};
 }
 
 void load_model_config(const std::string& model_dir, MultiLabelFlags* f) {
