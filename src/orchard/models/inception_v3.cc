@@ -109,8 +109,17 @@ class InceptionBImpl : public torch::nn::Module {
 // 17x17 grid with factorised 7x7s (1x7 and 7x1) of width c7.
 class InceptionCImpl : public torch::nn::Module {
  public:
-  InceptionCImpl(int64_t in, int64_t c7_channels, double m, const Depth& d)
-      : InceptionCImpl(in, d(c7_channels), d(192), m) {}
+  InceptionCImpl(int64_t in, int64_t c7, double m, const Depth& d)
+      : branch1x1(basic(*this, "branch1x1", {in, d(192), 1}, m)),
+        branch7x7_1(basic(*this, "branch7x7_1", {in, d(c7), 1}, m)),
+        branch7x7_2(basic(*this, "branch7x7_2", {d(c7), d(c7), {1, 7}, {0, 3}}, m)),
+        branch7x7_3(basic(*this, "branch7x7_3", {d(c7), d(192), {7, 1}, {3, 0}}, m)),
+        branch7x7dbl_1(basic(*this, "branch7x7dbl_1", {in, d(c7), 1}, m)),
+        branch7x7dbl_2(basic(*this, "branch7x7dbl_2", {d(c7), d(c7), {7, 1}, {3, 0}}, m)),
+        branch7x7dbl_3(basic(*this, "branch7x7dbl_3", {d(c7), d(c7), {1, 7}, {0, 3}}, m)),
+        branch7x7dbl_4(basic(*this, "branch7x7dbl_4", {d(c7), d(c7), {7, 1}, {3, 0}}, m)),
+        branch7x7dbl_5(basic(*this, "branch7x7dbl_5", {d(c7), d(192), {1, 7}, {0, 3}}, m)),
+        branch_pool(basic(*this, "branch_pool", {in, d(192), 1}, m)) {}
   static int64_t out_channels(const Depth& d) { return 4 * d(192); }
   torch::Tensor forward(const torch::Tensor& x) {
     auto b7 = branch7x7_3->forward(branch7x7_2->forward(branch7x7_1->forward(x)));
@@ -121,20 +130,6 @@ class InceptionCImpl : public torch::nn::Module {
 
   std::shared_ptr<BasicConv2dImpl> branch1x1, branch7x7_1, branch7x7_2, branch7x7_3, branch7x7dbl_1, branch7x7dbl_2,
       branch7x7dbl_3, branch7x7dbl_4, branch7x7dbl_5, branch_pool;
-
- private:
-  // c7: the factorised 7x7s' width; o: each branch's output (both already scaled).
-  InceptionCImpl(int64_t in, int64_t c7, int64_t o, double m)
-      : branch1x1(basic(*this, "branch1x1", {in, o, 1}, m)),
-        branch7x7_1(basic(*this, "branch7x7_1", {in, c7, 1}, m)),
-        branch7x7_2(basic(*this, "branch7x7_2", {c7, c7, {1, 7}, {0, 3}}, m)),
-        branch7x7_3(basic(*this, "branch7x7_3", {c7, o, {7, 1}, {3, 0}}, m)),
-        branch7x7dbl_1(basic(*this, "branch7x7dbl_1", {in, c7, 1}, m)),
-        branch7x7dbl_2(basic(*this, "branch7x7dbl_2", {c7, c7, {7, 1}, {3, 0}}, m)),
-        branch7x7dbl_3(basic(*this, "branch7x7dbl_3", {c7, c7, {1, 7}, {0, 3}}, m)),
-        branch7x7dbl_4(basic(*this, "branch7x7dbl_4", {c7, c7, {7, 1}, {3, 0}}, m)),
-        branch7x7dbl_5(basic(*this, "branch7x7dbl_5", {c7, o, {1, 7}, {0, 3}}, m)),
-        branch_pool(basic(*this, "branch_pool", {in, o, 1}, m)) {}
 };
 
 // 17x17 -> 8x8: 1x1 -> 3x3/2 | 1x1 -> 1x7 -> 7x1 -> 3x3/2 | max-pool/2.

@@ -114,7 +114,6 @@ ResNetOptions resnet_options(const ModelConfig& config) {
 ResNet build_resnet(const ModelConfig& config) { return ResNet(resnet_options(config)); }
 
 ImageModel build_model(const ModelConfig& config) {
-  check(config);
   if (registry().resnets.count(config.arch)) return build_resnet(config).ptr();
   auto it = registry().others.find(config.arch);
   if (it == registry().others.end()) unknown(config.arch, "model");
