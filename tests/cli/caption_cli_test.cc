@@ -5,10 +5,12 @@
 //                    initialisation from a checkpoint.
 //   CaptionPretrainedEncoder.*  im2txt's recipe in miniature: Inception-v3 trained first (as a
 //                    shapes tagger), then frozen under the LSTM: BLEU-4 >= 0.5.
+//   CaptionInit.*    --init chooses how the encoder is drawn without a checkpoint.
 //   CaptionErrors.*  bad flags, vocabularies and records: a non-zero exit and a clear message.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -20,7 +22,9 @@
 #include "core/test_util.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
+#include "orchard/models/inception_v3.h"
 #include "orchard/proto/event.pb.h"
+#include "orchard/train/checkpoint.h"
 
 namespace orchard::cli {
 namespace {
@@ -310,6 +314,51 @@ TEST(CaptionPretrainedEncoder, FrozenShapesTaggerReachesBleu4OfHalf) {
           root);
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(contains(r.err, "Conv2d_1a_3x3.conv.weight")) << r.err;
+}
+
+// `caption train --init torchvision` draws the encoder's convolutions as torchvision and
+// TF-Slim do, normal(0, 0.1) truncated at +-2, instead of He's normal(0, sqrt(2 / fan_in));
+// config.json records the choice and other values are refused before any work.
+TEST(CaptionInit, TorchvisionInitDrawsTheEncoderWithStd01) {
+  one_thread_per_process();
+  TempDir root;
+  const std::string data = root.file("shapes");
+  ASSERT_EQ(run({"data", "shapes", "--task", "captioning", "--out_dir", data, "--num_train", "4", "--num_validation",
+                 "1", "--train_shards", "1"},
+                root)
+                .rc,
+            0);
+  // One Adam step of 1e-4 moves each weight by at most ~1e-4: the drawn spread stays.
+  auto train = [&](const std::string& init) {
+    return run({"caption", "train", "--input_file_pattern", data + "/train-*", "--train_dir", root.file(init),
+                "--train_steps", "1", "--train_batch_size", "2", "--image_size", "75", "--train_inception",
+                "--optimizer", "Adam", "--train_inception_learning_rate", "0.0001", "--init", init},
+               root);
+  };
+  // Mixed_7c.branch3x3dbl_1: a 1x1 convolution over 2048 channels (448 x 2048 weights).
+  auto conv_std = [&](const std::string& init) {
+    models::InceptionV3Options o;
+    o.num_classes = 0;  // the encoder: pooled features, no fc
+    models::InceptionV3 encoder(o);
+    train::RestoreOptions ro;
+    ro.load_optimizer = false;
+    ro.load_rng = false;
+    ro.source_name = [](const std::string& name) { return "inception." + name; };
+    train::restore_checkpoint(train::CheckpointManager(root.file(init)).latest(), *encoder, nullptr, ro);
+    return encoder->named_parameters()["Mixed_7c.branch3x3dbl_1.conv.weight"].std().item<double>();
+  };
+  for (const std::string init : {"default", "torchvision"}) {
+    auto r = train(init);
+    ASSERT_EQ(r.rc, 0) << init << "\n" << r.err;
+    const auto config = json::parse(read_file(root.file(init) + "/config.json"));
+    EXPECT_EQ(config.at("init"), init);
+  }
+  EXPECT_NEAR(conv_std("torchvision"), 0.1, 0.003);
+  EXPECT_NEAR(conv_std("default"), std::sqrt(2.0 / 2048), 0.001);
+  auto bad = train("xavier");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_TRUE(contains(bad.err, "--init must be default or torchvision, not 'xavier'")) << bad.err;
+  EXPECT_FALSE(fs::exists(root.file("xavier") + "/config.json"));
 }
 
 class CaptionErrors : public ::testing::Test {
