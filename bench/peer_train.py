@@ -53,39 +53,57 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--channels_last", action="store_true")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"],
+                   help="autocast dtype of the forward pass (fp16: with dynamic loss scaling)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = build(a.model, a.num_classes, a.width)
+    device = torch.device(a.device)
+    model = build(a.model, a.num_classes, a.width).to(device)
     if a.channels_last:
         model = model.to(memory_format=torch.channels_last)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     decay = [p for n, p in model.named_parameters() if "bn" not in n and "downsample.1" not in n]
-    x = torch.empty(a.batch_size, 3, a.image_size, a.image_size).normal_(127, 60)
+    # The batch lives on the device, as Orchard's --use_synthetic_data batch does.
+    x = torch.empty(a.batch_size, 3, a.image_size, a.image_size, device=device).normal_(127, 60)
     if a.channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
-    y = torch.randint(a.num_classes, (a.batch_size,))
+    y = torch.randint(a.num_classes, (a.batch_size,), device=device)
     ce = nn.CrossEntropyLoss(reduction="sum")
+    amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.dtype)
+    scaler = torch.amp.GradScaler(device.type, init_scale=128) if a.dtype == "fp16" else None
 
     def step():
-        out = model(x)
-        loss = ce(out, y) / a.batch_size + 1e-4 * sum((p * p).sum() for p in decay)
+        # Orchard runs the forward pass under autocast; the loss and L2 stay in fp32.
+        with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+            out = model(x)
+        loss = ce(out.float(), y) / a.batch_size + 1e-4 * sum((p * p).sum() for p in decay)
         opt.zero_grad()
-        loss.backward()
-        opt.step()
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
         return loss
 
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for _ in range(a.warmup):
         step()
+    sync()
     t = time.perf_counter()
     for _ in range(a.steps):
         loss = step()
     loss.item()
+    sync()
     dt = time.perf_counter() - t
     import resource
     print(json.dumps({"impl": "pytorch", "model": a.model, "batch_size": a.batch_size, "image_size": a.image_size,
-                      "threads": a.threads, "images_per_second": a.steps * a.batch_size / dt,
+                      "threads": a.threads, "device": a.device, "dtype": a.dtype, "channels_last": a.channels_last,
+                      "torch": torch.__version__, "images_per_second": a.steps * a.batch_size / dt,
                       "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 

@@ -10,9 +10,16 @@ endif()
 if(Torch_FOUND)
   add_library(orchard_torch INTERFACE)
   target_link_libraries(orchard_torch INTERFACE ${TORCH_LIBRARIES})
-  target_include_directories(orchard_torch INTERFACE ${TORCH_INCLUDE_DIRS})
+  target_include_directories(orchard_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
   add_library(orchard::torch ALIAS orchard_torch)
   set(ORCHARD_TORCH_KIND "TorchConfig (${Torch_DIR})")
+  # A CUDA libtorch (pip's torch+cuXXX) ships libc10_cuda and c10d's NCCL process group:
+  # multi-process GPU training uses it (src/orchard/train/distributed.cc).
+  find_library(ORCHARD_C10_CUDA_LIB c10_cuda PATHS "${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH)
+  if(ORCHARD_C10_CUDA_LIB)
+    target_compile_definitions(orchard_torch INTERFACE ORCHARD_NCCL USE_C10D_NCCL)
+    string(APPEND ORCHARD_TORCH_KIND ", CUDA with NCCL")
+  endif()
   return()
 endif()
 

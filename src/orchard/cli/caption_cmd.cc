@@ -358,7 +358,7 @@ void run_train(CaptionFlags f) {
   topt.stats_file = f.stats_file;
   topt.clip_gradient_norm = f.clip_gradients;
   topt.dtype = f.dtype;
-  topt.device = cuda ? "cuda" : "cpu";
+  topt.device = train_device(cuda, dist.get());
   const bool has_eval = !f.eval_file_pattern.empty();
   topt.eval_on_checkpoint = has_eval;
   topt.distributed = dist;

@@ -239,9 +239,11 @@ void load_model_config(const std::string& model_dir, ClassifyFlags* f) {
 }
 
 // The seed's synthetic input: one batch of truncated-normal images (mean 127, stddev 60,
-// inside [0, 255]) and random labels, repeated; no decoding at all.
+// inside [0, 255]) and random labels, repeated; no decoding at all. The batch stays on the
+// training device (as TF's distributed synthetic input does), so GPU throughput counts no copies.
 train::BatchSource synthetic_source(const data::SampleSpec& spec, int64_t batch_size, int64_t num_classes,
-                                    uint64_t seed, int64_t steps_per_epoch, int64_t start_epoch, int64_t start_batch) {
+                                    uint64_t seed, int64_t steps_per_epoch, int64_t start_epoch, int64_t start_batch,
+                                    const std::string& device) {
   torch::manual_seed(seed);
   std::vector<int64_t> shape = {batch_size};
   shape.insert(shape.end(), spec.image_shape.begin(), spec.image_shape.end());
@@ -251,7 +253,8 @@ train::BatchSource synthetic_source(const data::SampleSpec& spec, int64_t batch_
     if (!bad.any().item<bool>()) break;
     images = torch::where(bad, torch::empty(shape).normal_(127, 60), images);
   }
-  auto labels = torch::randint(num_classes, {batch_size}, torch::kLong);
+  auto labels = torch::randint(num_classes, {batch_size}, torch::kLong).to(device);
+  images = images.to(device);
   auto pos = std::make_shared<int64_t>(start_epoch * steps_per_epoch + start_batch);
   return [=](data::Batch* b) {
     b->images = images;
@@ -322,7 +325,7 @@ void run_train(ClassifyFlags f) {
   topt.dtype = f.dtype;
   topt.loss_scale = f.loss_scale.empty() ? "dynamic" : f.loss_scale;
   train::LossScaler check_loss_scale(topt.loss_scale);  // a bad --loss_scale fails before any work
-  topt.device = cuda ? "cuda" : "cpu";
+  topt.device = train_device(cuda, dist.get());
 
   train::PiecewiseWarmupConfig lr;
   lr.base_lr = f.base_learning_rate;
@@ -367,7 +370,7 @@ void run_train(ClassifyFlags f) {
   if (f.use_synthetic_data)
     synthetic = [&, spec = task.sample_spec()](int64_t epoch, int64_t batch) {
       return synthetic_source(spec, train_input.batch_size, tcfg.model.num_classes, f.seed + train_input.worker_index,
-                              steps_per_epoch, epoch, batch);
+                              steps_per_epoch, epoch, batch, topt.device);
     };
   const auto stats =
       train_on_pipelines(trainer, task, train_input, eval_input, topt.skip_eval, f.stats_file, synthetic);

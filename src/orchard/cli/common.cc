@@ -70,6 +70,11 @@ std::shared_ptr<train::Distributed> join_cluster(const std::string& strategy, in
   return std::make_shared<train::Distributed>(spec, std::chrono::seconds(timeout_seconds), cuda);
 }
 
+std::string train_device(bool cuda, const train::Distributed* distributed) {
+  if (!cuda) return "cpu";
+  return distributed ? distributed->device() : "cuda";
+}
+
 void shard_input(data::PipelineOptions& options, const train::Distributed* distributed) {
   if (!distributed) return;
   options.batch_size /= distributed->world_size();

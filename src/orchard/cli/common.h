@@ -43,6 +43,10 @@ void check_distribution(const std::string& strategy, int num_gpus, bool cuda);
 std::shared_ptr<train::Distributed> join_cluster(const std::string& strategy, int64_t global_batch_size,
                                                  int timeout_seconds, bool cuda);
 
+// The training device: "cpu", "cuda", or with several processes on GPUs the one NCCL uses
+// ("cuda:LOCAL_RANK").
+std::string train_device(bool cuda, const train::Distributed* distributed);
+
 // This replica's share of an input: batch = global / replicas, worker index = rank.
 void shard_input(data::PipelineOptions& options, const train::Distributed* distributed);
 

@@ -402,7 +402,7 @@ void run_train(DetectFlags f) {
   topt.log_steps = f.log_steps;
   topt.stats_file = f.stats_file;
   topt.dtype = f.dtype;
-  topt.device = cuda ? "cuda" : "cpu";
+  topt.device = train_device(cuda, dist.get());
   topt.distributed = dist;
   std::vector<torch::Tensor> params;
   for (auto& p : task.module()->parameters())

@@ -280,7 +280,7 @@ void run_train(MultiLabelFlags f) {
   topt.stats_file = f.stats_file;
   std::tie(topt.profile_start, topt.profile_end) = parse_profile_steps(f.profile_steps);
   topt.dtype = f.dtype;
-  topt.device = cuda ? "cuda" : "cpu";
+  topt.device = train_device(cuda, dist.get());
 
   train::MlImagesScheduleConfig lr;
   lr.lr = f.lr;

@@ -5,6 +5,11 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
+#include <torch/version.h>
+#ifdef ORCHARD_NCCL  // CMake: a CUDA libtorch (it defines USE_C10D_NCCL too)
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <cstdlib>
 #include <mutex>
@@ -93,14 +98,52 @@ ClusterSpec cluster_from_environment() {
   return {};
 }
 
+// The collectives' interface: libtorch 2.x moved them from ProcessGroup to its backends
+// (ProcessGroupGloo and ProcessGroupNCCL derive from c10d::Backend there).
+#if TORCH_VERSION_MAJOR >= 2
+using Group = c10d::Backend;
+#else
+using Group = c10d::ProcessGroup;
+#endif
+
 struct Distributed::Impl {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  c10::intrusive_ptr<Group> group;
+  // Where the collectives' tensors must be: NCCL reduces CUDA tensors only, Gloo CPU ones.
+  at::Device device = at::kCPU;
 };
+
+namespace {
+
+c10::intrusive_ptr<Group> gloo_group(const ClusterSpec& spec, std::chrono::milliseconds timeout,
+                                     const c10::intrusive_ptr<c10d::Store>& store) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  options->devices.push_back(
+      c10d::ProcessGroupGloo::createDeviceForHostname(spec.master_addr == "localhost" ? "127.0.0.1" : spec.master_addr));
+  options->threads = 2;
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, spec.rank, spec.world_size, options);
+}
+
+#ifdef ORCHARD_NCCL
+// One GPU per process: the launcher's LOCAL_RANK picks it (torchrun's convention).
+c10::intrusive_ptr<Group> nccl_group(const ClusterSpec& spec, std::chrono::milliseconds timeout,
+                                     const c10::intrusive_ptr<c10d::Store>& store) {
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(spec.local_rank));
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, spec.rank, spec.world_size, options);
+}
+#endif
+
+}  // namespace
 
 Distributed::Distributed(const ClusterSpec& spec, std::chrono::milliseconds timeout, bool cuda)
     : spec_(spec), timeout_(timeout), impl_(std::make_unique<Impl>()) {
-  if (cuda) throw Error("multi-process training on CUDA needs the NCCL backend, which this build does not enable");
+#ifndef ORCHARD_NCCL
+  if (cuda)
+    throw Error("multi-process training on CUDA needs the NCCL backend: build Orchard against a CUDA libtorch "
+                "(docs/distributed.md), or train on the CPU with --num_gpus 0");
+#endif
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(spec.master_port);
   so.isServer = spec.rank == 0;
@@ -109,20 +152,23 @@ Distributed::Distributed(const ClusterSpec& spec, std::chrono::milliseconds time
   so.timeout = timeout;
   try {
     impl_->store = c10::make_intrusive<c10d::TCPStore>(spec.master_addr, so);
-    auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(spec.master_addr == "localhost"
-                                                                                   ? "127.0.0.1"
-                                                                                   : spec.master_addr));
-    options->threads = 2;
-    impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, spec.rank, spec.world_size, options);
+#ifdef ORCHARD_NCCL
+    if (cuda) {
+      impl_->device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(spec.local_rank));
+      impl_->group = nccl_group(spec, timeout, impl_->store);
+    }
+#endif
+    if (!impl_->group) impl_->group = gloo_group(spec, timeout, impl_->store);
   } catch (const c10::Error& e) {
     throw Error("rank " + std::to_string(spec.rank) + ": cannot join the " + std::to_string(spec.world_size) +
                 "-process group at " + spec.master_addr + ":" + std::to_string(spec.master_port) + " within " +
                 std::to_string(timeout.count() / 1000) + "s: " + e.what_without_backtrace());
   }
-  spdlog::info("rank {} of {} joined the group at {}:{} (Gloo, from {})", spec.rank, spec.world_size,
-               spec.master_addr, spec.master_port, spec.source);
+  spdlog::info("rank {} of {} joined the group at {}:{} ({}, from {})", spec.rank, spec.world_size, spec.master_addr,
+               spec.master_port, cuda ? "NCCL on " + impl_->device.str() : std::string("Gloo"), spec.source);
 }
+
+std::string Distributed::device() const { return impl_->device.str(); }
 
 Distributed::~Distributed() {
   models::set_batch_norm_override({});
@@ -134,8 +180,9 @@ void Distributed::broadcast(torch::nn::Module& module) {
   for (auto& p : module.parameters()) tensors.push_back(p);
   for (auto& b : module.buffers()) tensors.push_back(b);
   for (auto& t : tensors) {
-    std::vector<at::Tensor> one = {t};
+    std::vector<at::Tensor> one = {t.to(impl_->device)};  // the same tensor where it already is
     impl_->group->broadcast(one)->wait(timeout_);
+    if (!one[0].is_same(t)) t.copy_(one[0]);
   }
 }
 
@@ -143,7 +190,7 @@ void Distributed::allreduce_sum(std::vector<at::Tensor>& tensors) {
   if (tensors.empty()) return;
   std::vector<at::Tensor> flat;
   for (const auto& t : tensors) flat.push_back(t.reshape({-1}).to(at::kDouble));
-  std::vector<at::Tensor> buffer = {torch::cat(flat)};
+  std::vector<at::Tensor> buffer = {torch::cat(flat).to(impl_->device)};
   impl_->group->allreduce(buffer)->wait(timeout_);
   int64_t offset = 0;
   for (auto& t : tensors) {
@@ -227,7 +274,7 @@ struct GradientReducer::Impl {
     bool ready = false;
     c10::intrusive_ptr<c10d::Work> work;
   };
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  c10::intrusive_ptr<Group> group;
   std::chrono::milliseconds timeout{0};
   int world = 1;
   std::vector<at::Tensor> params;

@@ -1,9 +1,10 @@
 // Data parallelism over libtorch's c10d: rendezvous through a TCPStore (RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT as `orchard launch` and torchrun set them, or TF_CONFIG as
-// multi-worker TensorFlow jobs have it), a Gloo process group, gradient all-reduce in ~25 MB
-// buckets launched from autograd hooks as DDP does (so communication overlaps the backward
-// pass), and in-place sums for metrics. (DDP's own c10d::Reducer cannot be used: Debian's
-// libtorch-dev lacks the distributed-autograd headers reducer.hpp includes.)
+// multi-worker TensorFlow jobs have it), a Gloo (CPU) or NCCL (CUDA) process group,
+// gradient all-reduce in ~25 MB buckets launched from autograd hooks as DDP does (so
+// communication overlaps the backward pass), and in-place sums for metrics. (DDP's own
+// c10d::Reducer cannot be used: Debian's libtorch-dev lacks the distributed-autograd headers
+// reducer.hpp includes.)
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -52,6 +53,8 @@ class Distributed {
   int rank() const { return spec_.rank; }
   int world_size() const { return spec_.world_size; }
   bool is_chief() const { return spec_.rank == 0; }
+  // The device of this process's replica: "cpu", or "cuda:LOCAL_RANK" with NCCL.
+  std::string device() const;
 
   // Parameters and buffers of `module` from rank 0 to all.
   void broadcast(torch::nn::Module& module);
