@@ -217,7 +217,10 @@ std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::
     }
     std::istringstream is(blob);
     torch::serialize::InputArchive archive;
-    archive.load_from(is);
+    // The optimizer state (momentum, Adam's moments) goes where the model's variables are:
+    // a checkpoint written on a GPU resumes on the CPU and the other way round.
+    const auto params = model.parameters();
+    archive.load_from(is, params.empty() ? c10::optional<at::Device>() : params.front().device());
     optimizer->load(archive);
   }
   if (options.load_rng && dict.contains("rng")) {
