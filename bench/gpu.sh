@@ -10,7 +10,8 @@
 #
 #   here:    scripts/device_deps.sh
 #   device:  run(command="bash bench/gpu.sh", carry=[".devdeps"], timeout_s=540)
-# Everything goes to $OUT/gpu.log (and stdout); the table to $OUT/gpu_table.txt.
+# Everything goes to $OUT/gpu.log (and stdout), the compiler's output to $OUT/build.log, the
+# table to $OUT/gpu_table.txt.
 # STEPS, BATCH, JOBS override the defaults; SKIP_TASKS=1 leaves out part 4.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -73,9 +74,12 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
 
 section "build"
 SECONDS=0
-cmake --build "$BUILD" -j "$JOBS" --target orchard 2>&1 | grep -v '^\[' | head -200
-[ -x "$BUILD/orchard" ] || { echo "build failed"; exit 4; }
-echo "built in ${SECONDS}s"
+if ! cmake --build "$BUILD" -j "$JOBS" --target orchard >"$OUT/build.log" 2>&1; then
+  grep -B2 -A12 -m20 'error' "$OUT/build.log" | head -150
+  echo "build failed (whole log: build.log)"
+  exit 4
+fi
+echo "built in ${SECONDS}s; $(grep -c 'warning:' "$OUT/build.log") warnings (build.log)"
 ORCHARD="$BUILD/orchard"
 
 section "ResNet-50 @224, batch $BATCH, synthetic data: Orchard vs PyTorch eager"
@@ -125,3 +129,4 @@ if [ "${SKIP_TASKS:-0}" != 1 ]; then
     --log_every_n_steps 25 --dtype bf16
 fi
 section "done"
+sleep 1  # lets tee write the last lines
