@@ -57,7 +57,9 @@ torch::Tensor ShowAndTellImpl::embed_images(const torch::Tensor& images, bool tr
 }
 
 LstmState ShowAndTellImpl::initial_state(const torch::Tensor& image_embeddings) {
-  auto out = lstm_->forward(lstm_dropout(image_embeddings).unsqueeze(1));
+  // In float32 whatever the autocast: the image embedding comes out of an autocast Linear
+  // (bf16 with --dtype bf16), and CPU autocast has no rule that casts the LSTM's inputs.
+  auto out = lstm_->forward(lstm_dropout(image_embeddings).to(torch::kFloat).unsqueeze(1));
   const auto& [h, c] = std::get<1>(out);
   return {h.squeeze(0), c.squeeze(0)};
 }

@@ -109,7 +109,9 @@ ConvNormActivationImpl::ConvNormActivationImpl(const ConvNormActivationOptions& 
 
 torch::Tensor ConvNormActivationImpl::forward(const torch::Tensor& x) {
   auto y = options.tf_same_padding() ? conv2d_tf_same(*conv, x) : conv->forward(x);
-  return torch::hardtanh(batch_norm(*bn, y), 0.0, 6.0);  // ReLU6
+  // ReLU6. clamp, not hardtanh: libtorch 1.13 has no bf16 hardtanh backward on the CPU
+  // (--dtype bf16), and the two differ only in the gradient at exactly 0 and 6.
+  return torch::clamp(batch_norm(*bn, y), 0.0, 6.0);
 }
 
 MobileNetV2Endpoint parse_mobilenet_v2_endpoint(const std::string& name) {
