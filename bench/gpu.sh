@@ -43,7 +43,11 @@ rm -rf "$DEPS" && mkdir -p "$DEPS"
 shopt -s nullglob
 debs=("$ROOT"/.devdeps/*.deb)
 [ ${#debs[@]} -gt 0 ] || { echo "no .devdeps/*.deb: run scripts/device_deps.sh here and carry .devdeps"; exit 2; }
-for f in "${debs[@]}"; do dpkg -x "$f" "$DEPS" || { echo "cannot unpack $f"; exit 2; }; done
+unpack() {  # dpkg -x, or ar + tar where the image has no dpkg
+  if command -v dpkg-deb >/dev/null; then dpkg-deb -x "$1" "$DEPS"; return; fi
+  ar p "$1" data.tar.xz | tar -x --xz -C "$DEPS"  # Debian 12's packages are all xz
+}
+for f in "${debs[@]}"; do unpack "$f" || { echo "cannot unpack $f"; exit 2; }; done
 # Development symlinks that point at /lib/... (zlib's libz.so) point into the prefix instead.
 find "$DEPS" -type l -lname '/*' | while read -r l; do
   t=$(readlink "$l"); [ -e "$DEPS$t" ] && ln -sfn "$DEPS$t" "$l"
