@@ -58,19 +58,20 @@ export LD_LIBRARY_PATH="$LIBDIR:$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 export PATH="$DEPS/usr/bin:$PATH"
 TORCH_PREFIX=$($PY -c 'import torch;print(torch.utils.cmake_prefix_path)')
 # The carried headers come before torch's (which are -isystem): a PyTorch install may ship
-# its own fmt, protobuf or gloo headers of other versions than the carried libraries. gloo's
-# are the exception: torch's own when it ships them (they match its ProcessGroupGloo), else
-# Debian's (libgloo-dev).
+# its own fmt or protobuf headers of other versions than the carried libraries.
 TORCH_INC=$($PY -c 'import torch,os;print(os.path.join(os.path.dirname(torch.__file__),"include"))')
-[ -d "$TORCH_INC/gloo" ] && rm -rf "$DEPS/usr/include/gloo"
 for d in fmt google spdlog gloo; do [ -d "$TORCH_INC/$d" ] && echo "torch ships include/$d"; done
 EXTRA_INC="-I$DEPS/usr/include"
+# The Gloo (CPU) process group needs gloo's headers as torch was built with them: only where
+# torch ships them (pip's wheels do not; one GPU needs no process group at all).
+GLOO=OFF
+[ -d "$TORCH_INC/gloo" ] && GLOO=ON
 
 section "configure"
 BUILD=/tmp/orchard-build
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DORCHARD_BUILD_TESTS=OFF -DORCHARD_BUILD_BENCH=OFF \
+  -DORCHARD_BUILD_TESTS=OFF -DORCHARD_BUILD_BENCH=OFF -DORCHARD_GLOO=$GLOO \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$DEPS/usr" -DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu \
   -DProtobuf_PROTOC_EXECUTABLE="$DEPS/usr/bin/protoc" \
   -DCMAKE_CXX_FLAGS="$EXTRA_INC" -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$LIBDIR:$DEPS/lib/x86_64-linux-gnu -Wl,-rpath,$LIBDIR:$DEPS/lib/x86_64-linux-gnu" \

@@ -14,11 +14,21 @@ if(Torch_FOUND)
   add_library(orchard::torch ALIAS orchard_torch)
   set(ORCHARD_TORCH_KIND "TorchConfig (${Torch_DIR})")
   # A CUDA libtorch (pip's torch+cuXXX) ships libc10_cuda and c10d's NCCL process group:
-  # multi-process GPU training uses it (src/orchard/train/distributed.cc).
+  # multi-process GPU training uses it (src/orchard/train/distributed.cc). Its header needs
+  # nccl.h, which pip keeps in the nvidia-nccl package beside torch (or a CUDA toolkit has).
   find_library(ORCHARD_C10_CUDA_LIB c10_cuda PATHS "${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH)
   if(ORCHARD_C10_CUDA_LIB)
-    target_compile_definitions(orchard_torch INTERFACE ORCHARD_NCCL USE_C10D_NCCL)
-    string(APPEND ORCHARD_TORCH_KIND ", CUDA with NCCL")
+    file(GLOB _orchard_nccl_hints "${TORCH_INSTALL_PREFIX}/../nvidia/nccl*/include")
+    find_path(ORCHARD_NCCL_INCLUDE_DIR nccl.h HINTS ${_orchard_nccl_hints} ${CUDAToolkit_INCLUDE_DIRS}
+              /usr/local/cuda/include)
+    if(ORCHARD_NCCL_INCLUDE_DIR)
+      target_include_directories(orchard_torch SYSTEM INTERFACE ${ORCHARD_NCCL_INCLUDE_DIR})
+      target_compile_definitions(orchard_torch INTERFACE ORCHARD_NCCL USE_C10D_NCCL)
+      string(APPEND ORCHARD_TORCH_KIND ", CUDA with NCCL")
+    else()
+      message(WARNING "CUDA libtorch without nccl.h: multi-process GPU training is disabled")
+      string(APPEND ORCHARD_TORCH_KIND ", CUDA without NCCL")
+    endif()
   endif()
   return()
 endif()

@@ -21,7 +21,6 @@ PACKAGES=(
   libopencv-core-dev libopencv-core406 libopencv-imgproc-dev libopencv-imgproc406
   libtbb-dev libtbb12 libtbbmalloc2 libblas3 liblapack3 libgfortran5 libquadmath0 libgomp1
   libglx0 libglvnd0 libx11-6 libx11-data libxcb1 libxau6 libxdmcp6 libbsd0 libmd0 libxext6
-  libgloo-dev  # headers only, where the PyTorch install ships none
 )
 mkdir -p "$DEST"
 exclude="$ROOT/.git/info/exclude"

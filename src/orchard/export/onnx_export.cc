@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <variant>
 
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
@@ -102,7 +103,10 @@ class GraphBuilder {
 
   // The module's own (symmetric, numeric) padding.
   static Pads symmetric_pads(const std::string& name, const torch::nn::detail::ConvNdOptions<2>& o) {
-    const auto* pad = c10::get_if<torch::ExpandingArray<2>>(&o.padding());
+    // libtorch 1.13's padding is a c10::variant, 2.x's a std::variant: the unqualified call
+    // finds c10::get_if by argument-dependent lookup on the former, std::get_if on the latter.
+    using std::get_if;
+    const auto* pad = get_if<torch::ExpandingArray<2>>(&o.padding());
     if (!pad) throw Error("ONNX export: " + name + " uses string padding");
     return {(**pad)[0], (**pad)[1], (**pad)[0], (**pad)[1]};
   }

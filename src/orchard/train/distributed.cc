@@ -2,7 +2,10 @@
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>  // (2.x: and c10d::Backend)
+#ifdef ORCHARD_GLOO  // CMake's option (a PyTorch pip install has no gloo headers)
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -117,11 +120,16 @@ namespace {
 
 c10::intrusive_ptr<Group> gloo_group(const ClusterSpec& spec, std::chrono::milliseconds timeout,
                                      const c10::intrusive_ptr<c10d::Store>& store) {
+#ifndef ORCHARD_GLOO
+  throw Error("multi-process CPU training needs the Gloo process group, which this build leaves out "
+              "(-DORCHARD_GLOO=OFF): train on GPUs (NCCL) or in one process");
+#else
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   options->devices.push_back(
       c10d::ProcessGroupGloo::createDeviceForHostname(spec.master_addr == "localhost" ? "127.0.0.1" : spec.master_addr));
   options->threads = 2;
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, spec.rank, spec.world_size, options);
+#endif
 }
 
 #ifdef ORCHARD_NCCL

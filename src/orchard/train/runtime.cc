@@ -9,6 +9,10 @@
 #include "orchard/core/error.h"
 #include "orchard/core/thread_pool.h"
 
+// The device-type autocast functions (set_autocast_dtype(kCUDA, ...)) came with libtorch
+// 2.4; before them, per-device names (set_autocast_gpu_dtype, set_cpu_enabled).
+#define ORCHARD_TORCH_AT_LEAST_2_4 (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+
 namespace orchard::train {
 
 int configure_threads(int num_threads) {
@@ -32,7 +36,7 @@ void check_dtype(const std::string& dtype, bool cuda) {
 AutocastGuard::AutocastGuard(const std::string& dtype, bool cuda) {
   if (dtype == "fp32" || dtype == "float32") return;
   const bool bf16 = dtype == "bf16" || dtype == "bfloat16";
-#if TORCH_VERSION_MAJOR >= 2
+#if ORCHARD_TORCH_AT_LEAST_2_4
   if (cuda) {
     at::autocast::set_autocast_dtype(at::kCUDA, bf16 ? at::kBFloat16 : at::kHalf);
     at::autocast::set_autocast_enabled(at::kCUDA, true);
@@ -56,7 +60,7 @@ AutocastGuard::AutocastGuard(const std::string& dtype, bool cuda) {
 }
 
 AutocastGuard::~AutocastGuard() {
-#if TORCH_VERSION_MAJOR >= 2
+#if ORCHARD_TORCH_AT_LEAST_2_4
   if (cuda_) at::autocast::set_autocast_enabled(at::kCUDA, false);
   if (cpu_) at::autocast::set_autocast_enabled(at::kCPU, false);
 #else
