@@ -245,6 +245,8 @@ TEST_F(ClassifyTrain, EvalCommand) {
   EXPECT_DOUBLE_EQ(j.at("accuracy_top_1").get<double>(), stats.at("accuracy_top_1").get<double>());
   EXPECT_DOUBLE_EQ(j.at("top_5_accuracy").get<double>(), stats.at("top_5_accuracy").get<double>());
   EXPECT_NEAR(j.at("eval_loss").get<double>(), stats.at("eval_loss").get<double>(), 1e-5);
+  EXPECT_EQ(j.at("global_step").get<int64_t>(), 40);  // the latest checkpoint's step, logged too
+  EXPECT_TRUE(contains(r.err, "eval at step 40 ")) << r.err;
 
   // A named older checkpoint evaluates differently (or at least runs).
   auto r10 =
@@ -252,6 +254,7 @@ TEST_F(ClassifyTrain, EvalCommand) {
           *root_);
   ASSERT_EQ(r10.rc, 0) << r10.err;
   EXPECT_TRUE(contains(r10.err, "ckpt-10.pt")) << r10.err;
+  EXPECT_EQ(json::parse(r10.out.substr(r10.out.rfind('{'))).at("global_step").get<int64_t>(), 10);
 }
 
 TEST_F(ClassifyTrain, PredictCommand) {

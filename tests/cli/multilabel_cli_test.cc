@@ -121,6 +121,7 @@ TEST_F(MultiLabelTrain, EvalReproducesTheFinalMetrics) {
   const json stats = json::parse(test::read_bytes(root_->file("stats.json")));
   EXPECT_NEAR(got.at("mAP").get<double>(), stats.at("eval_mAP").get<double>(), 1e-6);
   EXPECT_NEAR(got.at("f1").get<double>(), stats.at("eval_f1").get<double>(), 1e-6);
+  EXPECT_EQ(got.at("global_step"), stats.at("global_step"));
 }
 
 TEST_F(MultiLabelTrain, PredictPrintsTheLabelsOfImages) {

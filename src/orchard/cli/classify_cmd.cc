@@ -407,16 +407,17 @@ void add_classify_command(CLI::App& app) {
       train::configure_threads(f->num_threads);
       load_model_config(f->model_dir, f.get());
       tasks::ClassificationTask task(task_config(*f, false));
-      restore_for_inference(task, f->model_dir, *ckpt);
+      const int64_t step = restore_for_inference(task, f->model_dir, *ckpt);
       data::PipelineOptions o;
       o.file_pattern = (fs::path(f->data_dir) / "validation-*").string();
       o.training = false;
       o.num_epochs = 1;
       o.batch_size = f->batch_size;
-      const auto metrics = evaluate_once(task, f->model_dir, o);
+      const auto metrics = evaluate_once(task, f->model_dir, o, step);
       json j = {{"accuracy_top_1", metrics.at("accuracy")},
                 {"top_5_accuracy", metrics.at("top_5_accuracy")},
-                {"eval_loss", metrics.at("loss")}};
+                {"eval_loss", metrics.at("loss")},
+                {"global_step", step}};
       std::cout << j.dump() << std::endl;
       if (!stats_file->empty()) atomic_write_file(*stats_file, j.dump(2) + "\n");
     });

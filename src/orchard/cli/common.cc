@@ -175,7 +175,7 @@ train::RunStats train_on_pipelines(train::Trainer& trainer, const tasks::Task& t
   return stats;
 }
 
-void restore_for_inference(tasks::Task& task, const std::string& model_dir, const std::string& checkpoint) {
+int64_t restore_for_inference(tasks::Task& task, const std::string& model_dir, const std::string& checkpoint) {
   train::CheckpointManager manager(model_dir);
   const std::string path = checkpoint.empty() ? manager.latest() : checkpoint;
   if (path.empty()) throw Error(model_dir + ": no checkpoint to restore (did training write checkpoints?)");
@@ -185,17 +185,18 @@ void restore_for_inference(tasks::Task& task, const std::string& model_dir, cons
   ro.expect = task.signature();
   auto [step, meta] = train::restore_checkpoint(path, *task.module(), nullptr, ro);
   spdlog::info("restored {} (step {})", path, step);
+  return step;
 }
 
 std::map<std::string, double> evaluate_once(tasks::Task& task, const std::string& model_dir,
-                                            const data::PipelineOptions& input) {
+                                            const data::PipelineOptions& input, int64_t step) {
   train::TrainerOptions topt;
   topt.model_dir = model_dir;
   topt.global_batch_size = input.batch_size;
   topt.enable_tensorboard = false;
   train::Trainer trainer(topt, task, std::make_unique<torch::optim::SGD>(task.module()->parameters(), 0.0),
                          [](int64_t) { return 0.0; });
-  return trainer.evaluate([&] { return pipeline_source(input, task, false); }, 0, false);
+  return trainer.evaluate([&] { return pipeline_source(input, task, false); }, step, false);
 }
 
 nlohmann::json read_model_config(const std::string& model_dir, const std::string& task) {

@@ -82,12 +82,13 @@ void finish_run(train::RunStats& stats, std::vector<std::shared_ptr<data::Pipeli
                 const std::string& stats_file);
 
 // Restores the model weights of `checkpoint` (default: the newest in model_dir) for eval or
-// inference; the checkpoint must match the task's signature.
-void restore_for_inference(tasks::Task& task, const std::string& model_dir, const std::string& checkpoint);
+// inference; the checkpoint must match the task's signature. Returns its global step.
+int64_t restore_for_inference(tasks::Task& task, const std::string& model_dir, const std::string& checkpoint);
 
-// Evaluates the task's model as it is over one pass of `input` (no summaries).
+// Evaluates the task's model as it is over one pass of `input` (no summaries); `step` is the
+// restored checkpoint's, for the log line.
 std::map<std::string, double> evaluate_once(tasks::Task& task, const std::string& model_dir,
-                                            const data::PipelineOptions& input);
+                                            const data::PipelineOptions& input, int64_t step);
 
 // Continuous evaluation (TF's checkpoints_iterator, as model_lib.continuous_eval and im2txt's
 // evaluate.py use it): evaluate the newest checkpoint of checkpoint_dir, then each newer one,

@@ -351,13 +351,14 @@ void add_multilabel_command(CLI::App& app) {
       train::configure_threads(f->num_threads);
       load_model_config(f->model_dir, f.get());
       tasks::MultiLabelTask task(task_config(*f));
-      restore_for_inference(task, f->model_dir, *ckpt);
+      const int64_t step = restore_for_inference(task, f->model_dir, *ckpt);
       data::PipelineOptions o;
       o.file_pattern = shard_pattern(f->data_dir, false);
       o.training = false;
       o.num_epochs = 1;
       o.batch_size = f->batch_size;
-      const json j = evaluate_once(task, f->model_dir, o);
+      json j = evaluate_once(task, f->model_dir, o, step);
+      j["global_step"] = step;
       std::cout << j.dump() << std::endl;
       if (!f->stats_file.empty()) atomic_write_file(f->stats_file, j.dump(2) + "\n");
     });
