@@ -556,6 +556,36 @@ TEST_F(ClassifyErrors, ProfileStepsWritesAChromeTrace) {
   EXPECT_TRUE(names.count("aten::convolution_backward") || names.count("ConvolutionBackward0")) << traces[0];
 }
 
+TEST_F(ClassifyErrors, CosineLearningRateAfterWarmup) {
+  // 16 steps per epoch, 2 epochs: a linear warm-up over 8 steps to 1.6 * 16 / 256 = 0.1, then
+  // 0.05 * (1 + cos(pi * (step - 8) / 24)) down to 0 at step 32. The summary at the end of
+  // each 2-step loop holds the LR of the loop's last step (s - 1).
+  const std::string model_dir = root_->file("m_cosine");
+  auto r = run(args(model_dir, {"--lr_schedule", "cosine", "--train_epochs", "2", "--train_steps", "32",
+                                "--warmup_epochs", "0.5", "--base_learning_rate", "1.6", "--enable_tensorboard"}),
+               *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto files = files_with(model_dir + "/train", "events.out.tfevents.");
+  ASSERT_EQ(files.size(), 1u);
+  std::map<int64_t, double> lr;
+  for (const auto& e : read_scalar_events(files[0]))
+    if (e.tag == "learning_rate") lr[e.step] = e.value;
+  ASSERT_EQ(lr.size(), 16u);
+  const double pi = std::acos(-1.0);
+  auto cosine = [&](int64_t step) { return 0.05 * (1 + std::cos(pi * static_cast<double>(step - 8) / 24)); };
+  EXPECT_NEAR(lr[4], 0.1 * 3 / 8, 1e-7);
+  EXPECT_NEAR(lr[8], 0.1 * 7 / 8, 1e-7);
+  EXPECT_NEAR(lr[10], cosine(9), 1e-7);
+  EXPECT_NEAR(lr[20], cosine(19), 1e-7);
+  EXPECT_NEAR(lr[32], cosine(31), 1e-7);
+  for (int64_t s = 12; s <= 32; s += 2) EXPECT_LT(lr[s], lr[s - 2]) << s;
+  EXPECT_EQ(json::parse(read_file(model_dir + "/config.json")).at("lr_schedule"), "cosine");
+
+  expect_error(
+      args(root_->file("m_cosine_bad"), {"--lr_schedule", "cosine", "--train_epochs", "2", "--warmup_epochs", "2"}),
+      {"--warmup_epochs", "--train_epochs"});
+}
+
 TEST_F(ClassifyErrors, EvaluationsKeepTheirIntervalWhenStepsPerLoopDoesNotDivideIt) {
   // 16 steps per epoch, loops of 5: as orbit's Controller, the loop ending at 16 is cut short
   // for the epoch's evaluation (loops end at 5, 10, 15, 16, 20).

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 
@@ -15,6 +16,7 @@
 #include "orchard/core/tfrecord.h"
 #include "orchard/data/preprocess.h"
 #include "orchard/data/tools.h"
+#include "orchard/detect/learning_schedules.h"
 #include "orchard/tasks/classification.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/loss_scale.h"
@@ -65,6 +67,7 @@ struct ClassifyFlags {
   uint64_t seed = 0;
   double base_learning_rate = 0.1;
   double warmup_epochs = 5;
+  std::string lr_schedule = "piecewise";
   std::string lr_boundaries = "30,60,80";
   std::string lr_multipliers = "1.0,0.1,0.01,0.001";
   double momentum = 0.9;
@@ -133,6 +136,11 @@ void add_train_flags(CLI::App* c, ClassifyFlags& f) {
   c->add_option("--base_learning_rate", f.base_learning_rate, "LR for batch 256 (scaled linearly)")
       ->capture_default_str();
   c->add_option("--warmup_epochs", f.warmup_epochs, "Linear warm-up epochs")->capture_default_str();
+  c->add_option("--lr_schedule", f.lr_schedule,
+                "After warm-up: piecewise (constant between --lr_boundaries, the seed's) | cosine (to 0 at "
+                "--train_epochs)")
+      ->check(CLI::IsMember({"piecewise", "cosine"}))
+      ->capture_default_str();
   c->add_option("--lr_boundaries", f.lr_boundaries, "Epochs where the LR drops")->capture_default_str();
   c->add_option("--lr_multipliers", f.lr_multipliers, "LR multipliers (one more than boundaries)")
       ->capture_default_str();
@@ -216,6 +224,7 @@ json config_json(const ClassifyFlags& f, const tasks::ClassificationConfig& c) {
           {"epochs_between_evals", f.epochs_between_evals},
           {"base_learning_rate", f.base_learning_rate},
           {"warmup_epochs", f.warmup_epochs},
+          {"lr_schedule", f.lr_schedule},
           {"lr_boundaries", f.lr_boundaries},
           {"lr_multipliers", f.lr_multipliers},
           {"momentum", f.momentum},
@@ -334,7 +343,23 @@ void run_train(ClassifyFlags f) {
   lr.warmup_epochs = f.warmup_epochs;
   lr.boundary_epochs = train::parse_double_list(f.lr_boundaries, "--lr_boundaries");
   lr.multipliers = train::parse_double_list(f.lr_multipliers, "--lr_multipliers");
-  auto schedule = train::piecewise_constant_with_warmup(lr);
+  train::Schedule schedule;
+  if (f.lr_schedule == "cosine") {
+    // The same linear warm-up to the rescaled rate, then TF OD API's cosine_decay_with_warmup
+    // (torchvision's references: warm-up + CosineAnnealingLR): to 0 at the end of --train_epochs
+    // (a --train_steps cap does not shorten it, as it does not move the piecewise boundaries).
+    if (f.warmup_epochs >= static_cast<double>(f.train_epochs))
+      throw Error("--lr_schedule cosine: --warmup_epochs " + std::to_string(f.warmup_epochs) +
+                  " must be shorter than --train_epochs " + std::to_string(f.train_epochs));
+    detect::CosineDecay cosine;
+    cosine.learning_rate_base = f.base_learning_rate * static_cast<double>(f.batch_size) / 256.0;
+    cosine.warmup_learning_rate = 0.0;
+    cosine.warmup_steps = std::llround(f.warmup_epochs * static_cast<double>(steps_per_epoch));
+    cosine.total_steps = steps_per_epoch * f.train_epochs;
+    schedule = detect::cosine_decay(cosine);
+  } else {
+    schedule = train::piecewise_constant_with_warmup(lr);
+  }
   auto optimizer = std::make_unique<torch::optim::SGD>(task.module()->parameters(),
                                                        torch::optim::SGDOptions(0.0).momentum(f.momentum));
 
