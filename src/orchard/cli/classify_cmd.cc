@@ -336,13 +336,6 @@ void run_train(ClassifyFlags f) {
   train::LossScaler check_loss_scale(topt.loss_scale);  // a bad --loss_scale fails before any work
   topt.device = train_device(cuda, dist.get());
 
-  train::PiecewiseWarmupConfig lr;
-  lr.base_lr = f.base_learning_rate;
-  lr.batch_size = f.batch_size;
-  lr.steps_per_epoch = steps_per_epoch;
-  lr.warmup_epochs = f.warmup_epochs;
-  lr.boundary_epochs = train::parse_double_list(f.lr_boundaries, "--lr_boundaries");
-  lr.multipliers = train::parse_double_list(f.lr_multipliers, "--lr_multipliers");
   train::Schedule schedule;
   if (f.lr_schedule == "cosine") {
     // The same linear warm-up to the rescaled rate, then TF OD API's cosine_decay_with_warmup
@@ -358,6 +351,13 @@ void run_train(ClassifyFlags f) {
     cosine.total_steps = steps_per_epoch * f.train_epochs;
     schedule = detect::cosine_decay(cosine);
   } else {
+    train::PiecewiseWarmupConfig lr;
+    lr.base_lr = f.base_learning_rate;
+    lr.batch_size = f.batch_size;
+    lr.steps_per_epoch = steps_per_epoch;
+    lr.warmup_epochs = f.warmup_epochs;
+    lr.boundary_epochs = train::parse_double_list(f.lr_boundaries, "--lr_boundaries");
+    lr.multipliers = train::parse_double_list(f.lr_multipliers, "--lr_multipliers");
     schedule = train::piecewise_constant_with_warmup(lr);
   }
   auto optimizer = std::make_unique<torch::optim::SGD>(task.module()->parameters(),
