@@ -74,8 +74,10 @@ TORCH_MODULE(InvertedResidual);
 torch::Tensor conv2d_tf_same(torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
   const auto& o = conv.options;
   int64_t begin[2], end[2];
+  bool stride_past_input = false;
   for (int d = 0; d < 2; ++d) {
     const int64_t in = x.size(2 + d), s = (*o.stride())[d];
+    stride_past_input = stride_past_input || s > in;
     const int64_t k = ((*o.kernel_size())[d] - 1) * (*o.dilation())[d] + 1;
     const int64_t out = (in + s - 1) / s;
     const int64_t total = std::max<int64_t>((out - 1) * s + k - in, 0);
@@ -83,7 +85,11 @@ torch::Tensor conv2d_tf_same(torch::nn::Conv2dImpl& conv, const torch::Tensor& x
     end[d] = total - begin[d];
   }
   auto options = F::Conv2dFuncOptions().bias(conv.bias).stride(o.stride()).dilation(o.dilation()).groups(o.groups());
-  if (begin[0] == end[0] && begin[1] == end[1])
+  // Symmetric padding goes to the convolution itself, except where the stride exceeds the
+  // input (an SSD extra layer at 1x1): there libtorch 1.13's CPU bf16 convolution (oneDNN)
+  // returns a weight gradient that varies from call to call and is sometimes NaN. Padding
+  // the input first gives the same result and a correct gradient.
+  if (begin[0] == end[0] && begin[1] == end[1] && !stride_past_input)
     return F::conv2d(x, conv.weight, options.padding(torch::ExpandingArray<2>({begin[0], begin[1]})));
   return F::conv2d(F::pad(x, F::PadFuncOptions({begin[1], end[1], begin[0], end[0]})), conv.weight, options);
 }
