@@ -598,6 +598,60 @@ TEST_F(ClassifyErrors, EvaluationsKeepTheirIntervalWhenStepsPerLoopDoesNotDivide
   EXPECT_FALSE(contains(r.err, "eval at step 15 ")) << r.err;
 }
 
+// --moving_average_decay: evaluation uses the averages (and reports the trained weights beside
+// them), checkpoints hold both, `classify eval` scores the averages, and a run stopped and
+// continued matches an uninterrupted one, averages included.
+TEST_F(ClassifyErrors, MovingAverageOfTheWeights) {
+  auto ema_args = [&](const std::string& dir, const std::string& steps) {
+    auto a = args(root_->file(dir), {"--train_epochs", "2", "--train_steps", steps, "--steps_per_loop", "4",
+                                     "--moving_average_decay", "0.9", "--enable_checkpoint_and_export",
+                                     "--stats_file", root_->file(dir + ".json")});
+    a.erase(std::find(a.begin(), a.end(), "--skip_eval"));
+    return a;
+  };
+  auto r = run(ema_args("m_ema", "12"), *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "eval (moving average of the weights) at step 12 ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "eval (training weights) at step 12 ")) << r.err;
+  EXPECT_EQ(json::parse(read_file(root_->file("m_ema") + "/config.json")).at("moving_average_decay"), 0.9);
+
+  const std::string ckpt = root_->file("m_ema") + "/ckpt-12.pt";
+  auto averaged = load_tiny(ckpt);
+  models::ModelConfig c;
+  c.arch = "resnet_tiny";
+  c.num_classes = 10;
+  auto trained = models::build_resnet(c);
+  train::RestoreOptions ro;
+  ro.load_rng = false;
+  ro.training_weights = true;
+  train::restore_checkpoint(ckpt, *trained, nullptr, ro);
+  EXPECT_GT(max_diff(averaged, trained), 1e-4) << "the checkpoint's model is not the average";
+
+  // `classify eval` restores the averages: the score of the evaluation during training.
+  const json stats = json::parse(read_file(root_->file("m_ema.json")));
+  auto e = run({"classify", "eval", "--model_dir", root_->file("m_ema"), "--num_threads", "1", "--stats_file",
+                root_->file("m_ema_eval.json")},
+               *root_);
+  ASSERT_EQ(e.rc, 0) << e.err;
+  const json evaluated = json::parse(read_file(root_->file("m_ema_eval.json")));
+  EXPECT_NEAR(evaluated.at("eval_loss").get<double>(), stats.at("eval_loss").get<double>(), 1e-5);
+  EXPECT_DOUBLE_EQ(evaluated.at("accuracy_top_1").get<double>(), stats.at("accuracy_top_1").get<double>());
+
+  // Stopped at step 8 and continued to 12: the same weights and averages.
+  ASSERT_EQ(run(ema_args("m_ema2", "8"), *root_).rc, 0);
+  auto continued = run(ema_args("m_ema2", "12"), *root_);
+  ASSERT_EQ(continued.rc, 0) << continued.err;
+  EXPECT_TRUE(contains(continued.err, "resumed from")) << continued.err;
+  const std::string ckpt2 = root_->file("m_ema2") + "/ckpt-12.pt";
+  auto averaged2 = load_tiny(ckpt2);
+  EXPECT_LT(max_diff(averaged, averaged2), 1e-6);
+  auto trained2 = models::build_resnet(c);
+  train::restore_checkpoint(ckpt2, *trained2, nullptr, ro);
+  EXPECT_LT(max_diff(trained, trained2), 1e-6);
+
+  expect_error(args(root_->file("m_ema_bad"), {"--moving_average_decay", "1"}), {"--moving_average_decay"});
+}
+
 TEST_F(ClassifyErrors, CorruptRecordFailsOrIsSkippedAndCounted) {
   // A copy of the data whose first train shard has one record with a broken data CRC.
   const std::string data = root_->file("corrupt_data");

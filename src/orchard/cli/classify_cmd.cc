@@ -73,6 +73,7 @@ struct ClassifyFlags {
   double momentum = 0.9;
   double weight_decay = 1e-4;
   double label_smoothing = 0;
+  double moving_average_decay = 0;
   bool zero_init_residual = false;
   std::string augmentation = "resnet";
   double min_crop_area = 0.05;
@@ -147,6 +148,10 @@ void add_train_flags(CLI::App* c, ClassifyFlags& f) {
   c->add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str();
   c->add_option("--weight_decay", f.weight_decay, "L2 coefficient on non-BN weights")->capture_default_str();
   c->add_option("--label_smoothing", f.label_smoothing, "Label smoothing")->capture_default_str();
+  c->add_option("--moving_average_decay", f.moving_average_decay,
+                "Keep an exponential moving average of the weights with this decay (e.g. 0.9999; 0: none); "
+                "evaluation, checkpoints' model, predict and export use it")
+      ->capture_default_str();
   c->add_flag("--zero_init_residual", f.zero_init_residual, "Zero-init each block's last BN gamma");
   c->add_option("--augmentation", f.augmentation,
                 "resnet (distorted crop, ImageNet recipe) | pad_crop (pad, random crop, flip: CIFAR recipe)")
@@ -199,6 +204,9 @@ tasks::ClassificationConfig task_config(const ClassifyFlags& f, bool cuda) {
   if (f.min_crop_area <= 0 || f.min_crop_area > 1) throw Error("--min_crop_area must be in (0, 1]");
   if (f.pad < 0 || f.pad > f.image_size) throw Error("--pad must be in [0, --image_size]");
   if (f.random_erasing < 0 || f.random_erasing > 1) throw Error("--random_erasing must be in [0, 1]");
+  if (f.moving_average_decay < 0 || f.moving_average_decay >= 1)
+    throw Error("--moving_average_decay must be in [0, 1) (0: no moving average), not " +
+                std::to_string(f.moving_average_decay));
   return c;
 }
 
@@ -213,6 +221,7 @@ json config_json(const ClassifyFlags& f, const tasks::ClassificationConfig& c) {
           {"weight_decay", c.weight_decay},
           {"single_l2_loss_op", c.single_l2_loss_op},
           {"label_smoothing", c.label_smoothing},
+          {"moving_average_decay", f.moving_average_decay},
           {"augmentation", f.augmentation},
           {"min_crop_area", f.min_crop_area},
           {"pad", f.pad},
@@ -327,6 +336,8 @@ void run_train(ClassifyFlags f) {
   topt.enable_checkpoints = f.enable_checkpoint_and_export;
   topt.checkpoint_every = steps_per_loop * 5;
   topt.max_to_keep = f.max_to_keep;
+  topt.moving_average_decay = f.moving_average_decay;
+  topt.eval_training_weights = true;
   topt.enable_tensorboard = f.enable_tensorboard;
   topt.log_steps = f.log_steps;
   topt.stats_file = f.stats_file;

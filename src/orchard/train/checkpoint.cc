@@ -14,6 +14,7 @@
 
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
+#include "orchard/train/moving_average.h"
 
 namespace fs = std::filesystem;
 
@@ -80,6 +81,19 @@ std::string CheckpointManager::latest() const {
 
 namespace {
 
+c10::Dict<std::string, at::Tensor> weight_dict(const NamedWeights& weights) {
+  c10::Dict<std::string, at::Tensor> out;
+  for (const auto& [name, t] : weights) out.insert(name, t.detach().cpu().contiguous());
+  return out;
+}
+
+NamedWeights named_weights(torch::nn::Module& model) {
+  NamedWeights out;
+  for (const auto& p : model.named_parameters()) out.emplace_back(p.key(), p.value());
+  for (const auto& b : model.named_buffers()) out.emplace_back(b.key(), b.value());
+  return out;
+}
+
 size_t optimizer_parameter_count(const torch::optim::Optimizer& optimizer) {
   size_t n = 0;
   for (const auto& group : optimizer.param_groups()) n += group.params().size();
@@ -89,16 +103,18 @@ size_t optimizer_parameter_count(const torch::optim::Optimizer& optimizer) {
 }  // namespace
 
 std::string CheckpointManager::save(int64_t step, torch::nn::Module& model, torch::optim::Optimizer* optimizer,
-                                    const Meta& meta) {
+                                    const Meta& meta, const MovingAverage* average) {
   ensure_writable_dir(dir_);
-  c10::Dict<std::string, at::Tensor> weights;
-  for (const auto& p : model.named_parameters()) weights.insert(p.key(), p.value().detach().cpu().contiguous());
-  for (const auto& b : model.named_buffers()) weights.insert(b.key(), b.value().detach().cpu().contiguous());
+  const NamedWeights own = named_weights(model);
   c10::Dict<std::string, std::string> meta_dict;
   for (const auto& [k, v] : meta) meta_dict.insert(k, v);
   if (optimizer) meta_dict.insert_or_assign("optimizer_parameters", std::to_string(optimizer_parameter_count(*optimizer)));
   c10::impl::GenericDict root(c10::StringType::get(), c10::AnyType::get());
-  root.insert("model", weights);
+  root.insert("model", weight_dict(average ? average->averages() : own));
+  if (average) {
+    root.insert("training_weights", weight_dict(own));
+    meta_dict.insert_or_assign("moving_average_decay", std::to_string(average->decay()));
+  }
   root.insert("meta", meta_dict);
   root.insert("step", step);
   if (optimizer) {
@@ -164,8 +180,10 @@ std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::
                   " (use another --model_dir, or --clean to start over)");
   }
 
+  const bool has_training_weights = dict.contains("training_weights");
+  const char* model_key = options.training_weights && has_training_weights ? "training_weights" : "model";
   std::map<std::string, at::Tensor> weights;
-  for (const auto& e : dict.at("model").toGenericDict()) weights[e.key().toStringRef()] = e.value().toTensor();
+  for (const auto& e : dict.at(model_key).toGenericDict()) weights[e.key().toStringRef()] = e.value().toTensor();
   torch::NoGradGuard no_grad;
   std::vector<std::string> missing;
   auto load = [&](const std::string& name, at::Tensor& dst) {
@@ -195,6 +213,16 @@ std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::
     for (size_t i = 0; i < missing.size() && i < 5; ++i) list += (i ? ", " : "") + missing[i];
     throw Error(path + ": " + std::to_string(missing.size()) + " model variables missing from the checkpoint (" + list +
                 (missing.size() > 5 ? ", ..." : "") + ")");
+  }
+  if (options.average) {
+    if (has_training_weights) {
+      NamedWeights averages;
+      for (const auto& e : dict.at("model").toGenericDict())
+        averages.emplace_back(e.key().toStringRef(), e.value().toTensor());
+      options.average->load(averages, path);
+    } else {
+      options.average->reset();  // a checkpoint without averages: they start at its weights
+    }
   }
   // The optimizer state fits only the same set of trained variables: a run that trains more
   // (im2txt's second phase, --train_inception) starts its optimizer afresh.

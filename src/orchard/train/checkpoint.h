@@ -1,6 +1,9 @@
 // Checkpoints: model_dir/ckpt-<step>.pt, a pickle (torch.save-compatible zip) of
 //   {"model": {name: tensor}, "optimizer": uint8 tensor (a libtorch archive), "step": int,
 //    "meta": {str: str}, "rng": tensor}
+// With a moving average of the weights, "model" holds the averages (what evaluation, export,
+// prediction and fine-tuning use, as TF's exported averaged variables) and
+// "training_weights" the weights being trained (what a resumed run continues from).
 // written atomically (temp file, fsync, rename), plus model_dir/checkpoint, a text index
 // naming the newest one (TF's format). The newest `max_to_keep` are kept.
 #pragma once
@@ -17,6 +20,7 @@
 namespace orchard::train {
 
 using Meta = std::map<std::string, std::string>;
+class MovingAverage;
 
 class CheckpointManager {
  public:
@@ -27,7 +31,8 @@ class CheckpointManager {
   std::string latest() const;
   std::vector<std::pair<int64_t, std::string>> list() const;  // (step, path), ascending
 
-  std::string save(int64_t step, torch::nn::Module& model, torch::optim::Optimizer* optimizer, const Meta& meta);
+  std::string save(int64_t step, torch::nn::Module& model, torch::optim::Optimizer* optimizer, const Meta& meta,
+                   const MovingAverage* average = nullptr);
 
   // Deletes temporary files ("<name>.tmp-<pid>") that a killed writer left in model_dir.
   // Call once at start-up, before this process writes anything.
@@ -49,6 +54,12 @@ struct RestoreOptions {
   // The checkpoint's name for a model variable (default: the same name), e.g. a detector's
   // "backbone.features.0.0.weight" restored from a classifier's "features.0.0.weight".
   std::function<std::string(const std::string& name)> source_name;
+  // Resuming training: the model gets the checkpoint's "training_weights" where it has them
+  // (a run with a moving average), else "model".
+  bool training_weights = false;
+  // When set, gets the checkpoint's averages ("model" beside "training_weights"), or restarts
+  // at the restored weights when the checkpoint has none.
+  MovingAverage* average = nullptr;
   // When set, filled with the model variables restored and skipped (for a report).
   std::vector<std::string>* restored = nullptr;
   std::vector<std::string>* skipped = nullptr;

@@ -14,6 +14,7 @@
 #include "orchard/core/log.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/loss_scale.h"
+#include "orchard/train/moving_average.h"
 #include "orchard/train/runtime.h"
 
 namespace fs = std::filesystem;
@@ -46,6 +47,7 @@ struct Trainer::Impl {
   torch::Device device;
   std::unique_ptr<EventWriter> train_events, eval_events;
   std::unique_ptr<LossScaler> scaler;  // fp16 only
+  std::unique_ptr<MovingAverage> average;  // with moving_average_decay > 0
 
   Impl(TrainerOptions o, tasks::Task& t, std::unique_ptr<torch::optim::Optimizer> optim, Schedule s)
       : opt(std::move(o)),
@@ -110,9 +112,49 @@ struct Trainer::Impl {
     return m;
   }
 
+  // One pass over the evaluation data with the module's current weights; logs the metrics.
+  std::map<std::string, double> run_eval(const EvalInputFactory& eval_input, int64_t step, const char* what) {
+    auto module = task.module();
+    module->eval();
+    torch::NoGradGuard no_grad;
+    tasks::MetricSums sums;
+    BatchSource source = eval_input();
+    data::Batch batch;
+    Stopwatch sw;
+    int64_t n = 0;
+    while (source(&batch)) {
+      auto images = batch.images.to(device, /*non_blocking=*/true);
+      torch::Tensor outputs;
+      {
+        AutocastGuard autocast(opt.dtype, device.is_cuda());
+        outputs = task.forward(images);
+      }
+      batch.labels = batch.labels.to(device, true);
+      if (batch.targets.defined()) batch.targets = batch.targets.to(device, true);
+      auto terms = task.loss(outputs, batch, opt.global_batch_size);
+      task.update_metrics(outputs.to(torch::kFloat), batch, terms, /*training=*/false, &sums);
+      n += batch.size;
+    }
+    module->train();
+    if (world() > 1) {
+      std::vector<at::Tensor> count = {torch::scalar_tensor(static_cast<double>(n), torch::kDouble)};
+      opt.distributed->allreduce_sum(count);
+      n = static_cast<int64_t>(count[0].item<double>());
+      if (sums.empty() && n > 0)
+        throw Error("rank " + std::to_string(opt.distributed->rank()) + " has no evaluation data of its own");
+      reduce(sums);
+    }
+    if (n == 0) throw Error("evaluation data is empty");
+    auto metrics = task.compute_metrics(sums, /*training=*/false);
+    std::string line;
+    for (const auto& [k, v] : metrics) line += fmt::format(" {}={:.4f}", k, v);
+    spdlog::info("{} at step {} over {} examples ({:.1f}s):{}", what, step, n, sw.seconds(), line);
+    return metrics;
+  }
+
   void save(int64_t step) {
     if (!chief()) return;
-    const std::string path = checkpoints.save(step, *task.module(), optimizer.get(), meta(step));
+    const std::string path = checkpoints.save(step, *task.module(), optimizer.get(), meta(step), average.get());
     spdlog::info("saved checkpoint {}", path);
   }
 };
@@ -122,6 +164,8 @@ Trainer::Trainer(TrainerOptions options, tasks::Task& task, std::unique_ptr<torc
     : impl_(std::make_unique<Impl>(std::move(options), task, std::move(optimizer), std::move(schedule))) {
   ensure_writable_dir(impl_->opt.model_dir);
   task.module()->to(impl_->device);
+  if (impl_->opt.moving_average_decay > 0)
+    impl_->average = std::make_unique<MovingAverage>(*task.module(), impl_->opt.moving_average_decay);
 }
 
 Trainer::~Trainer() = default;
@@ -135,6 +179,8 @@ int64_t Trainer::restore_latest() {
   if (latest.empty()) return step_ = 0;
   RestoreOptions ro;
   ro.expect = impl_->task.signature();
+  ro.training_weights = true;
+  ro.average = impl_->average.get();
   auto [step, meta] = restore_checkpoint(latest, *impl_->task.module(), impl_->optimizer.get(), ro);
   auto it = meta.find("global_batch_size");
   if (it != meta.end() && it->second != std::to_string(impl_->opt.global_batch_size))
@@ -148,49 +194,24 @@ int64_t Trainer::restore_latest() {
 
 std::map<std::string, double> Trainer::evaluate(const EvalInputFactory& eval_input, int64_t step, bool summaries) {
   auto& m = *impl_;
-  auto module = m.task.module();
-  module->eval();
-  torch::NoGradGuard no_grad;
-  tasks::MetricSums sums;
-  BatchSource source = eval_input();
-  data::Batch batch;
-  Stopwatch sw;
-  int64_t n = 0;
-  while (source(&batch)) {
-    auto images = batch.images.to(m.device, /*non_blocking=*/true);
-    torch::Tensor outputs;
-    {
-      AutocastGuard autocast(m.opt.dtype, m.device.is_cuda());
-      outputs = m.task.forward(images);
-    }
-    batch.labels = batch.labels.to(m.device, true);
-    if (batch.targets.defined()) batch.targets = batch.targets.to(m.device, true);
-    auto terms = m.task.loss(outputs, batch, m.opt.global_batch_size);
-    m.task.update_metrics(outputs.to(torch::kFloat), batch, terms, /*training=*/false, &sums);
-    n += batch.size;
+  std::map<std::string, double> metrics;
+  {
+    AveragedWeightsGuard averaged(m.average.get());
+    metrics = m.run_eval(eval_input, step, m.average ? "eval (moving average of the weights)" : "eval");
   }
-  module->train();
-  if (m.world() > 1) {
-    std::vector<at::Tensor> count = {torch::scalar_tensor(static_cast<double>(n), torch::kDouble)};
-    m.opt.distributed->allreduce_sum(count);
-    n = static_cast<int64_t>(count[0].item<double>());
-    if (sums.empty() && n > 0)
-      throw Error("rank " + std::to_string(m.opt.distributed->rank()) + " has no evaluation data of its own");
-    m.reduce(sums);
-  }
-  if (n == 0) throw Error("evaluation data is empty");
-  auto metrics = m.task.compute_metrics(sums, /*training=*/false);
-  std::string line;
-  for (const auto& [k, v] : metrics) line += fmt::format(" {}={:.4f}", k, v);
-  spdlog::info("eval at step {} over {} examples ({:.1f}s):{}", step, n, sw.seconds(), line);
   auto images = m.task.take_summary_images();
-  if (summaries) {
-    if (auto* w = m.events(false)) {
-      for (const auto& [k, v] : metrics) w->scalar(k, v, step);
-      for (const auto& im : images) w->image(im.tag, im.png, im.height, im.width, step);
-      w->flush();
-    }
+  EventWriter* w = summaries ? m.events(false) : nullptr;
+  if (w) {
+    for (const auto& [k, v] : metrics) w->scalar(k, v, step);
+    for (const auto& im : images) w->image(im.tag, im.png, im.height, im.width, step);
   }
+  if (m.average && m.opt.eval_training_weights) {
+    const auto trained = m.run_eval(eval_input, step, "eval (training weights)");
+    m.task.take_summary_images();
+    if (w)
+      for (const auto& [k, v] : trained) w->scalar("training_weights/" + k, v, step);
+  }
+  if (w) w->flush();
   return metrics;
 }
 
@@ -291,6 +312,7 @@ RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input, const
         if (!m.scaler || m.scaler->unscale(module->parameters())) {
           if (m.opt.clip_gradient_norm > 0) torch::nn::utils::clip_grad_norm_(module->parameters(), m.opt.clip_gradient_norm);
           m.optimizer->step();
+          if (m.average) m.average->update(step + 1);
         }
         else
           spdlog::info("step {}: non-finite gradients; skipped, loss scale lowered to {}", step + 1, m.scaler->scale());

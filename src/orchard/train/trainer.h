@@ -39,6 +39,12 @@ struct TrainerOptions {
   double checkpoint_every_secs = 0;  // also when this much time passed since the last one (0: never)
   bool eval_on_checkpoint = false;   // evaluate each time a checkpoint is written (TF Estimator)
   double clip_gradient_norm = 0;     // > 0: clip the global gradient norm (after the all-reduce)
+  // > 0: keep an exponential moving average of the weights (see moving_average.h); evaluation
+  // and checkpoints' "model" use the averages.
+  double moving_average_decay = 0;
+  // With a moving average: evaluate the trained weights too (logged, and summaries under
+  // "training_weights/"), as torchvision's reference does beside its EMA model.
+  bool eval_training_weights = false;
   int max_to_keep = 10;
   bool enable_tensorboard = true;
   int64_t log_steps = 100;
