@@ -97,13 +97,15 @@ std::vector<std::string> train_args(const std::string& data_dir, const std::stri
           "--enable_tensorboard"};
 }
 
-models::ResNet load_tiny(const std::string& ckpt, int64_t* step = nullptr) {
+// The checkpoint's "model" (the averages, with a moving average), or its "training_weights".
+models::ResNet load_tiny(const std::string& ckpt, int64_t* step = nullptr, bool training_weights = false) {
   models::ModelConfig c;
   c.arch = "resnet_tiny";
   c.num_classes = 10;
   auto m = models::build_resnet(c);
   train::RestoreOptions ro;
   ro.load_rng = false;
+  ro.training_weights = training_weights;
   ro.expect = {{"model", "resnet_tiny"}, {"num_classes", "10"}};
   auto [s, meta] = train::restore_checkpoint(ckpt, *m, nullptr, ro);
   if (step) *step = s;
@@ -617,14 +619,7 @@ TEST_F(ClassifyErrors, MovingAverageOfTheWeights) {
 
   const std::string ckpt = root_->file("m_ema") + "/ckpt-12.pt";
   auto averaged = load_tiny(ckpt);
-  models::ModelConfig c;
-  c.arch = "resnet_tiny";
-  c.num_classes = 10;
-  auto trained = models::build_resnet(c);
-  train::RestoreOptions ro;
-  ro.load_rng = false;
-  ro.training_weights = true;
-  train::restore_checkpoint(ckpt, *trained, nullptr, ro);
+  auto trained = load_tiny(ckpt, nullptr, /*training_weights=*/true);
   EXPECT_GT(max_diff(averaged, trained), 1e-4) << "the checkpoint's model is not the average";
 
   // `classify eval` restores the averages: the score of the evaluation during training.
@@ -645,8 +640,7 @@ TEST_F(ClassifyErrors, MovingAverageOfTheWeights) {
   const std::string ckpt2 = root_->file("m_ema2") + "/ckpt-12.pt";
   auto averaged2 = load_tiny(ckpt2);
   EXPECT_LT(max_diff(averaged, averaged2), 1e-6);
-  auto trained2 = models::build_resnet(c);
-  train::restore_checkpoint(ckpt2, *trained2, nullptr, ro);
+  auto trained2 = load_tiny(ckpt2, nullptr, /*training_weights=*/true);
   EXPECT_LT(max_diff(trained, trained2), 1e-6);
 
   expect_error(args(root_->file("m_ema_bad"), {"--moving_average_decay", "1"}), {"--moving_average_decay"});
