@@ -1,0 +1,249 @@
+// The golden runs: for each of the four tasks, a tiny fixed-seed training run through the
+// `orchard` binary as a user runs it (one thread, 20 steps, the loss logged at every step),
+// compared with what main recorded before the engine redesign (tests/golden/golden.json):
+//   - the 20 per-step training losses of the TensorBoard train summaries (float32 bits),
+//   - every tensor of the final checkpoint ("model", and "training_weights" where present)
+//     as the CRC-32C of its bytes plus its sum.
+// Same CPU kind as the recording (the CPU's vector kernels: AVX-512, AVX2 or neither): bit-identical. Another kind
+// (other SIMD kernels): losses and tensor sums within a relative 1e-3 (the kernels round
+// differently), which the message says.
+//
+// ORCHARD_GOLDEN_RECORD=<file> writes the values to <file> instead of comparing.
+#include <gtest/gtest.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/import_read.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/cli_util.h"
+#include "core/test_util.h"
+#include "orchard/core/crc32c.h"
+#include "orchard/core/event_writer.h"
+#include "orchard/core/files.h"
+
+namespace orchard::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::TempDir;
+
+constexpr int kSteps = 20;
+
+// The vector kernels ATen dispatches to on this CPU (its CPU capability): avx512, avx2 or
+// default, from the kernel's flags.
+std::string cpu_kind() {
+  const std::string info = test::read_bytes("/proc/cpuinfo");
+  const auto has = [&](const char* flag) { return info.find(std::string(" ") + flag + " ") != std::string::npos; };
+  if (has("avx512f") && has("avx512bw") && has("avx512vl") && has("avx512dq")) return "avx512";
+  if (has("avx2") && has("fma")) return "avx2";
+  return "default";
+}
+
+// The per-step "loss" of model_dir/<sub>/events.out.tfevents.* as float32 bit patterns.
+json losses(const std::string& events_dir, const std::string& tag) {
+  const auto files = files_with(events_dir, "events.out.tfevents.");
+  EXPECT_FALSE(files.empty()) << events_dir;
+  std::map<int64_t, float> by_step;
+  for (const auto& f : files)
+    for (const auto& e : read_scalar_events(f))
+      if (e.tag == tag) by_step[e.step] = static_cast<float>(e.value);
+  json out = json::object();
+  for (const auto& [step, v] : by_step) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    out[std::to_string(step)] = {{"bits", bits}, {"value", v}};
+  }
+  return out;
+}
+
+// {"model/<name>": {crc, sum, shape}} for the final checkpoint's tensors.
+json checkpoint_digest(const std::string& path) {
+  caffe2::serialize::PyTorchStreamReader reader(path);
+  auto root = torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt, c10::nullopt, reader);
+  auto dict = root.toGenericDict();
+  json out = json::object();
+  for (const char* key : {"model", "training_weights"}) {
+    if (!dict.contains(key)) continue;
+    for (const auto& e : dict.at(key).toGenericDict()) {
+      auto t = e.value().toTensor().contiguous().cpu();
+      const auto* bytes = static_cast<const char*>(t.data_ptr());
+      const size_t n = static_cast<size_t>(t.numel()) * t.element_size();
+      std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+      out[std::string(key) + "/" + e.key().toStringRef()] = {
+          {"crc", crc32c::value(bytes, n)}, {"sum", t.to(torch::kDouble).sum().item<double>()}, {"shape", shape}};
+    }
+  }
+  out["step"] = dict.at("step").toInt();
+  return out;
+}
+
+std::string newest_checkpoint(const std::string& dir) {
+  auto all = files_with(dir, "ckpt-");
+  std::string best;
+  int64_t best_step = -1;
+  for (const auto& f : all) {
+    const auto name = fs::path(f).filename().string();
+    if (name.size() < 9 || name.substr(name.size() - 3) != ".pt") continue;
+    const int64_t s = std::stoll(name.substr(5, name.size() - 8));
+    if (s > best_step) best_step = s, best = f;
+  }
+  EXPECT_FALSE(best.empty()) << "no checkpoint in " << dir;
+  return best;
+}
+
+class Golden : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ::setenv("OMP_NUM_THREADS", "1", 1);
+    const char* record = std::getenv("ORCHARD_GOLDEN_RECORD");
+    if (record && *record) {
+      record_path_ = record;
+    } else {
+      expected_ = json::parse(test::read_bytes(std::string(ORCHARD_TEST_GOLDEN_DIR) + "/golden.json"));
+    }
+  }
+  static void TearDownTestSuite() {
+    if (!record_path_.empty()) {
+      recorded_["cpu_capability"] = cpu_kind();
+      atomic_write_file(record_path_, recorded_.dump(1) + "\n");
+    }
+  }
+
+  // Records or compares one task's run.
+  void check(const std::string& task, const std::string& model_dir, const std::string& loss_tag) {
+    json got = {{"losses", losses((fs::path(model_dir) / "train").string(), loss_tag)},
+                {"checkpoint", checkpoint_digest(newest_checkpoint(model_dir))}};
+    ASSERT_EQ(got["losses"].size(), static_cast<size_t>(kSteps)) << got["losses"].dump(1);
+    if (!record_path_.empty()) {
+      recorded_[task] = got;
+      return;
+    }
+    ASSERT_TRUE(expected_.contains(task)) << "golden.json has no " << task;
+    const json& want = expected_[task];
+    const bool same_cpu = expected_.value("cpu_capability", "") == cpu_kind();
+    if (!same_cpu)
+      std::cerr << "golden: recorded on CPU capability " << expected_.value("cpu_capability", "?") << ", this is "
+                << cpu_kind() << ": comparing within a relative 1e-3 instead of bit for bit\n";
+    auto close = [](double a, double b, double abs_floor) {
+      return std::abs(a - b) <= 1e-3 * std::max(std::abs(a), std::abs(b)) + abs_floor;
+    };
+    for (const auto& [step, w] : want["losses"].items()) {
+      ASSERT_TRUE(got["losses"].contains(step)) << task << ": no loss at step " << step;
+      const auto& g = got["losses"][step];
+      if (same_cpu)
+        EXPECT_EQ(g["bits"].get<uint32_t>(), w["bits"].get<uint32_t>())
+            << task << " loss at step " << step << ": " << g["value"] << " != golden " << w["value"];
+      else
+        EXPECT_TRUE(close(g["value"].get<double>(), w["value"].get<double>(), 0))
+            << task << " loss at step " << step << ": " << g["value"] << " vs golden " << w["value"];
+    }
+    const json& wc = want["checkpoint"];
+    const json& gc = got["checkpoint"];
+    EXPECT_EQ(gc.size(), wc.size()) << task << ": tensor count";
+    for (const auto& [name, w] : wc.items()) {
+      if (name == "step") {
+        EXPECT_EQ(gc["step"], w) << task;
+        continue;
+      }
+      ASSERT_TRUE(gc.contains(name)) << task << ": checkpoint lacks " << name;
+      const auto& g = gc[name];
+      EXPECT_EQ(g["shape"], w["shape"]) << task << " " << name;
+      if (same_cpu)
+        EXPECT_EQ(g["crc"].get<uint32_t>(), w["crc"].get<uint32_t>())
+            << task << " " << name << " differs (sum " << g["sum"] << " vs golden " << w["sum"] << ")";
+      else
+        EXPECT_TRUE(close(g["sum"].get<double>(), w["sum"].get<double>(), 1e-3))
+            << task << " " << name << " sum " << g["sum"] << " vs golden " << w["sum"];
+    }
+  }
+
+  static std::string record_path_;
+  static json expected_, recorded_;
+};
+std::string Golden::record_path_;
+json Golden::expected_, Golden::recorded_;
+
+TEST_F(Golden, Classify) {
+  TempDir root;
+  const std::string data = root.file("fmnist");
+  auto r = run({"data", "fashion-mnist", "--out_dir", data, "--limit", "160", "--num_shards", "2",
+                "--num_validation_shards", "1"},
+               root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string model = root.file("model");
+  // 160 / 16 = 10 steps per epoch, 2 epochs; the moving average puts "training_weights" in
+  // the checkpoint too.
+  r = run({"classify", "train", "--data_dir", data, "--model_dir", model, "--model", "resnet_tiny", "--image_size", "28",
+           "--batch_size", "16", "--train_epochs", "2", "--steps_per_loop", "1", "--log_steps", "1", "--seed", "3",
+           "--num_threads", "1", "--datasets_num_private_threads", "1", "--base_learning_rate", "1.6",
+           "--warmup_epochs", "1", "--moving_average_decay", "0.9", "--enable_checkpoint_and_export",
+           "--enable_tensorboard"},
+          root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  check("classify", model, "loss");
+}
+
+TEST_F(Golden, MultiLabel) {
+  TempDir root;
+  const std::string data = root.file("tags");
+  auto r = run({"data", "shapes", "--task", "multilabel", "--out_dir", data, "--num_train", "160", "--num_validation",
+                "32", "--seed", "3"},
+               root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string model = root.file("model");
+  r = run({"multilabel", "train", "--data_dir", data, "--model_dir", model, "--model", "resnet_tiny", "--class_num",
+           "6", "--image_size", "32", "--batch_size", "16", "--max_iter", std::to_string(kSteps), "--log_interval",
+           "1", "--snapshot", "10", "--test_interval", "20", "--num_preprocess_threads", "1", "--num_threads", "1",
+           "--seed", "3", "--lr", "0.8"},
+          root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  check("multilabel", model, "loss");
+}
+
+TEST_F(Golden, Detect) {
+  TempDir root;
+  const std::string data = root.file("shapes");
+  auto r = run({"data", "shapes", "--task", "detection", "--out_dir", data, "--num_train", "64", "--num_validation",
+                "16", "--seed", "3"},
+               root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string model = root.file("model");
+  r = run({"detect", "train", "--pipeline_config_path", data + "/pipeline.config", "--model_dir", model,
+           "--num_train_steps", std::to_string(kSteps), "--save_checkpoints_steps", "10", "--log_steps", "1",
+           "--seed", "3", "--num_preprocess_threads", "1", "--num_threads", "1"},
+          root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  check("detect", model, "Loss/total_loss");
+}
+
+TEST_F(Golden, Caption) {
+  TempDir root;
+  const std::string data = root.file("captions");
+  auto r = run({"data", "shapes", "--task", "captioning", "--out_dir", data, "--num_train", "96", "--num_validation",
+                "16", "--seed", "3"},
+               root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string model = root.file("train");
+  r = run({"caption", "train", "--input_file_pattern", data + "/train-*", "--train_dir", model, "--train_steps",
+           std::to_string(kSteps), "--save_checkpoints_steps", "10", "--save_checkpoints_secs", "0",
+           "--log_every_n_steps", "1", "--image_size", "75", "--train_batch_size", "8", "--train_inception",
+           "--optimizer", "Adam", "--train_inception_learning_rate", "0.002", "--num_preprocess_threads", "1",
+           "--num_threads", "1", "--seed", "3"},
+          root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  check("caption", model, "loss");
+}
+
+}  // namespace
+}  // namespace orchard::cli
