@@ -4,7 +4,7 @@
 //   train_frozen    CaptionTask training step with the encoder frozen (inference mode, no
 //                   grad): forward (Inception-v3 + image embedding), loss (LSTM over the
 //                   captions, masked cross entropy), zero_grad + backward, clip_grad_norm_ 5.0,
-//                   SGD step (lr 2.0) on the non-encoder parameters, as train::Trainer runs it
+//                   SGD step (lr 2.0) on the non-encoder parameters, as engine::Trainer runs it
 //   train_finetune  the same with --train_inception: the encoder in training mode with
 //                   gradients, its conv weights' L2 (4e-5) in the loss, SGD (lr 0.0005) on all
 //   beam            im2txt's beam search (beam 3, max length 20) of N images from precomputed
@@ -267,14 +267,14 @@ void make_inputs(const std::string& dir, uint64_t seed, const Dims& d, double en
 
 double seconds_since(double t0) { return wall_now() - t0; }
 
-// A batch as the caption parser lays it out: labels = number of ids, targets = [id / 2^24,
-// id % 2^24, ids...] (float).
+// A batch as the caption parser writes it: caption_ids, caption_length, image_id.
 orchard::data::Batch caption_batch(const at::Tensor& captions) {
   const int64_t b = captions.size(0), t = captions.size(1);
   orchard::data::Batch batch;
   batch.size = b;
-  batch.labels = at::full({b}, t, at::kLong);
-  batch.targets = at::cat({at::zeros({b, 1}), at::arange(b, at::kFloat).unsqueeze(1), captions.to(at::kFloat)}, 1);
+  batch.fields["caption_ids"] = captions.to(at::kLong);
+  batch.fields["caption_length"] = at::full({b}, t, at::kLong);
+  batch.fields["image_id"] = at::arange(b, at::kLong);
   return batch;
 }
 
@@ -290,7 +290,7 @@ struct TrainStep {
     task.module()->train();
   }
 
-  // train::Trainer's step: forward, loss, zero_grad, backward, clip, optimizer step.
+  // engine::Trainer's step: forward, loss, zero_grad, backward, clip, optimizer step.
   double run(const at::Tensor& images, const orchard::data::Batch& batch, std::map<std::string, double>* phase) {
     double t0 = wall_now();
     const auto out = task.forward(images);

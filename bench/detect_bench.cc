@@ -48,6 +48,10 @@
 
 namespace {
 
+// The loss inputs' groundtruth as the inputs directory holds it (peer_detect.py reads the same):
+// per image [height, width, 0, index, then max_boxes x (ymin, xmin, ymax, xmax, class)].
+constexpr int64_t kLossHeader = 4;
+
 using orchard::bench::emit;
 using orchard::bench::g_budget_seconds;
 using orchard::bench::keep_freed_memory;
@@ -124,20 +128,20 @@ void make_inputs(const std::string& dir, uint64_t seed, const orchard::tasks::De
   in.write("post_boxes", orchard::detect::decode_boxes(at::randn({num_anchors, 4}, g), anchors, coder));
   in.write("post_scores", (at::randn({num_anchors, num_classes}, g) * 2 - 4).sigmoid());
   // Loss input: model outputs [B, A, 4 + C + 1] (codes ~ N(0, 1), logits ~ N(-4, 2^2)) and
-  // 1..12 groundtruth boxes per image laid out as data::Batch::targets.
+  // 1..12 groundtruth boxes per image, packed as kLossHeader says.
   in.write("loss_outputs",
            at::cat({at::randn({batch, num_anchors, 4}, g), at::randn({batch, num_anchors, num_classes + 1}, g) * 2 - 4},
                    2));
   const auto counts = at::randint(1, 13, {batch}, g, at::kLong);
-  auto targets = at::zeros({batch, orchard::data::detection_target_dim(max_boxes)});
+  auto targets = at::zeros({batch, kLossHeader + 5 * max_boxes});
   for (int64_t i = 0; i < batch; ++i) {
     const int64_t n = counts[i].item<int64_t>();
-    auto header = targets[i].narrow(0, 0, orchard::data::kDetectionTargetHeader);
+    auto header = targets[i].narrow(0, 0, kLossHeader);
     header.copy_(at::tensor({480.0f, 640.0f, 0.0f, static_cast<float>(i)}));
     const auto lo = at::rand({n, 2}, g) * 0.7;
     const auto side = at::rand({n, 2}, g) * 0.3 + 0.05;
     const auto cls = at::randint(1, num_classes + 1, {n, 1}, g, at::kLong).to(at::kFloat);
-    targets[i].narrow(0, orchard::data::kDetectionTargetHeader, 5 * n).copy_(at::cat({lo, lo + side, cls}, 1).reshape(-1));
+    targets[i].narrow(0, kLossHeader, 5 * n).copy_(at::cat({lo, lo + side, cls}, 1).reshape(-1));
   }
   in.write("loss_counts", counts);
   in.write("loss_targets", targets);
@@ -165,11 +169,25 @@ void zero_grads(torch::nn::Module& m) {
   for (auto& p : m.parameters()) p.mutable_grad().reset();
 }
 
-orchard::data::Batch loss_batch(Inputs& in, int64_t batch) {
+// The groundtruth of the loss inputs: box counts and the packed rows (the inputs file's layout,
+// shared with peer_detect.py).
+struct LossTargets {
+  at::Tensor counts, packed;
+};
+LossTargets loss_batch(Inputs& in, int64_t batch) {
+  return {in.read("loss_counts").narrow(0, 0, batch), in.read("loss_targets").narrow(0, 0, batch)};
+}
+
+// The same groundtruth as the detection parser's typed fields (DetectionTask::loss reads them).
+orchard::data::Batch as_batch(const LossTargets& t) {
+  const int64_t batch = t.packed.size(0), max_boxes = (t.packed.size(1) - kLossHeader) / 5;
+  const auto rows = t.packed.narrow(1, kLossHeader, 5 * max_boxes).reshape({batch, max_boxes, 5});
   orchard::data::Batch b;
-  b.labels = in.read("loss_counts").narrow(0, 0, batch);
-  b.targets = in.read("loss_targets").narrow(0, 0, batch);
   b.size = batch;
+  b.fields["boxes"] = rows.narrow(2, 0, 4).contiguous();
+  b.fields["classes"] = rows.select(2, 4).round().to(at::kLong);
+  b.fields["is_crowd"] = at::zeros({batch, max_boxes}, at::kBool);
+  b.fields["num_boxes"] = t.counts;
   return b;
 }
 
@@ -261,8 +279,8 @@ int main(int argc, char** argv) {
           double t0 = wall_now();
           std::vector<at::Tensor> gt_boxes, gt_classes;
           for (int64_t i = 0; i < batch; ++i) {
-            const int64_t n = b.labels[i].item<int64_t>();
-            const auto rows = b.targets[i].narrow(0, orchard::data::kDetectionTargetHeader, 5 * n).reshape({n, 5});
+            const int64_t n = b.counts[i].item<int64_t>();
+            const auto rows = b.packed[i].narrow(0, kLossHeader, 5 * n).reshape({n, 5});
             gt_boxes.push_back(rows.narrow(1, 0, 4));
             gt_classes.push_back(rows.select(1, 4).round().to(at::kLong));
           }
@@ -281,8 +299,8 @@ int main(int argc, char** argv) {
           auto parts = time_loop(loss_warmup, loss_iters, [&](std::map<std::string, double>* phase) {
             double t0 = wall_now();
             for (int64_t i = 0; i < batch; ++i) {
-              const int64_t n = b.labels[i].item<int64_t>();
-              const auto rows = b.targets[i].narrow(0, orchard::data::kDetectionTargetHeader, 5 * n).reshape({n, 5});
+              const int64_t n = b.counts[i].item<int64_t>();
+              const auto rows = b.packed[i].narrow(0, kLossHeader, 5 * n).reshape({n, 5});
               targets[i] = orchard::detect::assign_targets(task.anchors(), rows.narrow(1, 0, 4),
                                                            rows.select(1, 4).round().to(at::kLong),
                                                            config.loss.matcher, config.loss.coder);
@@ -335,7 +353,7 @@ int main(int argc, char** argv) {
                 .eps(rms.epsilon())
                 .momentum(rms.momentum_optimizer_value()));
         const auto images = at::rand({batch, 3, height, width}) * 2 - 1;
-        const auto b = loss_batch(in, batch);
+        const auto b = as_batch(loss_batch(in, batch));
         orchard::tasks::LossTerms terms;
         auto r = time_loop(warmup, model_iters, [&](std::map<std::string, double>* phase) {
           double t0 = wall_now();

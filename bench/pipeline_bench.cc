@@ -92,11 +92,14 @@ int main(int argc, char** argv) {
       if (records.empty()) throw orchard::Error(pattern + ": no records");
       std::vector<float> image(static_cast<size_t>(numel));
       int64_t label = 0;
+      orchard::data::SampleOut sample;
+      sample.image = image.data();
+      sample.fields = {&label};
       auto run = [&](int64_t n, int64_t first) {
         for (int64_t i = 0; i < n; ++i) {
           const int64_t k = first + i;
           std::mt19937_64 rng(orchard::data::mix_seed(seed, 0, static_cast<uint64_t>(k)));
-          parse(records[static_cast<size_t>(k) % records.size()], "record", rng, image.data(), &label, nullptr);
+          parse(records[static_cast<size_t>(k) % records.size()], "record", rng, sample);
           checksum += image[static_cast<size_t>(k) % image.size()];
         }
       };
@@ -133,10 +136,10 @@ int main(int argc, char** argv) {
           images += batch.size;
           // Touch the batch so that nothing is optimised away.
           if (full_checksum)
-            checksum += batch.images.sum(at::kDouble).item<double>() + batch.labels.sum().item<int64_t>();
+            checksum += batch.images.sum(at::kDouble).item<double>() + batch.field("label").sum().item<int64_t>();
           else
             checksum += static_cast<double>(batch.images.data_ptr<float>()[i % numel]) +
-                        batch.labels[0].item<int64_t>();
+                        batch.field("label")[0].item<int64_t>();
         }
         return images;
       };

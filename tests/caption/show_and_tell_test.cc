@@ -188,21 +188,22 @@ CaptionConfig tiny_config(bool train_inception) {
   return c;
 }
 
-// Targets for two captions: image ids, then padded ids; labels = lengths.
+// The fields of a batch of captions: padded ids, lengths, image ids.
 data::Batch caption_batch(const std::vector<std::vector<int64_t>>& captions, const std::vector<int64_t>& image_ids,
                           int64_t width, float pad = 0) {
   data::Batch b;
   const int64_t n = static_cast<int64_t>(captions.size());
   b.size = n;
   b.images = torch::randn({n, 3, 75, 75});
-  b.labels = torch::zeros({n}, torch::kLong);
-  b.targets = torch::full({n, kCaptionTargetHeader + width}, pad);
+  auto lengths = torch::zeros({n}, torch::kLong);
+  auto ids = torch::full({n, width}, static_cast<int64_t>(pad), torch::kLong);
   for (int64_t i = 0; i < n; ++i) {
-    b.labels[i] = static_cast<int64_t>(captions[i].size());
-    b.targets[i][0] = 0;
-    b.targets[i][1] = static_cast<float>(image_ids[i]);
-    for (size_t j = 0; j < captions[i].size(); ++j) b.targets[i][kCaptionTargetHeader + j] = static_cast<float>(captions[i][j]);
+    lengths[i] = static_cast<int64_t>(captions[i].size());
+    for (size_t j = 0; j < captions[i].size(); ++j) ids[i][static_cast<int64_t>(j)] = captions[i][j];
   }
+  b.fields["caption_ids"] = ids;
+  b.fields["caption_length"] = lengths;
+  b.fields["image_id"] = torch::tensor(image_ids, torch::kLong);
   return b;
 }
 
@@ -309,16 +310,23 @@ TEST(CaptionTask, ParserWritesIdsImageIdAndCutsLongCaptions) {
   e.encoded = data::encode_jpeg(im);
   e.ids = {0, 2, 3, 4, 5, 6, 7, 1};  // 8 ids > max_caption_tokens 6
   const auto parse = task.parser(false);
-  std::vector<float> pixels(3 * 75 * 75), target(kCaptionTargetHeader + 6);
-  int64_t label = 0;
+  const auto spec = task.sample_spec();
+  ASSERT_EQ(spec.fields.size(), 3u);
+  EXPECT_EQ(spec.fields[0].name, "caption_ids");
+  std::vector<float> pixels(3 * 75 * 75);
+  std::vector<int64_t> ids(6);
+  int64_t length = 0, image_id = 0;
+  data::SampleOut out;
+  out.image = pixels.data();
+  out.fields = {ids.data(), &length, &image_id};
   std::mt19937_64 rng(0);
-  parse(data::make_caption_example(e), "r", rng, pixels.data(), &label, target.data());
-  EXPECT_EQ(label, 6);
-  EXPECT_EQ(static_cast<int64_t>(target[0]) * 16777216 + static_cast<int64_t>(target[1]), e.image_id);
-  EXPECT_EQ(std::vector<float>(target.begin() + 2, target.end()), (std::vector<float>{0, 2, 3, 4, 5, 1}));
+  parse(data::make_caption_example(e), "r", rng, out);
+  EXPECT_EQ(length, 6);
+  EXPECT_EQ(image_id, e.image_id);
+  EXPECT_EQ(ids, (std::vector<int64_t>{0, 2, 3, 4, 5, 1}));
   e.ids = {0, 11, 1};  // outside the vocabulary of 11
   try {
-    parse(data::make_caption_example(e), "f: record 2", rng, pixels.data(), &label, target.data());
+    parse(data::make_caption_example(e), "f: record 2", rng, out);
     ADD_FAILURE() << "no error";
   } catch (const DataError& err) {
     EXPECT_NE(std::string(err.what()).find("f: record 2"), std::string::npos) << err.what();

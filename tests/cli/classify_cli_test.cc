@@ -335,6 +335,37 @@ TEST_F(ClassifyTrain, PredictCommand) {
   EXPECT_TRUE(contains(bad.err, "nope.png")) << bad.err;
 }
 
+// Preemption: SIGTERM lets the step in progress finish, writes a checkpoint of it, exits 143;
+// the same command then resumes there and reaches the uninterrupted run's parameters.
+TEST_F(ClassifyTrain, TerminatedRunCheckpointsItsStepAndResumes) {
+  const std::string model_t = root_->file("model_t");
+  auto args = train_args(data_dir_, model_t);
+  const std::string out = root_->file("t1.out"), err = root_->file("t1.err");
+  const pid_t pid = spawn(args, out, err);
+  train::CheckpointManager manager(model_t);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline && manager.latest().empty())
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ::kill(pid, SIGTERM);
+  auto stopped = wait_for(pid, out, err);
+  ASSERT_FALSE(stopped.signaled) << stopped.err;
+  ASSERT_EQ(stopped.rc, 128 + SIGTERM) << "the run finished before the signal?\n" << stopped.err;
+  EXPECT_TRUE(contains(stopped.err, "signal 15: stopped after step")) << stopped.err;
+  const int64_t stopped_at = train::checkpoint_step(manager.latest());
+  EXPECT_TRUE(contains(stopped.err, "stopped after step " + std::to_string(stopped_at))) << stopped.err;
+  ASSERT_GT(stopped_at, 0);
+  ASSERT_LT(stopped_at, 40);
+  EXPECT_EQ(files_with(model_t, ".tmp-"), std::vector<std::string>{});
+
+  auto resumed = run(args, *root_);
+  ASSERT_EQ(resumed.rc, 0) << resumed.err;
+  EXPECT_TRUE(contains(resumed.err, "resumed from")) << resumed.err;
+  EXPECT_TRUE(contains(resumed.err, "at step " + std::to_string(stopped_at))) << resumed.err;
+  auto a = load_tiny(model_a_ + "/ckpt-40.pt");
+  auto t = load_tiny(model_t + "/ckpt-40.pt");
+  EXPECT_LT(max_diff(a, t), 1e-6) << "stopped at step " << stopped_at;
+}
+
 // The most important property: SIGKILL at any point and a restart reach exactly the
 // parameters of the uninterrupted run (model, optimizer, step, LR schedule, RNG, data position).
 TEST_F(ClassifyTrain, KilledAndRestartedRunMatchesUninterrupted) {

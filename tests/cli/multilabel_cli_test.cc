@@ -124,6 +124,28 @@ TEST_F(MultiLabelTrain, EvalReproducesTheFinalMetrics) {
   EXPECT_EQ(got.at("global_step"), stats.at("global_step"));
 }
 
+// A flag given on the command line wins over the saved configuration even when its value is
+// the default (once detected by comparing with the default, so --threshold 0.5 was ignored).
+TEST_F(MultiLabelTrain, AnExplicitThresholdWinsOverTheSavedOneEvenAtTheDefault) {
+  ASSERT_EQ(result_.rc, 0) << result_.err;
+  const std::string copy = root_->file("model_threshold_0.9");
+  fs::create_directories(copy);
+  for (const auto& e : fs::directory_iterator(model_))
+    if (e.is_regular_file()) fs::copy_file(e.path(), fs::path(copy) / e.path().filename());
+  json config = json::parse(test::read_bytes(copy + "/config.json"));
+  ASSERT_EQ(config.at("threshold").get<double>(), 0.5);
+  config["threshold"] = 0.9;  // as if trained with --threshold 0.9
+  test::write_bytes(copy + "/config.json", config.dump(2));
+  auto original = run({"multilabel", "eval", "--model_dir", model_, "--num_threads", "1"}, *root_);
+  auto saved = run({"multilabel", "eval", "--model_dir", copy, "--num_threads", "1"}, *root_);
+  auto given = run({"multilabel", "eval", "--model_dir", copy, "--num_threads", "1", "--threshold", "0.5"}, *root_);
+  ASSERT_EQ(original.rc, 0) << original.err;
+  ASSERT_EQ(saved.rc, 0) << saved.err;
+  ASSERT_EQ(given.rc, 0) << given.err;
+  EXPECT_NE(json::parse(saved.out), json::parse(original.out)) << "the saved threshold 0.9 was not used";
+  EXPECT_EQ(json::parse(given.out), json::parse(original.out)) << "--threshold 0.5 did not win";
+}
+
 TEST_F(MultiLabelTrain, PredictPrintsTheLabelsOfImages) {
   ASSERT_EQ(result_.rc, 0) << result_.err;
   // Validation images as files, with their true label sets.

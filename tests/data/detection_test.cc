@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "core/test_util.h"
@@ -82,26 +83,46 @@ TEST(DetectionExample, BadRecordsNameTheField) {
   EXPECT_NE(m.find("box 0"), std::string::npos) << m;
 }
 
+// The typed fields of one sample, zeroed as the pipeline hands them to a parser.
+struct Targets {
+  explicit Targets(int64_t max_boxes)
+      : boxes(static_cast<size_t>(4 * max_boxes)), classes(static_cast<size_t>(max_boxes)),
+        crowd(new bool[static_cast<size_t>(max_boxes)]()), max(max_boxes) {}
+  DetectionTargets view() {
+    return {boxes.data(), classes.data(), crowd.get(), &num_boxes, &image_id, original_size};
+  }
+  std::vector<float> boxes;
+  std::vector<int64_t> classes;
+  std::unique_ptr<bool[]> crowd;
+  int64_t max, num_boxes = 0, image_id = 0, original_size[2] = {0, 0};
+};
+
 TEST(DetectionPreprocess, EvalResizesAndScalesToPlusMinusOne) {
   const DetectionExample d = two_tone();
   DetectionInputOptions o;
   o.height = 20;
   o.width = 30;
   o.max_boxes = 3;
-  std::vector<float> image(3 * 20 * 30), target(detection_target_dim(3));
+  std::vector<float> image(3 * 20 * 30);
+  Targets t(3);
+  const auto view = t.view();
   std::mt19937_64 rng(1);
-  EXPECT_EQ(preprocess_detection(d, o, false, rng, image.data(), target.data(), "t"), 2);
+  EXPECT_EQ(preprocess_detection(d, o, false, rng, image.data(), &view, "t"), 2);
+  EXPECT_EQ(t.num_boxes, 2);
   EXPECT_FLOAT_EQ(image[0], -1.0f);                  // black, channel 0, top-left
   EXPECT_FLOAT_EQ(image[29], 1.0f);                  // white, top-right
   EXPECT_FLOAT_EQ(image[2 * 600 + 599], 1.0f);       // channel 2, bottom-right
-  EXPECT_EQ(target[0], 40.f);
-  EXPECT_EQ(target[1], 60.f);
+  EXPECT_EQ(t.original_size[0], 40);
+  EXPECT_EQ(t.original_size[1], 60);
   const uint64_t key = detection_image_key(d);
-  EXPECT_EQ(static_cast<uint64_t>(target[2]) << 24 | static_cast<uint64_t>(target[3]), key);
+  EXPECT_EQ(static_cast<uint64_t>(t.image_id), key);
+  EXPECT_LT(key, 1ull << 48);
   EXPECT_NE(key, detection_image_key(DetectionExample{}));
-  const std::vector<float> first(target.begin() + 4, target.begin() + 9);
-  EXPECT_EQ(first, (std::vector<float>{0.1f, 0.5f, 0.6f, 1.0f, 2.f}));
-  for (size_t i = 14; i < target.size(); ++i) EXPECT_EQ(target[i], 0.f);  // padding
+  const std::vector<float> first(t.boxes.begin(), t.boxes.begin() + 4);
+  EXPECT_EQ(first, (std::vector<float>{0.1f, 0.5f, 0.6f, 1.0f}));
+  EXPECT_EQ(t.classes[0], 2);
+  for (size_t i = 8; i < t.boxes.size(); ++i) EXPECT_EQ(t.boxes[i], 0.f);  // padding
+  EXPECT_EQ(t.classes[2], 0);
 }
 
 TEST(DetectionPreprocess, FlipMirrorsImageAndBoxes) {
@@ -113,13 +134,15 @@ TEST(DetectionPreprocess, FlipMirrorsImageAndBoxes) {
   o.max_boxes = 2;
   o.augmentation.random_horizontal_flip = true;
   o.augmentation.flip_probability = 1.0f;
-  std::vector<float> image(3 * 40 * 60), target(detection_target_dim(2));
+  std::vector<float> image(3 * 40 * 60);
+  Targets t(2);
+  const auto view = t.view();
   std::mt19937_64 rng(1);
-  preprocess_detection(d, o, true, rng, image.data(), target.data(), "t");
+  preprocess_detection(d, o, true, rng, image.data(), &view, "t");
   EXPECT_FLOAT_EQ(image[0], 1.0f);  // the white half is now on the left
-  EXPECT_FLOAT_EQ(target[4 + 1], 0.0f);   // xmin = 1 - 1.0
-  EXPECT_FLOAT_EQ(target[4 + 3], 0.5f);   // xmax = 1 - 0.5
-  EXPECT_FLOAT_EQ(target[9 + 1], 0.75f);  // second box: 1 - 0.25
+  EXPECT_FLOAT_EQ(t.boxes[1], 0.0f);      // xmin = 1 - 1.0
+  EXPECT_FLOAT_EQ(t.boxes[3], 0.5f);      // xmax = 1 - 0.5
+  EXPECT_FLOAT_EQ(t.boxes[4 + 1], 0.75f);  // second box: 1 - 0.25
 }
 
 TEST(SsdRandomCrop, KeptBoxesAreVisibleEnoughAndInTheCropFrame) {
@@ -246,15 +269,19 @@ TEST(CocoConvert, WritesNormalisedBoxesCrowdFlagsAndALabelMap) {
   EXPECT_EQ(d.classes, (std::vector<int64_t>{18, 1}));
   EXPECT_EQ(d.crowd, (std::vector<bool>{false, true}));
   EXPECT_EQ(d.texts[0], "dog");
-  // The crowd region's class is negated in the training target.
+  // The crowd region is flagged in the targets.
   DetectionInputOptions in;
   in.height = in.width = 32;
   in.max_boxes = 4;
-  std::vector<float> image(3 * 32 * 32), target(detection_target_dim(4));
+  std::vector<float> image(3 * 32 * 32);
+  Targets t(4);
+  const auto view = t.view();
   std::mt19937_64 rng(0);
-  preprocess_detection(d, in, false, rng, image.data(), target.data(), "t");
-  EXPECT_EQ(target[kDetectionTargetHeader + 4], 18.f);
-  EXPECT_EQ(target[kDetectionTargetHeader + 5 + 4], -1.f);
+  preprocess_detection(d, in, false, rng, image.data(), &view, "t");
+  EXPECT_EQ(t.classes[0], 18);
+  EXPECT_FALSE(t.crowd[0]);
+  EXPECT_EQ(t.classes[1], 1);
+  EXPECT_TRUE(t.crowd[1]);
   const std::string label_map = read_file((dir.path() / "out" / "label_map.pbtxt").string());
   EXPECT_NE(label_map.find("id: 18\n  name: \"dog\""), std::string::npos) << label_map;
 

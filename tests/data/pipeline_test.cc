@@ -79,10 +79,12 @@ Output run(const PipelineOptions& o, int64_t max_batches = -1) {
   Batch b;
   while ((max_batches < 0 || static_cast<int64_t>(r.sizes.size()) < max_batches) && pipe.next(&b)) {
     EXPECT_EQ(b.images.sizes(), (at::IntArrayRef{b.size, 3, kSize, kSize}));
-    EXPECT_EQ(b.labels.numel(), b.size);
+    const auto& labels = b.field("label");
+    EXPECT_EQ(labels.numel(), b.size);
     EXPECT_EQ(b.images.scalar_type(), at::kFloat);
-    EXPECT_EQ(b.labels.scalar_type(), at::kLong);
-    const int64_t* l = b.labels.data_ptr<int64_t>();
+    EXPECT_EQ(labels.scalar_type(), at::kLong);
+    EXPECT_EQ(b.sources.size(), static_cast<size_t>(b.size));
+    const int64_t* l = labels.data_ptr<int64_t>();
     r.labels.insert(r.labels.end(), l, l + b.size);
     const float* im = b.images.data_ptr<float>();
     r.images.insert(r.images.end(), im, im + b.images.numel());
@@ -399,7 +401,7 @@ TEST(PipelineErrors, CorruptRecordIsAnErrorOrSkippedAndCounted) {
   std::vector<int64_t> labels;
   Batch b;
   while (pipe.next(&b))
-    labels.insert(labels.end(), b.labels.data_ptr<int64_t>(), b.labels.data_ptr<int64_t>() + b.size);
+    labels.insert(labels.end(), b.field("label").data_ptr<int64_t>(), b.field("label").data_ptr<int64_t>() + b.size);
   EXPECT_EQ(sorted(labels), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 8, 9}));
   EXPECT_EQ(pipe.skipped_records(), 1);
   EXPECT_FALSE(pipe.next(&b));  // stays at the end

@@ -110,7 +110,7 @@ const std::vector<int64_t> kLabels = {0, 5, 9};
 
 data::Batch make_batch() {
   data::Batch b;
-  b.labels = torch::tensor(kLabels, torch::kLong);
+  b.fields["label"] = torch::tensor(kLabels, torch::kLong);
   b.size = 3;
   return b;
 }

@@ -93,9 +93,8 @@ MultiLabelConfig tiny_config() {
 
 data::Batch batch_of(const torch::Tensor& targets) {
   data::Batch b;
-  b.targets = targets;
+  b.fields["labels"] = targets;
   b.size = targets.size(0);
-  b.labels = torch::zeros({b.size}, torch::kLong);
   return b;
 }
 
@@ -238,15 +237,17 @@ TEST(MlImagesRecords, LabelBytesDecodeAndAWrongLengthNamesTheRecord) {
   auto parse = data::make_ml_images_parser(o);
   std::mt19937_64 rng(0);
   std::vector<float> image(3 * 8 * 8), target(3);
-  int64_t label = -5;
-  parse(ex.SerializeAsString(), "train-0: record 7", rng, image.data(), &label, target.data());
+  data::SampleOut out;
+  out.image = image.data();
+  out.fields = {target.data()};
+  parse(ex.SerializeAsString(), "train-0: record 7", rng, out);
   EXPECT_EQ(target, (std::vector<float>{1, 0, -1}));
   EXPECT_NEAR(image[0], 100 - 123.68f, 1e-4);
 
   o.class_num = 4;
   auto strict = data::make_ml_images_parser(o);
   try {
-    strict(ex.SerializeAsString(), "train-0: record 7", rng, image.data(), &label, target.data());
+    strict(ex.SerializeAsString(), "train-0: record 7", rng, out);
     ADD_FAILURE() << "no error";
   } catch (const DataError& e) {
     const std::string what = e.what();

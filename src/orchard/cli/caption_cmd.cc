@@ -19,6 +19,7 @@
 #include "orchard/core/files.h"
 #include "orchard/tasks/captioning.h"
 #include "orchard/train/checkpoint.h"
+#include "orchard/train/optimizers.h"
 #include "orchard/train/runtime.h"
 
 namespace fs = std::filesystem;
@@ -27,7 +28,7 @@ using nlohmann::json;
 namespace orchard::cli {
 namespace {
 
-struct CaptionFlags {
+struct CaptionFlags : RuntimeFlags {
   // train.py / the seed's TPU trainer
   std::string input_file_pattern;
   std::string train_dir;
@@ -73,15 +74,9 @@ struct CaptionFlags {
   // Orchard additions
   bool clean = false;
   bool distort = true;
-  int num_threads = 0;
   int num_preprocess_threads = 0;
   uint64_t seed = 0;
   std::string stats_file;
-  std::string dtype = "fp32";
-  std::string distribution_strategy = "mirrored";
-  int num_gpus = -2;
-  int collective_timeout = 1800;
-  bool sync_bn = false;
   bool skip_corrupt_records = false;
   int64_t shuffle_buffer = 2300 * 2;  // im2txt: values_per_input_shard * input_queue_capacity_factor
 };
@@ -118,7 +113,7 @@ void add_beam_flags(CLI::App* c, CaptionFlags& f) {
 
 void add_common_flags(CLI::App* c, CaptionFlags& f) {
   c->add_option("--vocab_file", f.vocab_file, "word_counts.txt (default: beside the input files, or the train_dir's copy)");
-  c->add_option("--num_threads", f.num_threads, "Intra-op threads (0: all cores)");
+  add_threads_flag(c, f.num_threads);
   c->add_option("--num_preprocess_threads", f.num_preprocess_threads, "Input pipeline threads (0: all cores)");
   c->add_option("--stats_file", f.stats_file, "Write the run's stats (or the metrics) as JSON here");
   c->add_option("--num_eval_examples", f.num_eval_examples, "Examples per evaluation (0: all)")->capture_default_str();
@@ -174,13 +169,7 @@ void add_train_flags(CLI::App* c, CaptionFlags& f) {
                 "Encoder initialisation without --inception_checkpoint_file: default (He) | torchvision "
                 "(trunc_normal(0.1) convolutions, as torchvision and TF-Slim; use with --train_inception)")
       ->capture_default_str();
-  c->add_option("--dtype", f.dtype, "fp32 | bf16 | fp16")->capture_default_str();
-  c->add_option("--distribution_strategy", f.distribution_strategy, "off | one_device | mirrored | multi_worker_mirrored")
-      ->capture_default_str();
-  c->add_option("--num_gpus", f.num_gpus, "GPUs (0: CPU, -1: all)");
-  c->add_option("--collective_timeout", f.collective_timeout, "Seconds a worker waits for the others")
-      ->capture_default_str();
-  c->add_flag("--sync_bn", f.sync_bn, "Encoder batch norm statistics over the global batch (with --train_inception)");
+  add_runtime_flags(c, f);
   c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs (counted in stats)");
   add_model_flags(c, f);
   add_common_flags(c, f);
@@ -272,33 +261,25 @@ data::Vocabulary load_vocab(const std::string& path, const std::string& flag_hin
 // im2txt's init_fn: the encoder from an Inception-v3 checkpoint (torchvision names, as
 // `orchard import-weights` or a classifier writes them, or another caption model's).
 void load_inception(tasks::CaptionTask& task, const std::string& checkpoint) {
-  std::string path = checkpoint;
-  if (fs::is_directory(path)) {
-    path = train::CheckpointManager(checkpoint).latest();
-    if (path.empty()) throw Error("--inception_checkpoint_file " + checkpoint + ": no checkpoint in that directory");
-  }
-  if (!fs::exists(path)) throw Error("--inception_checkpoint_file " + checkpoint + ": no such file");
   const std::string prefix = caption::kEncoderPrefix;
-  auto is_encoder = [&](const std::string& name) { return name.rfind(prefix, 0) == 0; };
-  std::vector<std::string> restored;
+  auto not_encoder = [prefix](const std::string& name) { return name.rfind(prefix, 0) != 0; };
   std::string first_error;
+  // An Inception-v3 checkpoint names the encoder's variables without the prefix; another
+  // caption model's with it.
   for (bool strip : {true, false}) {
-    train::RestoreOptions ro;
-    ro.load_optimizer = false;
-    ro.load_rng = false;
-    ro.skip = [&](const std::string& name) { return !is_encoder(name); };
-    if (strip) ro.source_name = [&](const std::string& name) { return name.substr(prefix.size()); };
-    restored.clear();
-    ro.restored = &restored;
+    std::function<std::string(const std::string&)> source_name;
+    if (strip) source_name = [prefix](const std::string& name) { return name.substr(prefix.size()); };
     try {
-      train::restore_checkpoint(path, *task.module(), nullptr, ro);
-      spdlog::info("encoder initialised from {} ({} Inception-v3 variables)", path, restored.size());
+      const auto r = train::restore_part(checkpoint, "--inception_checkpoint_file", *task.module(), not_encoder,
+                                         source_name);
+      spdlog::info("encoder initialised from {} ({} Inception-v3 variables)", r.path, r.restored.size());
       return;
     } catch (const Error& e) {
       if (first_error.empty()) first_error = e.what();
+      if (std::string(e.what()).rfind("--inception_checkpoint_file", 0) == 0) throw;  // no such file
     }
   }
-  throw Error("--inception_checkpoint_file " + path + " does not hold this encoder's Inception-v3 variables " +
+  throw Error("--inception_checkpoint_file " + checkpoint + " does not hold this encoder's Inception-v3 variables " +
               "(--depth_multiplier " + fmt::format("{:g}", task.config().model.inception_depth_multiplier) +
               " must be the checkpoint's): " + first_error);
 }
@@ -342,7 +323,7 @@ void run_train(CaptionFlags f) {
   const int64_t per_epoch = f.num_examples_per_epoch > 0 ? f.num_examples_per_epoch : num_records;
   const int64_t steps_per_epoch = std::max<int64_t>(1, num_records / f.train_batch_size);
 
-  train::TrainerOptions topt;
+  engine::TrainerOptions topt;
   topt.model_dir = f.train_dir;
   topt.global_batch_size = f.train_batch_size;
   topt.steps_per_epoch = steps_per_epoch;
@@ -365,19 +346,20 @@ void run_train(CaptionFlags f) {
 
   // im2txt: with --train_inception a constant 0.0005; otherwise 2.0 decayed by 0.5 every 8
   // epochs (staircase), the epoch being num_examples_per_epoch / batch_size steps.
-  train::Schedule schedule;
-  if (f.train_inception) {
-    schedule = [lr = f.train_inception_learning_rate](int64_t) { return lr; };
-  } else {
-    const int64_t decay_steps =
-        static_cast<int64_t>(static_cast<double>(per_epoch) / static_cast<double>(f.train_batch_size) *
-                             f.num_epochs_per_decay);
-    schedule = [lr = f.initial_learning_rate, factor = f.learning_rate_decay_factor, decay_steps](int64_t step) {
-      if (factor <= 0 || decay_steps <= 0) return lr;
-      return lr * std::pow(factor, static_cast<double>(step / decay_steps));
-    };
+  // im2txt: with --train_inception a constant 0.0005; otherwise 2.0 decayed by 0.5 every 8
+  // epochs (staircase), the epoch being num_examples_per_epoch / batch_size steps.
+  train::Schedule schedule = train::constant_learning_rate(f.train_inception_learning_rate);
+  if (!f.train_inception) {
+    train::ExponentialDecay decay;  // tf.train.exponential_decay(staircase=True)
+    decay.initial_learning_rate = f.initial_learning_rate;
+    decay.decay_factor = f.learning_rate_decay_factor;
+    decay.decay_steps = static_cast<int64_t>(static_cast<double>(per_epoch) / static_cast<double>(f.train_batch_size) *
+                                             f.num_epochs_per_decay);
+    decay.staircase = true;
+    schedule = decay.decay_factor > 0 && decay.decay_steps > 0 ? train::exponential_decay(decay)
+                                                               : train::constant_learning_rate(f.initial_learning_rate);
   }
-  auto optimizer = make_tf_optimizer(f.optimizer, task.trainable_parameters(), f.momentum);
+  auto optimizer = train::make_tf_optimizer(f.optimizer, task.trainable_parameters(), f.momentum);
 
   data::PipelineOptions train_input;
   train_input.file_pattern = f.input_file_pattern;
@@ -405,7 +387,7 @@ void run_train(CaptionFlags f) {
                "{} threads",
                tcfg.image.image_size, vocab.size(), f.train_inception ? "fine-tuned" : "frozen", num_records,
                steps_per_epoch, f.train_steps, threads);
-  train::Trainer trainer(topt, task, std::move(optimizer), schedule);
+  engine::Trainer trainer(topt, task, std::move(optimizer), schedule);
   const int64_t limit = f.num_eval_examples > 0 ? f.num_eval_examples / (dist ? dist->world_size() : 1) : 0;
   const auto stats = train_on_pipelines(trainer, task, train_input, eval_input, !has_eval, f.stats_file, {}, limit);
   if (stats.eval.count("Perplexity"))
@@ -435,15 +417,14 @@ void run_eval(EvalFlags e) {
   const auto input = eval_options(f, f.input_file_pattern);
   count_examples(f.input_file_pattern);  // a clear error for a pattern without files
 
-  train::TrainerOptions topt;
-  topt.model_dir = e.checkpoint_dir;
-  topt.global_batch_size = f.eval_batch_size;
-  topt.enable_tensorboard = true;
-  train::Trainer trainer(topt, task, std::make_unique<torch::optim::SGD>(task.module()->parameters(), 0.0),
-                         [](int64_t) { return 0.0; });
+  engine::EvaluatorOptions eo;
+  eo.model_dir = e.checkpoint_dir;
+  eo.global_batch_size = f.eval_batch_size;
+  eo.enable_tensorboard = true;
+  engine::Evaluator evaluator(eo, task);
   auto eval_input = [&] { return limit_examples(pipeline_source(input, task, false), f.num_eval_examples); };
 
-  CheckpointWatch watch;
+  engine::CheckpointWatch watch;
   watch.checkpoint_dir = e.checkpoint_dir;
   watch.run_once = e.run_once;
   watch.max_eval_retries = e.max_eval_retries;
@@ -452,13 +433,9 @@ void run_eval(EvalFlags e) {
   watch.min_global_step = e.min_global_step;
   const json config = read_model_config(e.checkpoint_dir, "caption");
   watch.final_step = config.value("train_steps", int64_t{0});
-  std::map<std::string, double> metrics;
   spdlog::info("caption eval: watching {} (final step {}), events into {}/eval", e.checkpoint_dir, watch.final_step,
                e.checkpoint_dir);
-  const int64_t last_step = watch_checkpoints(watch, [&](const std::string& checkpoint, int64_t step) {
-    restore_for_inference(task, e.checkpoint_dir, checkpoint);
-    metrics = trainer.evaluate(eval_input, step, /*summaries=*/true);
-  });
+  const auto [last_step, metrics] = engine::evaluate_checkpoints(watch, evaluator, task, eval_input);
   json j = metrics;
   j["global_step"] = last_step;
   if (!f.stats_file.empty()) atomic_write_file(f.stats_file, j.dump(2) + "\n");
@@ -479,7 +456,7 @@ void add_inference_flags(CLI::App* c, RunFlags& r) {
   c->add_option("--vocab_file", r.f.vocab_file, "word_counts.txt (default: the train_dir's)");
   c->add_flag("--json", r.json_out, "One JSON line per image");
   c->add_option("--batch_size", r.batch_size, "Images per encoder pass")->capture_default_str();
-  c->add_option("--num_threads", r.f.num_threads, "Intra-op threads (0: all cores)");
+  add_threads_flag(c, r.f.num_threads);
   add_beam_flags(c, r.f);
 }
 
@@ -497,7 +474,7 @@ void run_inference(RunFlags r) {
   if (f.vocab_file.empty()) f.vocab_file = (fs::path(train_dir) / "word_counts.txt").string();
   const auto vocab = load_vocab(f.vocab_file, "--vocab_file");
   tasks::CaptionTask task(task_config(f, vocab));
-  restore_for_inference(task, train_dir, r.checkpoint);
+  engine::restore_for_inference(task, train_dir, r.checkpoint);
   std::vector<std::string> inputs = r.inputs;
   for (size_t start = 0; start < r.input_files.size();) {
     const size_t comma = r.input_files.find(',', start);

@@ -1,5 +1,5 @@
 // orchard classify train|eval|predict: the ResNet CTL seed's flags, mapped onto typed
-// configuration (tasks::ClassificationConfig, train::TrainerOptions) in one place.
+// configuration (tasks::ClassificationConfig, engine::TrainerOptions) in one place.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -16,12 +16,12 @@
 #include "orchard/core/tfrecord.h"
 #include "orchard/data/preprocess.h"
 #include "orchard/data/tools.h"
-#include "orchard/detect/learning_schedules.h"
+#include "orchard/train/schedule.h"
 #include "orchard/tasks/classification.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/loss_scale.h"
 #include "orchard/train/runtime.h"
-#include "orchard/train/trainer.h"
+#include "orchard/engine/trainer.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -30,7 +30,7 @@ namespace orchard::cli {
 namespace {
 
 // Every flag of `orchard classify`, with the seed's names and defaults.
-struct ClassifyFlags {
+struct ClassifyFlags : RuntimeFlags {
   // resnet_ctl_imagenet_main / common.py
   std::string data_dir = "/tmp";
   std::string model_dir = "/tmp";
@@ -41,9 +41,6 @@ struct ClassifyFlags {
   int64_t train_steps = 0;  // 0: no cap
   bool use_synthetic_data = false;
   bool skip_eval = false;
-  int num_gpus = -2;  // -2: not given (1 if a GPU is present, else 0); -1: all
-  std::string distribution_strategy = "mirrored";
-  std::string dtype = "fp32";
   std::string loss_scale;
   int64_t steps_per_loop = 0;  // 0: steps per epoch
   bool enable_checkpoint_and_export = false;
@@ -63,7 +60,6 @@ struct ClassifyFlags {
   int64_t width = 0;
   int image_size = 224;
   std::string stats_file;
-  int num_threads = 0;
   uint64_t seed = 0;
   double base_learning_rate = 0.1;
   double warmup_epochs = 5;
@@ -83,8 +79,6 @@ struct ClassifyFlags {
   int max_to_keep = 10;
   bool skip_corrupt_records = false;
   int shuffle_buffer = 10000;
-  int collective_timeout = 1800;  // seconds
-  bool sync_bn = false;
 };
 
 void add_model_flags(CLI::App* c, ClassifyFlags& f) {
@@ -94,7 +88,7 @@ void add_model_flags(CLI::App* c, ClassifyFlags& f) {
   c->add_option("--width", f.width, "Base width override (0: the model's own)");
   c->add_option("--image_size", f.image_size, "Input size in pixels")->capture_default_str();
   c->add_option("--data_format", f.data_format, "channels_first | channels_last (default: channels_last on CPU)");
-  c->add_option("--num_threads", f.num_threads, "Intra-op threads (0: all cores)");
+  add_threads_flag(c, f.num_threads);
 }
 
 void add_train_flags(CLI::App* c, ClassifyFlags& f) {
@@ -109,11 +103,7 @@ void add_train_flags(CLI::App* c, ClassifyFlags& f) {
   c->add_option("--train_steps", f.train_steps, "Cap on the total number of steps (0: none)");
   c->add_flag("--use_synthetic_data", f.use_synthetic_data, "Random images instead of the data (throughput)");
   c->add_flag("--skip_eval", f.skip_eval, "Train only");
-  c->add_option("--num_gpus", f.num_gpus, "GPUs (0: CPU, -1: all)");
-  c->add_option("--distribution_strategy,--ds", f.distribution_strategy,
-                "off | one_device | mirrored | multi_worker_mirrored")
-      ->capture_default_str();
-  c->add_option("--dtype", f.dtype, "fp32 | bf16 | fp16")->capture_default_str();
+  add_runtime_flags(c, f);
   c->add_option("--loss_scale", f.loss_scale, "fp16 loss scale (number or 'dynamic')");
   c->add_option("--steps_per_loop", f.steps_per_loop, "Steps per host loop (0: one epoch)");
   c->add_flag("--enable_checkpoint_and_export", f.enable_checkpoint_and_export,
@@ -166,10 +156,6 @@ void add_train_flags(CLI::App* c, ClassifyFlags& f) {
   c->add_option("--max_to_keep", f.max_to_keep, "Checkpoints to keep")->capture_default_str();
   c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs (counted in stats)");
   c->add_option("--shuffle_buffer", f.shuffle_buffer, "Example shuffle buffer")->capture_default_str();
-  c->add_option("--collective_timeout", f.collective_timeout,
-                "Seconds a worker waits for the others (rendezvous, all-reduce) before failing")
-      ->capture_default_str();
-  c->add_flag("--sync_bn", f.sync_bn, "Batch norm statistics over the global batch (default: per replica)");
 }
 
 bool channels_last(const ClassifyFlags& f, bool cuda) {
@@ -243,7 +229,7 @@ json config_json(const ClassifyFlags& f, const tasks::ClassificationConfig& c) {
 }
 
 // Reads model_dir/config.json back into the flags that define the model.
-void load_model_config(const std::string& model_dir, ClassifyFlags* f) {
+void load_model_config(const std::string& model_dir, ClassifyFlags* f, const FlagGiven& given) {
   const json j = read_model_config(model_dir, "classify");
   f->model = j.at("model").get<std::string>();
   f->num_classes = j.at("num_classes").get<int64_t>();
@@ -253,13 +239,13 @@ void load_model_config(const std::string& model_dir, ClassifyFlags* f) {
   f->zero_init_residual = j.value("zero_init_residual", false);
   f->augmentation = j.value("augmentation", std::string("resnet"));  // eval/predict preprocessing follows it
   f->pad = j.value("pad", 4);
-  if (f->data_dir == "/tmp") f->data_dir = j.value("data_dir", f->data_dir);
+  if (!given("--data_dir")) f->data_dir = j.value("data_dir", f->data_dir);
 }
 
 // The seed's synthetic input: one batch of truncated-normal images (mean 127, stddev 60,
 // inside [0, 255]) and random labels, repeated; no decoding at all. The batch stays on the
 // training device (as TF's distributed synthetic input does), so GPU throughput counts no copies.
-train::BatchSource synthetic_source(const data::SampleSpec& spec, int64_t batch_size, int64_t num_classes,
+engine::BatchSource synthetic_source(const data::SampleSpec& spec, int64_t batch_size, int64_t num_classes,
                                     uint64_t seed, int64_t steps_per_epoch, int64_t start_epoch, int64_t start_batch,
                                     const std::string& device) {
   torch::manual_seed(seed);
@@ -276,7 +262,7 @@ train::BatchSource synthetic_source(const data::SampleSpec& spec, int64_t batch_
   auto pos = std::make_shared<int64_t>(start_epoch * steps_per_epoch + start_batch);
   return [=](data::Batch* b) {
     b->images = images;
-    b->labels = labels;
+    b->fields["label"] = labels;
     b->size = batch_size;
     b->epoch = *pos / steps_per_epoch;
     b->index_in_epoch = *pos % steps_per_epoch;
@@ -325,7 +311,7 @@ void run_train(ClassifyFlags f) {
     steps_per_loop = steps_per_epoch;
   }
 
-  train::TrainerOptions topt;
+  engine::TrainerOptions topt;
   topt.model_dir = f.model_dir;
   topt.global_batch_size = f.batch_size;
   topt.steps_per_epoch = steps_per_epoch;
@@ -355,12 +341,12 @@ void run_train(ClassifyFlags f) {
     if (f.warmup_epochs >= static_cast<double>(f.train_epochs))
       throw Error("--lr_schedule cosine: --warmup_epochs " + std::to_string(f.warmup_epochs) +
                   " must be shorter than --train_epochs " + std::to_string(f.train_epochs));
-    detect::CosineDecay cosine;
+    train::CosineDecay cosine;
     cosine.learning_rate_base = f.base_learning_rate * static_cast<double>(f.batch_size) / 256.0;
     cosine.warmup_learning_rate = 0.0;
     cosine.warmup_steps = std::llround(f.warmup_epochs * static_cast<double>(steps_per_epoch));
     cosine.total_steps = steps_per_epoch * f.train_epochs;
-    schedule = detect::cosine_decay(cosine);
+    schedule = train::cosine_decay(cosine);
   } else {
     train::PiecewiseWarmupConfig lr;
     lr.base_lr = f.base_learning_rate;
@@ -401,8 +387,8 @@ void run_train(ClassifyFlags f) {
                tcfg.model.arch, tcfg.model.num_classes, tcfg.image_size,
                tcfg.channels_last ? "channels_last" : "channels_first", num_examples, steps_per_epoch, total_steps,
                threads);
-  train::Trainer trainer(topt, task, std::move(optimizer), schedule);
-  train::TrainInputFactory synthetic;
+  engine::Trainer trainer(topt, task, std::move(optimizer), schedule);
+  engine::TrainInputFactory synthetic;
   if (f.use_synthetic_data)
     synthetic = [&, spec = task.sample_spec()](int64_t epoch, int64_t batch) {
       return synthetic_source(spec, train_input.batch_size, tcfg.model.num_classes, f.seed + train_input.worker_index,
@@ -437,13 +423,13 @@ void add_classify_command(CLI::App& app) {
     c->add_option("--data_dir", f->data_dir, "Data directory (default: the one used for training)");
     c->add_option("--checkpoint", *ckpt, "A checkpoint file (default: the latest)");
     c->add_option("--batch_size", f->batch_size, "Batch size")->capture_default_str();
-    c->add_option("--num_threads", f->num_threads, "Intra-op threads (0: all cores)");
+    add_threads_flag(c, f->num_threads);
     c->add_option("--stats_file", *stats_file, "Write the metrics as JSON here");
-    c->callback([f, ckpt, stats_file] {
+    c->callback([f, ckpt, stats_file, c] {
       train::configure_threads(f->num_threads);
-      load_model_config(f->model_dir, f.get());
+      load_model_config(f->model_dir, f.get(), flags_given_to(c));
       tasks::ClassificationTask task(task_config(*f, false));
-      const int64_t step = restore_for_inference(task, f->model_dir, *ckpt);
+      const int64_t step = engine::restore_for_inference(task, f->model_dir, *ckpt);
       data::PipelineOptions o;
       o.file_pattern = (fs::path(f->data_dir) / "validation-*").string();
       o.training = false;
@@ -465,12 +451,12 @@ void add_classify_command(CLI::App& app) {
     c->callback([e] {
       ClassifyFlags f;
       f.model_dir = e->model_dir;
-      load_model_config(f.model_dir, &f);
+      load_model_config(f.model_dir, &f, no_flag_given);
       auto tcfg = task_config(f, false);
       tcfg.channels_last = false;  // the graph takes NCHW
       tcfg.model.initialize = false;  // restored below
       tasks::ClassificationTask task(tcfg);
-      restore_for_inference(task, f.model_dir, e->checkpoint);
+      engine::restore_for_inference(task, f.model_dir, e->checkpoint);
       export_image_model(*task.module(), tcfg.model.arch, task.preprocess_options(), *e);
     });
   }
@@ -490,15 +476,15 @@ void add_classify_command(CLI::App& app) {
     c->add_option("--top_k", p->top_k, "Classes to print per image")->capture_default_str();
     c->add_flag("--json", p->json_out, "One JSON line per image");
     c->add_option("--batch_size", p->f.batch_size, "Images per forward pass")->capture_default_str();
-    c->add_option("--num_threads", p->f.num_threads, "Intra-op threads (0: all cores)");
+    add_threads_flag(c, p->f.num_threads);
     c->callback([p] {
       auto& f = p->f;
       train::configure_threads(f.num_threads);
-      load_model_config(f.model_dir, &f);
+      load_model_config(f.model_dir, &f, no_flag_given);
       auto tcfg = task_config(f, false);
       tcfg.model.initialize = false;  // restored below
       tasks::ClassificationTask task(tcfg);
-      restore_for_inference(task, f.model_dir, p->checkpoint);
+      engine::restore_for_inference(task, f.model_dir, p->checkpoint);
       auto names = data::read_labels((fs::path(f.model_dir) / "labels.txt").string());
       const int64_t k = std::min<int64_t>(p->top_k, tcfg.model.num_classes);
       predict_images(task, task.preprocess_options(), p->inputs, f.batch_size,

@@ -14,6 +14,7 @@
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
+#include "orchard/engine/interrupted.h"
 #include "orchard/export/onnx_export.h"
 #include "orchard/models/image_model.h"
 #include "orchard/tasks/task.h"
@@ -105,24 +106,21 @@ int64_t count_examples(const std::string& pattern) {
   return n;
 }
 
-train::BatchSource pipeline_source(data::PipelineOptions options, const tasks::Task& task, bool training,
+engine::BatchSource pipeline_source(data::PipelineOptions options, const tasks::Task& task, bool training,
                                    std::vector<std::shared_ptr<data::Pipeline>>* keep) {
   auto pipeline = std::make_shared<data::Pipeline>(std::move(options), task.sample_spec(), task.parser(training));
   if (keep) keep->push_back(pipeline);
   return [pipeline](data::Batch* b) { return pipeline->next(b); };
 }
 
-train::BatchSource limit_examples(train::BatchSource source, int64_t limit) {
+engine::BatchSource limit_examples(engine::BatchSource source, int64_t limit) {
   if (limit <= 0) return source;
   auto seen = std::make_shared<int64_t>(0);
   return [source = std::move(source), limit, seen](data::Batch* b) {
     if (*seen >= limit || !source(b)) return false;
     if (*seen + b->size > limit) {  // the last batch is cut to the limit
       const int64_t keep = limit - *seen;
-      b->images = b->images.narrow(0, 0, keep);
-      b->labels = b->labels.narrow(0, 0, keep);
-      if (b->targets.defined()) b->targets = b->targets.narrow(0, 0, keep);
-      b->size = keep;
+      b->truncate(keep);
     }
     *seen += b->size;
     return true;
@@ -141,25 +139,27 @@ void finish_run(train::RunStats& stats, std::vector<std::shared_ptr<data::Pipeli
   }
 }
 
-train::RunStats train_on_pipelines(train::Trainer& trainer, const tasks::Task& task,
+train::RunStats train_on_pipelines(engine::Trainer& trainer, const tasks::Task& task,
                                    const data::PipelineOptions& train_input, const data::PipelineOptions& eval_input,
                                    bool skip_eval, const std::string& stats_file,
-                                   const train::TrainInputFactory& synthetic, int64_t eval_limit) {
+                                   const engine::TrainInputFactory& synthetic, int64_t eval_limit) {
   std::vector<std::shared_ptr<data::Pipeline>> pipelines;
-  train::TrainInputFactory make_train = [&](int64_t epoch, int64_t batch) {
+  engine::TrainInputFactory make_train = [&](int64_t epoch, int64_t batch) {
     if (synthetic) return synthetic(epoch, batch);
     auto o = train_input;
     o.start_epoch = epoch;
     o.start_batch = batch;
     return pipeline_source(o, task, true, &pipelines);
   };
-  train::EvalInputFactory make_eval = [&] {
+  engine::EvalInputFactory make_eval = [&] {
     return limit_examples(pipeline_source(eval_input, task, false, &pipelines), eval_limit);
   };
   train::RunStats stats;
   try {
-    stats = trainer.train_and_evaluate(make_train, skip_eval ? train::EvalInputFactory{} : make_eval);
+    stats = trainer.train_and_evaluate(make_train, skip_eval ? engine::EvalInputFactory{} : make_eval);
   } catch (const Error&) {
+    throw;
+  } catch (const engine::Interrupted&) {
     throw;
   } catch (const std::exception& e) {
     if (train_input.num_workers <= 1) throw;
@@ -175,28 +175,36 @@ train::RunStats train_on_pipelines(train::Trainer& trainer, const tasks::Task& t
   return stats;
 }
 
-int64_t restore_for_inference(tasks::Task& task, const std::string& model_dir, const std::string& checkpoint) {
-  train::CheckpointManager manager(model_dir);
-  const std::string path = checkpoint.empty() ? manager.latest() : checkpoint;
-  if (path.empty()) throw Error(model_dir + ": no checkpoint to restore (did training write checkpoints?)");
-  train::RestoreOptions ro;
-  ro.load_optimizer = false;
-  ro.load_rng = false;
-  ro.expect = task.signature();
-  auto [step, meta] = train::restore_checkpoint(path, *task.module(), nullptr, ro);
-  spdlog::info("restored {} (step {})", path, step);
-  return step;
-}
-
 std::map<std::string, double> evaluate_once(tasks::Task& task, const std::string& model_dir,
                                             const data::PipelineOptions& input, int64_t step) {
-  train::TrainerOptions topt;
-  topt.model_dir = model_dir;
-  topt.global_batch_size = input.batch_size;
-  topt.enable_tensorboard = false;
-  train::Trainer trainer(topt, task, std::make_unique<torch::optim::SGD>(task.module()->parameters(), 0.0),
-                         [](int64_t) { return 0.0; });
-  return trainer.evaluate([&] { return pipeline_source(input, task, false); }, step, false);
+  engine::EvaluatorOptions o;
+  o.model_dir = model_dir;
+  o.global_batch_size = input.batch_size;
+  engine::Evaluator evaluator(o, task);
+  return evaluator.evaluate([&] { return pipeline_source(input, task, false); }, step, false);
+}
+
+void add_threads_flag(CLI::App* c, int& num_threads) {
+  c->add_option("--num_threads", num_threads, "Intra-op threads (0: all cores)");
+}
+
+void add_runtime_flags(CLI::App* c, RuntimeFlags& f) {
+  c->add_option("--dtype", f.dtype, "fp32 | bf16 | fp16")->capture_default_str();
+  c->add_option("--distribution_strategy,--ds", f.distribution_strategy,
+                "off | one_device | mirrored | multi_worker_mirrored")
+      ->capture_default_str();
+  c->add_option("--num_gpus", f.num_gpus, "GPUs (0: CPU, -1: all)");
+  c->add_option("--collective_timeout", f.collective_timeout,
+                "Seconds a worker waits for the others (rendezvous, all-reduce) before failing")
+      ->capture_default_str();
+  c->add_flag("--sync_bn", f.sync_bn, "Batch norm statistics over the global batch (default: per replica)");
+}
+
+FlagGiven flags_given_to(const CLI::App* command) {
+  return [command](const std::string& flag) {
+    const CLI::Option* option = command->get_option_no_throw(flag);  // null: not a flag of this command
+    return option != nullptr && option->count() > 0;
+  };
 }
 
 nlohmann::json read_model_config(const std::string& model_dir, const std::string& task) {
@@ -256,54 +264,6 @@ void predict_images(tasks::Task& task, const PrepareImage& prepare, const std::v
   }
 }
 
-int64_t watch_checkpoints(const CheckpointWatch& w,
-                          const std::function<void(const std::string& checkpoint, int64_t step)>& evaluate) {
-  int64_t last_step = -1;
-  int retries = 0;
-  auto waiting_since = std::chrono::steady_clock::now();
-  while (true) {
-    const std::string latest = train::CheckpointManager(w.checkpoint_dir).latest();
-    const int64_t step = latest.empty() ? -1 : train::checkpoint_step(latest);
-    if (latest.empty() || step == last_step || step < w.min_global_step) {
-      if (w.run_once && latest.empty()) throw Error(w.checkpoint_dir + ": no checkpoint to evaluate");
-      if (w.run_once && step < w.min_global_step)
-        throw Error(latest + " is at step " + std::to_string(step) + ", before --min_global_step " +
-                    std::to_string(w.min_global_step));
-      const double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - waiting_since).count();
-      if (waited > w.timeout_secs) {
-        spdlog::info("no new checkpoint in {} for {:.0f}s; stopping", w.checkpoint_dir, waited);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::duration<double>(w.poll_secs));
-      continue;
-    }
-    try {
-      evaluate(latest, step);
-    } catch (const std::exception& e) {
-      if (!fs::exists(latest)) {
-        spdlog::warn("{} was removed before it could be evaluated (max_to_keep); moving on to a newer one", latest);
-        continue;
-      }
-      if (w.max_eval_retries >= 0 && retries >= w.max_eval_retries) throw;
-      ++retries;
-      spdlog::warn("evaluation of {} failed ({}); retry {}{}", latest, e.what(), retries,
-                   w.max_eval_retries < 0 ? "" : " of " + std::to_string(w.max_eval_retries));
-      std::this_thread::sleep_for(std::chrono::duration<double>(w.poll_secs));
-      continue;
-    }
-    last_step = step;
-    retries = 0;
-    waiting_since = std::chrono::steady_clock::now();
-    if (w.run_once) break;
-    if (w.final_step > 0 && step >= w.final_step) {
-      spdlog::info("evaluated the checkpoint of the final step {}; done", step);
-      break;
-    }
-  }
-  return last_step;
-}
-
 void add_export_flags(CLI::App* c, ExportFlags& f) {
   c->add_option("--model_dir", f.model_dir, "Model directory")->required();
   c->add_option("--checkpoint", f.checkpoint, "A checkpoint file (default: the latest)");
@@ -332,23 +292,6 @@ void export_image_model(torch::nn::Module& model, const std::string& arch, const
                exporting::kOnnxOpset, o.image_size, o.image_size,
                f.include_preprocessing ? "RGB in [0, 255]" : "preprocessed as for eval",
                f.feature_vector ? "features" : "logits");
-}
-
-std::unique_ptr<torch::optim::Optimizer> make_tf_optimizer(const std::string& optimizer, std::vector<at::Tensor> params,
-                                                           double momentum) {
-  std::string name = optimizer;
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
-  if (name == "sgd") return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.0));
-  if (name == "momentum")
-    return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.0).momentum(momentum));
-  if (name == "adam")  // TF's defaults: beta1 0.9, beta2 0.999, epsilon 1e-8
-    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(0.0).eps(1e-8));
-  if (name == "adagrad")  // TF's initial accumulator value 0.1
-    return std::make_unique<torch::optim::Adagrad>(params,
-                                                   torch::optim::AdagradOptions(0.0).initial_accumulator_value(0.1));
-  if (name == "rmsprop")  // TF's decay 0.9, epsilon 1e-10
-    return std::make_unique<torch::optim::RMSprop>(params, torch::optim::RMSpropOptions(0.0).alpha(0.9).eps(1e-10));
-  throw Error("--optimizer must be SGD, Momentum, Adam, Adagrad or RMSProp, not '" + optimizer + "'");
 }
 
 bool torchvision_init_flag(const std::string& init) {

@@ -16,7 +16,7 @@
 #include "orchard/data/pipeline.h"
 #include "orchard/data/preprocess.h"
 #include "orchard/train/stats.h"
-#include "orchard/train/trainer.h"
+#include "orchard/engine/trainer.h"
 
 namespace CLI {
 class App;
@@ -29,6 +29,21 @@ class Module;
 }
 
 namespace orchard::cli {
+
+// Flags every task's `train` shares, with the seeds' names and defaults: the runtime and the
+// distribution (a task's flag struct derives from it).
+struct RuntimeFlags {
+  int num_threads = 0;  // intra-op threads; 0: all cores
+  std::string dtype = "fp32";
+  std::string distribution_strategy = "mirrored";
+  int num_gpus = -2;  // -2: not given (1 if a GPU is present, else 0); -1: all
+  int collective_timeout = 1800;  // seconds
+  bool sync_bn = false;
+};
+// --num_threads (also on eval and predict).
+void add_threads_flag(CLI::App* c, int& num_threads);
+// --dtype, --distribution_strategy (--ds), --num_gpus, --collective_timeout, --sync_bn.
+void add_runtime_flags(CLI::App* c, RuntimeFlags& f);
 
 // Removes only what Orchard writes (checkpoints, index, config, labels, summaries).
 void clean_model_dir(const std::string& dir);
@@ -62,50 +77,35 @@ int64_t count_examples(const std::string& pattern);
 
 // A Pipeline wrapped as a BatchSource. `keep` (optional) also holds the pipeline so the
 // caller can read its counters (skipped records) after the run.
-train::BatchSource pipeline_source(data::PipelineOptions options, const tasks::Task& task, bool training,
+engine::BatchSource pipeline_source(data::PipelineOptions options, const tasks::Task& task, bool training,
                                    std::vector<std::shared_ptr<data::Pipeline>>* keep = nullptr);
 
 // Trains over pipelines of `train_input` (positioned at the resume point) and evaluates over
 // `eval_input` unless `skip_eval`, then finish_run. A `synthetic` factory, when given,
 // replaces the training pipeline; eval_limit > 0 caps each evaluation at that many examples
 // per worker.
-train::RunStats train_on_pipelines(train::Trainer& trainer, const tasks::Task& task,
+train::RunStats train_on_pipelines(engine::Trainer& trainer, const tasks::Task& task,
                                    const data::PipelineOptions& train_input, const data::PipelineOptions& eval_input,
                                    bool skip_eval, const std::string& stats_file,
-                                   const train::TrainInputFactory& synthetic = {}, int64_t eval_limit = 0);
+                                   const engine::TrainInputFactory& synthetic = {}, int64_t eval_limit = 0);
 
 // Stops `source` after `limit` examples (0: no limit), cutting the last batch to fit.
-train::BatchSource limit_examples(train::BatchSource source, int64_t limit);
+engine::BatchSource limit_examples(engine::BatchSource source, int64_t limit);
 
 // Adds the pipelines' skipped-record counts to the stats, logs them and writes the stats JSON.
 void finish_run(train::RunStats& stats, std::vector<std::shared_ptr<data::Pipeline>>& pipelines,
                 const std::string& stats_file);
-
-// Restores the model weights of `checkpoint` (default: the newest in model_dir) for eval or
-// inference; the checkpoint must match the task's signature. Returns its global step.
-int64_t restore_for_inference(tasks::Task& task, const std::string& model_dir, const std::string& checkpoint);
 
 // Evaluates the task's model as it is over one pass of `input` (no summaries); `step` is the
 // restored checkpoint's, for the log line.
 std::map<std::string, double> evaluate_once(tasks::Task& task, const std::string& model_dir,
                                             const data::PipelineOptions& input, int64_t step);
 
-// Continuous evaluation (TF's checkpoints_iterator, as model_lib.continuous_eval and im2txt's
-// evaluate.py use it): evaluate the newest checkpoint of checkpoint_dir, then each newer one,
-// until the one of final_step (or once with run_once, or after timeout_secs without a new
-// one). A checkpoint deleted by keep-N before it is read is skipped; a failed evaluation is
-// retried max_eval_retries times (negative: always). Returns the last evaluated step (-1: none).
-struct CheckpointWatch {
-  std::string checkpoint_dir;
-  bool run_once = false;
-  int max_eval_retries = 0;
-  double timeout_secs = 3600;
-  double poll_secs = 2;
-  int64_t final_step = 0;       // > 0: stop after evaluating this step
-  int64_t min_global_step = 0;  // checkpoints before this step are not evaluated (im2txt)
-};
-int64_t watch_checkpoints(const CheckpointWatch& watch,
-                          const std::function<void(const std::string& checkpoint, int64_t step)>& evaluate);
+// Whether a flag was given on the command line (its default is never taken for "not given":
+// an explicit value equal to the default still wins over a saved configuration).
+using FlagGiven = std::function<bool(const std::string& flag)>;
+FlagGiven flags_given_to(const CLI::App* command);  // `command`'s own options, by long name
+inline bool no_flag_given(const std::string&) { return false; }
 
 // model_dir/config.json, checked to belong to `task`.
 nlohmann::json read_model_config(const std::string& model_dir, const std::string& task);
@@ -134,11 +134,6 @@ struct ExportFlags {
 void add_export_flags(CLI::App* c, ExportFlags& f);
 void export_image_model(torch::nn::Module& model, const std::string& arch, const data::PreprocessOptions& preprocess,
                         const ExportFlags& f);
-
-// An optimizer by TF's `optimize_loss` name (any case): SGD, Momentum (with `momentum`), Adam,
-// Adagrad, RMSProp, with TF's default hyper-parameters; the learning rate is the schedule's.
-std::unique_ptr<torch::optim::Optimizer> make_tf_optimizer(const std::string& name, std::vector<at::Tensor> params,
-                                                           double momentum);
 
 // The value of an `--init default|torchvision` flag (Inception-v3's initialisation): true for
 // torchvision; a clear error for anything else.

@@ -18,7 +18,8 @@
 #include "orchard/data/image.h"
 #include "orchard/detect/config.h"
 #include "orchard/detect/label_map.h"
-#include "orchard/detect/learning_schedules.h"
+#include "orchard/train/optimizers.h"
+#include "orchard/train/schedule.h"
 #include "orchard/export/onnx_export.h"
 #include "orchard/tasks/detection.h"
 #include "orchard/train/checkpoint.h"
@@ -31,7 +32,7 @@ namespace pb = object_detection::protos;
 namespace orchard::cli {
 namespace {
 
-struct DetectFlags {
+struct DetectFlags : RuntimeFlags {
   // model_main.py
   std::string pipeline_config_path;
   std::string model_dir;
@@ -53,16 +54,10 @@ struct DetectFlags {
   double eval_timeout = 3600;  // eval-only: stop after this long without a new checkpoint
   double eval_poll = 2;        // seconds between looks at checkpoint_dir
   bool skip_eval = false;
-  int num_threads = 0;
   int num_preprocess_threads = 0;
   uint64_t seed = 0;
   std::string stats_file;
   std::string data_format = "channels_first";
-  std::string dtype = "fp32";
-  std::string distribution_strategy = "mirrored";
-  int num_gpus = -2;
-  int collective_timeout = 1800;
-  bool sync_bn = false;
   bool skip_corrupt_records = false;
 };
 
@@ -70,7 +65,7 @@ void add_common_flags(CLI::App* c, DetectFlags& f) {
   c->add_option("--pipeline_config_path", f.pipeline_config_path, "pipeline.config (TF OD API text format)");
   c->add_flag("--strict", f.strict, "Unknown or unimplemented pipeline.config fields are errors, not warnings");
   c->add_option("--data_format", f.data_format, "channels_first | channels_last")->capture_default_str();
-  c->add_option("--num_threads", f.num_threads, "Intra-op threads (0: all cores)");
+  add_threads_flag(c, f.num_threads);
   c->add_option("--num_preprocess_threads", f.num_preprocess_threads, "Input pipeline threads (0: all cores)");
   c->add_option("--eval_batch_size", f.eval_batch_size, "Images per evaluation batch")->capture_default_str();
   c->add_option("--sample_1_of_n_eval_examples", f.sample_1_of_n_eval_examples,
@@ -111,14 +106,7 @@ void add_train_flags(CLI::App* c, DetectFlags& f) {
   c->add_option("--log_steps", f.log_steps, "Log every N steps")->capture_default_str();
   c->add_flag("--skip_eval", f.skip_eval, "Train only");
   c->add_option("--seed", f.seed, "Random seed (data order, augmentation, initialisation)")->capture_default_str();
-  c->add_option("--dtype", f.dtype, "fp32 | bf16 | fp16")->capture_default_str();
-  c->add_option("--distribution_strategy", f.distribution_strategy, "off | one_device | mirrored | multi_worker_mirrored")
-      ->capture_default_str();
-  c->add_option("--num_gpus", f.num_gpus, "GPUs (0: CPU, -1: all)");
-  c->add_option("--collective_timeout", f.collective_timeout,
-                "Seconds a worker waits for the others (rendezvous, all-reduce) before failing")
-      ->capture_default_str();
-  c->add_flag("--sync_bn", f.sync_bn, "Batch norm statistics over the global batch (default: per replica)");
+  add_runtime_flags(c, f);
   c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs (counted in stats)");
 }
 
@@ -153,90 +141,25 @@ Loaded load(const DetectFlags& f, const std::string& config_path) {
   return l;
 }
 
-// optimizer.proto -> optimizer and learning rate.
-detect::LearningRate learning_rate(const pb::LearningRate& lr) {
-  if (lr.has_exponential_decay_learning_rate()) {
-    const auto& e = lr.exponential_decay_learning_rate();
-    detect::ExponentialDecay c;
-    c.initial_learning_rate = e.initial_learning_rate();
-    c.decay_steps = e.decay_steps();
-    c.decay_factor = e.decay_factor();
-    c.staircase = e.staircase();
-    c.burnin_learning_rate = e.burnin_learning_rate();
-    c.burnin_steps = e.burnin_steps();
-    c.min_learning_rate = e.min_learning_rate();
-    return detect::exponential_decay(c);
-  }
-  if (lr.has_manual_step_learning_rate()) {
-    const auto& m = lr.manual_step_learning_rate();
-    detect::ManualStep c;
-    c.initial_learning_rate = m.initial_learning_rate();
-    for (const auto& s : m.schedule()) c.schedule.emplace_back(s.step(), s.learning_rate());
-    c.warmup = m.warmup();
-    return detect::manual_step(c);
-  }
-  if (lr.has_cosine_decay_learning_rate()) {
-    const auto& m = lr.cosine_decay_learning_rate();
-    detect::CosineDecay c;
-    c.learning_rate_base = m.learning_rate_base();
-    c.total_steps = m.total_steps();
-    c.warmup_learning_rate = m.warmup_learning_rate();
-    c.warmup_steps = m.warmup_steps();
-    c.hold_base_rate_steps = m.hold_base_rate_steps();
-    return detect::cosine_decay(c);
-  }
-  return detect::constant_learning_rate(lr.constant_learning_rate().learning_rate());
-}
-
-std::pair<std::unique_ptr<torch::optim::Optimizer>, detect::LearningRate> make_optimizer(
-    const pb::Optimizer& o, const std::vector<torch::Tensor>& params) {
-  if (o.has_rms_prop_optimizer()) {
-    // TF's RMSProp adds epsilon inside the square root, torch's outside; with the OD API's
-    // epsilon 1.0 both damp small second moments the same way to first order.
-    const auto& r = o.rms_prop_optimizer();
-    torch::optim::RMSpropOptions opt(0.0);
-    opt.alpha(r.decay()).eps(r.epsilon()).momentum(r.momentum_optimizer_value());
-    return {std::make_unique<torch::optim::RMSprop>(params, opt), learning_rate(r.learning_rate())};
-  }
-  if (o.has_adam_optimizer()) {
-    const auto& a = o.adam_optimizer();
-    torch::optim::AdamOptions opt(0.0);
-    opt.eps(a.epsilon());
-    return {std::make_unique<torch::optim::Adam>(params, opt), learning_rate(a.learning_rate())};
-  }
-  const auto& m = o.momentum_optimizer();
-  return {std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.0).momentum(m.momentum_optimizer_value())),
-          learning_rate(m.learning_rate())};
-}
-
 // fine_tune_checkpoint_type: classification restores the backbone from a classifier's
 // features.*; detection everything but the box and class heads; full everything.
 void fine_tune(tasks::DetectionTask& task, const std::string& checkpoint, std::string type) {
-  std::string path = checkpoint;
-  if (fs::is_directory(path)) {
-    path = train::CheckpointManager(checkpoint).latest();
-    if (path.empty()) throw Error("fine_tune_checkpoint " + checkpoint + ": no checkpoint in that directory");
-  }
-  if (!fs::exists(path)) throw Error("fine_tune_checkpoint " + checkpoint + ": no such file");
   if (type.empty()) type = "detection";
-  train::RestoreOptions ro;
-  ro.load_optimizer = false;
-  ro.load_rng = false;
-  std::vector<std::string> restored, skipped;
-  ro.restored = &restored;
-  ro.skipped = &skipped;
+  std::function<bool(const std::string&)> skip;
+  std::function<std::string(const std::string&)> source_name;
   std::string why;
   if (type == "classification") {
-    ro.skip = [](const std::string& name) { return name.rfind("backbone.", 0) != 0; };
-    ro.source_name = [](const std::string& name) { return name.substr(std::string("backbone.").size()); };
+    skip = [](const std::string& name) { return name.rfind("backbone.", 0) != 0; };
+    source_name = [](const std::string& name) { return name.substr(std::string("backbone.").size()); };
     why = "not part of the classification backbone";
   } else if (type == "detection") {
-    ro.skip = detect::is_prediction_head_parameter;
+    skip = detect::is_prediction_head_parameter;
     why = "box and class prediction heads (re-initialised)";
   } else if (type != "full") {
     throw Error("fine_tune_checkpoint_type must be classification, detection or full, not '" + type + "'");
   }
-  train::restore_checkpoint(path, *task.module(), nullptr, ro);
+  const auto [path, restored, skipped] =
+      train::restore_part(checkpoint, "fine_tune_checkpoint", *task.module(), skip, source_name);
   // One table instead of a flood of per-variable lines.
   std::map<std::string, std::pair<int, int>> by_module;  // top-level module -> (restored, skipped)
   for (const auto& n : restored) ++by_module[n.substr(0, n.find('.'))].first;
@@ -293,28 +216,23 @@ void run_continuous_eval(DetectFlags f) {
   input.num_threads = f.num_preprocess_threads;
   const int64_t num_examples = l.pipeline.eval_config().num_examples();
 
-  train::TrainerOptions topt;
-  topt.model_dir = model_dir;
-  topt.global_batch_size = f.eval_batch_size;
-  topt.enable_tensorboard = true;
-  train::Trainer trainer(topt, task, std::make_unique<torch::optim::SGD>(task.module()->parameters(), 0.0),
-                         [](int64_t) { return 0.0; });
+  engine::EvaluatorOptions eo;
+  eo.model_dir = model_dir;
+  eo.global_batch_size = f.eval_batch_size;
+  eo.enable_tensorboard = true;
+  engine::Evaluator evaluator(eo, task);
   auto eval_input = [&] { return limit_examples(pipeline_source(input, task, false), num_examples); };
 
-  std::map<std::string, double> metrics;
   spdlog::info("eval-only: watching {} (final step {}), events into {}/eval", f.checkpoint_dir,
                total > 0 ? std::to_string(total) : std::string("none"), model_dir);
-  CheckpointWatch watch;
+  engine::CheckpointWatch watch;
   watch.checkpoint_dir = f.checkpoint_dir;
   watch.run_once = f.run_once;
   watch.max_eval_retries = f.max_eval_retries;
   watch.timeout_secs = f.eval_timeout;
   watch.poll_secs = f.eval_poll;
   watch.final_step = total;
-  const int64_t last_step = watch_checkpoints(watch, [&](const std::string& checkpoint, int64_t step) {
-    restore_for_inference(task, f.checkpoint_dir, checkpoint);
-    metrics = trainer.evaluate(eval_input, step, /*summaries=*/true);
-  });
+  const auto [last_step, metrics] = engine::evaluate_checkpoints(watch, evaluator, task, eval_input);
   if (!f.stats_file.empty()) {
     json j = metrics;
     j["global_step"] = last_step;
@@ -387,7 +305,7 @@ void run_train(DetectFlags f) {
     eval_input.batch_size = f.eval_batch_size;
   }
 
-  train::TrainerOptions topt;
+  engine::TrainerOptions topt;
   topt.model_dir = f.model_dir;
   topt.global_batch_size = batch_size;
   topt.steps_per_epoch = std::max<int64_t>(1, num_examples / batch_size);
@@ -407,7 +325,7 @@ void run_train(DetectFlags f) {
   std::vector<torch::Tensor> params;
   for (auto& p : task.module()->parameters())
     if (p.requires_grad()) params.push_back(p);
-  auto [optimizer, lr] = make_optimizer(tc.optimizer(), params);
+  auto [optimizer, lr] = train::make_od_api_optimizer(tc.optimizer(), params);
   topt.clip_gradient_norm = tc.gradient_clipping_by_norm();
 
   topt.on_start = [&, lr = lr](int64_t step) {
@@ -422,7 +340,7 @@ void run_train(DetectFlags f) {
                "{} threads",
                l.config.num_classes, task.anchors().size(0), l.config.input.height, l.config.input.width, batch_size,
                num_examples, total, threads);
-  train::Trainer trainer(topt, task, std::move(optimizer), lr);
+  engine::Trainer trainer(topt, task, std::move(optimizer), lr);
   // eval_config.num_examples caps each evaluation (split over the workers).
   const int64_t workers = dist ? dist->world_size() : 1;
   const int64_t limit = (l.pipeline.eval_config().num_examples() + workers - 1) / workers;
@@ -458,15 +376,14 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
       l.config.class_names.push_back(l.label_map.display(static_cast<int>(id)));
   }
   tasks::DetectionTask task(l.config);
-  restore_for_inference(task, f.model_dir, checkpoint);
+  engine::restore_for_inference(task, f.model_dir, checkpoint);
   if (!output_dir.empty()) ensure_writable_dir(output_dir);
   const auto& input = task.config().input;
   auto prepare = [&](const std::string& encoded, const std::string& file, float* out) {
     data::DetectionExample ex;
     ex.encoded = encoded;
-    std::vector<float> target(static_cast<size_t>(data::detection_target_dim(input.max_boxes)));
     std::mt19937_64 rng(0);
-    data::preprocess_detection(ex, input, false, rng, out, target.data(), file);
+    data::preprocess_detection(ex, input, false, rng, out, /*targets=*/nullptr, file);
   };
   predict_images(task, prepare, inputs, batch_size, [&](const std::vector<std::string>& files, const at::Tensor& out) {
     const auto detections = task.postprocess(out);
@@ -563,7 +480,7 @@ void add_detect_command(CLI::App& app) {
       if (e->format == "onnx" && e->out.empty()) throw Error("--format onnx needs --out FILE");
       auto l = load_for_inference(*f);
       tasks::DetectionTask task(l.config);
-      restore_for_inference(task, f->model_dir, e->checkpoint);
+      engine::restore_for_inference(task, f->model_dir, e->checkpoint);
       if (e->format == "dir") {
         const std::string path = e->checkpoint.empty() ? train::CheckpointManager(f->model_dir).latest() : e->checkpoint;
         export_model(task, f->model_dir, e->out_dir, train::checkpoint_step(path), l);
@@ -604,7 +521,7 @@ void add_detect_command(CLI::App& app) {
     c->add_option("--min_score", p->min_score, "Report detections scoring at least this")->capture_default_str();
     c->add_flag("--json", p->json_out, "One JSON line per image");
     c->add_option("--batch_size", p->batch_size, "Images per forward pass")->capture_default_str();
-    c->add_option("--num_threads", p->f.num_threads, "Intra-op threads (0: all cores)");
+    add_threads_flag(c, p->f.num_threads);
     c->callback([p] {
       run_predict(p->f, p->inputs, p->checkpoint, p->output_dir, p->min_score, p->json_out, p->batch_size);
     });

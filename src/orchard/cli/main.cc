@@ -11,6 +11,7 @@
 #include "orchard/cli/commands.h"
 #include "orchard/core/error.h"
 #include "orchard/core/log.h"
+#include "orchard/engine/interrupted.h"
 
 namespace {
 
@@ -45,6 +46,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const orchard::engine::Interrupted& e) {
+    spdlog::warn("{}", e.what());
+    return 128 + e.signal();  // as the shell reports a process killed by the signal
   } catch (const orchard::Error& e) {
     spdlog::error("{}", e.what());
     return 1;

@@ -16,6 +16,7 @@
 #include "orchard/data/tools.h"
 #include "orchard/tasks/multilabel.h"
 #include "orchard/train/checkpoint.h"
+#include "orchard/train/optimizers.h"
 #include "orchard/train/runtime.h"
 
 namespace fs = std::filesystem;
@@ -24,7 +25,7 @@ using nlohmann::json;
 namespace orchard::cli {
 namespace {
 
-struct MultiLabelFlags {
+struct MultiLabelFlags : RuntimeFlags {
   // flags.py names and defaults
   std::string data_dir = "./data/train/";
   std::string model_dir = "./out/checkpoint/";
@@ -39,7 +40,6 @@ struct MultiLabelFlags {
   double mask_thres = 0.7;
   double neg_select = 0.3;
   std::string pretrain_ckpt;  // --fine_tune_checkpoint
-  int num_gpus = -2;
   double opt_momentum = 0.9;
   std::string optimizer = "momentum";
   std::string init = "default";
@@ -66,13 +66,8 @@ struct MultiLabelFlags {
   bool clean = false;
   bool skip_eval = false;
   std::string stats_file;
-  int num_threads = 0;
-  std::string dtype = "fp32";
-  std::string distribution_strategy = "mirrored";
   std::string profile_steps;
   bool skip_corrupt_records = false;
-  int collective_timeout = 1800;  // seconds
-  bool sync_bn = false;
 };
 
 void add_model_flags(CLI::App* c, MultiLabelFlags& f) {
@@ -86,7 +81,7 @@ void add_model_flags(CLI::App* c, MultiLabelFlags& f) {
   c->add_option("--image_size", f.image_size, "Input size in pixels")->capture_default_str();
   c->add_option("--data_format", f.data_format, "channels_first | channels_last")->capture_default_str();
   c->add_option("--threshold", f.threshold, "Probability above which a label is predicted")->capture_default_str();
-  c->add_option("--num_threads", f.num_threads, "Intra-op threads (0: all cores)");
+  add_threads_flag(c, f.num_threads);
 }
 
 void add_train_flags(CLI::App* c, MultiLabelFlags& f) {
@@ -105,7 +100,7 @@ void add_train_flags(CLI::App* c, MultiLabelFlags& f) {
       ->capture_default_str();
   c->add_option("--fine_tune_checkpoint,--pretrain_ckpt", f.pretrain_ckpt,
                 "Start from this checkpoint's backbone (a file or a model_dir; the classifier is re-initialised)");
-  c->add_option("--num_gpus", f.num_gpus, "GPUs (0: CPU, -1: all)");
+  add_runtime_flags(c, f);
   c->add_option("--opt_momentum", f.opt_momentum, "SGD momentum")->capture_default_str();
   c->add_option("--optimizer", f.optimizer,
                 "momentum (ML-Images': SGD with --opt_momentum) | adam (TF's defaults: beta1 0.9, beta2 0.999, eps 1e-8)")
@@ -139,15 +134,8 @@ void add_train_flags(CLI::App* c, MultiLabelFlags& f) {
       ->capture_default_str();
   c->add_option("--loss_balance", f.balance, "ml_images (per-class batch coefficients) | none")->capture_default_str();
   c->add_option("--stats_file", f.stats_file, "Write the run's stats JSON here");
-  c->add_option("--dtype", f.dtype, "fp32 | bf16 | fp16")->capture_default_str();
-  c->add_option("--distribution_strategy", f.distribution_strategy, "off | one_device | mirrored | multi_worker_mirrored")
-      ->capture_default_str();
   c->add_option("--profile_steps", f.profile_steps, "'first,last' steps to profile into a Chrome trace");
   c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs (counted in stats)");
-  c->add_option("--collective_timeout", f.collective_timeout,
-                "Seconds a worker waits for the others (rendezvous, all-reduce) before failing")
-      ->capture_default_str();
-  c->add_flag("--sync_bn", f.sync_bn, "Batch norm statistics over the global batch (default: per replica)");
   add_model_flags(c, f);
 }
 
@@ -193,7 +181,7 @@ json config_json(const MultiLabelFlags& f, const tasks::MultiLabelConfig& c) {
           {"depth_multiplier", c.model.depth_multiplier}};
 }
 
-void load_model_config(const std::string& model_dir, MultiLabelFlags* f) {
+void load_model_config(const std::string& model_dir, MultiLabelFlags* f, const FlagGiven& given) {
   const json j = read_model_config(model_dir, "multilabel");
   f->model = j.at("model").get<std::string>();
   f->resnet_size = 0;
@@ -202,8 +190,8 @@ void load_model_config(const std::string& model_dir, MultiLabelFlags* f) {
   f->depth_multiplier = j.value("depth_multiplier", 1.0);
   f->image_size = j.at("image_size").get<int>();
   f->data_format = j.value("data_format", std::string("channels_first"));
-  if (f->threshold == 0.5) f->threshold = j.value("threshold", 0.5);  // an explicit --threshold wins
-  if (f->data_dir.empty()) f->data_dir = j.value("data_dir", std::string());
+  if (!given("--threshold")) f->threshold = j.value("threshold", 0.5);  // an explicit --threshold wins
+  if (!given("--data_dir")) f->data_dir = j.value("data_dir", std::string());
 }
 
 // ML-Images keeps shards in data_dir/train/ and data_dir/val/; `orchard data` writes
@@ -215,19 +203,10 @@ std::string shard_pattern(const std::string& data_dir, bool training) {
 }
 
 void fine_tune_from(tasks::MultiLabelTask& task, const std::string& checkpoint) {
-  std::string path = checkpoint;
-  if (fs::is_directory(path)) {
-    path = train::CheckpointManager(checkpoint).latest();
-    if (path.empty()) throw Error("--fine_tune_checkpoint " + checkpoint + ": no checkpoint in that directory");
-  }
-  train::RestoreOptions ro;
-  ro.load_optimizer = false;
-  ro.load_rng = false;
-  ro.skip = [](const std::string& name) {
+  const auto r = train::restore_part(checkpoint, "--fine_tune_checkpoint", *task.module(), [](const std::string& name) {
     return name.rfind("fc.", 0) == 0 || tasks::MultiLabelTask::is_task_state(name);
-  };
-  train::restore_checkpoint(path, *task.module(), nullptr, ro);
-  spdlog::info("fine-tuning from the backbone of {} (classifier re-initialised)", path);
+  });
+  spdlog::info("fine-tuning from the backbone of {} (classifier re-initialised)", r.path);
 }
 
 void run_train(MultiLabelFlags f) {
@@ -264,7 +243,7 @@ void run_train(MultiLabelFlags f) {
   if (f.snapshot > 0) loop = std::gcd(loop, f.snapshot);
   if (f.test_interval > 0) loop = std::gcd(loop, f.test_interval);
 
-  train::TrainerOptions topt;
+  engine::TrainerOptions topt;
   topt.model_dir = f.model_dir;
   topt.global_batch_size = f.batch_size;
   topt.steps_per_epoch = steps_per_epoch;
@@ -290,7 +269,7 @@ void run_train(MultiLabelFlags f) {
   lr.lr_warmup = f.lr_warmup;
   lr.warmup_decay_step = f.warmup_decay_step;
   lr.warmup_decay_factor = f.warmup_decay_factor;
-  auto optimizer = make_tf_optimizer(f.optimizer, task.module()->parameters(), f.opt_momentum);
+  auto optimizer = train::make_tf_optimizer(f.optimizer, task.module()->parameters(), f.opt_momentum);
 
   train_input.training = true;
   train_input.batch_size = f.batch_size;
@@ -314,7 +293,7 @@ void run_train(MultiLabelFlags f) {
 
   spdlog::info("multilabel: {} ({} classes) at {}px, {}, {} examples/epoch, {} steps, {} threads", tcfg.model.arch,
                tcfg.model.num_classes, tcfg.image_size, f.data_format, num_examples, f.max_iter, threads);
-  train::Trainer trainer(topt, task, std::move(optimizer), train::ml_images_schedule(lr));
+  engine::Trainer trainer(topt, task, std::move(optimizer), train::ml_images_schedule(lr));
   const auto stats = train_on_pipelines(trainer, task, train_input, eval_input, f.skip_eval, f.stats_file);
   if (stats.eval.count("mAP"))
     spdlog::info("final: mAP {:.4f}, accuracy {:.4f}, precision {:.4f}, recall {:.4f}, F1 {:.4f} at step {}",
@@ -345,13 +324,13 @@ void add_multilabel_command(CLI::App& app) {
     c->add_option("--checkpoint", *ckpt, "A checkpoint file (default: the latest)");
     c->add_option("--batch_size", f->batch_size, "Batch size")->capture_default_str();
     c->add_option("--threshold", f->threshold, "Probability threshold for precision / recall / F1");
-    c->add_option("--num_threads", f->num_threads, "Intra-op threads (0: all cores)");
+    add_threads_flag(c, f->num_threads);
     c->add_option("--stats_file", f->stats_file, "Write the metrics as JSON here");
-    c->callback([f, ckpt] {
+    c->callback([f, ckpt, c] {
       train::configure_threads(f->num_threads);
-      load_model_config(f->model_dir, f.get());
+      load_model_config(f->model_dir, f.get(), flags_given_to(c));
       tasks::MultiLabelTask task(task_config(*f));
-      const int64_t step = restore_for_inference(task, f->model_dir, *ckpt);
+      const int64_t step = engine::restore_for_inference(task, f->model_dir, *ckpt);
       data::PipelineOptions o;
       o.file_pattern = shard_pattern(f->data_dir, false);
       o.training = false;
@@ -371,12 +350,12 @@ void add_multilabel_command(CLI::App& app) {
     c->callback([e] {
       MultiLabelFlags f;
       f.model_dir = e->model_dir;
-      load_model_config(f.model_dir, &f);
+      load_model_config(f.model_dir, &f, no_flag_given);
       auto tcfg = task_config(f);
       tcfg.channels_last = false;  // the graph takes NCHW
       tcfg.model.initialize = false;  // restored below
       tasks::MultiLabelTask task(tcfg);
-      restore_for_inference(task, f.model_dir, e->checkpoint);
+      engine::restore_for_inference(task, f.model_dir, e->checkpoint);
       export_image_model(*task.module(), tcfg.model.arch, task.preprocess_options(), *e);
     });
   }
@@ -396,15 +375,15 @@ void add_multilabel_command(CLI::App& app) {
     c->add_option("--threshold", p->f.threshold, "Probability threshold (default: the model's)");
     c->add_flag("--json", p->json_out, "One JSON line per image");
     c->add_option("--batch_size", p->f.batch_size, "Images per forward pass")->capture_default_str();
-    c->add_option("--num_threads", p->f.num_threads, "Intra-op threads (0: all cores)");
-    c->callback([p] {
+    add_threads_flag(c, p->f.num_threads);
+    c->callback([p, c] {
       auto& f = p->f;
       train::configure_threads(f.num_threads);
-      load_model_config(f.model_dir, &f);
+      load_model_config(f.model_dir, &f, flags_given_to(c));
       auto tcfg = task_config(f);
       tcfg.model.initialize = false;  // restored below
       tasks::MultiLabelTask task(tcfg);
-      restore_for_inference(task, f.model_dir, p->checkpoint);
+      engine::restore_for_inference(task, f.model_dir, p->checkpoint);
       const auto names = data::read_labels((fs::path(f.model_dir) / "labels.txt").string());
       predict_images(task, task.preprocess_options(), p->inputs, f.batch_size,
                      [&](const std::vector<std::string>& files, const torch::Tensor& logits) {

@@ -170,7 +170,22 @@ CropWindow ssd_random_crop(int height, int width, const std::vector<SsdRandomCro
   return c;
 }
 
-int64_t detection_target_dim(int64_t max_boxes) { return kDetectionTargetHeader + 5 * max_boxes; }
+std::vector<FieldSpec> detection_fields(int64_t max_boxes) {
+  return {{"boxes", at::kFloat, {max_boxes, 4}}, {"classes", at::kLong, {max_boxes}},
+          {"is_crowd", at::kBool, {max_boxes}},  {"num_boxes", at::kLong, {}},
+          {"image_id", at::kLong, {}},           {"original_size", at::kLong, {2}}};
+}
+
+DetectionTargets detection_targets(const SampleOut& out, size_t first) {
+  DetectionTargets t;
+  t.boxes = out.field<float>(first);
+  t.classes = out.field<int64_t>(first + 1);
+  t.is_crowd = out.field<bool>(first + 2);
+  t.num_boxes = out.field<int64_t>(first + 3);
+  t.image_id = out.field<int64_t>(first + 4);
+  t.original_size = out.field<int64_t>(first + 5);
+  return t;
+}
 
 uint64_t detection_image_key(const DetectionExample& example) {
   const std::string& id = example.source_id.empty() ? example.encoded : example.source_id;
@@ -180,7 +195,8 @@ uint64_t detection_image_key(const DetectionExample& example) {
 }
 
 int64_t preprocess_detection(const DetectionExample& example, const DetectionInputOptions& options, bool training,
-                             std::mt19937_64& rng, float* image, float* target, const std::string& what) {
+                             std::mt19937_64& rng, float* image, const DetectionTargets* targets,
+                             const std::string& what) {
   Image img = decode_image(example.encoded, what);
   std::vector<Box> boxes = example.boxes;
   std::vector<int64_t> classes = example.classes;
@@ -203,19 +219,20 @@ int64_t preprocess_detection(const DetectionExample& example, const DetectionInp
   resize_scale(img, options.height, options.width, flip, options.channels_last, 2.0f / 255.0f, {1.f, 1.f, 1.f},
                image);
   const int64_t n = std::min<int64_t>(static_cast<int64_t>(boxes.size()), options.max_boxes);
-  std::fill(target, target + detection_target_dim(options.max_boxes), 0.f);
-  target[0] = static_cast<float>(example.height);
-  target[1] = static_cast<float>(example.width);
-  const uint64_t key = detection_image_key(example);
-  target[2] = static_cast<float>(key >> 24);
-  target[3] = static_cast<float>(key & 0xffffff);
-  for (int64_t i = 0; i < n; ++i) {
-    float* t = target + kDetectionTargetHeader + 5 * i;
-    t[0] = boxes[i].ymin;
-    t[1] = boxes[i].xmin;
-    t[2] = boxes[i].ymax;
-    t[3] = boxes[i].xmax;
-    t[4] = static_cast<float>(classes[i]);
+  if (!targets) return n;
+  const DetectionTargets& t = *targets;
+  *t.num_boxes = n;
+  *t.image_id = static_cast<int64_t>(detection_image_key(example));
+  t.original_size[0] = example.height;
+  t.original_size[1] = example.width;
+  for (int64_t i = 0; i < n; ++i) {  // the fields arrive zeroed: the padding stays 0
+    float* b = t.boxes + 4 * i;
+    b[0] = boxes[i].ymin;
+    b[1] = boxes[i].xmin;
+    b[2] = boxes[i].ymax;
+    b[3] = boxes[i].xmax;
+    t.classes[i] = std::abs(classes[i]);  // crowd regions carry a negated class through the crop
+    t.is_crowd[i] = classes[i] < 0;
   }
   return n;
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "orchard/data/pipeline.h"
 #include "orchard/data/preprocess.h"
 
 namespace orchard::data {
@@ -64,21 +65,35 @@ struct DetectionInputOptions {
   DetectionAugmentation augmentation;  // training only
 };
 
-// What the pipeline carries per sample besides the image: label = number of boxes, target =
-// [original height, original width, image key high, image key low, then max_boxes x (ymin,
-// xmin, ymax, xmax, class)], padded with zeros. Boxes are normalised to the (augmented)
-// network input; a crowd region (image/object/is_crowd) has its class negated: training
-// leaves it out, COCO evaluation treats it as an ignore region. The image key (48 bits of a hash of image/source_id, or of the image bytes
-// when there is none, in two exactly representable 24-bit halves) identifies the image in
-// evaluation across workers.
-int64_t detection_target_dim(int64_t max_boxes);
-constexpr int64_t kDetectionTargetHeader = 4;
+// What the pipeline carries per sample besides the image, in this order:
+//   "boxes"         float32 [max_boxes, 4]  ymin, xmin, ymax, xmax, normalised to the (augmented) network input
+//   "classes"       int64 [max_boxes]       1-based label map ids
+//   "is_crowd"      bool [max_boxes]        image/object/is_crowd: training leaves the box out,
+//                                           COCO evaluation treats it as an ignore region
+//   "num_boxes"     int64                   boxes before the zero padding
+//   "image_id"      int64                   48 bits of a hash of image/source_id (of the image bytes
+//                                           when there is none): the image in evaluation across workers
+//   "original_size" int64 [2]               height, width of the record's image
+std::vector<FieldSpec> detection_fields(int64_t max_boxes);
 uint64_t detection_image_key(const DetectionExample& example);
 
+// The detection fields of one sample, at fields[first...] of `out` (detection_fields' order).
+struct DetectionTargets {
+  float* boxes = nullptr;
+  int64_t* classes = nullptr;
+  bool* is_crowd = nullptr;
+  int64_t* num_boxes = nullptr;
+  int64_t* image_id = nullptr;
+  int64_t* original_size = nullptr;
+};
+DetectionTargets detection_targets(const SampleOut& out, size_t first = 0);
+
 // Decodes, augments (when training), resizes and scales to [-1, 1] into `image`
-// (3 * height * width floats, CHW or HWC), and fills `target`. Returns the number of boxes.
+// (3 * height * width floats, CHW or HWC), and fills `targets` (null: the image only).
+// Returns the number of boxes.
 int64_t preprocess_detection(const DetectionExample& example, const DetectionInputOptions& options, bool training,
-                             std::mt19937_64& rng, float* image, float* target, const std::string& what);
+                             std::mt19937_64& rng, float* image, const DetectionTargets* targets,
+                             const std::string& what);
 
 // Applies ssd_random_crop to boxes and chooses the window (exposed for tests): returns the crop
 // and rewrites `boxes`/`classes` into the crop's frame (dropping the pruned ones).

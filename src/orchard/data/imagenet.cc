@@ -9,6 +9,7 @@ SampleSpec imagenet_spec(int image_size, bool channels_last) {
   SampleSpec s;
   s.image_shape = channels_last ? std::vector<int64_t>{image_size, image_size, 3}
                                 : std::vector<int64_t>{3, image_size, image_size};
+  s.fields = {{"label", at::kLong, {}}};
   return s;
 }
 
@@ -23,8 +24,7 @@ std::vector<Box> imagenet_boxes(const ExampleView& ex) {
 }
 
 ParseFn make_imagenet_parser(const ImageNetParseOptions& o) {
-  return [o](const std::string& record, const std::string& source, std::mt19937_64& rng, float* image,
-             int64_t* label, float*) {
+  return [o](const std::string& record, const std::string& source, std::mt19937_64& rng, const SampleOut& out) {
     ExampleView ex(record, source);
     const int64_t raw = ex.int64("image/class/label");
     const int64_t l = raw - o.label_offset;
@@ -32,12 +32,12 @@ ParseFn make_imagenet_parser(const ImageNetParseOptions& o) {
       throw DataError(source + ": feature 'image/class/label' = " + std::to_string(raw) + " is out of range [" +
                       std::to_string(o.label_offset) + ", " + std::to_string(o.num_classes + o.label_offset - 1) +
                       "] (labels are 1-based; check --num_classes)");
-    *label = l;
+    *out.field<int64_t>(0) = l;
     const std::string& encoded = ex.bytes("image/encoded");
     if (o.training)
-      preprocess_train(encoded, imagenet_boxes(ex), o.preprocess, rng, image, source);
+      preprocess_train(encoded, imagenet_boxes(ex), o.preprocess, rng, out.image, source);
     else
-      preprocess_eval(encoded, o.preprocess, image, source);
+      preprocess_eval(encoded, o.preprocess, out.image, source);
   };
 }
 

@@ -15,6 +15,7 @@ struct ImageNetParseOptions {
   int64_t label_offset = 1;    // records are 1-based; the model sees label - 1
 };
 
+// The image and one field, "label": int64, the 0-based class.
 SampleSpec imagenet_spec(int image_size, bool channels_last);
 ParseFn make_imagenet_parser(const ImageNetParseOptions& options);
 

@@ -13,13 +13,12 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the parser copies litt
 
 SampleSpec ml_images_spec(int image_size, bool channels_last, int64_t class_num) {
   SampleSpec s = imagenet_spec(image_size, channels_last);
-  s.target_dim = class_num;
+  s.fields = {{"labels", at::kFloat, {class_num}}};
   return s;
 }
 
 ParseFn make_ml_images_parser(const MlImagesParseOptions& o) {
-  return [o](const std::string& record, const std::string& source, std::mt19937_64& rng, float* image,
-             int64_t* label, float* target) {
+  return [o](const std::string& record, const std::string& source, std::mt19937_64& rng, const SampleOut& out) {
     ExampleView ex(record, source);
     const std::string& bytes = ex.bytes("label");
     const size_t expected = static_cast<size_t>(o.class_num) * sizeof(float);
@@ -27,13 +26,12 @@ ParseFn make_ml_images_parser(const MlImagesParseOptions& o) {
       throw DataError(source + ": feature 'label' holds " + std::to_string(bytes.size()) + " bytes, not 4 x " +
                       std::to_string(o.class_num) + " = " + std::to_string(expected) +
                       " (float32 per class; check --class_num)");
-    std::memcpy(target, bytes.data(), expected);  // little-endian hosts, as tf.decode_raw
-    *label = 0;                                   // unused: the targets carry the labels
+    std::memcpy(out.field<float>(0), bytes.data(), expected);  // little-endian hosts, as tf.decode_raw
     const std::string& encoded = ex.bytes("image");
     if (o.training)
-      preprocess_train(encoded, {}, o.preprocess, rng, image, source);
+      preprocess_train(encoded, {}, o.preprocess, rng, out.image, source);
     else
-      preprocess_eval(encoded, o.preprocess, image, source);
+      preprocess_eval(encoded, o.preprocess, out.image, source);
   };
 }
 

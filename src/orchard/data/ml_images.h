@@ -15,8 +15,9 @@ struct MlImagesParseOptions {
   int64_t class_num = 1000;
 };
 
+// The image and one field, "labels": float32 [class_num] (1 positive, 0 negative, else unknown).
 SampleSpec ml_images_spec(int image_size, bool channels_last, int64_t class_num);
-// Writes the label vector to `target`; a label of another length is a DataError naming
+// Writes the label vector to "labels"; a label of another length is a DataError naming
 // the record.
 ParseFn make_ml_images_parser(const MlImagesParseOptions& options);
 

@@ -33,6 +33,30 @@ std::vector<std::string> buffered_shuffle(const std::vector<std::string>& items,
   return out;
 }
 
+const at::Tensor& Batch::field(const std::string& name) const {
+  auto it = fields.find(name);
+  if (it != fields.end()) return it->second;
+  std::string have;
+  for (const auto& [k, v] : fields) have += (have.empty() ? "" : ", ") + k;
+  throw Error("the batch has no field '" + name + "' (it has: " + (have.empty() ? "none" : have) + ")");
+}
+
+at::Tensor& Batch::field(const std::string& name) {
+  return const_cast<at::Tensor&>(static_cast<const Batch&>(*this).field(name));
+}
+
+void Batch::truncate(int64_t n) {
+  images = images.narrow(0, 0, n);
+  for (auto& [name, t] : fields) t = t.narrow(0, 0, n);
+  if (static_cast<int64_t>(sources.size()) > n) sources.resize(static_cast<size_t>(n));
+  size = n;
+}
+
+void Batch::to(const c10::Device& device) {
+  images = images.to(device, /*non_blocking=*/true);
+  for (auto& [name, t] : fields) t = t.to(device, /*non_blocking=*/true);
+}
+
 uint64_t mix_seed(uint64_t a, uint64_t b, uint64_t c) {
   auto sm = [](uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;
@@ -118,12 +142,20 @@ struct Pipeline::Impl {
   void run_parse(const std::shared_ptr<BatchJob>& job, int64_t begin, int64_t end) {
     try {
       float* images = job->batch.images.data_ptr<float>();
-      int64_t* labels = job->batch.labels.data_ptr<int64_t>();
-      float* targets = spec.target_dim > 0 ? job->batch.targets.data_ptr<float>() : nullptr;
+      std::vector<char*> bases;
+      std::vector<int64_t> strides;  // bytes per sample
+      for (const auto& f : spec.fields) {
+        const auto& t = job->batch.fields.at(f.name);
+        bases.push_back(static_cast<char*>(t.data_ptr()));
+        strides.push_back(t.numel() / std::max<int64_t>(1, t.size(0)) * static_cast<int64_t>(t.element_size()));
+      }
+      SampleOut out;
+      out.fields.resize(bases.size());
       for (int64_t i = begin; i < end; ++i) {
         std::mt19937_64 rng(job->seeds[i]);
-        parse(job->records[i].bytes, job->records[i].source, rng, images + i * image_numel, labels + i,
-              targets ? targets + i * spec.target_dim : nullptr);
+        out.image = images + i * image_numel;
+        for (size_t k = 0; k < bases.size(); ++k) out.fields[k] = bases[k] + i * strides[k];
+        parse(job->records[i].bytes, job->records[i].source, rng, out);
       }
     } catch (...) {
       std::lock_guard<std::mutex> lock(job->mu);
@@ -143,8 +175,14 @@ struct Pipeline::Impl {
     shape.insert(shape.end(), spec.image_shape.begin(), spec.image_shape.end());
     auto fopts = at::TensorOptions().dtype(at::kFloat).pinned_memory(opt.pin_memory);
     job->batch.images = image_tensor(shape, fopts);
-    job->batch.labels = at::zeros({n}, at::TensorOptions().dtype(at::kLong).pinned_memory(opt.pin_memory));
-    if (spec.target_dim > 0) job->batch.targets = at::zeros({n, spec.target_dim}, fopts);
+    for (const auto& f : spec.fields) {
+      std::vector<int64_t> field_shape = {n};
+      field_shape.insert(field_shape.end(), f.shape.begin(), f.shape.end());
+      job->batch.fields[f.name] =
+          at::zeros(field_shape, at::TensorOptions().dtype(f.dtype).pinned_memory(opt.pin_memory));
+    }
+    job->batch.sources.reserve(static_cast<size_t>(n));
+    for (const auto& r : records) job->batch.sources.push_back(r.source);
     job->batch.size = n;
     job->batch.epoch = epoch;
     job->batch.index_in_epoch = index;

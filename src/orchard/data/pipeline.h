@@ -8,9 +8,11 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -20,17 +22,36 @@
 
 namespace orchard::data {
 
+// One named, typed field a task's parser writes per record besides the image (a class, a
+// label vector, boxes padded to a maximum with their count, caption ids, an image id...).
+// Batched as [B, *shape] of `dtype`.
+struct FieldSpec {
+  std::string name;
+  at::ScalarType dtype = at::kFloat;  // kFloat, kLong or kBool
+  std::vector<int64_t> shape;         // per sample; {} for a scalar
+};
+
 // Shapes of what a task's parser writes for one record.
 struct SampleSpec {
   std::vector<int64_t> image_shape;  // e.g. {3, 224, 224} or {224, 224, 3}
-  int64_t target_dim = 0;           // > 0: a float target vector per sample (multi-label)
+  std::vector<FieldSpec> fields;
 };
 
-// Parses one serialized record. Writes prod(image_shape) floats to `image`, the class to
-// `*label` and target_dim floats to `target` (null when target_dim == 0). `source` is
-// "file: record N" for error messages. Throws DataError on bad records.
+// Where a parser writes one record: prod(image_shape) floats at `image`, and each field of
+// the spec (in the spec's order) at fields[i], zeroed before the call.
+struct SampleOut {
+  float* image = nullptr;
+  std::vector<void*> fields;
+  template <class T>
+  T* field(size_t i) const {
+    return static_cast<T*>(fields[i]);
+  }
+};
+
+// Parses one serialized record into `out`. `source` is "file: record N" for error messages.
+// Throws DataError on bad records.
 using ParseFn = std::function<void(const std::string& record, const std::string& source, std::mt19937_64& rng,
-                                   float* image, int64_t* label, float* target)>;
+                                   const SampleOut& out)>;
 
 struct PipelineOptions {
   std::string file_pattern;
@@ -61,12 +82,20 @@ struct PipelineOptions {
 };
 
 struct Batch {
-  at::Tensor images;   // float32 [B, *image_shape]
-  at::Tensor labels;   // int64 [B]
-  at::Tensor targets;  // float32 [B, target_dim], undefined when target_dim == 0
+  at::Tensor images;                         // float32 [B, *image_shape]
+  std::map<std::string, at::Tensor> fields;  // the spec's fields by name, [B, *shape]
+  std::vector<std::string> sources;          // "file: record N" of each sample (empty for synthetic data)
   int64_t size = 0;
   int64_t epoch = 0;
   int64_t index_in_epoch = 0;  // this batch's index within its epoch
+
+  // A field by name; an error naming it (and what the batch has) when absent.
+  const at::Tensor& field(const std::string& name) const;
+  at::Tensor& field(const std::string& name);
+  // Keeps the first n samples.
+  void truncate(int64_t n);
+  // Moves every tensor to `device` (non-blocking from pinned memory).
+  void to(const c10::Device& device);
 };
 
 class Pipeline {

@@ -11,7 +11,6 @@
 namespace orchard::tasks {
 namespace {
 
-constexpr double kIdSplit = 16777216.0;  // 2^24: each half exact in float32
 
 // Rows [n, 2 + width]: image_id, length, ids (zero-padded).
 at::Tensor id_rows(const std::vector<int64_t>& image_ids, const std::vector<std::vector<int64_t>>& words,
@@ -59,7 +58,11 @@ torch::Tensor CaptionTask::forward(const torch::Tensor& images) {
 data::SampleSpec CaptionTask::sample_spec() const {
   data::SampleSpec spec;
   spec.image_shape = {3, config_.image.image_size, config_.image.image_size};
-  spec.target_dim = kCaptionTargetHeader + config_.max_caption_tokens;
+  // "caption_ids": the word ids (<S> ... </S>) padded with 0; "caption_length": how many;
+  // "image_id": image/image_id.
+  spec.fields = {{"caption_ids", at::kLong, {config_.max_caption_tokens}},
+                 {"caption_length", at::kLong, {}},
+                 {"image_id", at::kLong, {}}};
   return spec;
 }
 
@@ -68,30 +71,30 @@ data::ParseFn CaptionTask::parser(bool training) const {
   const int64_t max_tokens = config_.max_caption_tokens;
   const int64_t vocab = config_.model.vocab_size;
   return [image, max_tokens, vocab, training](const std::string& record, const std::string& source,
-                                              std::mt19937_64& rng, float* pixels, int64_t* label, float* target) {
+                                              std::mt19937_64& rng, const data::SampleOut& out) {
     const auto e = data::parse_caption_example(record, source);
     for (int64_t id : e.ids)
       if (id < 0 || id >= vocab)
         throw DataError(source + ": 'image/caption_ids' holds " + std::to_string(id) + ", outside the vocabulary of " +
                         std::to_string(vocab) + " words (another word_counts.txt?)");
-    data::preprocess_caption_image(e.encoded, image, training, rng, pixels, source);
+    data::preprocess_caption_image(e.encoded, image, training, rng, out.image, source);
     const int64_t n = std::min<int64_t>(max_tokens, static_cast<int64_t>(e.ids.size()));
-    target[0] = static_cast<float>(std::floor(static_cast<double>(e.image_id) / kIdSplit));
-    target[1] = static_cast<float>(std::fmod(static_cast<double>(e.image_id), kIdSplit));
-    for (int64_t j = 0; j < max_tokens; ++j) target[kCaptionTargetHeader + j] = j < n ? static_cast<float>(e.ids[j]) : 0;
-    if (n < static_cast<int64_t>(e.ids.size())) target[kCaptionTargetHeader + n - 1] = static_cast<float>(e.ids.back());
-    *label = n;
+    int64_t* ids = out.field<int64_t>(0);
+    std::copy_n(e.ids.begin(), n, ids);
+    if (n < static_cast<int64_t>(e.ids.size())) ids[n - 1] = e.ids.back();  // a cut caption still ends in </S>
+    *out.field<int64_t>(1) = n;
+    *out.field<int64_t>(2) = e.image_id;
   };
 }
 
 LossTerms CaptionTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
-  const auto lengths = batch.labels.to(torch::kCPU);
-  const int64_t t = lengths.max().item<int64_t>();
-  const auto ids = batch.targets.narrow(1, kCaptionTargetHeader, t).round().to(torch::kLong);
+  const auto& length = batch.field("caption_length");
+  const int64_t t = length.max().item<int64_t>();
+  const auto ids = batch.field("caption_ids").narrow(1, 0, t);
   const auto input = ids.narrow(1, 0, t - 1);
   const auto target = ids.narrow(1, 1, t - 1);
   const auto mask =
-      (torch::arange(t - 1, ids.options()).unsqueeze(0) < (batch.labels.to(ids.device()) - 1).unsqueeze(1))
+      (torch::arange(t - 1, ids.options()).unsqueeze(0) < (length.to(ids.device()) - 1).unsqueeze(1))
           .to(torch::kFloat);
   auto logits = model_->sequence_logits(outputs, input).to(torch::kFloat);
   const int64_t v = logits.size(2);
@@ -127,15 +130,15 @@ void CaptionTask::update_metrics(const torch::Tensor& outputs, const data::Batch
   sums->add("count", static_cast<double>(batch.size));
   if (!config_.eval_captions) return;
   // Every caption of the batch is a reference of its image; each image is captioned once.
-  const auto targets = batch.targets.to(torch::kCPU, torch::kDouble);
-  const auto lengths = batch.labels.to(torch::kCPU);
+  const auto caption_ids = batch.field("caption_ids").to(torch::kCPU);
+  const auto lengths = batch.field("caption_length").to(torch::kCPU);
+  const auto image_ids = batch.field("image_id").to(torch::kCPU);
   std::vector<int64_t> ref_ids, new_rows, new_ids;
   std::vector<std::vector<int64_t>> refs;
   for (int64_t i = 0; i < batch.size; ++i) {
-    const auto row = targets[i];
-    const int64_t id = static_cast<int64_t>(row[0].item<double>() * kIdSplit + row[1].item<double>());
+    const int64_t id = image_ids[i].item<int64_t>();
     const int64_t n = lengths[i].item<int64_t>();
-    const auto words = row.narrow(0, kCaptionTargetHeader, n).to(torch::kLong);
+    const auto words = caption_ids[i].narrow(0, 0, n).contiguous();
     refs.emplace_back(words.data_ptr<int64_t>(), words.data_ptr<int64_t>() + n);
     ref_ids.push_back(id);
     if (captioned_.insert(id).second) {

@@ -28,10 +28,6 @@ struct CaptionConfig {
   int64_t start_id = 0, end_id = 1;       // the vocabulary's <S> and </S>
 };
 
-// The target layout of a parsed record: [image_id / 2^24, image_id % 2^24, ids...], with the
-// number of ids (<S> and </S> included) as the label.
-constexpr int64_t kCaptionTargetHeader = 2;
-
 class CaptionTask : public Task {
  public:
   explicit CaptionTask(const CaptionConfig& config);

@@ -61,7 +61,7 @@ torch::Tensor ClassificationTask::l2_loss(bool single_op) const {
 LossTerms ClassificationTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
   auto logits = outputs.to(torch::kFloat);  // softmax in float32 even under autocast
   auto ce = torch::nn::functional::cross_entropy(
-      logits, batch.labels,
+      logits, batch.field("label"),
       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum).label_smoothing(config_.label_smoothing));
   ce = ce / static_cast<double>(global_batch_size);
   LossTerms terms;
@@ -78,7 +78,7 @@ LossTerms ClassificationTask::loss(const torch::Tensor& outputs, const data::Bat
 void ClassificationTask::update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss,
                                         bool training, MetricSums* sums) const {
   torch::NoGradGuard no_grad;
-  const auto& labels = batch.labels;
+  const auto& labels = batch.field("label");
   const int64_t k = std::min<int64_t>(5, outputs.size(1));
   auto topk = std::get<1>(outputs.topk(k, 1));
   auto hits = topk.eq(labels.unsqueeze(1));

@@ -24,12 +24,6 @@ data::Image to_image(const at::Tensor& input, bool channels_last) {
   return im;
 }
 
-// The image key the data path stores in two exactly representable 24-bit halves.
-int64_t image_key(const at::Tensor& target_row) {
-  auto t = target_row.accessor<float, 1>();
-  return static_cast<int64_t>(t[2]) << 24 | static_cast<int64_t>(t[3]);
-}
-
 }  // namespace
 
 DetectionTask::DetectionTask(const DetectionConfig& config) : config_(config) {
@@ -48,7 +42,7 @@ data::SampleSpec DetectionTask::sample_spec() const {
   data::SampleSpec spec;
   const int64_t h = config_.input.height, w = config_.input.width;
   spec.image_shape = config_.input.channels_last ? std::vector<int64_t>{h, w, 3} : std::vector<int64_t>{3, h, w};
-  spec.target_dim = data::detection_target_dim(config_.input.max_boxes);
+  spec.fields = data::detection_fields(config_.input.max_boxes);
   return spec;
 }
 
@@ -56,9 +50,10 @@ data::ParseFn DetectionTask::parser(bool training) const {
   const auto input = config_.input;
   const int64_t num_classes = config_.num_classes;
   return [input, num_classes, training](const std::string& record, const std::string& source, std::mt19937_64& rng,
-                                        float* image, int64_t* label, float* target) {
+                                        const data::SampleOut& out) {
     const auto example = data::parse_detection_example(record, source, num_classes);
-    *label = data::preprocess_detection(example, input, training, rng, image, target, source);
+    const auto targets = data::detection_targets(out);
+    data::preprocess_detection(example, input, training, rng, out.image, &targets, source);
   };
 }
 
@@ -67,15 +62,16 @@ LossTerms DetectionTask::loss(const torch::Tensor& outputs, const data::Batch& b
   const int64_t code = config_.model.box_code_size;
   auto codes = out.narrow(2, 0, code);
   auto logits = out.narrow(2, code, out.size(2) - code);
-  auto counts = batch.labels.to(torch::kCPU);
-  auto targets = batch.targets.to(torch::kFloat);
+  auto counts = batch.field("num_boxes").to(torch::kCPU);
+  const auto& boxes = batch.field("boxes");
+  const auto& classes = batch.field("classes");
+  const auto& crowd = batch.field("is_crowd");
   std::vector<at::Tensor> gt_boxes, gt_classes;
   for (int64_t i = 0; i < out.size(0); ++i) {
     const int64_t n = counts[i].item<int64_t>();
-    auto rows = targets[i].narrow(0, data::kDetectionTargetHeader, 5 * n).reshape({n, 5});
-    rows = rows.index({rows.select(1, 4) > 0});  // crowd regions (negated classes) are not trained on
-    gt_boxes.push_back(rows.narrow(1, 0, 4));
-    gt_classes.push_back(rows.select(1, 4).round().to(torch::kLong));
+    const auto trained = crowd[i].narrow(0, 0, n).logical_not();  // crowd regions are not trained on
+    gt_boxes.push_back(boxes[i].narrow(0, 0, n).index({trained}));
+    gt_classes.push_back(classes[i].narrow(0, 0, n).index({trained}));
   }
   auto l = detect::ssd_loss(codes, logits, anchors_.to(out.device()), gt_boxes, gt_classes, config_.loss);
   // This replica's share: with replicas the gradients of the shares add up to the mean of the
@@ -133,20 +129,25 @@ void DetectionTask::update_metrics(const torch::Tensor& outputs, const data::Bat
   sums->add("eval_localization_loss", loss.at("batch_localization_loss") * n);
   sums->add("eval_classification_loss", loss.at("batch_classification_loss") * n);
   const auto detections = postprocess(outputs);
-  auto targets = batch.targets.to(torch::kCPU, torch::kFloat);
-  auto counts = batch.labels.to(torch::kCPU);
+  const auto boxes = batch.field("boxes").to(torch::kCPU).contiguous();
+  const auto classes = batch.field("classes").to(torch::kCPU).contiguous();
+  const auto crowd = batch.field("is_crowd").to(torch::kCPU).contiguous();
+  const auto counts = batch.field("num_boxes").to(torch::kCPU);
+  const auto ids = batch.field("image_id").to(torch::kCPU);
+  const auto sizes = batch.field("original_size").to(torch::kCPU);
+  const auto box = boxes.accessor<float, 3>();
+  const auto cls = classes.accessor<int64_t, 2>();
+  const auto is_crowd = crowd.accessor<bool, 2>();
   std::vector<double> images, gts, dets;
   for (int64_t i = 0; i < batch.size; ++i) {
-    auto t = targets[i];
-    const double key = static_cast<double>(image_key(t));
-    const double h = t[0].item<double>(), w = t[1].item<double>();
+    const double key = static_cast<double>(ids[i].item<int64_t>());  // 48 bits: exact in a double
+    const double h = static_cast<double>(sizes[i][0].item<int64_t>()), w = static_cast<double>(sizes[i][1].item<int64_t>());
     images.push_back(key);
     const int64_t count = counts[i].item<int64_t>();
-    auto ta = t.accessor<float, 1>();
     for (int64_t j = 0; j < count; ++j) {
-      const int64_t o = data::kDetectionTargetHeader + 5 * j;
-      gts.insert(gts.end(), {key, static_cast<double>(ta[o + 4]), ta[o + 1] * w, ta[o] * h,
-                             (ta[o + 3] - ta[o + 1]) * w, (ta[o + 2] - ta[o]) * h});  // class < 0: crowd
+      const double c = static_cast<double>(is_crowd[i][j] ? -cls[i][j] : cls[i][j]);  // the rows' crowd: class < 0
+      gts.insert(gts.end(), {key, c, box[i][j][1] * w, box[i][j][0] * h, (box[i][j][3] - box[i][j][1]) * w,
+                             (box[i][j][2] - box[i][j][0]) * h});
     }
     const auto& d = detections[static_cast<size_t>(i)];
     auto b = d.boxes.accessor<float, 2>();
@@ -157,8 +158,6 @@ void DetectionTask::update_metrics(const torch::Tensor& outputs, const data::Bat
                                (b[k][3] - b[k][1]) * w, (b[k][2] - b[k][0]) * h});
   }
   for (int64_t i = 0; i < batch.size && static_cast<int>(visualizations_.size()) < config_.num_visualizations; ++i) {
-    const auto target_row = targets[i];
-    const auto t = target_row.accessor<float, 1>();
     const auto& d = detections[static_cast<size_t>(i)];
     std::vector<data::Box> gt, predicted;
     std::vector<std::string> gt_labels, predicted_labels;
@@ -167,9 +166,8 @@ void DetectionTask::update_metrics(const torch::Tensor& outputs, const data::Bat
       return index < config_.class_names.size() ? config_.class_names[index] : std::to_string(id);
     };
     for (int64_t j = 0; j < counts[i].item<int64_t>(); ++j) {
-      const float* b = &t[data::kDetectionTargetHeader + 5 * j];
-      gt.push_back({b[0], b[1], b[2], b[3]});
-      gt_labels.push_back(name(static_cast<int64_t>(std::abs(b[4]))) + (b[4] < 0 ? " (crowd)" : ""));
+      gt.push_back({box[i][j][0], box[i][j][1], box[i][j][2], box[i][j][3]});
+      gt_labels.push_back(name(cls[i][j]) + (is_crowd[i][j] ? " (crowd)" : ""));
     }
     for (int64_t k = 0; k < d.boxes.size(0); ++k) {
       const float score = d.scores[k].item<float>();

@@ -98,7 +98,7 @@ torch::Tensor MultiLabelTask::l2_loss() const {
 
 LossTerms MultiLabelTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
   const auto logits = outputs.to(torch::kFloat);
-  const auto& labels = batch.targets;
+  const auto& labels = batch.field("labels");
   const bool training = model_->is_training();
   // Training: this replica's share of the global batch; evaluation: the batch mean.
   const double batch_scale = training ? static_cast<double>(batch.size) / static_cast<double>(global_batch_size) : 1;
@@ -125,7 +125,7 @@ LossTerms MultiLabelTask::loss(const torch::Tensor& outputs, const data::Batch& 
 void MultiLabelTask::update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss,
                                     bool training, MetricSums* sums) const {
   torch::NoGradGuard no_grad;
-  const auto& labels = batch.targets;
+  const auto& labels = batch.field("labels");
   // The seed's accuracy: argmax of the scores against argmax of the label vector.
   sums->add("correct", outputs.argmax(1).eq(labels.argmax(1)).sum());
   sums->add("count", static_cast<double>(batch.size));

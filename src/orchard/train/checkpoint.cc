@@ -259,4 +259,25 @@ std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::
   return {dict.at("step").toInt(), meta};
 }
 
+PartialRestore restore_part(const std::string& checkpoint, const std::string& flag, torch::nn::Module& model,
+                            std::function<bool(const std::string& name)> skip,
+                            std::function<std::string(const std::string& name)> source_name) {
+  PartialRestore r;
+  r.path = checkpoint;
+  if (fs::is_directory(r.path)) {
+    r.path = CheckpointManager(checkpoint).latest();
+    if (r.path.empty()) throw Error(flag + " " + checkpoint + ": no checkpoint in that directory");
+  }
+  if (!fs::exists(r.path)) throw Error(flag + " " + checkpoint + ": no such file");
+  RestoreOptions ro;
+  ro.load_optimizer = false;
+  ro.load_rng = false;
+  ro.skip = std::move(skip);
+  ro.source_name = std::move(source_name);
+  ro.restored = &r.restored;
+  ro.skipped = &r.skipped;
+  restore_checkpoint(r.path, model, nullptr, ro);
+  return r;
+}
+
 }  // namespace orchard::train

@@ -70,6 +70,19 @@ struct RestoreOptions {
 std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::Module& model,
                                             torch::optim::Optimizer* optimizer, const RestoreOptions& options);
 
+// Fine-tuning: the weights of part of a model from a checkpoint (a file, or a model_dir's
+// newest), e.g. a backbone from a classifier with the head left as initialised. `flag` names
+// the setting in errors ("--fine_tune_checkpoint ..."). Variables for which `skip` is true
+// are left alone; `source_name` maps a model name to the checkpoint's. Returns the file read
+// and the variables restored and skipped.
+struct PartialRestore {
+  std::string path;
+  std::vector<std::string> restored, skipped;
+};
+PartialRestore restore_part(const std::string& checkpoint, const std::string& flag, torch::nn::Module& model,
+                            std::function<bool(const std::string& name)> skip,
+                            std::function<std::string(const std::string& name)> source_name = {});
+
 // Step number encoded in "ckpt-<step>.pt", or -1.
 int64_t checkpoint_step(const std::string& path);
 

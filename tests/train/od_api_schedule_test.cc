@@ -1,4 +1,4 @@
-#include "orchard/detect/learning_schedules.h"
+#include "orchard/train/schedule.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 
 #include "orchard/core/error.h"
 
-namespace orchard::detect {
+namespace orchard::train {
 namespace {
 
 TEST(LearningSchedules, ExponentialDecayAsSsdMobileNetV2Coco) {
@@ -70,4 +70,4 @@ TEST(LearningSchedules, CosineDecayWarmupHoldAndEnd) {
 }
 
 }  // namespace
-}  // namespace orchard::detect
+}  // namespace orchard::train

@@ -1,8 +1,9 @@
-// The shared training loop (the seed's orbit Controller + ResnetRunnable): host loops of
-// steps_per_loop steps (cut short where an evaluation is due), logging every log_steps, train
-// summaries per loop, checkpoints every checkpoint_every steps and at the end, evaluation
-// every eval_every steps and at the end, resume from the newest checkpoint (model, optimizer,
-// step, RNG and data position).
+// The trainer: a task, an optimizer and a schedule run by the engine's loop (loop.h) with the
+// standard hooks (hooks/hooks.h) chosen from TrainerOptions: host loops of steps_per_loop
+// steps (cut short where an evaluation is due), logging every log_steps, train summaries per
+// loop, checkpoints every checkpoint_every steps and at the end, evaluation every eval_every
+// steps and at the end, resume from the newest checkpoint (model, optimizer, step, RNG and
+// data position), and a checkpoint on SIGTERM/SIGINT.
 #pragma once
 
 #include <torch/optim/optimizer.h>
@@ -11,20 +12,20 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "orchard/data/pipeline.h"
+#include "orchard/engine/evaluator.h"
+#include "orchard/engine/hook.h"
 #include "orchard/tasks/task.h"
 #include "orchard/train/distributed.h"
 #include "orchard/train/schedule.h"
 #include "orchard/train/stats.h"
 
-namespace orchard::train {
+namespace orchard::engine {
 
-// Yields batches; false at the end of the data.
-using BatchSource = std::function<bool(data::Batch*)>;
 // Training input positioned at (epoch, batch within epoch), for exact resume.
 using TrainInputFactory = std::function<BatchSource(int64_t start_epoch, int64_t start_batch)>;
-using EvalInputFactory = std::function<BatchSource()>;
 
 struct TrainerOptions {
   std::string model_dir;
@@ -57,21 +58,25 @@ struct TrainerOptions {
   std::function<void(int64_t step)> on_start;
   // Data parallelism: gradients averaged over the group, metrics summed over it; only rank 0
   // writes checkpoints and summaries. Null: one process.
-  std::shared_ptr<Distributed> distributed;
+  std::shared_ptr<train::Distributed> distributed;
 };
 
 class Trainer {
  public:
   Trainer(TrainerOptions options, tasks::Task& task, std::unique_ptr<torch::optim::Optimizer> optimizer,
-          Schedule schedule);
+          train::Schedule schedule);
   ~Trainer();
 
   // Restores the newest checkpoint in model_dir if there is one; returns the step (0 if none).
   int64_t restore_latest();
-  RunStats train_and_evaluate(const TrainInputFactory& train_input, const EvalInputFactory& eval_input);
+  // Throws engine::Interrupted after a SIGTERM/SIGINT (a checkpoint written first when
+  // checkpoints are enabled).
+  train::RunStats train_and_evaluate(const TrainInputFactory& train_input, const EvalInputFactory& eval_input);
   // Evaluates the model as it is now; writes eval summaries at `step` when `summaries`.
   std::map<std::string, double> evaluate(const EvalInputFactory& eval_input, int64_t step, bool summaries);
   int64_t step() const { return step_; }
+  // Hooks of the run's own, called after the standard ones (Detectron2's register_hooks).
+  void register_hooks(std::vector<std::shared_ptr<Hook>> hooks);
 
  private:
   struct Impl;
@@ -79,4 +84,4 @@ class Trainer {
   int64_t step_ = 0;
 };
 
-}  // namespace orchard::train
+}  // namespace orchard::engine

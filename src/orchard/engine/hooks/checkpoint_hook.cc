@@ -1,0 +1,66 @@
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <chrono>
+
+#include "orchard/engine/hooks/hooks.h"
+#include "orchard/train/distributed.h"
+
+namespace orchard::engine {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+CheckpointHook::CheckpointHook(CheckpointHookOptions options, tasks::Task& task, torch::optim::Optimizer* optimizer,
+                               train::MovingAverage* average, std::function<train::Meta(int64_t)> meta,
+                               train::Distributed* distributed)
+    : opt_(std::move(options)),
+      task_(task),
+      optimizer_(optimizer),
+      average_(average),
+      meta_(std::move(meta)),
+      dist_(distributed),
+      manager_(opt_.model_dir, opt_.max_to_keep) {}
+
+void CheckpointHook::save(TrainState& state) {
+  if (state.chief) {
+    const std::string path = manager_.save(state.step, *task_.module(), optimizer_, meta_(state.step), average_);
+    spdlog::info("saved checkpoint {}", path);
+  }
+  state.last_saved = state.step;
+  state.saved_this_loop = true;
+  last_save_time_ = now_seconds();
+}
+
+void CheckpointHook::before_train(TrainState& state) {
+  last_save_time_ = now_seconds();
+  if (state.step > 0) state.last_saved = state.step;  // the checkpoint it resumed from
+}
+
+void CheckpointHook::after_loop(TrainState& state) {
+  bool time_due = opt_.every_secs > 0 && now_seconds() - last_save_time_ >= opt_.every_secs;
+  if (state.world_size > 1 && opt_.every_secs > 0) {
+    // The chief's clock decides, so every rank takes part in the evaluation that follows.
+    std::vector<at::Tensor> due = {torch::scalar_tensor(state.chief && time_due ? 1.0 : 0.0, torch::kDouble)};
+    dist_->allreduce_sum(due);
+    time_due = due[0].item<double>() > 0;
+  }
+  if ((opt_.every_steps > 0 && state.step % opt_.every_steps == 0) || time_due || state.step == state.total_steps)
+    save(state);
+}
+
+void CheckpointHook::after_train(TrainState& state) {
+  if (state.last_saved != state.step) save(state);
+}
+
+void CheckpointHook::on_signal(TrainState& state, int signal) {
+  if (state.last_saved != state.step) save(state);
+  spdlog::warn("signal {}: stopped after step {}; the checkpoint of step {} resumes it", signal, state.step,
+               state.step);
+}
+
+}  // namespace orchard::engine

@@ -1,0 +1,118 @@
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "orchard/core/event_writer.h"
+#include "orchard/core/log.h"
+#include "orchard/engine/hooks/hooks.h"
+#include "orchard/train/distributed.h"
+
+namespace orchard::engine {
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+class Stopwatch {
+ public:
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  void reset() { start_ = Clock::now(); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point start_ = Clock::now();
+};
+
+}  // namespace
+
+struct LogHook::Impl {
+  int64_t log_steps;
+  train::Distributed* dist;
+  bool interactive = false;
+  Stopwatch window, progress_clock, since_start;
+  int64_t window_start_step = 0;
+  double last_progress = -1;
+  torch::Tensor last_loss;
+  double last_cross_entropy = 0;
+  double train_seconds = 0;
+  int64_t timed_examples = 0;
+};
+
+LogHook::LogHook(int64_t log_steps, train::Distributed* distributed)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->log_steps = std::max<int64_t>(1, log_steps);
+  impl_->dist = distributed;
+}
+
+LogHook::~LogHook() = default;
+
+void LogHook::before_train(TrainState& s) {
+  auto& m = *impl_;
+  m.interactive = stderr_is_terminal();
+  m.window.reset();
+  m.progress_clock.reset();
+  m.since_start.reset();
+  m.window_start_step = s.step;
+  if (s.step < s.total_steps)
+    spdlog::info("training from step {} to {} ({} steps per epoch, global batch {})", s.step, s.total_steps,
+                 s.steps_per_epoch, s.global_batch_size);
+  else
+    spdlog::info("model_dir already holds step {} (>= {} steps to train): nothing to train", s.step, s.total_steps);
+}
+
+void LogHook::after_step(TrainState& s) {
+  auto& m = *impl_;
+  const int64_t done = s.step;
+  m.last_loss = s.terms.at("total").detach();
+  if (done % m.log_steps == 0) {
+    // The seed logs the cross entropy beside the loss. With replicas, both are the global
+    // batch's: the cross-entropy shares summed over replicas, L2 counted once.
+    const auto l2 = s.terms.count("l2_loss") ? s.terms.at("l2_loss").detach().to(torch::kDouble) : torch::zeros({});
+    std::vector<at::Tensor> ce = {(m.last_loss.to(torch::kDouble) - l2).reshape({1})};
+    if (s.world_size > 1) m.dist->allreduce_sum(ce);
+    m.last_cross_entropy = ce[0][0].item<double>();
+    m.last_loss = ce[0][0] + l2;
+
+    const double secs = m.window.seconds();
+    const double eps = static_cast<double>((done - m.window_start_step) * s.global_batch_size) / secs;
+    s.stats.step_timestamp_log.emplace_back(done, unix_now());
+    if (!m.interactive)
+      spdlog::info("step {}/{}: loss {:.4f} (cross_entropy {:.4f}), lr {:.5f}, {:.1f} examples/s, ETA {}", done,
+                   s.total_steps, m.last_loss.item<double>(), m.last_cross_entropy, s.lr, eps,
+                   format_duration((s.total_steps - done) * secs / (done - m.window_start_step)));
+    if (s.train_events) s.train_events->scalar("examples_per_second", eps, done);
+    // The first window includes start-up costs: leave it out of the average.
+    if (m.window_start_step != s.first_step || done == s.total_steps) {
+      m.train_seconds += secs;
+      m.timed_examples += (done - m.window_start_step) * s.global_batch_size;
+    }
+    m.window.reset();
+    m.window_start_step = done;
+  }
+  if (m.interactive && (m.progress_clock.seconds() - m.last_progress > 0.5 || done == s.total_steps)) {
+    m.last_progress = m.progress_clock.seconds();
+    const double rate = static_cast<double>((done - s.first_step) * s.global_batch_size) / m.since_start.seconds();
+    std::fprintf(stderr, "\rstep %lld/%lld  %.1f examples/s  loss %.4f  lr %.5f  ETA %s   ",
+                 static_cast<long long>(done), static_cast<long long>(s.total_steps), rate, m.last_loss.item<double>(),
+                 s.lr, format_duration((s.total_steps - done) * s.global_batch_size / rate).c_str());
+    std::fflush(stderr);
+  }
+}
+
+void LogHook::after_loop(TrainState&) {
+  if (impl_->interactive) std::fprintf(stderr, "\n");
+}
+
+void LogHook::after_train(TrainState& s) {
+  auto& m = *impl_;
+  if (s.step > s.first_step && m.train_seconds == 0 && m.since_start.seconds() > 0) {  // too short for two windows
+    m.train_seconds = m.since_start.seconds();
+    m.timed_examples = (s.step - s.first_step) * s.global_batch_size;
+  }
+  s.stats.avg_exp_per_second = m.train_seconds > 0 ? static_cast<double>(m.timed_examples) / m.train_seconds : 0;
+}
+
+}  // namespace orchard::engine
