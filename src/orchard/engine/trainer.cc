@@ -208,7 +208,9 @@ train::RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input
     }
     s.applied = apply;
     m.task.update_metrics(outputs.detach().to(torch::kFloat), batch, terms, /*training=*/true, &s.loop_metrics);
-    s.terms = std::move(terms);
+    // Hooks read values only: keep no autograd graph alive until the next step.
+    s.terms.clear();
+    for (const auto& [name, value] : terms) s.terms[name] = value.detach();
   };
 
   LoopOptions lo;
