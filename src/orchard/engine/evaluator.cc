@@ -9,6 +9,7 @@
 
 #include "orchard/core/error.h"
 #include "orchard/core/event_writer.h"
+#include "orchard/engine/clock.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/distributed.h"
 #include "orchard/train/moving_average.h"
@@ -67,7 +68,7 @@ std::map<std::string, double> Evaluator::run(const EvalInputFactory& input, int6
   tasks::MetricSums sums;
   BatchSource source = input();
   data::Batch batch;
-  const auto start = std::chrono::steady_clock::now();  // after the input's start-up
+  const Stopwatch clock;  // after the input's start-up
   int64_t n = 0;
   while (source(&batch)) {
     batch.to(device);
@@ -94,8 +95,7 @@ std::map<std::string, double> Evaluator::run(const EvalInputFactory& input, int6
   auto metrics = task_.compute_metrics(sums, /*training=*/false);
   std::string line;
   for (const auto& [k, v] : metrics) line += fmt::format(" {}={:.4f}", k, v);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("{} at step {} over {} examples ({:.1f}s):{}", what, step, n, secs, line);
+  spdlog::info("{} at step {} over {} examples ({:.1f}s):{}", what, step, n, clock.seconds(), line);
   return metrics;
 }
 
@@ -125,7 +125,7 @@ int64_t watch_checkpoints(const CheckpointWatch& w,
                           const std::function<void(const std::string& checkpoint, int64_t step)>& evaluate) {
   int64_t last_step = -1;
   int retries = 0;
-  auto waiting_since = std::chrono::steady_clock::now();
+  Stopwatch waiting;
   while (true) {
     const std::string latest = train::CheckpointManager(w.checkpoint_dir).latest();
     const int64_t step = latest.empty() ? -1 : train::checkpoint_step(latest);
@@ -134,8 +134,7 @@ int64_t watch_checkpoints(const CheckpointWatch& w,
       if (w.run_once && step < w.min_global_step)
         throw Error(latest + " is at step " + std::to_string(step) + ", before --min_global_step " +
                     std::to_string(w.min_global_step));
-      const double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - waiting_since).count();
+      const double waited = waiting.seconds();
       if (waited > w.timeout_secs) {
         spdlog::info("no new checkpoint in {} for {:.0f}s; stopping", w.checkpoint_dir, waited);
         break;
@@ -159,7 +158,7 @@ int64_t watch_checkpoints(const CheckpointWatch& w,
     }
     last_step = step;
     retries = 0;
-    waiting_since = std::chrono::steady_clock::now();
+    waiting.reset();
     if (w.run_once) break;
     if (w.final_step > 0 && step >= w.final_step) {
       spdlog::info("evaluated the checkpoint of the final step {}; done", step);

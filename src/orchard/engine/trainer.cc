@@ -3,13 +3,13 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
-#include <chrono>
 #include <csignal>
 #include <filesystem>
 
 #include "orchard/core/error.h"
 #include "orchard/core/event_writer.h"
 #include "orchard/core/files.h"
+#include "orchard/engine/clock.h"
 #include "orchard/engine/hooks/hooks.h"
 #include "orchard/engine/loop.h"
 #include "orchard/engine/signals.h"
@@ -227,8 +227,7 @@ train::RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input
 
   train::RunStats stats = state.stats;
   stats.train = state.train_metrics;
-  stats.train_finish_time =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  stats.train_finish_time = unix_seconds();
   stats.global_step = state.step;
   step_ = state.step;
   return stats;

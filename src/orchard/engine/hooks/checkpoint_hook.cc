@@ -1,19 +1,11 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
-#include <chrono>
-
+#include "orchard/engine/clock.h"
 #include "orchard/engine/hooks/hooks.h"
 #include "orchard/train/distributed.h"
 
 namespace orchard::engine {
-namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 CheckpointHook::CheckpointHook(CheckpointHookOptions options, tasks::Task& task, torch::optim::Optimizer* optimizer,
                                train::MovingAverage* average, std::function<train::Meta(int64_t)> meta,
@@ -33,16 +25,16 @@ void CheckpointHook::save(TrainState& state) {
   }
   state.last_saved = state.step;
   state.saved_this_loop = true;
-  last_save_time_ = now_seconds();
+  last_save_time_ = monotonic_seconds();
 }
 
 void CheckpointHook::before_train(TrainState& state) {
-  last_save_time_ = now_seconds();
+  last_save_time_ = monotonic_seconds();
   if (state.step > 0) state.last_saved = state.step;  // the checkpoint it resumed from
 }
 
 void CheckpointHook::after_loop(TrainState& state) {
-  bool time_due = opt_.every_secs > 0 && now_seconds() - last_save_time_ >= opt_.every_secs;
+  bool time_due = opt_.every_secs > 0 && monotonic_seconds() - last_save_time_ >= opt_.every_secs;
   if (state.world_size > 1 && opt_.every_secs > 0) {
     // The chief's clock decides, so every rank takes part in the evaluation that follows.
     std::vector<at::Tensor> due = {torch::scalar_tensor(state.chief && time_due ? 1.0 : 0.0, torch::kDouble)};

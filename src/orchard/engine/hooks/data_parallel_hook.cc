@@ -1,19 +1,11 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
-#include <chrono>
-
+#include "orchard/engine/clock.h"
 #include "orchard/engine/hooks/hooks.h"
 #include "orchard/train/distributed.h"
 
 namespace orchard::engine {
-namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 DataParallelHook::DataParallelHook(train::Distributed& distributed, tasks::Task& task)
     : dist_(distributed), task_(task) {}
@@ -27,7 +19,7 @@ void DataParallelHook::before_train(TrainState&) {
   for (auto& p : module->parameters())
     if (p.requires_grad()) params.push_back(p);
   reducer_ = dist_.gradient_reducer(params);
-  started_ = now_seconds();
+  started_ = monotonic_seconds();
 }
 
 void DataParallelHook::before_backward(TrainState&, at::Tensor&) { reducer_->start(); }
@@ -42,7 +34,7 @@ void DataParallelHook::after_train(TrainState&) {
   spdlog::info("gradient all-reduce: {} buckets, {:.2f} ms per step not hidden by the backward pass ({:.1f}% of "
                "the step)",
                reducer_->num_buckets(), 1000 * reducer_->finish_seconds() / reducer_->steps(),
-               100 * reducer_->finish_seconds() / std::max(1e-9, now_seconds() - started_));
+               100 * reducer_->finish_seconds() / std::max(1e-9, monotonic_seconds() - started_));
 }
 
 }  // namespace orchard::engine

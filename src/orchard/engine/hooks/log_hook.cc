@@ -1,32 +1,15 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
-#include <chrono>
 #include <cstdio>
 
 #include "orchard/core/event_writer.h"
 #include "orchard/core/log.h"
+#include "orchard/engine/clock.h"
 #include "orchard/engine/hooks/hooks.h"
 #include "orchard/train/distributed.h"
 
 namespace orchard::engine {
-namespace {
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-class Stopwatch {
- public:
-  double seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
-  void reset() { start_ = Clock::now(); }
-
- private:
-  using Clock = std::chrono::steady_clock;
-  Clock::time_point start_ = Clock::now();
-};
-
-}  // namespace
 
 struct LogHook::Impl {
   int64_t log_steps;
@@ -78,7 +61,7 @@ void LogHook::after_step(TrainState& s) {
 
     const double secs = m.window.seconds();
     const double eps = static_cast<double>((done - m.window_start_step) * s.global_batch_size) / secs;
-    s.stats.step_timestamp_log.emplace_back(done, unix_now());
+    s.stats.step_timestamp_log.emplace_back(done, unix_seconds());
     if (!m.interactive)
       spdlog::info("step {}/{}: loss {:.4f} (cross_entropy {:.4f}), lr {:.5f}, {:.1f} examples/s, ETA {}", done,
                    s.total_steps, m.last_loss.item<double>(), m.last_cross_entropy, s.lr, eps,

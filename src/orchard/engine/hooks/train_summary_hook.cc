@@ -1,16 +1,8 @@
-#include <chrono>
-
 #include "orchard/core/event_writer.h"
+#include "orchard/engine/clock.h"
 #include "orchard/engine/hooks/hooks.h"
 
 namespace orchard::engine {
-namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 TrainSummaryHook::TrainSummaryHook(tasks::Task& task, std::function<double(int64_t)> schedule,
                                    train::Distributed* distributed)
@@ -22,7 +14,7 @@ void TrainSummaryHook::before_train(TrainState& state) {
 
 void TrainSummaryHook::before_loop(TrainState& state) {
   state.loop_metrics.reset();
-  loop_start_ = now_seconds();
+  loop_start_ = monotonic_seconds();
 }
 
 void TrainSummaryHook::after_loop(TrainState& state) {
@@ -32,7 +24,7 @@ void TrainSummaryHook::after_loop(TrainState& state) {
   if (auto* w = state.train_events) {
     for (const auto& [k, v] : state.train_metrics) w->scalar(k, v, state.step);
     w->scalar("learning_rate", schedule_(state.step - 1), state.step);
-    w->scalar("steps_per_second", static_cast<double>(state.step - state.loop_first) / (now_seconds() - loop_start_),
+    w->scalar("steps_per_second", static_cast<double>(state.step - state.loop_first) / (monotonic_seconds() - loop_start_),
               state.step);
     w->flush();
   }
