@@ -44,7 +44,7 @@
 
 #include "bench_util.h"
 #include "orchard/core/error.h"
-#include "orchard/tasks/captioning.h"
+#include "orchard/tasks/caption/captioning.h"
 
 namespace {
 

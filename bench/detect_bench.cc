@@ -44,7 +44,7 @@
 #include "bench_util.h"
 #include "orchard/core/error.h"
 #include "orchard/detect/config.h"
-#include "orchard/tasks/detection.h"
+#include "orchard/tasks/detect/detection.h"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include "orchard/core/error.h"
 #include "orchard/data/caption.h"
 #include "orchard/data/image.h"
-#include "orchard/tasks/captioning.h"
+#include "orchard/tasks/caption/captioning.h"
 
 namespace orchard::caption {
 namespace {

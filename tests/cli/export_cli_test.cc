@@ -25,9 +25,9 @@
 #include "orchard/detect/ssd_model.h"
 #include "orchard/models/image_model.h"
 #include "orchard/models/registry.h"
-#include "orchard/tasks/classification.h"
-#include "orchard/tasks/detection.h"
-#include "orchard/tasks/multilabel.h"
+#include "orchard/tasks/classify/classification.h"
+#include "orchard/tasks/detect/detection.h"
+#include "orchard/tasks/multilabel/multilabel.h"
 #include "orchard/train/checkpoint.h"
 
 namespace orchard {

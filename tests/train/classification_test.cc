@@ -1,6 +1,6 @@
 // tasks/classification: the seed's loss (cross entropy / global batch + 1e-4 * L2 on non-BN
 // variables) and metrics, against hand computations.
-#include "orchard/tasks/classification.h"
+#include "orchard/tasks/classify/classification.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -1,6 +1,6 @@
 // tasks/multilabel and the ML-Images schedule: the loss coefficients, the weighted sigmoid
 // cross entropy, L2, average precision and the metrics, against hand computations.
-#include "orchard/tasks/multilabel.h"
+#include "orchard/tasks/multilabel/multilabel.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

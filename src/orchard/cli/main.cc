@@ -36,11 +36,8 @@ int main(int argc, char** argv) {
   orchard::init_logging();
   app.add_flag_callback("-v,--verbose", [] { spdlog::set_level(spdlog::level::debug); }, "Debug logging");
   orchard::cli::add_data_command(app);
-  orchard::cli::add_classify_command(app);
-  orchard::cli::add_multilabel_command(app);
-  orchard::cli::add_detect_command(app);
-  orchard::cli::add_caption_command(app);
-  orchard::cli::add_import_command(app);
+  orchard::cli::add_task_commands(app);
+  orchard::cli::add_task_tool_commands(app);
   orchard::cli::add_launch_command(app);
   try {
     app.parse(argc, argv);

@@ -1,6 +1,5 @@
-#include "orchard/cli/common.h"
+#include "orchard/tasks/command_support.h"
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -19,10 +18,27 @@
 #include "orchard/models/image_model.h"
 #include "orchard/tasks/task.h"
 #include "orchard/train/checkpoint.h"
+#include "orchard/train/runtime.h"
 
 namespace fs = std::filesystem;
 
-namespace orchard::cli {
+namespace orchard::tasks {
+
+TrainRuntime start_training(const RuntimeFlags& f, int64_t global_batch_size, const std::string& model_dir,
+                            bool clean) {
+  TrainRuntime rt;
+  rt.cuda = torch::cuda::is_available() && f.num_gpus != 0;
+  check_distribution(f.distribution_strategy, f.num_gpus, rt.cuda);
+  train::check_dtype(f.dtype, rt.cuda);
+  rt.dist = join_cluster(f.distribution_strategy, global_batch_size, f.collective_timeout, rt.cuda);
+  rt.chief = !rt.dist || rt.dist->is_chief();
+  if (rt.dist && f.sync_bn) rt.dist->enable_sync_batch_norm();
+  rt.threads = train::configure_threads(f.num_threads);
+  if (clean && rt.chief) clean_model_dir(model_dir);
+  if (rt.dist) rt.dist->barrier();  // nobody restores from a model_dir being cleaned
+  ensure_writable_dir(model_dir);
+  return rt;
+}
 
 void clean_model_dir(const std::string& dir) {
   std::error_code ec;
@@ -184,11 +200,11 @@ std::map<std::string, double> evaluate_once(tasks::Task& task, const std::string
   return evaluator.evaluate([&] { return pipeline_source(input, task, false); }, step, false);
 }
 
-void add_threads_flag(CLI::App* c, int& num_threads) {
+void add_threads_flag(FlagSet* c, int& num_threads) {
   c->add_option("--num_threads", num_threads, "Intra-op threads (0: all cores)");
 }
 
-void add_runtime_flags(CLI::App* c, RuntimeFlags& f) {
+void add_runtime_flags(FlagSet* c, RuntimeFlags& f) {
   c->add_option("--dtype", f.dtype, "fp32 | bf16 | fp16")->capture_default_str();
   c->add_option("--distribution_strategy,--ds", f.distribution_strategy,
                 "off | one_device | mirrored | multi_worker_mirrored")
@@ -198,13 +214,6 @@ void add_runtime_flags(CLI::App* c, RuntimeFlags& f) {
                 "Seconds a worker waits for the others (rendezvous, all-reduce) before failing")
       ->capture_default_str();
   c->add_flag("--sync_bn", f.sync_bn, "Batch norm statistics over the global batch (default: per replica)");
-}
-
-FlagGiven flags_given_to(const CLI::App* command) {
-  return [command](const std::string& flag) {
-    const CLI::Option* option = command->get_option_no_throw(flag);  // null: not a flag of this command
-    return option != nullptr && option->count() > 0;
-  };
 }
 
 nlohmann::json read_model_config(const std::string& model_dir, const std::string& task) {
@@ -264,7 +273,7 @@ void predict_images(tasks::Task& task, const PrepareImage& prepare, const std::v
   }
 }
 
-void add_export_flags(CLI::App* c, ExportFlags& f) {
+void add_export_flags(FlagSet* c, ExportFlags& f) {
   c->add_option("--model_dir", f.model_dir, "Model directory")->required();
   c->add_option("--checkpoint", f.checkpoint, "A checkpoint file (default: the latest)");
   c->add_option("--format", f.format, "onnx")->capture_default_str();
@@ -300,4 +309,4 @@ bool torchvision_init_flag(const std::string& init) {
   return init == "torchvision";
 }
 
-}  // namespace orchard::cli
+}  // namespace orchard::tasks

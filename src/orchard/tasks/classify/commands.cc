@@ -1,6 +1,5 @@
 // orchard classify train|eval|predict: the ResNet CTL seed's flags, mapped onto typed
 // configuration (tasks::ClassificationConfig, engine::TrainerOptions) in one place.
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -9,15 +8,16 @@
 #include <filesystem>
 #include <iostream>
 
-#include "orchard/cli/commands.h"
-#include "orchard/cli/common.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
 #include "orchard/data/preprocess.h"
 #include "orchard/data/tools.h"
 #include "orchard/train/schedule.h"
-#include "orchard/tasks/classification.h"
+#include "orchard/tasks/classify/classification.h"
+#include "orchard/tasks/command_support.h"
+#include "orchard/tasks/image_commands.h"
+#include "orchard/tasks/registry.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/loss_scale.h"
 #include "orchard/train/runtime.h"
@@ -26,7 +26,7 @@
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace orchard::cli {
+namespace orchard::tasks {
 namespace {
 
 // Every flag of `orchard classify`, with the seed's names and defaults.
@@ -79,9 +79,10 @@ struct ClassifyFlags : RuntimeFlags {
   int max_to_keep = 10;
   bool skip_corrupt_records = false;
   int shuffle_buffer = 10000;
+  int top_k = 5;  // predict
 };
 
-void add_model_flags(CLI::App* c, ClassifyFlags& f) {
+void add_model_flags(FlagSet* c, ClassifyFlags& f) {
   c->add_option("--model", f.model, "Registered model name (resnet18..152, *_small, resnet_tiny, inception_v3)")
       ->capture_default_str();
   c->add_option("--num_classes", f.num_classes, "Classes (0: lines of data_dir/labels.txt, else 1000)");
@@ -91,7 +92,7 @@ void add_model_flags(CLI::App* c, ClassifyFlags& f) {
   add_threads_flag(c, f.num_threads);
 }
 
-void add_train_flags(CLI::App* c, ClassifyFlags& f) {
+void add_train_flags(FlagSet* c, ClassifyFlags& f) {
   c->add_option("--data_dir,--dd", f.data_dir, "Directory with train-* and validation-* TFRecord shards")
       ->capture_default_str();
   c->add_option("--model_dir,--md", f.model_dir, "Checkpoints, summaries and config")->capture_default_str();
@@ -130,7 +131,7 @@ void add_train_flags(CLI::App* c, ClassifyFlags& f) {
   c->add_option("--lr_schedule", f.lr_schedule,
                 "After warm-up: piecewise (constant between --lr_boundaries, the seed's) | cosine (to 0 at "
                 "--train_epochs)")
-      ->check(CLI::IsMember({"piecewise", "cosine"}))
+      ->check_member({"piecewise", "cosine"})
       ->capture_default_str();
   c->add_option("--lr_boundaries", f.lr_boundaries, "Epochs where the LR drops")->capture_default_str();
   c->add_option("--lr_multipliers", f.lr_multipliers, "LR multipliers (one more than boundaries)")
@@ -272,20 +273,11 @@ engine::BatchSource synthetic_source(const data::SampleSpec& spec, int64_t batch
 }
 
 void run_train(ClassifyFlags f) {
-  const bool cuda = torch::cuda::is_available() && f.num_gpus != 0;
-  check_distribution(f.distribution_strategy, f.num_gpus, cuda);
-  train::check_dtype(f.dtype, cuda);
   if (f.batch_size < 1) throw Error("--batch_size must be positive");
-  const auto dist = join_cluster(f.distribution_strategy, f.batch_size, f.collective_timeout, cuda);
-  const bool chief = !dist || dist->is_chief();
-  if (dist && f.sync_bn) dist->enable_sync_batch_norm();
   if (f.log_steps < 1) throw Error("--log_steps must be positive");
-  const int threads = train::configure_threads(f.num_threads);
-  if (f.clean && chief) clean_model_dir(f.model_dir);
-  if (dist) dist->barrier();  // nobody restores from a model_dir being cleaned
-  ensure_writable_dir(f.model_dir);
+  const TrainRuntime rt = start_training(f, f.batch_size, f.model_dir, f.clean);
 
-  auto tcfg = task_config(f, cuda);
+  auto tcfg = task_config(f, rt.cuda);
   torch::manual_seed(f.seed);
   tasks::ClassificationTask task(tcfg);
 
@@ -331,7 +323,7 @@ void run_train(ClassifyFlags f) {
   topt.dtype = f.dtype;
   topt.loss_scale = f.loss_scale.empty() ? "dynamic" : f.loss_scale;
   train::LossScaler check_loss_scale(topt.loss_scale);  // a bad --loss_scale fails before any work
-  topt.device = train_device(cuda, dist.get());
+  topt.device = train_device(rt.cuda, rt.dist.get());
 
   train::Schedule schedule;
   if (f.lr_schedule == "cosine") {
@@ -367,16 +359,16 @@ void run_train(ClassifyFlags f) {
   train_input.cache = f.training_dataset_cache;
   train_input.shuffle_buffer = f.shuffle_buffer;
   train_input.reader.skip_corrupt_records = f.skip_corrupt_records;
-  train_input.pin_memory = cuda;
-  shard_input(train_input, dist.get());
-  topt.distributed = dist;
+  train_input.pin_memory = rt.cuda;
+  shard_input(train_input, rt.dist.get());
+  topt.distributed = rt.dist;
   const data::PipelineOptions eval_input =
       eval_input_options(train_input, (fs::path(f.data_dir) / "validation-*").string());
 
   // The configuration is the single truth: save it next to the run, once the newest
   // checkpoint (if any) has been restored, so a mismatched restart overwrites nothing.
   topt.on_start = [&](int64_t) {
-    if (!chief) return;
+    if (!rt.chief) return;
     atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, tcfg).dump(2) + "\n");
     const std::string labels = (fs::path(f.data_dir) / "labels.txt").string();
     if (!f.use_synthetic_data && fs::exists(labels))
@@ -386,7 +378,7 @@ void run_train(ClassifyFlags f) {
   spdlog::info("classify: {} ({} classes) at {}px, {}, {} examples/epoch, {} steps/epoch, {} steps, {} threads",
                tcfg.model.arch, tcfg.model.num_classes, tcfg.image_size,
                tcfg.channels_last ? "channels_last" : "channels_first", num_examples, steps_per_epoch, total_steps,
-               threads);
+               rt.threads);
   engine::Trainer trainer(topt, task, std::move(optimizer), schedule);
   engine::TrainInputFactory synthetic;
   if (f.use_synthetic_data)
@@ -402,116 +394,60 @@ void run_train(ClassifyFlags f) {
   spdlog::info("model_dir: {}", f.model_dir);
 }
 
+// What eval, export and predict need of this task (tasks/image_commands.h).
+struct ClassifyVerbs {
+  using Flags = ClassifyFlags;
+  using Task = ClassificationTask;
+  static void inference_defaults(Flags&, bool) {}
+  static void load(const std::string& model_dir, Flags* f, const FlagGiven& given) {
+    load_model_config(model_dir, f, given);
+  }
+  static ClassificationConfig config(const Flags& f) { return task_config(f, false); }
+  static std::string validation_files(const Flags& f) { return (fs::path(f.data_dir) / "validation-*").string(); }
+  static void add_inference_flags(FlagSet* c, Flags& f, bool predict) {
+    if (predict) c->add_option("--top_k", f.top_k, "Classes to print per image")->capture_default_str();
+  }
+  static json eval_report(const std::map<std::string, double>& m) {  // the seed's names
+    return {{"accuracy_top_1", m.at("accuracy")},
+            {"top_5_accuracy", m.at("top_5_accuracy")},
+            {"eval_loss", m.at("loss")}};
+  }
+  static void print_predictions(const std::vector<std::string>& files, const torch::Tensor& logits,
+                                const std::vector<std::string>& labels, const Flags& f, bool json_out) {
+    const int64_t k = std::min<int64_t>(f.top_k, logits.size(1));
+    auto [top_p, top_i] = torch::softmax(logits, 1).topk(k, 1);
+    for (size_t i = 0; i < files.size(); ++i) {
+      const auto row = static_cast<int64_t>(i);
+      json preds = json::array();
+      std::string line = files[i] + ":";
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t id = top_i[row][j].item<int64_t>();
+        const double prob = top_p[row][j].item<double>();
+        const std::string name = label_name(labels, id);
+        preds.push_back({{"label", name}, {"class_id", id}, {"probability", prob}});
+        line += fmt::format(" {} ({:.3f}){}", name, prob, j + 1 < k ? "," : "");
+      }
+      if (json_out)
+        std::cout << json{{"file", files[i]}, {"predictions", preds}}.dump() << "\n";
+      else
+        std::cout << line << "\n";
+    }
+  }
+};
+
 }  // namespace
 
-void add_classify_command(CLI::App& app) {
-  auto* cls = app.add_subcommand("classify", "Image classification: the ResNet custom training loop");
-  cls->require_subcommand(1);
-
-  {
+TaskCommands classify_commands() {
+  TaskCommands task{"classify", "Image classification: the ResNet custom training loop", {}};
+  task.verbs.push_back({"train", "Train (and evaluate) a ResNet classifier", [](FlagSet* c) {
     auto f = std::make_shared<ClassifyFlags>();
-    auto* c = cls->add_subcommand("train", "Train (and evaluate) a ResNet classifier");
     add_train_flags(c, *f);
-    c->callback([f] { run_train(*f); });
-  }
-  {
-    auto f = std::make_shared<ClassifyFlags>();
-    auto ckpt = std::make_shared<std::string>();
-    auto stats_file = std::make_shared<std::string>();
-    auto* c = cls->add_subcommand("eval", "Evaluate the latest (or a named) checkpoint on the validation shards");
-    c->add_option("--model_dir", f->model_dir, "Model directory")->required();
-    c->add_option("--data_dir", f->data_dir, "Data directory (default: the one used for training)");
-    c->add_option("--checkpoint", *ckpt, "A checkpoint file (default: the latest)");
-    c->add_option("--batch_size", f->batch_size, "Batch size")->capture_default_str();
-    add_threads_flag(c, f->num_threads);
-    c->add_option("--stats_file", *stats_file, "Write the metrics as JSON here");
-    c->callback([f, ckpt, stats_file, c] {
-      train::configure_threads(f->num_threads);
-      load_model_config(f->model_dir, f.get(), flags_given_to(c));
-      tasks::ClassificationTask task(task_config(*f, false));
-      const int64_t step = engine::restore_for_inference(task, f->model_dir, *ckpt);
-      data::PipelineOptions o;
-      o.file_pattern = (fs::path(f->data_dir) / "validation-*").string();
-      o.training = false;
-      o.num_epochs = 1;
-      o.batch_size = f->batch_size;
-      const auto metrics = evaluate_once(task, f->model_dir, o, step);
-      json j = {{"accuracy_top_1", metrics.at("accuracy")},
-                {"top_5_accuracy", metrics.at("top_5_accuracy")},
-                {"eval_loss", metrics.at("loss")},
-                {"global_step", step}};
-      std::cout << j.dump() << std::endl;
-      if (!stats_file->empty()) atomic_write_file(*stats_file, j.dump(2) + "\n");
-    });
-  }
-  {
-    auto e = std::make_shared<ExportFlags>();
-    auto* c = cls->add_subcommand("export", "Write the model for serving: ONNX (opset 10), logits or feature vector");
-    add_export_flags(c, *e);
-    c->callback([e] {
-      ClassifyFlags f;
-      f.model_dir = e->model_dir;
-      load_model_config(f.model_dir, &f, no_flag_given);
-      auto tcfg = task_config(f, false);
-      tcfg.channels_last = false;  // the graph takes NCHW
-      tcfg.model.initialize = false;  // restored below
-      tasks::ClassificationTask task(tcfg);
-      engine::restore_for_inference(task, f.model_dir, e->checkpoint);
-      export_image_model(*task.module(), tcfg.model.arch, task.preprocess_options(), *e);
-    });
-  }
-  {
-    struct PredictFlags {
-      ClassifyFlags f;
-      std::vector<std::string> inputs;
-      std::string checkpoint;
-      int top_k = 5;
-      bool json_out = false;
-    };
-    auto p = std::make_shared<PredictFlags>();
-    auto* c = cls->add_subcommand("predict", "Top-k classes of images (files, globs or directories)");
-    c->add_option("--model_dir", p->f.model_dir, "Model directory")->required();
-    c->add_option("inputs", p->inputs, "Images, globs or directories")->required();
-    c->add_option("--checkpoint", p->checkpoint, "A checkpoint file (default: the latest)");
-    c->add_option("--top_k", p->top_k, "Classes to print per image")->capture_default_str();
-    c->add_flag("--json", p->json_out, "One JSON line per image");
-    c->add_option("--batch_size", p->f.batch_size, "Images per forward pass")->capture_default_str();
-    add_threads_flag(c, p->f.num_threads);
-    c->callback([p] {
-      auto& f = p->f;
-      train::configure_threads(f.num_threads);
-      load_model_config(f.model_dir, &f, no_flag_given);
-      auto tcfg = task_config(f, false);
-      tcfg.model.initialize = false;  // restored below
-      tasks::ClassificationTask task(tcfg);
-      engine::restore_for_inference(task, f.model_dir, p->checkpoint);
-      auto names = data::read_labels((fs::path(f.model_dir) / "labels.txt").string());
-      const int64_t k = std::min<int64_t>(p->top_k, tcfg.model.num_classes);
-      predict_images(task, task.preprocess_options(), p->inputs, f.batch_size,
-                     [&](const std::vector<std::string>& files, const torch::Tensor& logits) {
-                       auto [top_p, top_i] = torch::softmax(logits, 1).topk(k, 1);
-                       for (size_t i = 0; i < files.size(); ++i) {
-                         const auto row = static_cast<int64_t>(i);
-                         json preds = json::array();
-                         std::string line = files[i] + ":";
-                         for (int64_t j = 0; j < k; ++j) {
-                           const int64_t id = top_i[row][j].item<int64_t>();
-                           const double prob = top_p[row][j].item<double>();
-                           const std::string name = id < static_cast<int64_t>(names.size())
-                                                        ? names[static_cast<size_t>(id)]
-                                                        : "class " + std::to_string(id);
-                           preds.push_back({{"label", name}, {"class_id", id}, {"probability", prob}});
-                           line += fmt::format(" {} ({:.3f}){}", name, prob, j + 1 < k ? "," : "");
-                         }
-                         if (p->json_out)
-                           std::cout << json{{"file", files[i]}, {"predictions", preds}}.dump() << "\n";
-                         else
-                           std::cout << line << "\n";
-                       }
-                     });
-      std::cout.flush();
-    });
-  }
+    return [f] { run_train(*f); };
+  }});
+  add_image_inference_verbs<ClassifyVerbs>(&task,
+                                           "Write the model for serving: ONNX (opset 10), logits or feature vector",
+                                           "Top-k classes of images (files, globs or directories)");
+  return task;
 }
 
-}  // namespace orchard::cli
+}  // namespace orchard::tasks

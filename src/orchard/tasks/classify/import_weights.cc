@@ -1,7 +1,6 @@
 // orchard import-weights: a PyTorch (torchvision) state dict saved with torch.save becomes an
 // Orchard classify model_dir: ckpt-0.pt (usable as a model_dir, a --fine_tune_checkpoint or an
 // --inception_checkpoint_file) and config.json.
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -11,14 +10,14 @@
 #include <set>
 #include <sstream>
 
-#include "orchard/cli/commands.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/models/torch_state_dict.h"
-#include "orchard/tasks/classification.h"
+#include "orchard/tasks/classify/classification.h"
+#include "orchard/tasks/registry.h"
 #include "orchard/train/checkpoint.h"
 
-namespace orchard::cli {
+namespace orchard::tasks {
 namespace {
 
 namespace fs = std::filesystem;
@@ -124,20 +123,21 @@ void run_import(const ImportFlags& f) {
 
 }  // namespace
 
-void add_import_command(CLI::App& app) {
-  auto f = std::make_shared<ImportFlags>();
-  auto* c = app.add_subcommand("import-weights",
-                               "Import a PyTorch state dict (torch.save) of a torchvision classifier as a model_dir");
-  c->add_option("--arch", f->arch, "resnet18..152, mobilenet_v2 or inception_v3 (torchvision's names)")->required();
-  c->add_option("--state_dict", f->state_dict, "File written by torch.save(model.state_dict(), FILE)")->required();
-  c->add_option("--out_dir", f->out_dir, "New model_dir: ckpt-0.pt, checkpoint, config.json")->required();
-  c->add_option("--num_classes", f->num_classes, "Classes (0: the rows of the classifier's weight)");
-  c->add_option("--image_size", f->image_size, "config.json's input size (0: 299 for inception_v3, else 224)");
-  c->add_option("--input_normalization", f->input_normalization,
-                "ResNets, mobilenet_v2: torchvision (fold its mean/std input scaling into the first "
-                "convolution, for Orchard's RGB-minus-means input) or none (weights as they are)")
-      ->capture_default_str();
-  c->callback([f] { run_import(*f); });
+Verb import_weights_command() {
+  return {"import-weights", "Import a PyTorch state dict (torch.save) of a torchvision classifier as a model_dir",
+          [](FlagSet* c) {
+    auto f = std::make_shared<ImportFlags>();
+    c->add_option("--arch", f->arch, "resnet18..152, mobilenet_v2 or inception_v3 (torchvision's names)")->required();
+    c->add_option("--state_dict", f->state_dict, "File written by torch.save(model.state_dict(), FILE)")->required();
+    c->add_option("--out_dir", f->out_dir, "New model_dir: ckpt-0.pt, checkpoint, config.json")->required();
+    c->add_option("--num_classes", f->num_classes, "Classes (0: the rows of the classifier's weight)");
+    c->add_option("--image_size", f->image_size, "config.json's input size (0: 299 for inception_v3, else 224)");
+    c->add_option("--input_normalization", f->input_normalization,
+                  "ResNets, mobilenet_v2: torchvision (fold its mean/std input scaling into the first "
+                  "convolution, for Orchard's RGB-minus-means input) or none (weights as they are)")
+        ->capture_default_str();
+    return [f] { run_import(*f); };
+  }};
 }
 
-}  // namespace orchard::cli
+}  // namespace orchard::tasks

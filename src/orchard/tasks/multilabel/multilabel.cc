@@ -1,4 +1,4 @@
-#include "orchard/tasks/multilabel.h"
+#include "orchard/tasks/multilabel/multilabel.h"
 
 #include <torch/torch.h>
 

@@ -1,7 +1,7 @@
 // pipeline.config -> DetectionConfig: the one place that reads the TF OD API messages
 // (detectron2's from_config step); everything downstream takes plain options.
 #include "orchard/proto/object_detection/pipeline.pb.h"
-#include "orchard/tasks/detection.h"
+#include "orchard/tasks/detect/detection.h"
 
 namespace orchard::tasks {
 

@@ -1,4 +1,4 @@
-#include "orchard/tasks/detection.h"
+#include "orchard/tasks/detect/detection.h"
 
 #include <spdlog/fmt/fmt.h>
 #include <torch/torch.h>

@@ -1,5 +1,6 @@
-// What every task command shares: model_dir housekeeping, the distribution flags, input
-// sources over the pipeline, restoring for inference and batched inference on image files.
+// What every task's commands share: the runtime flags, model_dir housekeeping, joining the
+// cluster, input sources over the pipeline, training over pipelines, evaluating once, batched
+// inference on image files and ONNX export of image models.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -13,22 +14,19 @@
 #include <utility>
 #include <vector>
 
+#include "orchard/core/flags.h"
 #include "orchard/data/pipeline.h"
 #include "orchard/data/preprocess.h"
 #include "orchard/train/stats.h"
 #include "orchard/engine/trainer.h"
 
-namespace CLI {
-class App;
-}
-namespace orchard::tasks {
-class Task;
-}
 namespace torch::nn {
 class Module;
 }
 
-namespace orchard::cli {
+namespace orchard::tasks {
+
+class Task;
 
 // Flags every task's `train` shares, with the seeds' names and defaults: the runtime and the
 // distribution (a task's flag struct derives from it).
@@ -41,9 +39,24 @@ struct RuntimeFlags {
   bool sync_bn = false;
 };
 // --num_threads (also on eval and predict).
-void add_threads_flag(CLI::App* c, int& num_threads);
+void add_threads_flag(FlagSet* c, int& num_threads);
 // --dtype, --distribution_strategy (--ds), --num_gpus, --collective_timeout, --sync_bn.
-void add_runtime_flags(CLI::App* c, RuntimeFlags& f);
+void add_runtime_flags(FlagSet* c, RuntimeFlags& f);
+
+// What a training run starts from: the device, the cluster (null for one process; `chief` is
+// rank 0) and the intra-op threads.
+struct TrainRuntime {
+  bool cuda = false;
+  std::shared_ptr<train::Distributed> dist;
+  bool chief = true;
+  int threads = 0;
+};
+// The start every task's `train` shares: checks --distribution_strategy, --num_gpus and --dtype,
+// joins the cluster (the global batch must divide by its replicas), turns on --sync_bn, sets the
+// threads, cleans model_dir with --clean (the chief, before anyone restores from it) and makes
+// sure model_dir is writable.
+TrainRuntime start_training(const RuntimeFlags& f, int64_t global_batch_size, const std::string& model_dir,
+                            bool clean);
 
 // Removes only what Orchard writes (checkpoints, index, config, labels, summaries).
 void clean_model_dir(const std::string& dir);
@@ -104,7 +117,7 @@ std::map<std::string, double> evaluate_once(tasks::Task& task, const std::string
 // Whether a flag was given on the command line (its default is never taken for "not given":
 // an explicit value equal to the default still wins over a saved configuration).
 using FlagGiven = std::function<bool(const std::string& flag)>;
-FlagGiven flags_given_to(const CLI::App* command);  // `command`'s own options, by long name
+FlagGiven flags_given_to(const FlagSet* command);  // `command`'s own options, by long name
 inline bool no_flag_given(const std::string&) { return false; }
 
 // model_dir/config.json, checked to belong to `task`.
@@ -131,7 +144,7 @@ struct ExportFlags {
   bool feature_vector = false;
   bool include_preprocessing = false;
 };
-void add_export_flags(CLI::App* c, ExportFlags& f);
+void add_export_flags(FlagSet* c, ExportFlags& f);
 void export_image_model(torch::nn::Module& model, const std::string& arch, const data::PreprocessOptions& preprocess,
                         const ExportFlags& f);
 
@@ -139,4 +152,4 @@ void export_image_model(torch::nn::Module& model, const std::string& arch, const
 // torchvision; a clear error for anything else.
 bool torchvision_init_flag(const std::string& init);
 
-}  // namespace orchard::cli
+}  // namespace orchard::tasks

@@ -2,7 +2,6 @@
 // TPU trainer of the seed (its flags, ModelConfig and TrainingConfig as flags); eval is
 // evaluate.py (perplexity of each new checkpoint) plus BLEU / CIDEr-D of beam-search captions;
 // run is run_inference.py.
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -13,11 +12,11 @@
 #include <iostream>
 #include <numeric>
 
-#include "orchard/cli/commands.h"
-#include "orchard/cli/common.h"
+#include "orchard/tasks/command_support.h"
+#include "orchard/tasks/registry.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
-#include "orchard/tasks/captioning.h"
+#include "orchard/tasks/caption/captioning.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/optimizers.h"
 #include "orchard/train/runtime.h"
@@ -25,7 +24,7 @@
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace orchard::cli {
+namespace orchard::tasks {
 namespace {
 
 struct CaptionFlags : RuntimeFlags {
@@ -81,7 +80,7 @@ struct CaptionFlags : RuntimeFlags {
   int64_t shuffle_buffer = 2300 * 2;  // im2txt: values_per_input_shard * input_queue_capacity_factor
 };
 
-void add_model_flags(CLI::App* c, CaptionFlags& f) {
+void add_model_flags(FlagSet* c, CaptionFlags& f) {
   c->add_option("--image_size", f.image_size, "Encoder input size (Inception-v3: 299; at least 75)")
       ->capture_default_str();
   c->add_option("--resize_size", f.resize_size, "Images are resized to this before cropping (0: 346 * image_size / 299)");
@@ -102,7 +101,7 @@ void add_model_flags(CLI::App* c, CaptionFlags& f) {
       ->capture_default_str();
 }
 
-void add_beam_flags(CLI::App* c, CaptionFlags& f) {
+void add_beam_flags(FlagSet* c, CaptionFlags& f) {
   c->add_option("--beam_size", f.beam_size, "Beam width")->capture_default_str();
   c->add_option("--max_caption_length", f.max_caption_length, "Longest generated caption (words with <S> and </S>)")
       ->capture_default_str();
@@ -111,7 +110,7 @@ void add_beam_flags(CLI::App* c, CaptionFlags& f) {
       ->capture_default_str();
 }
 
-void add_common_flags(CLI::App* c, CaptionFlags& f) {
+void add_common_flags(FlagSet* c, CaptionFlags& f) {
   c->add_option("--vocab_file", f.vocab_file, "word_counts.txt (default: beside the input files, or the train_dir's copy)");
   add_threads_flag(c, f.num_threads);
   c->add_option("--num_preprocess_threads", f.num_preprocess_threads, "Input pipeline threads (0: all cores)");
@@ -123,7 +122,7 @@ void add_common_flags(CLI::App* c, CaptionFlags& f) {
   add_beam_flags(c, f);
 }
 
-void add_train_flags(CLI::App* c, CaptionFlags& f) {
+void add_train_flags(FlagSet* c, CaptionFlags& f) {
   c->add_option("--input_file_pattern", f.input_file_pattern, "Training SequenceExample shards (comma list or globs)")
       ->required();
   c->add_option("--train_dir,--model_dir", f.train_dir, "Checkpoints, summaries and config")->required();
@@ -295,20 +294,11 @@ data::PipelineOptions eval_options(const CaptionFlags& f, const std::string& pat
 }
 
 void run_train(CaptionFlags f) {
-  const bool cuda = torch::cuda::is_available() && f.num_gpus != 0;
-  check_distribution(f.distribution_strategy, f.num_gpus, cuda);
-  train::check_dtype(f.dtype, cuda);
   if (f.train_batch_size < 1) throw Error("--train_batch_size must be positive");
   if (f.train_steps < 1) throw Error("--train_steps must be positive");
   if (f.log_every_n_steps < 1 || f.iterations_per_loop < 1)
     throw Error("--log_every_n_steps and --iterations_per_loop must be positive");
-  const auto dist = join_cluster(f.distribution_strategy, f.train_batch_size, f.collective_timeout, cuda);
-  const bool chief = !dist || dist->is_chief();
-  if (dist && f.sync_bn) dist->enable_sync_batch_norm();
-  const int threads = train::configure_threads(f.num_threads);
-  if (f.clean && chief) clean_model_dir(f.train_dir);
-  if (dist) dist->barrier();
-  ensure_writable_dir(f.train_dir);
+  const TrainRuntime rt = start_training(f, f.train_batch_size, f.train_dir, f.clean);
 
   if (f.vocab_file.empty()) f.vocab_file = default_vocab_file(f.input_file_pattern);
   const auto vocab = load_vocab(f.vocab_file, "--vocab_file");
@@ -339,10 +329,10 @@ void run_train(CaptionFlags f) {
   topt.stats_file = f.stats_file;
   topt.clip_gradient_norm = f.clip_gradients;
   topt.dtype = f.dtype;
-  topt.device = train_device(cuda, dist.get());
+  topt.device = train_device(rt.cuda, rt.dist.get());
   const bool has_eval = !f.eval_file_pattern.empty();
   topt.eval_on_checkpoint = has_eval;
-  topt.distributed = dist;
+  topt.distributed = rt.dist;
 
   // im2txt: with --train_inception a constant 0.0005; otherwise 2.0 decayed by 0.5 every 8
   // epochs (staircase), the epoch being num_examples_per_epoch / batch_size steps.
@@ -369,16 +359,16 @@ void run_train(CaptionFlags f) {
   train_input.num_threads = f.num_preprocess_threads;
   train_input.shuffle_buffer = f.shuffle_buffer;
   train_input.reader.skip_corrupt_records = f.skip_corrupt_records;
-  train_input.pin_memory = cuda;
-  shard_input(train_input, dist.get());
+  train_input.pin_memory = rt.cuda;
+  shard_input(train_input, rt.dist.get());
   data::PipelineOptions eval_input = eval_input_options(train_input, has_eval ? f.eval_file_pattern : f.input_file_pattern);
-  eval_input.batch_size = std::max<int64_t>(1, f.eval_batch_size / (dist ? dist->world_size() : 1));
+  eval_input.batch_size = std::max<int64_t>(1, f.eval_batch_size / (rt.dist ? rt.dist->world_size() : 1));
 
   topt.on_start = [&](int64_t step) {
     if (step == 0 && !f.inception_checkpoint_file.empty()) load_inception(task, f.inception_checkpoint_file);
     if (step == 0 && f.inception_checkpoint_file.empty())
       spdlog::warn("no --inception_checkpoint_file: the encoder starts from random weights");
-    if (!chief) return;
+    if (!rt.chief) return;
     atomic_write_file((fs::path(f.train_dir) / "config.json").string(), config_json(f, tcfg).dump(2) + "\n");
     atomic_write_file((fs::path(f.train_dir) / "word_counts.txt").string(), read_file(f.vocab_file));
   };
@@ -386,9 +376,10 @@ void run_train(CaptionFlags f) {
   spdlog::info("caption: Show and Tell at {}px, vocabulary {} words, encoder {}, {} records ({} steps/epoch), {} steps, "
                "{} threads",
                tcfg.image.image_size, vocab.size(), f.train_inception ? "fine-tuned" : "frozen", num_records,
-               steps_per_epoch, f.train_steps, threads);
+               steps_per_epoch, f.train_steps, rt.threads);
   engine::Trainer trainer(topt, task, std::move(optimizer), schedule);
-  const int64_t limit = f.num_eval_examples > 0 ? f.num_eval_examples / (dist ? dist->world_size() : 1) : 0;
+  const int64_t replicas = rt.dist ? rt.dist->world_size() : 1;
+  const int64_t limit = f.num_eval_examples > 0 ? f.num_eval_examples / replicas : 0;
   const auto stats = train_on_pipelines(trainer, task, train_input, eval_input, !has_eval, f.stats_file, {}, limit);
   if (stats.eval.count("Perplexity"))
     spdlog::info("final: perplexity {:.3f}, BLEU-4 {:.4f}, CIDEr-D {:.4f} at step {}", stats.eval.at("Perplexity"),
@@ -452,7 +443,7 @@ struct RunFlags {
   int64_t batch_size = 16;
 };
 
-void add_inference_flags(CLI::App* c, RunFlags& r) {
+void add_inference_flags(FlagSet* c, RunFlags& r) {
   c->add_option("--vocab_file", r.f.vocab_file, "word_counts.txt (default: the train_dir's)");
   c->add_flag("--json", r.json_out, "One JSON line per image");
   c->add_option("--batch_size", r.batch_size, "Images per encoder pass")->capture_default_str();
@@ -511,18 +502,16 @@ void run_inference(RunFlags r) {
 
 }  // namespace
 
-void add_caption_command(CLI::App& app) {
-  auto* cap = app.add_subcommand("caption", "Image captioning: im2txt's Show and Tell");
-  cap->require_subcommand(1);
-  {
+TaskCommands caption_commands() {
+  TaskCommands task{"caption", "Image captioning: im2txt's Show and Tell", {}};
+  task.verbs.push_back({"train", "Train Show and Tell (encoder frozen, or fine-tuned with --train_inception)",
+                        [](FlagSet* c) {
     auto f = std::make_shared<CaptionFlags>();
-    auto* c = cap->add_subcommand("train", "Train Show and Tell (encoder frozen, or fine-tuned with --train_inception)");
     add_train_flags(c, *f);
-    c->callback([f] { run_train(*f); });
-  }
-  {
+    return [f] { run_train(*f); };
+  }});
+  task.verbs.push_back({"eval", "Perplexity, BLEU and CIDEr-D of each new checkpoint (evaluate.py)", [](FlagSet* c) {
     auto e = std::make_shared<EvalFlags>();
-    auto* c = cap->add_subcommand("eval", "Perplexity, BLEU and CIDEr-D of each new checkpoint (evaluate.py)");
     c->add_option("--checkpoint_dir", e->checkpoint_dir, "The train_dir to watch")->required();
     c->add_option("--input_file_pattern", e->f.input_file_pattern, "Evaluation SequenceExample shards")->required();
     c->add_flag("--run_once", e->run_once, "Evaluate the latest checkpoint once and exit");
@@ -535,27 +524,26 @@ void add_caption_command(CLI::App& app) {
     c->add_option("--max_eval_retries", e->max_eval_retries, "Retries of a failed evaluation (negative: always)")
         ->capture_default_str();
     add_common_flags(c, e->f);
-    c->callback([e] { run_eval(*e); });
-  }
-  {
+    return [e] { run_eval(*e); };
+  }});
+  task.verbs.push_back({"run", "Captions for images with beam search (run_inference.py)", [](FlagSet* c) {
     auto r = std::make_shared<RunFlags>();
-    auto* c = cap->add_subcommand("run", "Captions for images with beam search (run_inference.py)");
     c->add_option("--checkpoint_path", r->checkpoint_path, "A train_dir (its latest checkpoint) or a checkpoint file")
         ->required();
     c->add_option("--input_files", r->input_files, "Images: comma-separated files, globs or directories")->required();
     add_inference_flags(c, *r);
-    c->callback([r] { run_inference(*r); });
-  }
-  {
-    // The same with the other tasks' predict interface: --model_dir and positional inputs.
+    return [r] { run_inference(*r); };
+  }});
+  // The same with the other tasks' predict interface: --model_dir and positional inputs.
+  task.verbs.push_back({"predict", "Beam-search captions for images (files, globs or directories)", [](FlagSet* c) {
     auto r = std::make_shared<RunFlags>();
-    auto* c = cap->add_subcommand("predict", "Beam-search captions for images (files, globs or directories)");
     c->add_option("--model_dir", r->checkpoint_path, "The train_dir")->required();
     c->add_option("--checkpoint", r->checkpoint, "A checkpoint file (default: the latest)");
     c->add_option("inputs", r->inputs, "Images, globs or directories")->required();
     add_inference_flags(c, *r);
-    c->callback([r] { run_inference(*r); });
-  }
+    return [r] { run_inference(*r); };
+  }});
+  return task;
 }
 
-}  // namespace orchard::cli
+}  // namespace orchard::tasks

@@ -2,7 +2,6 @@
 // pipeline.config, on the shared Trainer. Training interleaves evaluation each time a
 // checkpoint is written; --checkpoint_dir switches to eval-only mode (continuous evaluation
 // of new checkpoints, as model_lib.continuous_eval).
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -11,8 +10,8 @@
 #include <iostream>
 #include <numeric>
 
-#include "orchard/cli/commands.h"
-#include "orchard/cli/common.h"
+#include "orchard/tasks/command_support.h"
+#include "orchard/tasks/registry.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/data/image.h"
@@ -21,7 +20,7 @@
 #include "orchard/train/optimizers.h"
 #include "orchard/train/schedule.h"
 #include "orchard/export/onnx_export.h"
-#include "orchard/tasks/detection.h"
+#include "orchard/tasks/detect/detection.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/runtime.h"
 
@@ -29,7 +28,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 namespace pb = object_detection::protos;
 
-namespace orchard::cli {
+namespace orchard::tasks {
 namespace {
 
 struct DetectFlags : RuntimeFlags {
@@ -61,7 +60,7 @@ struct DetectFlags : RuntimeFlags {
   bool skip_corrupt_records = false;
 };
 
-void add_common_flags(CLI::App* c, DetectFlags& f) {
+void add_common_flags(FlagSet* c, DetectFlags& f) {
   c->add_option("--pipeline_config_path", f.pipeline_config_path, "pipeline.config (TF OD API text format)");
   c->add_flag("--strict", f.strict, "Unknown or unimplemented pipeline.config fields are errors, not warnings");
   c->add_option("--data_format", f.data_format, "channels_first | channels_last")->capture_default_str();
@@ -78,7 +77,7 @@ void add_common_flags(CLI::App* c, DetectFlags& f) {
   c->add_option("--num_train_steps", f.num_train_steps, "Steps to train (default: train_config.num_steps)");
 }
 
-void add_eval_flags(CLI::App* c, DetectFlags& f) {
+void add_eval_flags(FlagSet* c, DetectFlags& f) {
   c->add_option("--checkpoint_dir", f.checkpoint_dir,
                 "Eval-only mode: evaluate the checkpoints written into this directory");
   c->add_flag("--run_once", f.run_once, "Eval-only: evaluate the latest checkpoint once and exit");
@@ -92,7 +91,7 @@ void add_eval_flags(CLI::App* c, DetectFlags& f) {
       ->capture_default_str();
 }
 
-void add_train_flags(CLI::App* c, DetectFlags& f) {
+void add_train_flags(FlagSet* c, DetectFlags& f) {
   c->add_option("--model_dir", f.model_dir, "Checkpoints, events (train/, eval/), the resolved config");
   add_common_flags(c, f);
   add_eval_flags(c, f);
@@ -259,9 +258,6 @@ void export_model(tasks::DetectionTask& task, const std::string& model_dir, cons
 void run_train(DetectFlags f) {
   if (!f.checkpoint_dir.empty()) return run_continuous_eval(f);
   if (f.model_dir.empty()) throw Error("--model_dir is required");
-  const bool cuda = torch::cuda::is_available() && f.num_gpus != 0;
-  check_distribution(f.distribution_strategy, f.num_gpus, cuda);
-  train::check_dtype(f.dtype, cuda);
   auto l = load(f, f.pipeline_config_path);
   const auto& tc = l.pipeline.train_config();
   const int64_t batch_size = tc.batch_size();
@@ -269,13 +265,7 @@ void run_train(DetectFlags f) {
   if (total < 1) throw Error("train_config.num_steps is 0 (train forever): give --num_train_steps");
   if (f.log_steps < 1) throw Error("--log_steps must be positive");
   if (f.save_checkpoints_steps < 1) throw Error("--save_checkpoints_steps must be positive");
-  const auto dist = join_cluster(f.distribution_strategy, batch_size, f.collective_timeout, cuda);
-  const bool chief = !dist || dist->is_chief();
-  if (dist && f.sync_bn) dist->enable_sync_batch_norm();
-  const int threads = train::configure_threads(f.num_threads);
-  if (f.clean && chief) clean_model_dir(f.model_dir);
-  if (dist) dist->barrier();
-  ensure_writable_dir(f.model_dir);
+  const TrainRuntime rt = start_training(f, batch_size, f.model_dir, f.clean);
 
   torch::manual_seed(f.seed);
   tasks::DetectionTask task(l.config);
@@ -292,8 +282,8 @@ void run_train(DetectFlags f) {
   train_input.num_threads = f.num_preprocess_threads;
   train_input.shuffle_buffer = l.pipeline.train_input_reader().shuffle() ? 2048 : 1;
   train_input.reader.skip_corrupt_records = f.skip_corrupt_records;
-  train_input.pin_memory = cuda;
-  shard_input(train_input, dist.get());
+  train_input.pin_memory = rt.cuda;
+  shard_input(train_input, rt.dist.get());
 
   data::PipelineOptions eval_input;
   const bool has_eval = l.pipeline.eval_input_reader_size() > 0 && !f.skip_eval;
@@ -320,8 +310,8 @@ void run_train(DetectFlags f) {
   topt.log_steps = f.log_steps;
   topt.stats_file = f.stats_file;
   topt.dtype = f.dtype;
-  topt.device = train_device(cuda, dist.get());
-  topt.distributed = dist;
+  topt.device = train_device(rt.cuda, rt.dist.get());
+  topt.distributed = rt.dist;
   std::vector<torch::Tensor> params;
   for (auto& p : task.module()->parameters())
     if (p.requires_grad()) params.push_back(p);
@@ -331,7 +321,7 @@ void run_train(DetectFlags f) {
   topt.on_start = [&, lr = lr](int64_t step) {
     if (step == 0 && !tc.fine_tune_checkpoint().empty())
       fine_tune(task, tc.fine_tune_checkpoint(), tc.fine_tune_checkpoint_type());
-    if (!chief) return;
+    if (!rt.chief) return;
     atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, l.config).dump(2) + "\n");
     atomic_write_file((fs::path(f.model_dir) / "pipeline.config").string(), detect::pipeline_config_to_text(l.pipeline));
     atomic_write_file((fs::path(f.model_dir) / "label_map.pbtxt").string(), detect::label_map_to_text(l.label_map));
@@ -339,13 +329,13 @@ void run_train(DetectFlags f) {
   spdlog::info("detect: ssd_mobilenet_v2 ({} classes, {} anchors) at {}x{}, batch {}, {} training examples, {} steps, "
                "{} threads",
                l.config.num_classes, task.anchors().size(0), l.config.input.height, l.config.input.width, batch_size,
-               num_examples, total, threads);
+               num_examples, total, rt.threads);
   engine::Trainer trainer(topt, task, std::move(optimizer), lr);
   // eval_config.num_examples caps each evaluation (split over the workers).
-  const int64_t workers = dist ? dist->world_size() : 1;
+  const int64_t workers = rt.dist ? rt.dist->world_size() : 1;
   const int64_t limit = (l.pipeline.eval_config().num_examples() + workers - 1) / workers;
   auto stats = train_on_pipelines(trainer, task, train_input, eval_input, !has_eval, f.stats_file, {}, limit);
-  if (chief)
+  if (rt.chief)
     export_model(task, f.model_dir, (fs::path(f.model_dir) / "export" / std::to_string(stats.global_step)).string(),
                  stats.global_step, l);
   if (stats.eval.count("DetectionBoxes_Precision/mAP"))
@@ -432,38 +422,35 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
 
 }  // namespace
 
-void add_detect_command(CLI::App& app) {
-  auto* det = app.add_subcommand("detect", "Object detection: the TF Object Detection API's model_main (SSD)");
-  det->require_subcommand(1);
-  {
+TaskCommands detect_commands() {
+  TaskCommands task{"detect", "Object detection: the TF Object Detection API's model_main (SSD)", {}};
+  task.verbs.push_back({"train", "Train with evaluation at each checkpoint (model_main.py)", [](FlagSet* c) {
     auto f = std::make_shared<DetectFlags>();
-    auto* c = det->add_subcommand("train", "Train with evaluation at each checkpoint (model_main.py)");
     add_train_flags(c, *f);
-    c->callback([f] { run_train(*f); });
-  }
-  {
+    return [f] { run_train(*f); };
+  }});
+  task.verbs.push_back({"eval", "Evaluate the checkpoints of a directory (model_main.py --checkpoint_dir)",
+                        [](FlagSet* c) {
     auto f = std::make_shared<DetectFlags>();
-    auto* c = det->add_subcommand("eval", "Evaluate the checkpoints of a directory (model_main.py --checkpoint_dir)");
     c->add_option("--model_dir", f->model_dir, "Where eval/ events go (default: the checkpoint_dir)");
     add_common_flags(c, *f);
     add_eval_flags(c, *f);
-    c->callback([f] {
+    return [f] {
       if (f->checkpoint_dir.empty()) {
         if (f->model_dir.empty()) throw Error("--checkpoint_dir (or --model_dir) is required");
         f->checkpoint_dir = f->model_dir;
       }
       run_continuous_eval(*f);
-    });
-  }
-  {
+    };
+  }});
+  task.verbs.push_back({"export", "Write the inference model: a directory (weights, pipeline.config, label map) or "
+                        "ONNX (opset 10)", [](FlagSet* c) {
     auto f = std::make_shared<DetectFlags>();
     struct DetectExportFlags {
       std::string out_dir, checkpoint, format = "dir", out;
       bool include_preprocessing = false;
     };
     auto e = std::make_shared<DetectExportFlags>();
-    auto* c = det->add_subcommand(
-        "export", "Write the inference model: a directory (weights, pipeline.config, label map) or ONNX (opset 10)");
     c->add_option("--model_dir", f->model_dir, "Model directory")->required();
     c->add_option("--checkpoint", e->checkpoint, "A checkpoint file (default: the latest)");
     c->add_option("--format", e->format,
@@ -474,7 +461,7 @@ void add_detect_command(CLI::App& app) {
     c->add_option("--out", e->out, "Output file (--format onnx)");
     c->add_flag("--include_preprocessing", e->include_preprocessing,
                 "--format onnx: the graph takes RGB values in [0, 255] and scales them to [-1, 1] itself");
-    c->callback([f, e] {
+    return [f, e] {
       if (e->format != "dir" && e->format != "onnx") throw Error("--format must be dir or onnx, not '" + e->format + "'");
       if (e->format == "dir" && e->out_dir.empty()) throw Error("--format dir needs --output_directory");
       if (e->format == "onnx" && e->out.empty()) throw Error("--format onnx needs --out FILE");
@@ -501,9 +488,10 @@ void add_detect_command(CLI::App& app) {
                    e->out, exporting::kOnnxOpset, o.height, o.width,
                    o.include_preprocessing ? "RGB in [0, 255]" : "scaled to [-1, 1]", task.anchors().size(0),
                    task.anchors().size(0), cfg.num_classes + 1, cfg.score_converter);
-    });
-  }
-  {
+    };
+  }});
+  task.verbs.push_back({"predict", "Boxes, classes and scores for images (files, globs or directories)",
+                        [](FlagSet* c) {
     struct PredictFlags {
       DetectFlags f;
       std::vector<std::string> inputs;
@@ -513,7 +501,6 @@ void add_detect_command(CLI::App& app) {
       int64_t batch_size = 8;
     };
     auto p = std::make_shared<PredictFlags>();
-    auto* c = det->add_subcommand("predict", "Boxes, classes and scores for images (files, globs or directories)");
     c->add_option("--model_dir", p->f.model_dir, "Model directory (or an export directory)")->required();
     c->add_option("inputs", p->inputs, "Images, globs or directories")->required();
     c->add_option("--checkpoint", p->checkpoint, "A checkpoint file (default: the latest)");
@@ -522,10 +509,11 @@ void add_detect_command(CLI::App& app) {
     c->add_flag("--json", p->json_out, "One JSON line per image");
     c->add_option("--batch_size", p->batch_size, "Images per forward pass")->capture_default_str();
     add_threads_flag(c, p->f.num_threads);
-    c->callback([p] {
+    return [p] {
       run_predict(p->f, p->inputs, p->checkpoint, p->output_dir, p->min_score, p->json_out, p->batch_size);
-    });
-  }
+    };
+  }});
+  return task;
 }
 
-}  // namespace orchard::cli
+}  // namespace orchard::tasks

@@ -1,4 +1,4 @@
-#include "orchard/tasks/captioning.h"
+#include "orchard/tasks/caption/captioning.h"
 
 #include <torch/torch.h>
 

@@ -1,4 +1,4 @@
-#include "orchard/tasks/classification.h"
+#include "orchard/tasks/classify/classification.h"
 
 #include <torch/torch.h>
 

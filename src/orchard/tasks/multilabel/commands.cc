@@ -1,6 +1,5 @@
 // orchard multilabel train|eval|predict: the Tencent ML-Images trainer (train.py / flags.py),
 // its flags mapped onto tasks::MultiLabelConfig and the shared Trainer.
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -9,12 +8,13 @@
 #include <iostream>
 #include <numeric>
 
-#include "orchard/cli/commands.h"
-#include "orchard/cli/common.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/data/tools.h"
-#include "orchard/tasks/multilabel.h"
+#include "orchard/tasks/command_support.h"
+#include "orchard/tasks/image_commands.h"
+#include "orchard/tasks/multilabel/multilabel.h"
+#include "orchard/tasks/registry.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/optimizers.h"
 #include "orchard/train/runtime.h"
@@ -22,7 +22,7 @@
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace orchard::cli {
+namespace orchard::tasks {
 namespace {
 
 struct MultiLabelFlags : RuntimeFlags {
@@ -70,8 +70,9 @@ struct MultiLabelFlags : RuntimeFlags {
   bool skip_corrupt_records = false;
 };
 
-void add_model_flags(CLI::App* c, MultiLabelFlags& f) {
-  c->add_option("--model", f.model, "Registered model name (resnet18..152, *_small, resnet_tiny, inception_v3)")->capture_default_str();
+void add_model_flags(FlagSet* c, MultiLabelFlags& f) {
+  c->add_option("--model", f.model, "Registered model name (resnet18..152, *_small, resnet_tiny, inception_v3)")
+      ->capture_default_str();
   c->add_option("--resnet_size", f.resnet_size, "18 | 34 | 50 | 101 | 152: the same as --model resnetN");
   c->add_option("--width", f.width, "Base width override (0: the model's own)");
   c->add_option("--depth_multiplier", f.depth_multiplier,
@@ -84,7 +85,7 @@ void add_model_flags(CLI::App* c, MultiLabelFlags& f) {
   add_threads_flag(c, f.num_threads);
 }
 
-void add_train_flags(CLI::App* c, MultiLabelFlags& f) {
+void add_train_flags(FlagSet* c, MultiLabelFlags& f) {
   c->add_option("--data_dir", f.data_dir, "train/ and val/ directories of shards, or train-* and validation-* shards")
       ->capture_default_str();
   c->add_option("--model_dir", f.model_dir, "Checkpoints, summaries and config")->capture_default_str();
@@ -210,20 +211,11 @@ void fine_tune_from(tasks::MultiLabelTask& task, const std::string& checkpoint) 
 }
 
 void run_train(MultiLabelFlags f) {
-  const bool cuda = torch::cuda::is_available() && f.num_gpus != 0;
-  check_distribution(f.distribution_strategy, f.num_gpus, cuda);
-  train::check_dtype(f.dtype, cuda);
   if (f.batch_size < 1) throw Error("--batch_size must be positive");
   if (f.log_interval < 1) throw Error("--log_interval must be positive");
   if (f.max_iter < 1) throw Error("--max_iter must be positive");
   if (f.snapshot < 0 || f.test_interval < 0) throw Error("--snapshot and --test_interval must not be negative");
-  const auto dist = join_cluster(f.distribution_strategy, f.batch_size, f.collective_timeout, cuda);
-  const bool chief = !dist || dist->is_chief();
-  if (dist && f.sync_bn) dist->enable_sync_batch_norm();
-  const int threads = train::configure_threads(f.num_threads);
-  if (f.clean && chief) clean_model_dir(f.model_dir);
-  if (dist) dist->barrier();  // nobody restores from a model_dir being cleaned
-  ensure_writable_dir(f.model_dir);
+  const TrainRuntime rt = start_training(f, f.batch_size, f.model_dir, f.clean);
 
   auto tcfg = task_config(f);
   torch::manual_seed(f.random_seed);
@@ -259,7 +251,7 @@ void run_train(MultiLabelFlags f) {
   topt.stats_file = f.stats_file;
   std::tie(topt.profile_start, topt.profile_end) = parse_profile_steps(f.profile_steps);
   topt.dtype = f.dtype;
-  topt.device = train_device(cuda, dist.get());
+  topt.device = train_device(rt.cuda, rt.dist.get());
 
   train::MlImagesScheduleConfig lr;
   lr.lr = f.lr;
@@ -278,21 +270,21 @@ void run_train(MultiLabelFlags f) {
   train_input.shuffle_buffer = f.shuffle_buffer;
   train_input.file_shuffle_buffer = f.file_shuffle_buffer;
   train_input.reader.skip_corrupt_records = f.skip_corrupt_records;
-  train_input.pin_memory = cuda;
-  shard_input(train_input, dist.get());
-  topt.distributed = dist;
+  train_input.pin_memory = rt.cuda;
+  shard_input(train_input, rt.dist.get());
+  topt.distributed = rt.dist;
   const data::PipelineOptions eval_input = eval_input_options(train_input, shard_pattern(f.data_dir, false));
 
   topt.on_start = [&](int64_t step) {
     if (step == 0 && !f.pretrain_ckpt.empty()) fine_tune_from(task, f.pretrain_ckpt);
-    if (!chief) return;
+    if (!rt.chief) return;
     atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, tcfg).dump(2) + "\n");
     const std::string labels = (fs::path(f.data_dir) / "labels.txt").string();
     if (fs::exists(labels)) atomic_write_file((fs::path(f.model_dir) / "labels.txt").string(), read_file(labels));
   };
 
   spdlog::info("multilabel: {} ({} classes) at {}px, {}, {} examples/epoch, {} steps, {} threads", tcfg.model.arch,
-               tcfg.model.num_classes, tcfg.image_size, f.data_format, num_examples, f.max_iter, threads);
+               tcfg.model.num_classes, tcfg.image_size, f.data_format, num_examples, f.max_iter, rt.threads);
   engine::Trainer trainer(topt, task, std::move(optimizer), train::ml_images_schedule(lr));
   const auto stats = train_on_pipelines(trainer, task, train_input, eval_input, f.skip_eval, f.stats_file);
   if (stats.eval.count("mAP"))
@@ -302,117 +294,63 @@ void run_train(MultiLabelFlags f) {
   spdlog::info("model_dir: {}", f.model_dir);
 }
 
+// What eval, export and predict need of this task (tasks/image_commands.h).
+struct MultiLabelVerbs {
+  using Flags = MultiLabelFlags;
+  using Task = MultiLabelTask;
+  static void inference_defaults(Flags& f, bool predict) {
+    f.data_dir.clear();  // the training run's, from config.json
+    f.batch_size = predict ? 32 : 64;
+  }
+  static void load(const std::string& model_dir, Flags* f, const FlagGiven& given) {
+    load_model_config(model_dir, f, given);
+  }
+  static MultiLabelConfig config(const Flags& f) { return task_config(f); }
+  static std::string validation_files(const Flags& f) { return shard_pattern(f.data_dir, false); }
+  static void add_inference_flags(FlagSet* c, Flags& f, bool predict) {
+    c->add_option("--threshold", f.threshold,
+                  predict ? "Probability threshold (default: the model's)"
+                          : "Probability threshold for precision / recall / F1");
+  }
+  static json eval_report(const std::map<std::string, double>& metrics) { return metrics; }
+  static void print_predictions(const std::vector<std::string>& files, const torch::Tensor& logits,
+                                const std::vector<std::string>& names, const Flags& f, bool json_out) {
+    const auto probs = torch::sigmoid(logits);
+    for (size_t i = 0; i < files.size(); ++i) {
+      const auto row = probs[static_cast<int64_t>(i)];
+      const auto order = row.argsort(0, /*descending=*/true);
+      json labels = json::array();
+      std::string line = files[i] + ":";
+      for (int64_t j = 0; j < row.size(0); ++j) {
+        const int64_t id = order[j].item<int64_t>();
+        const double prob = row[id].item<double>();
+        if (prob < f.threshold) break;
+        const std::string name = label_name(names, id);
+        labels.push_back({{"label", name}, {"class_id", id}, {"probability", prob}});
+        line += fmt::format(" {} ({:.3f})", name, prob);
+      }
+      if (labels.empty()) line += " (no label above " + fmt::format("{}", f.threshold) + ")";
+      if (json_out)
+        std::cout << json{{"file", files[i]}, {"labels", labels}}.dump() << "\n";
+      else
+        std::cout << line << "\n";
+    }
+  }
+};
+
 }  // namespace
 
-void add_multilabel_command(CLI::App& app) {
-  auto* ml = app.add_subcommand("multilabel", "Multi-label tagging: the Tencent ML-Images trainer");
-  ml->require_subcommand(1);
-  {
+TaskCommands multilabel_commands() {
+  TaskCommands task{"multilabel", "Multi-label tagging: the Tencent ML-Images trainer", {}};
+  task.verbs.push_back({"train", "Train (and evaluate) a multi-label ResNet", [](FlagSet* c) {
     auto f = std::make_shared<MultiLabelFlags>();
-    auto* c = ml->add_subcommand("train", "Train (and evaluate) a multi-label ResNet");
     add_train_flags(c, *f);
-    c->callback([f] { run_train(*f); });
-  }
-  {
-    auto f = std::make_shared<MultiLabelFlags>();
-    f->data_dir.clear();
-    f->batch_size = 64;
-    auto ckpt = std::make_shared<std::string>();
-    auto* c = ml->add_subcommand("eval", "Evaluate the latest (or a named) checkpoint on the validation shards");
-    c->add_option("--model_dir", f->model_dir, "Model directory")->required();
-    c->add_option("--data_dir", f->data_dir, "Data directory (default: the one used for training)");
-    c->add_option("--checkpoint", *ckpt, "A checkpoint file (default: the latest)");
-    c->add_option("--batch_size", f->batch_size, "Batch size")->capture_default_str();
-    c->add_option("--threshold", f->threshold, "Probability threshold for precision / recall / F1");
-    add_threads_flag(c, f->num_threads);
-    c->add_option("--stats_file", f->stats_file, "Write the metrics as JSON here");
-    c->callback([f, ckpt, c] {
-      train::configure_threads(f->num_threads);
-      load_model_config(f->model_dir, f.get(), flags_given_to(c));
-      tasks::MultiLabelTask task(task_config(*f));
-      const int64_t step = engine::restore_for_inference(task, f->model_dir, *ckpt);
-      data::PipelineOptions o;
-      o.file_pattern = shard_pattern(f->data_dir, false);
-      o.training = false;
-      o.num_epochs = 1;
-      o.batch_size = f->batch_size;
-      json j = evaluate_once(task, f->model_dir, o, step);
-      j["global_step"] = step;
-      std::cout << j.dump() << std::endl;
-      if (!f->stats_file.empty()) atomic_write_file(f->stats_file, j.dump(2) + "\n");
-    });
-  }
-  {
-    auto e = std::make_shared<ExportFlags>();
-    auto* c = ml->add_subcommand("export", "Write the model for serving: ONNX (opset 10), logits (apply a sigmoid) or "
-                                           "feature vector");
-    add_export_flags(c, *e);
-    c->callback([e] {
-      MultiLabelFlags f;
-      f.model_dir = e->model_dir;
-      load_model_config(f.model_dir, &f, no_flag_given);
-      auto tcfg = task_config(f);
-      tcfg.channels_last = false;  // the graph takes NCHW
-      tcfg.model.initialize = false;  // restored below
-      tasks::MultiLabelTask task(tcfg);
-      engine::restore_for_inference(task, f.model_dir, e->checkpoint);
-      export_image_model(*task.module(), tcfg.model.arch, task.preprocess_options(), *e);
-    });
-  }
-  {
-    struct PredictFlags {
-      MultiLabelFlags f;
-      std::vector<std::string> inputs;
-      std::string checkpoint;
-      bool json_out = false;
-    };
-    auto p = std::make_shared<PredictFlags>();
-    p->f.batch_size = 32;
-    auto* c = ml->add_subcommand("predict", "Labels above the threshold for images (files, globs or directories)");
-    c->add_option("--model_dir", p->f.model_dir, "Model directory")->required();
-    c->add_option("inputs", p->inputs, "Images, globs or directories")->required();
-    c->add_option("--checkpoint", p->checkpoint, "A checkpoint file (default: the latest)");
-    c->add_option("--threshold", p->f.threshold, "Probability threshold (default: the model's)");
-    c->add_flag("--json", p->json_out, "One JSON line per image");
-    c->add_option("--batch_size", p->f.batch_size, "Images per forward pass")->capture_default_str();
-    add_threads_flag(c, p->f.num_threads);
-    c->callback([p, c] {
-      auto& f = p->f;
-      train::configure_threads(f.num_threads);
-      load_model_config(f.model_dir, &f, flags_given_to(c));
-      auto tcfg = task_config(f);
-      tcfg.model.initialize = false;  // restored below
-      tasks::MultiLabelTask task(tcfg);
-      engine::restore_for_inference(task, f.model_dir, p->checkpoint);
-      const auto names = data::read_labels((fs::path(f.model_dir) / "labels.txt").string());
-      predict_images(task, task.preprocess_options(), p->inputs, f.batch_size,
-                     [&](const std::vector<std::string>& files, const torch::Tensor& logits) {
-                       const auto probs = torch::sigmoid(logits);
-                       for (size_t i = 0; i < files.size(); ++i) {
-                         const auto row = probs[static_cast<int64_t>(i)];
-                         const auto order = row.argsort(0, /*descending=*/true);
-                         json labels = json::array();
-                         std::string line = files[i] + ":";
-                         for (int64_t j = 0; j < row.size(0); ++j) {
-                           const int64_t id = order[j].item<int64_t>();
-                           const double prob = row[id].item<double>();
-                           if (prob < f.threshold) break;
-                           const std::string name = id < static_cast<int64_t>(names.size())
-                                                        ? names[static_cast<size_t>(id)]
-                                                        : "class " + std::to_string(id);
-                           labels.push_back({{"label", name}, {"class_id", id}, {"probability", prob}});
-                           line += fmt::format(" {} ({:.3f})", name, prob);
-                         }
-                         if (labels.empty()) line += " (no label above " + fmt::format("{}", f.threshold) + ")";
-                         if (p->json_out)
-                           std::cout << json{{"file", files[i]}, {"labels", labels}}.dump() << "\n";
-                         else
-                           std::cout << line << "\n";
-                       }
-                     });
-      std::cout.flush();
-    });
-  }
+    return [f] { run_train(*f); };
+  }});
+  add_image_inference_verbs<MultiLabelVerbs>(
+      &task, "Write the model for serving: ONNX (opset 10), logits (apply a sigmoid) or feature vector",
+      "Labels above the threshold for images (files, globs or directories)");
+  return task;
 }
 
-}  // namespace orchard::cli
+}  // namespace orchard::tasks
