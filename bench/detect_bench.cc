@@ -45,6 +45,7 @@
 #include "orchard/core/error.h"
 #include "orchard/detect/config.h"
 #include "orchard/tasks/detect/detection.h"
+#include "orchard/tasks/detect/ssd/ssd.h"
 
 namespace {
 
@@ -110,12 +111,12 @@ at::Tensor random_boxes(int64_t n, at::Generator& g) {
   return at::cat({c - s / 2, c + s / 2}, 1);
 }
 
-void make_inputs(const std::string& dir, uint64_t seed, const orchard::tasks::DetectionTask& task, int64_t batch,
-                 int64_t max_boxes) {
+void make_inputs(const std::string& dir, uint64_t seed, const orchard::tasks::SsdMetaArchitecture& ssd,
+                 int64_t num_classes, int64_t batch, int64_t max_boxes) {
   auto g = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const auto& anchors = task.anchors();
-  const int64_t num_anchors = anchors.size(0), num_classes = task.config().num_classes;
-  const auto& coder = task.config().loss.coder;
+  const auto& anchors = ssd.anchors();
+  const int64_t num_anchors = anchors.size(0);
+  const auto& coder = ssd.config().loss.coder;
   Inputs in(dir);
   in.write("anchors", anchors);
   // NMS over one class of an SSD image: the anchors moved by random box codes.
@@ -235,9 +236,10 @@ int main(int argc, char** argv) {
     orchard::detect::validate_pipeline_config(pipeline, config_path);
     const auto config = orchard::tasks::detection_config(pipeline, /*channels_last=*/false);
     orchard::tasks::DetectionTask task(config);
+    auto& ssd = dynamic_cast<orchard::tasks::SsdMetaArchitecture&>(task.meta_architecture());
     const int64_t height = config.input.height, width = config.input.width;
     if (make) {
-      make_inputs(inputs_dir, seed, task, std::max<int64_t>(batch, 8), config.input.max_boxes);
+      make_inputs(inputs_dir, seed, ssd, config.num_classes, std::max<int64_t>(batch, 8), config.input.max_boxes);
       return 0;
     }
     Inputs in(inputs_dir);
@@ -245,7 +247,7 @@ int main(int argc, char** argv) {
     // post-processing takes seconds per image).
     const int64_t small_warmup = 10 * warmup, loss_warmup = warmup + 1, eval_warmup = 1;
     const auto anchors = in.read("anchors");
-    TORCH_CHECK(at::allclose(anchors, task.anchors()), "the inputs' anchors are not this config's");
+    TORCH_CHECK(at::allclose(anchors, ssd.anchors()), "the inputs' anchors are not this config's");
 
     for (const auto& w : split(what)) {
       if (w == "nms") {
@@ -264,7 +266,7 @@ int main(int argc, char** argv) {
         const auto boxes = in.read("post_boxes"), scores = in.read("post_scores");
         orchard::detect::Detections d;
         auto r = time_loop(loss_warmup, post_iters,
-                           [&](auto*) { d = orchard::detect::multiclass_nms(boxes, scores, config.nms); });
+                           [&](auto*) { d = orchard::detect::multiclass_nms(boxes, scores, ssd.config().nms); });
         r.check = {{"kept", d.scores.numel()},
                    {"score_sum", d.scores.sum().item<double>()},
                    {"class_sum", d.classes.sum().item<int64_t>()}};
@@ -284,8 +286,8 @@ int main(int argc, char** argv) {
             gt_boxes.push_back(rows.narrow(1, 0, 4));
             gt_classes.push_back(rows.select(1, 4).round().to(at::kLong));
           }
-          l = orchard::detect::ssd_loss(x.narrow(2, 0, 4), x.narrow(2, 4, x.size(2) - 4), task.anchors(), gt_boxes,
-                                        gt_classes, config.loss);
+          l = orchard::detect::ssd_loss(x.narrow(2, 0, 4), x.narrow(2, 4, x.size(2) - 4), ssd.anchors(), gt_boxes,
+                                        gt_classes, ssd.config().loss);
           (*phase)["forward"] = seconds_since(t0);
           t0 = wall_now();
           (l.at("localization_loss") + l.at("classification_loss")).backward();
@@ -301,19 +303,19 @@ int main(int argc, char** argv) {
             for (int64_t i = 0; i < batch; ++i) {
               const int64_t n = b.counts[i].item<int64_t>();
               const auto rows = b.packed[i].narrow(0, kLossHeader, 5 * n).reshape({n, 5});
-              targets[i] = orchard::detect::assign_targets(task.anchors(), rows.narrow(1, 0, 4),
+              targets[i] = orchard::detect::assign_targets(ssd.anchors(), rows.narrow(1, 0, 4),
                                                            rows.select(1, 4).round().to(at::kLong),
-                                                           config.loss.matcher, config.loss.coder);
+                                                           ssd.config().loss.matcher, ssd.config().loss.coder);
             }
             (*phase)["assign_targets"] = seconds_since(t0);
             t0 = wall_now();
-            const auto decoded = orchard::detect::decode_boxes(x, task.anchors(), config.loss.coder);
+            const auto decoded = orchard::detect::decode_boxes(x, ssd.anchors(), ssd.config().loss.coder);
             // Rank by a stand-in loss: the logits' softplus sum (what the miner sees is a per-anchor loss).
             const auto rank = at::softplus(outputs.narrow(2, 4, outputs.size(2) - 4)).sum(2);
             (*phase)["miner_inputs"] = seconds_since(t0);
             t0 = wall_now();
             for (int64_t i = 0; i < batch; ++i)
-              orchard::detect::mine_hard_examples(decoded[i], rank[i], targets[i].match, config.loss.miner);
+              orchard::detect::mine_hard_examples(decoded[i], rank[i], targets[i].match, ssd.config().loss.miner);
             (*phase)["mine_hard_examples"] = seconds_since(t0);
           });
           for (const auto& [k, v] : parts.phases) r.phases[k] = v;
@@ -322,7 +324,7 @@ int main(int argc, char** argv) {
                    {"classification_loss", l.at("classification_loss").item<double>()}};
         emit("loss", batch, "batch", 1, threads, loss_warmup, r);
       } else if (w == "model") {
-        auto& model = task.model();
+        auto& model = ssd.model();
         model->train();
         for (const auto& bs_text : split(model_batches)) {
           const int64_t bs = std::stoll(bs_text);
@@ -342,7 +344,7 @@ int main(int argc, char** argv) {
           emit("model", bs, "image", static_cast<double>(bs), threads, warmup, r);
         }
       } else if (w == "train") {
-        auto& model = task.model();
+        auto& model = ssd.model();
         model->train();
         const auto& rms = pipeline.train_config().optimizer().rms_prop_optimizer();
         TORCH_CHECK(pipeline.train_config().optimizer().has_rms_prop_optimizer(), "expected rms_prop_optimizer");
@@ -373,7 +375,7 @@ int main(int argc, char** argv) {
         r.check = {{"total_loss", terms.at("total").item<double>()}};
         emit("train", batch, "image", static_cast<double>(batch), threads, warmup, r);
       } else if (w == "eval") {
-        auto& model = task.model();
+        auto& model = ssd.model();
         model->eval();
         const auto images = at::rand({batch, 3, height, width}) * 2 - 1;
         std::vector<orchard::tasks::ImageDetections> dets;

@@ -27,6 +27,7 @@
 #include "orchard/models/registry.h"
 #include "orchard/tasks/classify/classification.h"
 #include "orchard/tasks/detect/detection.h"
+#include "orchard/tasks/detect/ssd/ssd.h"
 #include "orchard/tasks/multilabel/multilabel.h"
 #include "orchard/train/checkpoint.h"
 
@@ -184,10 +185,11 @@ TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
 
   const auto pipeline = detect::parse_pipeline_config(text, "pipeline.config", /*strict=*/true);
   tasks::DetectionTask task(tasks::detection_config(pipeline, /*channels_last=*/false));
-  ASSERT_EQ(task.config().score_converter, converter);
+  auto& ssd = dynamic_cast<tasks::SsdMetaArchitecture&>(task.meta_architecture());
+  ASSERT_EQ(ssd.config().score_converter, converter);
   ASSERT_EQ(task.config().input.height, height);
   ASSERT_EQ(task.config().input.width, width);
-  auto& model = *task.model();
+  auto& model = *ssd.model();
   torch::manual_seed(3);
   {
     // Random affine batch norms with one batch's statistics, random head biases.
@@ -218,7 +220,7 @@ TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
   const auto x = rgb * data::kInceptionScale - 1.0f;  // the detector's [-1, 1] input
   torch::NoGradGuard no_grad;
   const auto out = model.forward(x);
-  const auto boxes = detect::decode_boxes(out.narrow(2, 0, 4), task.anchors(), task.config().loss.coder);
+  const auto boxes = detect::decode_boxes(out.narrow(2, 0, 4), ssd.anchors(), ssd.config().loss.coder);
   auto scores = out.narrow(2, 4, out.size(2) - 4);
   if (converter == "SIGMOID") scores = scores.sigmoid();
   if (converter == "SOFTMAX") scores = scores.softmax(2);
@@ -243,7 +245,7 @@ TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
     EXPECT_LE(ds, 1e-4);
   }
   // The decoded boxes are what predict feeds NMS: different codes must give different boxes.
-  EXPECT_GT((boxes - detect::decode_boxes(torch::zeros_like(out.narrow(2, 0, 4)), task.anchors(), task.config().loss.coder))
+  EXPECT_GT((boxes - detect::decode_boxes(torch::zeros_like(out.narrow(2, 0, 4)), ssd.anchors(), ssd.config().loss.coder))
                 .abs()
                 .max()
                 .item<double>(),

@@ -184,7 +184,7 @@ train::RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input
     torch::Tensor outputs;
     {
       train::AutocastGuard autocast(m.opt.dtype, m.device.is_cuda());
-      outputs = m.task.forward(batch.images);
+      outputs = m.task.forward_train(batch);
     }
     auto terms = m.task.loss(outputs, batch, m.opt.global_batch_size);
     m.optimizer->zero_grad();

@@ -65,6 +65,9 @@ class Task {
   virtual std::string name() const = 0;
   virtual std::shared_ptr<torch::nn::Module> module() = 0;
   virtual torch::Tensor forward(const torch::Tensor& images) = 0;
+  // The training forward pass. The batch holds the targets, for a model that needs them while
+  // training (a two-stage detector samples its proposals with them); default forward(images).
+  virtual torch::Tensor forward_train(const data::Batch& batch) { return forward(batch.images); }
   virtual data::SampleSpec sample_spec() const = 0;
   virtual data::ParseFn parser(bool training) const = 0;
   // Loss for one replica's batch, normalised by the global batch size.

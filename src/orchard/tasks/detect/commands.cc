@@ -19,7 +19,6 @@
 #include "orchard/detect/label_map.h"
 #include "orchard/train/optimizers.h"
 #include "orchard/train/schedule.h"
-#include "orchard/export/onnx_export.h"
 #include "orchard/tasks/detect/detection.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/runtime.h"
@@ -152,7 +151,7 @@ void fine_tune(tasks::DetectionTask& task, const std::string& checkpoint, std::s
     source_name = [](const std::string& name) { return name.substr(std::string("backbone.").size()); };
     why = "not part of the classification backbone";
   } else if (type == "detection") {
-    skip = detect::is_prediction_head_parameter;
+    skip = [&task](const std::string& name) { return task.meta_architecture().is_prediction_head_parameter(name); };
     why = "box and class prediction heads (re-initialised)";
   } else if (type != "full") {
     throw Error("fine_tune_checkpoint_type must be classification, detection or full, not '" + type + "'");
@@ -178,9 +177,9 @@ data::PipelineOptions input_options(const pb::InputReader& reader, const std::st
   return o;
 }
 
-json config_json(const DetectFlags& f, const tasks::DetectionConfig& c) {
+json config_json(const DetectFlags& f, const tasks::DetectionConfig& c, const MetaArchitecture& model) {
   return {{"task", "detect"},
-          {"model", "ssd_mobilenet_v2"},
+          {"model", model.name()},
           {"num_classes", c.num_classes},
           {"data_format", f.data_format},
           {"pipeline_config", "pipeline.config"}};
@@ -322,13 +321,12 @@ void run_train(DetectFlags f) {
     if (step == 0 && !tc.fine_tune_checkpoint().empty())
       fine_tune(task, tc.fine_tune_checkpoint(), tc.fine_tune_checkpoint_type());
     if (!rt.chief) return;
-    atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, l.config).dump(2) + "\n");
+    atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, l.config, task.meta_architecture()).dump(2) + "\n");
     atomic_write_file((fs::path(f.model_dir) / "pipeline.config").string(), detect::pipeline_config_to_text(l.pipeline));
     atomic_write_file((fs::path(f.model_dir) / "label_map.pbtxt").string(), detect::label_map_to_text(l.label_map));
   };
-  spdlog::info("detect: ssd_mobilenet_v2 ({} classes, {} anchors) at {}x{}, batch {}, {} training examples, {} steps, "
-               "{} threads",
-               l.config.num_classes, task.anchors().size(0), l.config.input.height, l.config.input.width, batch_size,
+  spdlog::info("detect: {} at {}x{}, batch {}, {} training examples, {} steps, {} threads",
+               task.meta_architecture().describe(), l.config.input.height, l.config.input.width, batch_size,
                num_examples, total, rt.threads);
   engine::Trainer trainer(topt, task, std::move(optimizer), lr);
   // eval_config.num_examples caps each evaluation (split over the workers).
@@ -473,21 +471,7 @@ TaskCommands detect_commands() {
         export_model(task, f->model_dir, e->out_dir, train::checkpoint_step(path), l);
         return;
       }
-      task.module()->eval();
-      const auto& cfg = task.config();
-      exporting::DetectionOnnxOptions o;
-      o.height = cfg.input.height;
-      o.width = cfg.input.width;
-      o.include_preprocessing = e->include_preprocessing;
-      o.score_converter = cfg.score_converter;
-      const auto& coder = cfg.loss.coder;
-      o.box_coder_scales = {coder.y_scale, coder.x_scale, coder.height_scale, coder.width_scale};
-      exporting::export_detection_onnx(*task.model(), task.anchors(), o, e->out);
-      spdlog::info("wrote {} (ONNX opset {}, input 'images' [batch, 3, {}, {}] {}, outputs 'raw_detection_boxes' "
-                   "[batch, {}, 4], 'raw_detection_scores' [batch, {}, {}] ({}; column 0 the background); no NMS)",
-                   e->out, exporting::kOnnxOpset, o.height, o.width,
-                   o.include_preprocessing ? "RGB in [0, 255]" : "scaled to [-1, 1]", task.anchors().size(0),
-                   task.anchors().size(0), cfg.num_classes + 1, cfg.score_converter);
+      task.meta_architecture().export_onnx(e->out, e->include_preprocessing);
     };
   }});
   task.verbs.push_back({"predict", "Boxes, classes and scores for images (files, globs or directories)",

@@ -27,16 +27,15 @@ data::Image to_image(const at::Tensor& input, bool channels_last) {
 }  // namespace
 
 DetectionTask::DetectionTask(const DetectionConfig& config) : config_(config) {
-  config_.model.num_classes = config_.num_classes;
-  config_.model.anchors_per_location = detect::anchors_per_location(config_.anchors);
-  model_ = detect::SsdMobileNetV2(config_.model);
-  const int64_t h = config_.input.height, w = config_.input.width;
-  anchors_ = detect::generate_ssd_anchors(config_.anchors, model_->feature_map_sizes(h, w), h, w);
-  for (auto& p : model_->parameters())
+  if (!config_.model) throw Error("detection: no model configured (pipeline.config's model)");
+  meta_ = config_.model->build(config_.num_classes, config_.input);
+  for (auto& p : meta_->module()->parameters())
     if (p.dim() == 4) l2_params_.push_back(p);  // conv kernels: conv_hyperparams' l2_regularizer
 }
 
-torch::Tensor DetectionTask::forward(const torch::Tensor& images) { return model_->forward(images); }
+torch::Tensor DetectionTask::forward(const torch::Tensor& images) { return meta_->forward(images, nullptr); }
+
+torch::Tensor DetectionTask::forward_train(const data::Batch& batch) { return meta_->forward(batch.images, &batch); }
 
 data::SampleSpec DetectionTask::sample_spec() const {
   data::SampleSpec spec;
@@ -59,9 +58,6 @@ data::ParseFn DetectionTask::parser(bool training) const {
 
 LossTerms DetectionTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
   auto out = outputs.to(torch::kFloat);  // losses in float32 even under autocast
-  const int64_t code = config_.model.box_code_size;
-  auto codes = out.narrow(2, 0, code);
-  auto logits = out.narrow(2, code, out.size(2) - code);
   auto counts = batch.field("num_boxes").to(torch::kCPU);
   const auto& boxes = batch.field("boxes");
   const auto& classes = batch.field("classes");
@@ -73,17 +69,19 @@ LossTerms DetectionTask::loss(const torch::Tensor& outputs, const data::Batch& b
     gt_boxes.push_back(boxes[i].narrow(0, 0, n).index({trained}));
     gt_classes.push_back(classes[i].narrow(0, 0, n).index({trained}));
   }
-  auto l = detect::ssd_loss(codes, logits, anchors_.to(out.device()), gt_boxes, gt_classes, config_.loss);
+  const auto losses = meta_->loss(out, gt_boxes, gt_classes);
   // This replica's share: with replicas the gradients of the shares add up to the mean of the
   // per-replica losses (each normalised by its own matches, as the OD API's towers are).
   const double share = static_cast<double>(batch.size) / static_cast<double>(global_batch_size);
   LossTerms terms;
-  terms["localization_loss"] = l.at("localization_loss") * share;
-  terms["classification_loss"] = l.at("classification_loss") * share;
-  terms["batch_localization_loss"] = l.at("localization_loss").detach();
-  terms["batch_classification_loss"] = l.at("classification_loss").detach();
-  terms["cross_entropy"] = terms["localization_loss"] + terms["classification_loss"];
-  terms["total"] = terms["cross_entropy"];
+  torch::Tensor data_loss;
+  for (const auto& [name, value] : losses) {
+    terms[name] = value * share;
+    terms["batch_" + name] = value.detach();
+    data_loss = data_loss.defined() ? data_loss + terms[name] : terms[name];
+  }
+  terms["cross_entropy"] = data_loss;
+  terms["total"] = data_loss;
   if (config_.l2_weight > 0 && !l2_params_.empty()) {
     // slim's l2_regularizer(weight): weight * sum(w^2) / 2 per variable.
     auto l2 = torch::zeros({}, l2_params_[0].options());
@@ -95,39 +93,24 @@ LossTerms DetectionTask::loss(const torch::Tensor& outputs, const data::Batch& b
 }
 
 std::vector<ImageDetections> DetectionTask::postprocess(const torch::Tensor& outputs) const {
-  torch::NoGradGuard no_grad;
-  auto out = outputs.to(torch::kCPU, torch::kFloat);
-  const int64_t code = config_.model.box_code_size;
-  // Unclipped into NMS, clipped after it (multiclass_nms), as the OD API does.
-  auto boxes = detect::decode_boxes(out.narrow(2, 0, code), anchors_, config_.loss.coder);
-  auto logits = out.narrow(2, code, out.size(2) - code);
-  at::Tensor scores;
-  if (config_.score_converter == "SIGMOID")
-    scores = logits.sigmoid();
-  else if (config_.score_converter == "SOFTMAX")
-    scores = logits.softmax(2);
-  else
-    scores = logits;
-  scores = scores.narrow(2, 1, scores.size(2) - 1);  // drop the background column
-  std::vector<ImageDetections> result;
-  for (int64_t i = 0; i < out.size(0); ++i)
-    result.push_back(detect::multiclass_nms(boxes[i].contiguous(), scores[i].contiguous(), config_.nms));
-  return result;
+  return meta_->postprocess(outputs);
 }
 
 void DetectionTask::update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss,
                                    bool training, MetricSums* sums) const {
   torch::NoGradGuard no_grad;
   sums->add("count", static_cast<double>(batch.size));
-  if (training) {
-    add_training_loss(loss, sums);
-    sums->add("localization_loss", loss.at("localization_loss"));
-    sums->add("classification_loss", loss.at("classification_loss"));
-    return;
-  }
   const double n = static_cast<double>(batch.size);
-  sums->add("eval_localization_loss", loss.at("batch_localization_loss") * n);
-  sums->add("eval_classification_loss", loss.at("batch_classification_loss") * n);
+  if (training) add_training_loss(loss, sums);
+  for (const auto& [name, value] : loss) {
+    if (name.rfind("batch_", 0) != 0) continue;
+    const std::string loss_name = name.substr(6);  // the meta-architecture's loss
+    if (training)
+      sums->add("Loss/" + loss_name, loss.at(loss_name));
+    else
+      sums->add("eval_Loss/" + loss_name, value * n);
+  }
+  if (training) return;
   const auto detections = postprocess(outputs);
   const auto boxes = batch.field("boxes").to(torch::kCPU).contiguous();
   const auto classes = batch.field("classes").to(torch::kCPU).contiguous();
@@ -204,16 +187,19 @@ std::map<std::string, double> DetectionTask::compute_metrics(const MetricSums& s
   if (training) {
     const double replicas = std::max(1.0, s.get("replicas"));
     const double steps = std::max(1.0, s.get("steps") / replicas);
-    return {{"Loss/localization_loss", s.get("localization_loss") / steps},
-            {"Loss/classification_loss", s.get("classification_loss") / steps},
-            {"Loss/regularization_loss", s.get("l2_loss") / replicas / steps},
-            {"Loss/total_loss", training_loss(s)}};
+    std::map<std::string, double> m;
+    for (const auto& [name, sum] : s.sums())
+      if (name.rfind("Loss/", 0) == 0) m[name] = sum.sum().item<double>() / steps;
+    m["Loss/regularization_loss"] = s.get("l2_loss") / replicas / steps;
+    m["Loss/total_loss"] = training_loss(s);
+    return m;
   }
   const double count = std::max(1.0, s.get("count"));
-  std::map<std::string, double> m = {
-      {"Loss/localization_loss", s.get("eval_localization_loss") / count},
-      {"Loss/classification_loss", s.get("eval_classification_loss") / count}};
-  m["Loss/total_loss"] = m["Loss/localization_loss"] + m["Loss/classification_loss"];
+  std::map<std::string, double> m;
+  double total = 0;
+  for (const auto& [name, sum] : s.sums())
+    if (name.rfind("eval_Loss/", 0) == 0) total += m[name.substr(5)] = sum.sum().item<double>() / count;
+  m["Loss/total_loss"] = total;
   detect::CocoEvaluator coco;
   if (auto images = s.rows("coco_images"); images.defined()) {
     auto a = images.accessor<double, 2>();
@@ -261,13 +247,10 @@ std::vector<SummaryImage> DetectionTask::take_summary_images() {
 }
 
 std::map<std::string, std::string> DetectionTask::signature() const {
-  char dm[32];
-  std::snprintf(dm, sizeof dm, "%g", config_.model.depth_multiplier);
-  return {{"task", "detect"},
-          {"model", "ssd_mobilenet_v2"},
-          {"num_classes", std::to_string(config_.num_classes)},
-          {"depth_multiplier", dm},
-          {"num_anchors", std::to_string(anchors_.size(0))}};
+  auto signature = meta_->signature();
+  signature["task"] = "detect";
+  signature["num_classes"] = std::to_string(config_.num_classes);
+  return signature;
 }
 
 }  // namespace orchard::tasks

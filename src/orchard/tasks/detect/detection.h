@@ -1,6 +1,7 @@
-// Object detection (the TF Object Detection API's SSD meta-architecture with a MobileNetV2
-// feature extractor): model, anchors, target assignment and losses with hard example mining,
-// post-processing, and COCO metrics. Configured from a pipeline.config (detection_config).
+// Object detection as the TF Object Detection API trains it, over a registered
+// meta-architecture (meta_architecture.h; SSD in ssd/): input parsing and augmentation, each
+// replica's share of the loss, L2 regularisation, COCO metrics and the evaluation images.
+// Configured from a pipeline.config (detection_config).
 #pragma once
 
 #include <map>
@@ -9,10 +10,8 @@
 #include <vector>
 
 #include "orchard/data/detection.h"
-#include "orchard/detect/anchors.h"
 #include "orchard/detect/box_ops.h"
-#include "orchard/detect/ssd_loss.h"
-#include "orchard/detect/ssd_model.h"
+#include "orchard/tasks/detect/meta_architecture.h"
 #include "orchard/tasks/task.h"
 
 namespace object_detection::protos {
@@ -23,11 +22,8 @@ namespace orchard::tasks {
 
 struct DetectionConfig {
   int64_t num_classes = 90;  // without the background
-  detect::SsdModelOptions model;
-  detect::SsdAnchorOptions anchors;
-  detect::SsdLossOptions loss;
-  detect::BatchNmsOptions nms;
-  std::string score_converter = "SIGMOID";  // IDENTITY_WITH_LOGITS | SIGMOID | SOFTMAX
+  // The model: pipeline.config's `model` oneof case, parsed by its registered meta-architecture.
+  std::shared_ptr<const MetaArchitectureConfig> model;
   data::DetectionInputOptions input;        // training augmentation included
   double l2_weight = 4e-5;                  // conv_hyperparams l2_regularizer weight
   std::vector<std::string> class_names;     // index = label-map id - 1
@@ -37,7 +33,8 @@ struct DetectionConfig {
 };
 
 // The typed configuration of a pipeline.config (already validated by
-// detect::validate_pipeline_config).
+// detect::validate_pipeline_config); the model's part by the meta-architecture registered
+// for its `model` oneof case.
 DetectionConfig detection_config(const object_detection::protos::TrainEvalPipelineConfig& pipeline,
                                  bool channels_last);
 
@@ -49,14 +46,14 @@ class DetectionTask : public Task {
  public:
   explicit DetectionTask(const DetectionConfig& config);
   std::string name() const override { return "detect"; }
-  std::shared_ptr<torch::nn::Module> module() override { return model_.ptr(); }
-  // images [B, 3, H, W] in [-1, 1] -> [B, A, 4 + num_classes + 1]: box codes, then class
-  // logits (column 0 = background).
+  std::shared_ptr<torch::nn::Module> module() override { return meta_->module(); }
+  // images [B, 3, H, W] in [-1, 1] -> the meta-architecture's raw outputs.
   torch::Tensor forward(const torch::Tensor& images) override;
+  torch::Tensor forward_train(const data::Batch& batch) override;  // the meta-architecture sees the targets
   data::SampleSpec sample_spec() const override;
   data::ParseFn parser(bool training) const override;
-  // localization_loss + classification_loss (normalised by the matches, weighted), as this
-  // replica's share of the global batch, plus the L2 regularization.
+  // The meta-architecture's weighted losses (SSD: localization_loss + classification_loss), as
+  // this replica's share of the global batch, plus the L2 regularization.
   LossTerms loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) override;
   void update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss, bool training,
                       MetricSums* sums) const override;
@@ -71,13 +68,12 @@ class DetectionTask : public Task {
   // Score conversion + box decoding + batch non-max suppression, on the CPU.
   std::vector<ImageDetections> postprocess(const torch::Tensor& outputs) const;
   const DetectionConfig& config() const { return config_; }
-  detect::SsdMobileNetV2& model() { return model_; }
-  const at::Tensor& anchors() const { return anchors_; }
+  MetaArchitecture& meta_architecture() { return *meta_; }
+  const MetaArchitecture& meta_architecture() const { return *meta_; }
 
  private:
   DetectionConfig config_;
-  detect::SsdMobileNetV2 model_{nullptr};
-  at::Tensor anchors_;  // [A, 4] for the configured input size
+  std::unique_ptr<MetaArchitecture> meta_;
   std::vector<at::Tensor> l2_params_;
   mutable std::vector<SummaryImage> visualizations_;  // filled by update_metrics in eval
 };

@@ -1,0 +1,83 @@
+// Detection meta-architectures: the cases of pipeline.config's `model` oneof (ssd; the OD API
+// also has faster_rcnn, center_net, ...). Each registers a parser of its own message; the
+// parsed configuration builds the model. DetectionTask owns what they all share: input parsing
+// and augmentation, each replica's share of the loss, L2 regularisation, COCO metrics and the
+// evaluation images.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "orchard/data/detection.h"
+#include "orchard/detect/box_ops.h"
+
+namespace object_detection::protos {
+class TrainEvalPipelineConfig;
+}
+namespace torch::nn {
+class Module;
+}
+
+namespace orchard::tasks {
+
+class MetaArchitecture {
+ public:
+  virtual ~MetaArchitecture() = default;
+  // The model's name in config.json, checkpoints' signature and logs ("ssd_mobilenet_v2").
+  virtual std::string name() const = 0;
+  virtual std::shared_ptr<torch::nn::Module> module() = 0;
+  // images [B, 3, H, W] (or NHWC, as configured) in [-1, 1] -> raw outputs for loss and
+  // postprocess. `targets` is the batch in training (a two-stage detector samples proposals
+  // with its boxes); null in evaluation and inference.
+  virtual at::Tensor forward(const at::Tensor& images, const data::Batch* targets) = 0;
+  // The batch's weighted losses by name (their sum is the data loss): ground truth per image,
+  // boxes [N, 4] normalised (ymin, xmin, ymax, xmax) and classes [N] (1-based), crowd regions
+  // already removed.
+  virtual std::map<std::string, at::Tensor> loss(const at::Tensor& outputs, const std::vector<at::Tensor>& gt_boxes,
+                                                 const std::vector<at::Tensor>& gt_classes) = 0;
+  // Score conversion, box decoding and non-max suppression, on the CPU.
+  virtual std::vector<detect::Detections> postprocess(const at::Tensor& outputs) const = 0;
+  // What fine_tune_checkpoint_type "detection" leaves out (re-initialised): the class and box heads.
+  virtual bool is_prediction_head_parameter(const std::string& name) const = 0;
+  // Entries of the checkpoint signature besides the task and num_classes (e.g. model, anchors).
+  virtual std::map<std::string, std::string> signature() const = 0;
+  // For the start-up log line, e.g. "ssd_mobilenet_v2 (3 classes, 1917 anchors)".
+  virtual std::string describe() const = 0;
+  // The restored model as one ONNX file (`include_preprocessing`: the graph takes RGB in
+  // [0, 255]); an orchard::Error where the architecture has no ONNX export.
+  virtual void export_onnx(const std::string& path, bool include_preprocessing) = 0;
+};
+
+// A meta-architecture's configuration, parsed from its pipeline.config message.
+class MetaArchitectureConfig {
+ public:
+  virtual ~MetaArchitectureConfig() = default;
+  virtual std::unique_ptr<MetaArchitecture> build(int64_t num_classes, const data::DetectionInputOptions& input) const = 0;
+};
+
+struct ParsedModel {
+  std::shared_ptr<const MetaArchitectureConfig> config;
+  int64_t num_classes = 0;  // without the background
+  int64_t height = 0, width = 0;  // the fixed input size
+  double l2_weight = 0;           // the conv_hyperparams' l2_regularizer weight (0: none)
+};
+
+struct MetaArchitectureEntry {
+  std::string name;  // the `model` oneof case, e.g. "ssd"
+  // The entry's message of an already validated pipeline.config (detect::validate_pipeline_config).
+  std::function<ParsedModel(const object_detection::protos::TrainEvalPipelineConfig& pipeline)> parse;
+};
+
+void register_meta_architecture(MetaArchitectureEntry entry);
+// The entry of the pipeline's `model` oneof case; an orchard::Error naming the registered ones.
+const MetaArchitectureEntry& meta_architecture_for(const object_detection::protos::TrainEvalPipelineConfig& pipeline);
+// The shipped meta-architectures, one line each (tasks/detect/meta_architectures.cc); calling
+// it again does nothing.
+void register_builtin_meta_architectures();
+
+}  // namespace orchard::tasks

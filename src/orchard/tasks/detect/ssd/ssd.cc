@@ -1,0 +1,190 @@
+#include "orchard/tasks/detect/ssd/ssd.h"
+
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+
+#include "orchard/export/onnx_export.h"
+#include "orchard/proto/object_detection/pipeline.pb.h"
+
+namespace orchard::tasks {
+namespace {
+
+// model.ssd -> SsdConfig (the message is validated by detect::validate_pipeline_config).
+ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& pipeline) {
+  namespace pb = object_detection::protos;
+  const pb::Ssd& ssd = pipeline.model().ssd();
+  auto config = std::make_shared<SsdConfig>();
+  SsdConfig& c = *config;
+  ParsedModel parsed;
+  parsed.num_classes = ssd.num_classes();
+  const auto& fe = ssd.feature_extractor();
+  c.model.depth_multiplier = fe.depth_multiplier();
+  c.model.min_depth = fe.min_depth();
+  c.model.use_depthwise = fe.use_depthwise();
+  const auto& hyper = fe.conv_hyperparams();
+  if (hyper.has_batch_norm()) {
+    c.model.bn_momentum = 1.0 - hyper.batch_norm().decay();
+    c.model.bn_eps = hyper.batch_norm().epsilon();
+  }
+  if (hyper.initializer().has_truncated_normal_initializer())
+    c.model.init_stddev = hyper.initializer().truncated_normal_initializer().stddev();
+  else if (hyper.initializer().has_random_normal_initializer())
+    c.model.init_stddev = hyper.initializer().random_normal_initializer().stddev();
+  parsed.l2_weight = hyper.regularizer().has_l2_regularizer() ? hyper.regularizer().l2_regularizer().weight() : 0.0;
+
+  const auto& predictor = ssd.box_predictor().convolutional_box_predictor();
+  c.model.kernel_size = predictor.kernel_size();
+  c.model.box_code_size = predictor.box_code_size();
+  c.model.use_dropout = predictor.use_dropout();
+  c.model.dropout_keep_probability = predictor.dropout_keep_probability();
+  c.model.class_prediction_bias_init = predictor.class_prediction_bias_init();
+
+  const auto& ag = ssd.anchor_generator().ssd_anchor_generator();
+  c.anchors.num_layers = ag.num_layers();
+  c.anchors.min_scale = ag.min_scale();
+  c.anchors.max_scale = ag.max_scale();
+  c.anchors.scales.assign(ag.scales().begin(), ag.scales().end());
+  if (ag.aspect_ratios_size() > 0) c.anchors.aspect_ratios.assign(ag.aspect_ratios().begin(), ag.aspect_ratios().end());
+  c.anchors.interpolated_scale_aspect_ratio = ag.interpolated_scale_aspect_ratio();
+  c.anchors.base_anchor_height = ag.base_anchor_height();
+  c.anchors.base_anchor_width = ag.base_anchor_width();
+  c.anchors.height_stride.assign(ag.height_stride().begin(), ag.height_stride().end());
+  c.anchors.width_stride.assign(ag.width_stride().begin(), ag.width_stride().end());
+  c.anchors.height_offset.assign(ag.height_offset().begin(), ag.height_offset().end());
+  c.anchors.width_offset.assign(ag.width_offset().begin(), ag.width_offset().end());
+  c.anchors.reduce_boxes_in_lowest_layer = ag.reduce_boxes_in_lowest_layer();
+
+  const auto& coder = ssd.box_coder().faster_rcnn_box_coder();
+  c.loss.coder.y_scale = coder.y_scale();
+  c.loss.coder.x_scale = coder.x_scale();
+  c.loss.coder.height_scale = coder.height_scale();
+  c.loss.coder.width_scale = coder.width_scale();
+  const auto& matcher = ssd.matcher().argmax_matcher();
+  c.loss.matcher.matched_threshold = matcher.matched_threshold();
+  c.loss.matcher.unmatched_threshold = matcher.unmatched_threshold();
+  c.loss.matcher.ignore_thresholds = matcher.ignore_thresholds();
+  c.loss.matcher.negatives_lower_than_unmatched = matcher.negatives_lower_than_unmatched();
+  c.loss.matcher.force_match_for_each_row = matcher.force_match_for_each_row();
+
+  const auto& loss = ssd.loss();
+  c.loss.classification = loss.classification_loss().has_weighted_softmax()
+                              ? detect::ClassificationLoss::kWeightedSoftmax
+                              : detect::ClassificationLoss::kWeightedSigmoid;
+  if (loss.localization_loss().has_weighted_smooth_l1())
+    c.loss.smooth_l1_delta = loss.localization_loss().weighted_smooth_l1().delta();
+  c.loss.classification_weight = loss.classification_weight();
+  c.loss.localization_weight = loss.localization_weight();
+  c.loss.normalize_loss_by_num_matches = ssd.normalize_loss_by_num_matches();
+  c.loss.normalize_loc_loss_by_codesize = ssd.normalize_loc_loss_by_codesize();
+  c.loss.miner.enabled = loss.has_hard_example_miner();
+  if (loss.has_hard_example_miner()) {
+    const auto& m = loss.hard_example_miner();
+    c.loss.miner.num_hard_examples = m.num_hard_examples();
+    c.loss.miner.iou_threshold = m.iou_threshold();
+    c.loss.miner.loss_type = detect::miner_loss_type_from_name(pb::HardExampleMiner::LossType_Name(m.loss_type()));
+    c.loss.miner.max_negatives_per_positive = m.max_negatives_per_positive();
+    c.loss.miner.min_negatives_per_image = m.min_negatives_per_image();
+  }
+
+  const auto& post = ssd.post_processing();
+  const auto& nms = post.batch_non_max_suppression();
+  c.nms.score_threshold = nms.score_threshold();
+  c.nms.iou_threshold = nms.iou_threshold();
+  c.nms.max_detections_per_class = nms.max_detections_per_class();
+  c.nms.max_total_detections = nms.max_total_detections();
+  c.score_converter = pb::PostProcessing::ScoreConverter_Name(post.score_converter());
+
+  const auto& resizer = ssd.image_resizer().fixed_shape_resizer();
+  parsed.height = resizer.height();
+  parsed.width = resizer.width();
+  parsed.config = config;
+  return parsed;
+}
+
+}  // namespace
+
+std::unique_ptr<MetaArchitecture> SsdConfig::build(int64_t num_classes, const data::DetectionInputOptions& input) const {
+  return std::make_unique<SsdMetaArchitecture>(*this, num_classes, input);
+}
+
+SsdMetaArchitecture::SsdMetaArchitecture(const SsdConfig& config, int64_t num_classes,
+                                         const data::DetectionInputOptions& input)
+    : config_(config), input_(input) {
+  config_.model.num_classes = num_classes;
+  config_.model.anchors_per_location = detect::anchors_per_location(config_.anchors);
+  model_ = detect::SsdMobileNetV2(config_.model);
+  const int64_t h = input.height, w = input.width;
+  anchors_ = detect::generate_ssd_anchors(config_.anchors, model_->feature_map_sizes(h, w), h, w);
+}
+
+std::shared_ptr<torch::nn::Module> SsdMetaArchitecture::module() { return model_.ptr(); }
+
+at::Tensor SsdMetaArchitecture::forward(const at::Tensor& images, const data::Batch*) { return model_->forward(images); }
+
+std::map<std::string, at::Tensor> SsdMetaArchitecture::loss(const at::Tensor& outputs,
+                                                            const std::vector<at::Tensor>& gt_boxes,
+                                                            const std::vector<at::Tensor>& gt_classes) {
+  const int64_t code = config_.model.box_code_size;
+  auto codes = outputs.narrow(2, 0, code);
+  auto logits = outputs.narrow(2, code, outputs.size(2) - code);
+  return detect::ssd_loss(codes, logits, anchors_.to(outputs.device()), gt_boxes, gt_classes, config_.loss);
+}
+
+std::vector<detect::Detections> SsdMetaArchitecture::postprocess(const at::Tensor& outputs) const {
+  torch::NoGradGuard no_grad;
+  auto out = outputs.to(torch::kCPU, torch::kFloat);
+  const int64_t code = config_.model.box_code_size;
+  // Unclipped into NMS, clipped after it (multiclass_nms), as the OD API does.
+  auto boxes = detect::decode_boxes(out.narrow(2, 0, code), anchors_, config_.loss.coder);
+  auto logits = out.narrow(2, code, out.size(2) - code);
+  at::Tensor scores;
+  if (config_.score_converter == "SIGMOID")
+    scores = logits.sigmoid();
+  else if (config_.score_converter == "SOFTMAX")
+    scores = logits.softmax(2);
+  else
+    scores = logits;
+  scores = scores.narrow(2, 1, scores.size(2) - 1);  // drop the background column
+  std::vector<detect::Detections> result;
+  for (int64_t i = 0; i < out.size(0); ++i)
+    result.push_back(detect::multiclass_nms(boxes[i].contiguous(), scores[i].contiguous(), config_.nms));
+  return result;
+}
+
+bool SsdMetaArchitecture::is_prediction_head_parameter(const std::string& name) const {
+  return detect::is_prediction_head_parameter(name);
+}
+
+std::map<std::string, std::string> SsdMetaArchitecture::signature() const {
+  char dm[32];
+  std::snprintf(dm, sizeof dm, "%g", config_.model.depth_multiplier);
+  return {{"model", name()}, {"depth_multiplier", dm}, {"num_anchors", std::to_string(anchors_.size(0))}};
+}
+
+std::string SsdMetaArchitecture::describe() const {
+  return fmt::format("{} ({} classes, {} anchors)", name(), config_.model.num_classes, anchors_.size(0));
+}
+
+void SsdMetaArchitecture::export_onnx(const std::string& path, bool include_preprocessing) {
+  model_->eval();
+  exporting::DetectionOnnxOptions o;
+  o.height = input_.height;
+  o.width = input_.width;
+  o.include_preprocessing = include_preprocessing;
+  o.score_converter = config_.score_converter;
+  const auto& coder = config_.loss.coder;
+  o.box_coder_scales = {coder.y_scale, coder.x_scale, coder.height_scale, coder.width_scale};
+  exporting::export_detection_onnx(*model_, anchors_, o, path);
+  spdlog::info("wrote {} (ONNX opset {}, input 'images' [batch, 3, {}, {}] {}, outputs 'raw_detection_boxes' "
+               "[batch, {}, 4], 'raw_detection_scores' [batch, {}, {}] ({}; column 0 the background); no NMS)",
+               path, exporting::kOnnxOpset, o.height, o.width,
+               o.include_preprocessing ? "RGB in [0, 255]" : "scaled to [-1, 1]", anchors_.size(0), anchors_.size(0),
+               config_.model.num_classes + 1, config_.score_converter);
+}
+
+MetaArchitectureEntry ssd_meta_architecture() { return {"ssd", parse_ssd}; }
+
+}  // namespace orchard::tasks

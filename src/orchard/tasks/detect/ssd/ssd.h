@@ -1,0 +1,57 @@
+// The OD API's `ssd` meta-architecture with the ssd_mobilenet_v2 feature extractor: anchors
+// from ssd_anchor_generator, ConvolutionalBoxPredictor heads, argmax matching, the SSD loss
+// with hard example mining, and batch non-max suppression (orchard/detect).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "orchard/detect/anchors.h"
+#include "orchard/detect/box_ops.h"
+#include "orchard/detect/ssd_loss.h"
+#include "orchard/detect/ssd_model.h"
+#include "orchard/tasks/detect/meta_architecture.h"
+
+namespace orchard::tasks {
+
+struct SsdConfig : MetaArchitectureConfig {
+  detect::SsdModelOptions model;
+  detect::SsdAnchorOptions anchors;
+  detect::SsdLossOptions loss;
+  detect::BatchNmsOptions nms;
+  std::string score_converter = "SIGMOID";  // IDENTITY_WITH_LOGITS | SIGMOID | SOFTMAX
+
+  std::unique_ptr<MetaArchitecture> build(int64_t num_classes, const data::DetectionInputOptions& input) const override;
+};
+
+class SsdMetaArchitecture : public MetaArchitecture {
+ public:
+  SsdMetaArchitecture(const SsdConfig& config, int64_t num_classes, const data::DetectionInputOptions& input);
+  std::string name() const override { return "ssd_mobilenet_v2"; }
+  std::shared_ptr<torch::nn::Module> module() override;
+  // -> [B, A, box_code_size + num_classes + 1]: box codes, then class logits (column 0 the
+  // background), per anchor.
+  at::Tensor forward(const at::Tensor& images, const data::Batch* targets) override;
+  std::map<std::string, at::Tensor> loss(const at::Tensor& outputs, const std::vector<at::Tensor>& gt_boxes,
+                                         const std::vector<at::Tensor>& gt_classes) override;
+  std::vector<detect::Detections> postprocess(const at::Tensor& outputs) const override;
+  bool is_prediction_head_parameter(const std::string& name) const override;
+  std::map<std::string, std::string> signature() const override;
+  std::string describe() const override;
+  void export_onnx(const std::string& path, bool include_preprocessing) override;
+
+  const SsdConfig& config() const { return config_; }
+  detect::SsdMobileNetV2& model() { return model_; }
+  const at::Tensor& anchors() const { return anchors_; }  // [A, 4] for the configured input size
+
+ private:
+  SsdConfig config_;
+  data::DetectionInputOptions input_;
+  detect::SsdMobileNetV2 model_{nullptr};
+  at::Tensor anchors_;
+};
+
+// The registry entry: pipeline.config's model.ssd.
+MetaArchitectureEntry ssd_meta_architecture();
+
+}  // namespace orchard::tasks
