@@ -300,7 +300,7 @@ struct TrainStep {
     (*phase)["loss"] = seconds_since(t0);
     t0 = wall_now();
     optimizer.zero_grad();
-    terms.at("total").backward();
+    terms.total().backward();
     (*phase)["backward"] = seconds_since(t0);
     t0 = wall_now();
     torch::nn::utils::clip_grad_norm_(task.module()->parameters(), kClipNorm);
@@ -308,7 +308,7 @@ struct TrainStep {
     t0 = wall_now();
     optimizer.step();
     (*phase)["optimizer"] = seconds_since(t0);
-    return terms.at("total").item<double>();
+    return terms.total().item<double>();
   }
 };
 

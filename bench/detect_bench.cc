@@ -356,7 +356,7 @@ int main(int argc, char** argv) {
                 .momentum(rms.momentum_optimizer_value()));
         const auto images = at::rand({batch, 3, height, width}) * 2 - 1;
         const auto b = as_batch(loss_batch(in, batch));
-        orchard::tasks::LossTerms terms;
+        orchard::tasks::Loss terms;
         auto r = time_loop(warmup, model_iters, [&](std::map<std::string, double>* phase) {
           double t0 = wall_now();
           const auto out = task.forward(images);
@@ -366,13 +366,13 @@ int main(int argc, char** argv) {
           (*phase)["loss"] = seconds_since(t0);
           t0 = wall_now();
           optimizer.zero_grad();
-          terms.at("total").backward();
+          terms.total().backward();
           (*phase)["backward"] = seconds_since(t0);
           t0 = wall_now();
           optimizer.step();
           (*phase)["optimizer"] = seconds_since(t0);
         });
-        r.check = {{"total_loss", terms.at("total").item<double>()}};
+        r.check = {{"total_loss", terms.total().item<double>()}};
         emit("train", batch, "image", static_cast<double>(batch), threads, warmup, r);
       } else if (w == "eval") {
         auto& model = ssd.model();

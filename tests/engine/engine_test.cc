@@ -28,14 +28,18 @@ class FakeTask : public tasks::Task {
   torch::Tensor forward(const torch::Tensor& images) override { return linear_(images); }
   data::SampleSpec sample_spec() const override { return {{4}, {{"y", at::kFloat, {1}}}}; }
   data::ParseFn parser(bool) const override { return {}; }
-  tasks::LossTerms loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t) override {
-    auto l = (outputs - batch.field("y")).pow(2).mean();
-    return {{"total", l}, {"cross_entropy", l}};
+  tasks::Loss loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t) override {
+    tasks::Loss loss;
+    loss.data = (outputs - batch.field("y")).pow(2).mean();
+    return loss;
   }
-  void update_metrics(const torch::Tensor&, const data::Batch& batch, const tasks::LossTerms& loss, bool training,
-                      tasks::MetricSums* sums) const override {
-    if (training) return tasks::add_training_loss(loss, sums);
-    sums->add("loss_sum", loss.at("total") * batch.size);
+  void train_metrics(const torch::Tensor&, const data::Batch&, const tasks::Loss& loss,
+                     tasks::MetricSums* sums) const override {
+    tasks::add_training_loss(loss, sums);
+  }
+  void eval_step(const torch::Tensor&, const data::Batch& batch, const tasks::Loss& loss,
+                 tasks::MetricSums* sums) override {
+    sums->add("loss_sum", loss.total() * batch.size);
     sums->add("count", static_cast<double>(batch.size));
   }
   std::map<std::string, double> compute_metrics(const tasks::MetricSums& s, bool training) const override {

@@ -128,13 +128,13 @@ TEST(ClassificationLoss, SumOverBatchDividedByGlobalBatch) {
   for (size_t i = 0; i < kLogits.size(); ++i) sum += hand_ce(kLogits[i], static_cast<int>(kLabels[i]));
   auto batch = make_batch();
   auto local = task.loss(logits_tensor(), batch, 3);
-  EXPECT_NEAR(local.at("cross_entropy").item<double>(), sum / 3, 1e-6);
-  EXPECT_NEAR(local.at("total").item<double>(), sum / 3, 1e-6);
-  EXPECT_EQ(local.count("l2_loss"), 0u);
+  EXPECT_NEAR(local.data.item<double>(), sum / 3, 1e-6);
+  EXPECT_NEAR(local.total().item<double>(), sum / 3, 1e-6);
+  EXPECT_FALSE(local.regularizer.defined());
   // Two replicas of 3: the replica's sum over a global batch of 6, i.e. half.
   auto global = task.loss(logits_tensor(), batch, 6);
-  EXPECT_NEAR(global.at("cross_entropy").item<double>(), sum / 6, 1e-6);
-  EXPECT_NEAR(global.at("cross_entropy").item<double>() * 2, local.at("cross_entropy").item<double>(), 1e-6);
+  EXPECT_NEAR(global.data.item<double>(), sum / 6, 1e-6);
+  EXPECT_NEAR(global.data.item<double>() * 2, local.data.item<double>(), 1e-6);
 }
 
 TEST(ClassificationLoss, TotalAddsL2) {
@@ -146,9 +146,9 @@ TEST(ClassificationLoss, TotalAddsL2) {
     auto batch = make_batch();
     auto terms = task.loss(logits_tensor(), batch, 3);
     const double l2 = hand_l2(task, 1e-4);
-    EXPECT_LT(rel_diff(terms.at("l2_loss").item<double>(), l2), 1e-5);
-    EXPECT_NEAR(terms.at("total").item<double>(),
-                terms.at("cross_entropy").item<double>() + terms.at("l2_loss").item<double>(), 1e-6);
+    EXPECT_LT(rel_diff(terms.regularizer.item<double>(), l2), 1e-5);
+    EXPECT_NEAR(terms.total().item<double>(),
+                terms.data.item<double>() + terms.regularizer.item<double>(), 1e-6);
   }
 }
 
@@ -160,7 +160,7 @@ TEST(ClassificationLoss, LabelSmoothing) {
     plain += hand_ce(kLogits[i], static_cast<int>(kLabels[i]));
   }
   auto batch = make_batch();
-  const double got = task.loss(logits_tensor(), batch, 4).at("total").item<double>();
+  const double got = task.loss(logits_tensor(), batch, 4).total().item<double>();
   EXPECT_NEAR(got, sum / 4, 1e-6);
   EXPECT_GT(std::abs(got - plain / 4), 1e-3);  // smoothing made a difference
 }
@@ -174,7 +174,7 @@ TEST(ClassificationMetrics, TopOneTopFiveAndEvalLoss) {
   logits[2][9] = -5.0;
   auto terms = task.loss(logits, batch, 3);
   MetricSums eval_sums, train_sums;
-  task.update_metrics(logits, batch, terms, /*training=*/false, &eval_sums);
+  task.eval_step(logits, batch, terms, &eval_sums);
   auto eval = task.compute_metrics(eval_sums, false);
   EXPECT_NEAR(eval.at("accuracy"), 1.0 / 3, 1e-12);
   EXPECT_NEAR(eval.at("top_5_accuracy"), 2.0 / 3, 1e-12);
@@ -185,10 +185,10 @@ TEST(ClassificationMetrics, TopOneTopFiveAndEvalLoss) {
   EXPECT_NEAR(eval.at("loss"), ce / 3, 1e-6);
 
   // Training metrics: mean of the per-step total loss, top-1 over all examples.
-  task.update_metrics(logits, batch, terms, true, &train_sums);
-  task.update_metrics(logits, batch, terms, true, &train_sums);
+  task.train_metrics(logits, batch, terms, &train_sums);
+  task.train_metrics(logits, batch, terms, &train_sums);
   auto train = task.compute_metrics(train_sums, true);
-  EXPECT_NEAR(train.at("loss"), terms.at("total").item<double>(), 1e-9);
+  EXPECT_NEAR(train.at("loss"), terms.total().item<double>(), 1e-9);
   EXPECT_NEAR(train.at("accuracy"), 1.0 / 3, 1e-12);
 
   // Sums merge element-wise (what a distributed all-reduce does).

@@ -120,9 +120,9 @@ TEST(MultiLabelLoss, TaskLossIsCoefficientWeightedCrossEntropyPlusHalfL2OverAllV
 
   torch::manual_seed(11);
   auto terms = task.loss(logits, batch, /*global_batch_size=*/8);
-  EXPECT_NEAR(terms.at("cross_entropy").item<double>(), ce, 1e-5);
-  EXPECT_NEAR(terms.at("l2_loss").item<double>(), 1e-3 * squares / 2, 1e-6 * squares);
-  EXPECT_NEAR(terms.at("total").item<double>(), ce + 1e-3 * squares / 2, 1e-5);
+  EXPECT_NEAR(terms.data.item<double>(), ce, 1e-5);
+  EXPECT_NEAR(terms.regularizer.item<double>(), 1e-3 * squares / 2, 1e-6 * squares);
+  EXPECT_NEAR(terms.total().item<double>(), ce + 1e-3 * squares / 2, 1e-5);
 
   // The counters live with the model (checkpointed) and evaluation leaves them alone.
   bool found = false;
@@ -154,7 +154,7 @@ TEST(MultiLabelMetrics, AveragePrecisionPrecisionRecallAndAccuracy) {
   auto batch = batch_of(targets);
   MetricSums sums;
   // Two batches (the same one twice) merge into the same AP.
-  for (int i = 0; i < 2; ++i) task.update_metrics(logits, batch, task.loss(logits, batch, 5), false, &sums);
+  for (int i = 0; i < 2; ++i) task.eval_step(logits, batch, task.loss(logits, batch, 5), &sums);
   auto m = task.compute_metrics(sums, false);
   EXPECT_NEAR(m.at("mAP"), ((1 + 2.0 / 3 + 3.0 / 5) / 3 + 1) / 2, 1e-9);
   EXPECT_EQ(m.at("classes_with_positives"), 2);

@@ -66,6 +66,7 @@ std::map<std::string, double> Evaluator::run(const EvalInputFactory& input, int6
   module->eval();
   torch::NoGradGuard no_grad;
   tasks::MetricSums sums;
+  task_.begin_evaluation();
   BatchSource source = input();
   data::Batch batch;
   const Stopwatch clock;  // after the input's start-up
@@ -77,8 +78,8 @@ std::map<std::string, double> Evaluator::run(const EvalInputFactory& input, int6
       train::AutocastGuard autocast(opt_.dtype, device.is_cuda());
       outputs = task_.forward(batch.images);
     }
-    auto terms = task_.loss(outputs, batch, opt_.global_batch_size);
-    task_.update_metrics(outputs.to(torch::kFloat), batch, terms, /*training=*/false, &sums);
+    const auto loss = task_.loss(outputs, batch, opt_.global_batch_size);
+    task_.eval_step(outputs.to(torch::kFloat), batch, loss, &sums);
     n += batch.size;
   }
   module->train();

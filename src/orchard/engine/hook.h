@@ -29,10 +29,10 @@ struct TrainState {
   int world_size = 1;
   bool chief = true;
 
-  // The last step's outputs: learning rate, the task's loss terms ("total" was
+  // The last step's outputs: learning rate, the task's loss (detached; its total was
   // back-propagated), and whether the optimizer applied it (false: skipped by loss scaling).
   double lr = 0;
-  tasks::LossTerms terms;
+  tasks::Loss loss;
   bool applied = true;
 
   tasks::MetricSums loop_metrics;               // this host loop's training metric state

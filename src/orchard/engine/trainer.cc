@@ -68,7 +68,7 @@ struct Trainer::Impl {
     if (average) h.push_back(std::make_shared<MovingAverageHook>(*average));
     if (opt.profile_start >= 0)
       h.push_back(std::make_shared<ProfilerHook>(opt.model_dir, opt.profile_start, opt.profile_end));
-    h.push_back(std::make_shared<LogHook>(opt.log_steps, opt.distributed.get()));
+    h.push_back(std::make_shared<LogHook>(opt.log_steps, opt.distributed.get(), task.data_loss_name()));
     h.push_back(std::make_shared<TrainSummaryHook>(task, schedule, opt.distributed.get()));
     if (opt.enable_checkpoints) {
       CheckpointHookOptions c;
@@ -186,17 +186,16 @@ train::RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input
       train::AutocastGuard autocast(m.opt.dtype, m.device.is_cuda());
       outputs = m.task.forward_train(batch);
     }
-    auto terms = m.task.loss(outputs, batch, m.opt.global_batch_size);
+    const auto loss = m.task.loss(outputs, batch, m.opt.global_batch_size);
     m.optimizer->zero_grad();
     // Each replica's data loss is its share of the global batch; the reducer averages the
     // gradients, so scaling that share by the number of replicas makes the result their sum.
     // The L2 term is the whole model's on every replica: it stays as it is, so the average
     // counts it once (the seed adds l2_loss / num_replicas before a summing all-reduce).
-    auto objective = terms.at("total");
+    auto objective = loss.total();
     if (s.world_size > 1) {
-      const double w = static_cast<double>(s.world_size);
-      objective = terms.count("l2_loss") ? (objective - terms.at("l2_loss")) * w + terms.at("l2_loss")
-                                         : objective * w;
+      const auto data = loss.data * static_cast<double>(s.world_size);
+      objective = loss.regularizer.defined() ? data + loss.regularizer : data;
     }
     for (auto& h : hooks) h->before_backward(s, objective);
     objective.backward();
@@ -207,10 +206,12 @@ train::RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input
       m.optimizer->step();
     }
     s.applied = apply;
-    m.task.update_metrics(outputs.detach().to(torch::kFloat), batch, terms, /*training=*/true, &s.loop_metrics);
+    m.task.train_metrics(outputs.detach().to(torch::kFloat), batch, loss, &s.loop_metrics);
     // Hooks read values only: keep no autograd graph alive until the next step.
-    s.terms.clear();
-    for (const auto& [name, value] : terms) s.terms[name] = value.detach();
+    s.loss.data = loss.data.detach();
+    s.loss.regularizer = loss.regularizer.defined() ? loss.regularizer.detach() : torch::Tensor();
+    s.loss.terms.clear();
+    for (const auto& [name, value] : loss.terms) s.loss.terms[name] = value.detach();
   };
 
   LoopOptions lo;

@@ -47,16 +47,25 @@ at::Tensor MetricSums::tensor(const std::string& name) const {
   return it == sums_.end() ? at::Tensor() : it->second;
 }
 
-void add_training_loss(const LossTerms& loss, MetricSums* sums) {
-  sums->add("cross_entropy", loss.at("cross_entropy"));
-  if (loss.count("l2_loss")) sums->add("l2_loss", loss.at("l2_loss"));
+void add_training_loss(const Loss& loss, MetricSums* sums) {
+  sums->add("data_loss", loss.data);
+  if (loss.regularizer.defined()) sums->add("regularization_loss", loss.regularizer);
   sums->add("steps", 1.0);
 }
 
 double training_loss(const MetricSums& s) {
   const double replicas = std::max(1.0, s.get("replicas"));
   const double steps = std::max(1.0, s.get("steps") / replicas);
-  return (s.get("cross_entropy") + s.get("l2_loss") / replicas) / steps;
+  return (s.get("data_loss") + s.get("regularization_loss") / replicas) / steps;
+}
+
+double training_data_loss(const MetricSums& s) {
+  return s.get("data_loss") * std::max(1.0, s.get("replicas")) / std::max(1.0, s.get("steps"));
+}
+
+double training_regularization_loss(const MetricSums& s) {
+  const double replicas = std::max(1.0, s.get("replicas"));
+  return s.get("regularization_loss") / replicas / std::max(1.0, s.get("steps") / replicas);
 }
 
 }  // namespace orchard::tasks

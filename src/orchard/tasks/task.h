@@ -43,7 +43,19 @@ class MetricSums {
   std::map<std::string, at::Tensor> rows_;
 };
 
-using LossTerms = std::map<std::string, torch::Tensor>;  // "total" is back-propagated
+// A batch's loss as a task computes it. The trainer back-propagates total(); with several
+// replicas it sums the data shares and counts the regulariser once.
+struct Loss {
+  // This replica's share of the global batch's data loss: over the replicas the shares sum to
+  // the global value (a replica's mean times its batch / the global batch).
+  torch::Tensor data;
+  // The whole model's regularisation (e.g. L2 on the weights), the same on every replica;
+  // undefined where the task has none.
+  torch::Tensor regularizer;
+  // Named values the task's metrics read (e.g. each detection loss, caption weight sums).
+  std::map<std::string, torch::Tensor> terms;
+  torch::Tensor total() const { return regularizer.defined() ? data + regularizer : data; }
+};
 
 // An image for TensorBoard (e.g. predictions beside the ground truth).
 struct SummaryImage {
@@ -52,12 +64,13 @@ struct SummaryImage {
   std::string png;
 };
 
-// The training loss over a host loop, right for any number of replicas. Each replica's
-// "cross_entropy" is its share of the global batch (the shares sum to the global value) and
-// its "l2_loss" is the whole L2 term; the trainer adds "replicas" = 1 per replica before
-// summing over them.
-void add_training_loss(const LossTerms& loss, MetricSums* sums);
-double training_loss(const MetricSums& sums);  // mean per step of cross_entropy + l2_loss
+// The training loss over a host loop, right for any number of replicas: sums "data_loss" (the
+// shares) and "regularization_loss" (each replica's whole term); the trainer adds "replicas" =
+// 1 per replica before summing over them.
+void add_training_loss(const Loss& loss, MetricSums* sums);
+double training_loss(const MetricSums& sums);  // mean per step of the data loss + the regulariser
+double training_data_loss(const MetricSums& sums);  // mean per step of the global data loss
+double training_regularization_loss(const MetricSums& sums);  // mean per step
 
 class Task {
  public:
@@ -71,9 +84,17 @@ class Task {
   virtual data::SampleSpec sample_spec() const = 0;
   virtual data::ParseFn parser(bool training) const = 0;
   // Loss for one replica's batch, normalised by the global batch size.
-  virtual LossTerms loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) = 0;
-  virtual void update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss,
-                              bool training, MetricSums* sums) const = 0;
+  virtual Loss loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) = 0;
+  // What the progress line calls the data loss (the seeds' "cross_entropy").
+  virtual std::string data_loss_name() const { return "data_loss"; }
+  // A training step's metric state (outputs detached, float32).
+  virtual void train_metrics(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+                             MetricSums* sums) const = 0;
+  // An evaluation step: metric state, and whatever the task produces from its predictions
+  // (captions to score, images for TensorBoard). begin_evaluation starts a pass.
+  virtual void begin_evaluation() {}
+  virtual void eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+                         MetricSums* sums) = 0;
   // Final metric values from the sums (names as they appear in summaries and stats).
   virtual std::map<std::string, double> compute_metrics(const MetricSums& sums, bool training) const = 0;
   // What a checkpoint must match to be restored (e.g. arch, num_classes).

@@ -74,7 +74,8 @@ class EvalHook : public Hook {
 // step timestamps for the stats JSON.
 class LogHook : public Hook {
  public:
-  LogHook(int64_t log_steps, train::Distributed* distributed);
+  // `data_loss_name`: what the progress line calls the data loss (the task's).
+  LogHook(int64_t log_steps, train::Distributed* distributed, std::string data_loss_name);
   ~LogHook() override;
   void before_train(TrainState& state) override;
   void after_step(TrainState& state) override;

@@ -18,14 +18,16 @@ struct LogHook::Impl {
   Stopwatch window, progress_clock, since_start;
   int64_t window_start_step = 0;
   double last_progress = -1;
+  std::string data_loss_name;
   torch::Tensor last_loss;
-  double last_cross_entropy = 0;
+  double last_data_loss = 0;
   double train_seconds = 0;
   int64_t timed_examples = 0;
 };
 
-LogHook::LogHook(int64_t log_steps, train::Distributed* distributed)
+LogHook::LogHook(int64_t log_steps, train::Distributed* distributed, std::string data_loss_name)
     : impl_(std::make_unique<Impl>()) {
+  impl_->data_loss_name = std::move(data_loss_name);
   impl_->log_steps = std::max<int64_t>(1, log_steps);
   impl_->dist = distributed;
 }
@@ -49,22 +51,22 @@ void LogHook::before_train(TrainState& s) {
 void LogHook::after_step(TrainState& s) {
   auto& m = *impl_;
   const int64_t done = s.step;
-  m.last_loss = s.terms.at("total").detach();
+  m.last_loss = s.loss.total();
   if (done % m.log_steps == 0) {
     // The seed logs the cross entropy beside the loss. With replicas, both are the global
-    // batch's: the cross-entropy shares summed over replicas, L2 counted once.
-    const auto l2 = s.terms.count("l2_loss") ? s.terms.at("l2_loss").detach().to(torch::kDouble) : torch::zeros({});
-    std::vector<at::Tensor> ce = {(m.last_loss.to(torch::kDouble) - l2).reshape({1})};
-    if (s.world_size > 1) m.dist->allreduce_sum(ce);
-    m.last_cross_entropy = ce[0][0].item<double>();
-    m.last_loss = ce[0][0] + l2;
+    // batch's: the data-loss shares summed over replicas, the regulariser counted once.
+    const auto reg = s.loss.regularizer.defined() ? s.loss.regularizer.to(torch::kDouble) : torch::zeros({}, torch::kDouble);
+    std::vector<at::Tensor> data = {s.loss.data.to(torch::kDouble).reshape({1})};
+    if (s.world_size > 1) m.dist->allreduce_sum(data);
+    m.last_data_loss = data[0][0].item<double>();
+    m.last_loss = data[0][0] + reg;
 
     const double secs = m.window.seconds();
     const double eps = static_cast<double>((done - m.window_start_step) * s.global_batch_size) / secs;
     s.stats.step_timestamp_log.emplace_back(done, unix_seconds());
     if (!m.interactive)
-      spdlog::info("step {}/{}: loss {:.4f} (cross_entropy {:.4f}), lr {:.5f}, {:.1f} examples/s, ETA {}", done,
-                   s.total_steps, m.last_loss.item<double>(), m.last_cross_entropy, s.lr, eps,
+      spdlog::info("step {}/{}: loss {:.4f} ({} {:.4f}), lr {:.5f}, {:.1f} examples/s, ETA {}", done, s.total_steps,
+                   m.last_loss.item<double>(), m.data_loss_name, m.last_data_loss, s.lr, eps,
                    format_duration((s.total_steps - done) * secs / (done - m.window_start_step)));
     if (s.train_events) s.train_events->scalar("examples_per_second", eps, done);
     // The first window includes start-up costs: leave it out of the average.

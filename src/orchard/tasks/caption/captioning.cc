@@ -87,7 +87,7 @@ data::ParseFn CaptionTask::parser(bool training) const {
   };
 }
 
-LossTerms CaptionTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
+Loss CaptionTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
   const auto& length = batch.field("caption_length");
   const int64_t t = length.max().item<int64_t>();
   const auto ids = batch.field("caption_ids").narrow(1, 0, t);
@@ -105,28 +105,28 @@ LossTerms CaptionTask::loss(const torch::Tensor& outputs, const data::Batch& bat
   const auto sum_losses = (ce * mask).sum();
   const auto sum_weights = mask.sum();
   const auto batch_loss = sum_losses / sum_weights.clamp_min(1.0);
-  LossTerms terms;
-  terms["cross_entropy"] = batch_loss * (static_cast<double>(outputs.size(0)) / static_cast<double>(global_batch_size));
-  terms["total"] = terms["cross_entropy"];
+  Loss loss;
+  loss.data = batch_loss * (static_cast<double>(outputs.size(0)) / static_cast<double>(global_batch_size));
   if (!l2_params_.empty() && config_.inception_weight_decay > 0) {
     auto l2 = torch::zeros({}, outputs.options().dtype(torch::kFloat));
     for (const auto& p : l2_params_) l2 = l2 + p.to(torch::kFloat).pow(2).sum();
-    terms["l2_loss"] = l2 * (config_.inception_weight_decay / 2);
-    terms["total"] = terms["total"] + terms["l2_loss"];
+    loss.regularizer = l2 * (config_.inception_weight_decay / 2);
   }
-  terms["sum_losses"] = sum_losses.detach();
-  terms["sum_weights"] = sum_weights.detach();
-  return terms;
+  loss.terms["sum_losses"] = sum_losses.detach();
+  loss.terms["sum_weights"] = sum_weights.detach();
+  return loss;
 }
 
-void CaptionTask::update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss,
-                                 bool training, MetricSums* sums) const {
-  sums->add("sum_losses", loss.at("sum_losses").to(torch::kDouble));
-  sums->add("sum_weights", loss.at("sum_weights").to(torch::kDouble));
-  if (training) {
-    add_training_loss(loss, sums);
-    return;
-  }
+void CaptionTask::train_metrics(const torch::Tensor&, const data::Batch&, const Loss& loss, MetricSums* sums) const {
+  sums->add("sum_losses", loss.terms.at("sum_losses").to(torch::kDouble));
+  sums->add("sum_weights", loss.terms.at("sum_weights").to(torch::kDouble));
+  add_training_loss(loss, sums);
+}
+
+void CaptionTask::eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+                            MetricSums* sums) {
+  sums->add("sum_losses", loss.terms.at("sum_losses").to(torch::kDouble));
+  sums->add("sum_weights", loss.terms.at("sum_weights").to(torch::kDouble));
   sums->add("count", static_cast<double>(batch.size));
   if (!config_.eval_captions) return;
   // Every caption of the batch is a reference of its image; each image is captioned once.
@@ -158,7 +158,6 @@ void CaptionTask::update_metrics(const torch::Tensor& outputs, const data::Batch
 std::map<std::string, double> CaptionTask::compute_metrics(const MetricSums& s, bool training) const {
   const double mean = s.get("sum_losses") / std::max(1.0, s.get("sum_weights"));
   if (training) return {{"loss", training_loss(s)}, {"perplexity", std::exp(mean)}};
-  captioned_.clear();  // the next evaluation captions every image again
   std::map<std::string, double> m = {{"loss", mean}, {"Perplexity", std::exp(mean)}};
   const auto hyps = s.rows("caption_hyps");
   const auto refs = s.rows("caption_refs");

@@ -40,9 +40,14 @@ class CaptionTask : public Task {
   // im2txt's batch_loss (masked mean over target words) as this replica's share of the global
   // batch, plus the encoder's L2 when it is fine-tuned; "sum_losses" / "sum_weights" (detached)
   // feed perplexity.
-  LossTerms loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) override;
-  void update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss, bool training,
-                      MetricSums* sums) const override;
+  Loss loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) override;
+  std::string data_loss_name() const override { return "cross_entropy"; }
+  void train_metrics(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+                     MetricSums* sums) const override;
+  void begin_evaluation() override { captioned_.clear(); }
+  // Perplexity sums and, with eval_captions, a beam-search caption of each image the pass has
+  // not captioned yet, with every caption of the batch as its references.
+  void eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss, MetricSums* sums) override;
   // Training: loss, perplexity. Eval: loss, Perplexity (im2txt's tag), Bleu_1..Bleu_4, CIDEr-D.
   std::map<std::string, double> compute_metrics(const MetricSums& sums, bool training) const override;
   std::map<std::string, std::string> signature() const override;
@@ -59,7 +64,7 @@ class CaptionTask : public Task {
   CaptionConfig config_;
   caption::ShowAndTell model_{nullptr};
   std::vector<torch::Tensor> l2_params_;
-  mutable std::unordered_set<int64_t> captioned_;  // images already captioned in this evaluation
+  std::unordered_set<int64_t> captioned_;  // images already captioned in this evaluation
 };
 
 }  // namespace orchard::tasks

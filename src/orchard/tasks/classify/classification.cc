@@ -58,40 +58,45 @@ torch::Tensor ClassificationTask::l2_loss(bool single_op) const {
   return total;
 }
 
-LossTerms ClassificationTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
+Loss ClassificationTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
   auto logits = outputs.to(torch::kFloat);  // softmax in float32 even under autocast
   auto ce = torch::nn::functional::cross_entropy(
       logits, batch.field("label"),
       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum).label_smoothing(config_.label_smoothing));
-  ce = ce / static_cast<double>(global_batch_size);
-  LossTerms terms;
-  terms["cross_entropy"] = ce;
-  if (config_.weight_decay > 0) {
-    terms["l2_loss"] = l2_loss(config_.single_l2_loss_op);
-    terms["total"] = ce + terms["l2_loss"];
-  } else {
-    terms["total"] = ce;
-  }
-  return terms;
+  Loss loss;
+  loss.data = ce / static_cast<double>(global_batch_size);
+  if (config_.weight_decay > 0) loss.regularizer = l2_loss(config_.single_l2_loss_op);
+  return loss;
 }
 
-void ClassificationTask::update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss,
-                                        bool training, MetricSums* sums) const {
+namespace {
+
+// Top-1 and count; the top-k hits [B, k] for evaluation.
+torch::Tensor add_accuracy(const torch::Tensor& outputs, const torch::Tensor& labels, MetricSums* sums) {
+  const int64_t k = std::min<int64_t>(5, outputs.size(1));
+  auto hits = std::get<1>(outputs.topk(k, 1)).eq(labels.unsqueeze(1));
+  sums->add("top_1_correct", hits.select(1, 0).sum());
+  sums->add("count", static_cast<double>(labels.size(0)));
+  return hits;
+}
+
+}  // namespace
+
+void ClassificationTask::train_metrics(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+                                       MetricSums* sums) const {
+  torch::NoGradGuard no_grad;
+  add_accuracy(outputs, batch.field("label"), sums);
+  add_training_loss(loss, sums);
+}
+
+void ClassificationTask::eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss&,
+                                   MetricSums* sums) {
   torch::NoGradGuard no_grad;
   const auto& labels = batch.field("label");
-  const int64_t k = std::min<int64_t>(5, outputs.size(1));
-  auto topk = std::get<1>(outputs.topk(k, 1));
-  auto hits = topk.eq(labels.unsqueeze(1));
-  sums->add("top_1_correct", hits.select(1, 0).sum());
-  sums->add("count", static_cast<double>(batch.size));
-  if (training) {
-    add_training_loss(loss, sums);
-  } else {
-    sums->add("top_5_correct", hits.any(1).sum());
-    sums->add("cross_entropy_sum",
-              torch::nn::functional::cross_entropy(outputs.to(torch::kFloat), labels,
-                                                   torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));
-  }
+  sums->add("top_5_correct", add_accuracy(outputs, labels, sums).any(1).sum());
+  sums->add("cross_entropy_sum",
+            torch::nn::functional::cross_entropy(outputs.to(torch::kFloat), labels,
+                                                 torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));
 }
 
 std::map<std::string, double> ClassificationTask::compute_metrics(const MetricSums& s, bool training) const {

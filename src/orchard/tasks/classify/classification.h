@@ -31,9 +31,11 @@ class ClassificationTask : public Task {
   data::ParseFn parser(bool training) const override;
   // How images are prepared for this model (train and eval/predict share it).
   data::PreprocessOptions preprocess_options() const;
-  LossTerms loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) override;
-  void update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss, bool training,
-                      MetricSums* sums) const override;
+  Loss loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) override;
+  std::string data_loss_name() const override { return "cross_entropy"; }
+  void train_metrics(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+                     MetricSums* sums) const override;
+  void eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss, MetricSums* sums) override;
   std::map<std::string, double> compute_metrics(const MetricSums& sums, bool training) const override;
   std::map<std::string, std::string> signature() const override;
 

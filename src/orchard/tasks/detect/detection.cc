@@ -56,7 +56,7 @@ data::ParseFn DetectionTask::parser(bool training) const {
   };
 }
 
-LossTerms DetectionTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
+Loss DetectionTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
   auto out = outputs.to(torch::kFloat);  // losses in float32 even under autocast
   auto counts = batch.field("num_boxes").to(torch::kCPU);
   const auto& boxes = batch.field("boxes");
@@ -73,44 +73,40 @@ LossTerms DetectionTask::loss(const torch::Tensor& outputs, const data::Batch& b
   // This replica's share: with replicas the gradients of the shares add up to the mean of the
   // per-replica losses (each normalised by its own matches, as the OD API's towers are).
   const double share = static_cast<double>(batch.size) / static_cast<double>(global_batch_size);
-  LossTerms terms;
-  torch::Tensor data_loss;
+  Loss loss;
   for (const auto& [name, value] : losses) {
-    terms[name] = value * share;
-    terms["batch_" + name] = value.detach();
-    data_loss = data_loss.defined() ? data_loss + terms[name] : terms[name];
+    auto& term = loss.terms[name] = value * share;
+    loss.terms["batch_" + name] = value.detach();
+    loss.data = loss.data.defined() ? loss.data + term : term;
   }
-  terms["cross_entropy"] = data_loss;
-  terms["total"] = data_loss;
   if (config_.l2_weight > 0 && !l2_params_.empty()) {
     // slim's l2_regularizer(weight): weight * sum(w^2) / 2 per variable.
     auto l2 = torch::zeros({}, l2_params_[0].options());
     for (const auto& p : l2_params_) l2 = l2 + p.pow(2).sum();
-    terms["l2_loss"] = l2 * (config_.l2_weight / 2);
-    terms["total"] = terms["total"] + terms["l2_loss"];
+    loss.regularizer = l2 * (config_.l2_weight / 2);
   }
-  return terms;
+  return loss;
 }
 
 std::vector<ImageDetections> DetectionTask::postprocess(const torch::Tensor& outputs) const {
   return meta_->postprocess(outputs);
 }
 
-void DetectionTask::update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss,
-                                   bool training, MetricSums* sums) const {
+void DetectionTask::train_metrics(const torch::Tensor&, const data::Batch& batch, const Loss& loss,
+                                  MetricSums* sums) const {
+  sums->add("count", static_cast<double>(batch.size));
+  add_training_loss(loss, sums);
+  for (const auto& [name, value] : loss.terms)  // the meta-architecture's losses, as shares
+    if (name.rfind("batch_", 0) != 0) sums->add("Loss/" + name, value);
+}
+
+void DetectionTask::eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+                              MetricSums* sums) {
   torch::NoGradGuard no_grad;
   sums->add("count", static_cast<double>(batch.size));
   const double n = static_cast<double>(batch.size);
-  if (training) add_training_loss(loss, sums);
-  for (const auto& [name, value] : loss) {
-    if (name.rfind("batch_", 0) != 0) continue;
-    const std::string loss_name = name.substr(6);  // the meta-architecture's loss
-    if (training)
-      sums->add("Loss/" + loss_name, loss.at(loss_name));
-    else
-      sums->add("eval_Loss/" + loss_name, value * n);
-  }
-  if (training) return;
+  for (const auto& [name, value] : loss.terms)  // the batch means of the meta-architecture's losses
+    if (name.rfind("batch_", 0) == 0) sums->add("eval_Loss/" + name.substr(6), value * n);
   const auto detections = postprocess(outputs);
   const auto boxes = batch.field("boxes").to(torch::kCPU).contiguous();
   const auto classes = batch.field("classes").to(torch::kCPU).contiguous();
@@ -190,7 +186,7 @@ std::map<std::string, double> DetectionTask::compute_metrics(const MetricSums& s
     std::map<std::string, double> m;
     for (const auto& [name, sum] : s.sums())
       if (name.rfind("Loss/", 0) == 0) m[name] = sum.sum().item<double>() / steps;
-    m["Loss/regularization_loss"] = s.get("l2_loss") / replicas / steps;
+    m["Loss/regularization_loss"] = training_regularization_loss(s);
     m["Loss/total_loss"] = training_loss(s);
     return m;
   }

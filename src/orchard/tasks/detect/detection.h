@@ -54,9 +54,13 @@ class DetectionTask : public Task {
   data::ParseFn parser(bool training) const override;
   // The meta-architecture's weighted losses (SSD: localization_loss + classification_loss), as
   // this replica's share of the global batch, plus the L2 regularization.
-  LossTerms loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) override;
-  void update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss, bool training,
-                      MetricSums* sums) const override;
+  Loss loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) override;
+  void train_metrics(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+                     MetricSums* sums) const override;
+  void begin_evaluation() override { visualizations_.clear(); }
+  // Detections (postprocess) against the ground truth as COCO rows, the eval losses, and the
+  // first num_visualizations images drawn for TensorBoard.
+  void eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss, MetricSums* sums) override;
   // Training: the OD API's Loss/* scalars. Eval: the 12 COCO numbers (DetectionBoxes_*),
   // per-category AP when configured, and the eval losses.
   std::map<std::string, double> compute_metrics(const MetricSums& sums, bool training) const override;
@@ -75,7 +79,7 @@ class DetectionTask : public Task {
   DetectionConfig config_;
   std::unique_ptr<MetaArchitecture> meta_;
   std::vector<at::Tensor> l2_params_;
-  mutable std::vector<SummaryImage> visualizations_;  // filled by update_metrics in eval
+  std::vector<SummaryImage> visualizations_;  // filled by eval_step
 };
 
 }  // namespace orchard::tasks

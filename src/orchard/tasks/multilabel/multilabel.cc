@@ -96,43 +96,52 @@ torch::Tensor MultiLabelTask::l2_loss() const {
   return config_.weight_decay * torch::stack(squares).sum() / 2;
 }
 
-LossTerms MultiLabelTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
+Loss MultiLabelTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
   const auto logits = outputs.to(torch::kFloat);
   const auto& labels = batch.field("labels");
   const bool training = model_->is_training();
   // Training: this replica's share of the global batch; evaluation: the batch mean.
   const double batch_scale = training ? static_cast<double>(batch.size) / static_cast<double>(global_batch_size) : 1;
-  LossTerms terms;
+  Loss loss;
   if (training && config_.balance) {
     // neg_select draws from the global generator, so it is part of the checkpointed RNG state.
     const auto selected = torch::rand({logits.size(1)}).le(config_.neg_select).to(logits.device());
     const auto coef = ml_images_coefficients(labels, selected, config_.mask_thres, pos_count_, neg_count_);
-    terms["cross_entropy"] = weighted_sigmoid_cross_entropy(logits, labels, coef, config_.pos_weight, batch_scale);
+    loss.data = weighted_sigmoid_cross_entropy(logits, labels, coef, config_.pos_weight, batch_scale);
   } else {
     // Evaluation (and --balance off): every known label weighs the same; the mean per label.
     const auto ones = torch::ones({logits.size(1)}, logits.options());
-    terms["cross_entropy"] =
-        weighted_sigmoid_cross_entropy(logits, labels, ones, config_.pos_weight, batch_scale) / logits.size(1);
+    loss.data = weighted_sigmoid_cross_entropy(logits, labels, ones, config_.pos_weight, batch_scale) / logits.size(1);
   }
-  terms["total"] = terms["cross_entropy"];
-  if (config_.weight_decay > 0) {
-    terms["l2_loss"] = l2_loss();
-    terms["total"] = terms["total"] + terms["l2_loss"];
-  }
-  return terms;
+  if (config_.weight_decay > 0) loss.regularizer = l2_loss();
+  return loss;
 }
 
-void MultiLabelTask::update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss,
-                                    bool training, MetricSums* sums) const {
+namespace {
+
+// The seed's accuracy: argmax of the scores against argmax of the label vector.
+void add_accuracy(const torch::Tensor& outputs, const torch::Tensor& labels, MetricSums* sums) {
+  sums->add("correct", outputs.argmax(1).eq(labels.argmax(1)).sum());
+  sums->add("count", static_cast<double>(labels.size(0)));
+}
+
+}  // namespace
+
+void MultiLabelTask::train_metrics(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+                                   MetricSums* sums) const {
+  torch::NoGradGuard no_grad;
+  add_accuracy(outputs, batch.field("labels"), sums);
+  add_training_loss(loss, sums);
+}
+
+void MultiLabelTask::eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+                               MetricSums* sums) {
   torch::NoGradGuard no_grad;
   const auto& labels = batch.field("labels");
-  // The seed's accuracy: argmax of the scores against argmax of the label vector.
-  sums->add("correct", outputs.argmax(1).eq(labels.argmax(1)).sum());
-  sums->add("count", static_cast<double>(batch.size));
-  if (training) return add_training_loss(loss, sums);
+  add_accuracy(outputs, labels, sums);
   const auto pos = labels.eq(1), neg = labels.eq(0);
   const auto predicted = torch::sigmoid(outputs).ge(config_.threshold);
-  sums->add("cross_entropy_sum", loss.at("cross_entropy") * batch.size);
+  sums->add("cross_entropy_sum", loss.data * batch.size);
   sums->add("true_positives", predicted.logical_and(pos).sum());
   sums->add("false_positives", predicted.logical_and(neg).sum());
   sums->add("false_negatives", predicted.logical_not().logical_and(pos).sum());
@@ -154,7 +163,7 @@ std::map<std::string, double> MultiLabelTask::compute_metrics(const MetricSums& 
   const double count = std::max(1.0, s.get("count"));
   if (training)
     return {{"loss", training_loss(s)},
-            {"cross_entropy", s.get("cross_entropy") * std::max(1.0, s.get("replicas")) / std::max(1.0, s.get("steps"))},
+            {"cross_entropy", training_data_loss(s)},
             {"accuracy", s.get("correct") / count}};
   const double tp = s.get("true_positives"), fp = s.get("false_positives"), fn = s.get("false_negatives");
   const double precision = tp + fp > 0 ? tp / (tp + fp) : 0, recall = tp + fn > 0 ? tp / (tp + fn) : 0;

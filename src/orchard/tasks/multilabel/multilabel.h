@@ -63,9 +63,11 @@ class MultiLabelTask : public Task {
   torch::Tensor forward(const torch::Tensor& images) override;
   data::SampleSpec sample_spec() const override;
   data::ParseFn parser(bool training) const override;
-  LossTerms loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) override;
-  void update_metrics(const torch::Tensor& outputs, const data::Batch& batch, const LossTerms& loss, bool training,
-                      MetricSums* sums) const override;
+  Loss loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) override;
+  std::string data_loss_name() const override { return "cross_entropy"; }
+  void train_metrics(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+                     MetricSums* sums) const override;
+  void eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss, MetricSums* sums) override;
   std::map<std::string, double> compute_metrics(const MetricSums& sums, bool training) const override;
   std::map<std::string, std::string> signature() const override;
 
