@@ -242,3 +242,24 @@ TEST(ClassificationTask, ChannelsLastGivesTheSameLogits) {
 
 }  // namespace
 }  // namespace orchard::tasks
+
+namespace orchard::tasks {
+namespace {
+
+TEST(ClassificationPredict, TopKClassesBySoftmaxProbability) {
+  ClassificationTask task(tiny_config(0));
+  const auto logits = torch::tensor({{0.f, 2.f, 1.f, -1.f}, {3.f, 0.f, 0.f, 0.f}});
+  const auto top = task.predict(logits, 2);
+  ASSERT_EQ(top.size(), 2u);
+  ASSERT_EQ(top[0].size(), 2u);
+  const double z0 = 1 + std::exp(2.0) + std::exp(1.0) + std::exp(-1.0);
+  EXPECT_EQ(top[0][0].class_id, 1);
+  EXPECT_NEAR(top[0][0].probability, std::exp(2.0) / z0, 1e-6);
+  EXPECT_EQ(top[0][1].class_id, 2);
+  EXPECT_NEAR(top[0][1].probability, std::exp(1.0) / z0, 1e-6);
+  EXPECT_EQ(top[1][0].class_id, 0);
+  EXPECT_EQ(task.predict(logits, 10)[0].size(), 4u);  // k is capped at the classes
+}
+
+}  // namespace
+}  // namespace orchard::tasks

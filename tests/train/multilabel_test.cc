@@ -259,3 +259,22 @@ TEST(MlImagesRecords, LabelBytesDecodeAndAWrongLengthNamesTheRecord) {
 
 }  // namespace
 }  // namespace orchard::tasks
+
+namespace orchard::tasks {
+namespace {
+
+TEST(MultiLabelPredict, LabelsAtOrAboveTheThresholdMostProbableFirst) {
+  MultiLabelTask task(tiny_config());
+  const auto logits = torch::tensor({{2.f, -1.f, 0.5f, 0.f}, {-3.f, -2.f, -4.f, -1.f}});
+  const auto labels = task.predict(logits, 0.5);
+  ASSERT_EQ(labels.size(), 2u);
+  ASSERT_EQ(labels[0].size(), 3u);  // sigmoid(0) = 0.5 is at the threshold: kept
+  EXPECT_EQ(labels[0][0].class_id, 0);
+  EXPECT_NEAR(labels[0][0].probability, 1 / (1 + std::exp(-2.0)), 1e-6);
+  EXPECT_EQ(labels[0][1].class_id, 2);
+  EXPECT_EQ(labels[0][2].class_id, 3);
+  EXPECT_TRUE(labels[1].empty());
+}
+
+}  // namespace
+}  // namespace orchard::tasks

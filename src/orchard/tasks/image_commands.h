@@ -11,8 +11,9 @@
 //   static std::string validation_files(const Flags&);
 //   static void add_inference_flags(FlagSet*, Flags&, bool predict);  e.g. --threshold, --top_k
 //   static nlohmann::json eval_report(const std::map<std::string, double>& metrics);
-//   static void print_predictions(const std::vector<std::string>& files, const at::Tensor& logits,
-//                                 const std::vector<std::string>& labels, const Flags&, bool json);
+//   static void print_predictions(const Task&, const std::vector<std::string>& files,
+//                                 const at::Tensor& logits, const std::vector<std::string>& labels,
+//                                 const Flags&, bool json);  // the task's typed predictions, printed
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -106,9 +107,10 @@ void add_image_inference_verbs(TaskCommands* commands, const std::string& export
     return [=] {
       auto [task, step] = restore(*in, flags_given_to(*c), false);
       const auto labels = data::read_labels((std::filesystem::path(in->f.model_dir) / "labels.txt").string());
+      const TaskType& restored = *task;
       predict_images(*task, task->preprocess_options(), in->inputs, in->f.batch_size,
                      [&](const std::vector<std::string>& files, const at::Tensor& logits) {
-                       Traits::print_predictions(files, logits, labels, in->f, in->json_out);
+                       Traits::print_predictions(restored, files, logits, labels, in->f, in->json_out);
                      });
       std::cout.flush();
     };

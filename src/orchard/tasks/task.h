@@ -57,6 +57,13 @@ struct Loss {
   torch::Tensor total() const { return regularizer.defined() ? data + regularizer : data; }
 };
 
+// A predicted class of one image (classification, multi-label tagging); detection predicts
+// detect::Detections and captioning caption::GeneratedCaption.
+struct ClassScore {
+  int64_t class_id = 0;
+  double probability = 0;
+};
+
 // An image for TensorBoard (e.g. predictions beside the ground truth).
 struct SummaryImage {
   std::string tag;

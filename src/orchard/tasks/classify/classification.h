@@ -31,6 +31,8 @@ class ClassificationTask : public Task {
   data::ParseFn parser(bool training) const override;
   // How images are prepared for this model (train and eval/predict share it).
   data::PreprocessOptions preprocess_options() const;
+  // Each image's k most probable classes (softmax of the logits [B, C]), most probable first.
+  std::vector<std::vector<ClassScore>> predict(const torch::Tensor& logits, int64_t k) const;
   Loss loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) override;
   std::string data_loss_name() const override { return "cross_entropy"; }
   void train_metrics(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,

@@ -412,20 +412,17 @@ struct ClassifyVerbs {
             {"top_5_accuracy", m.at("top_5_accuracy")},
             {"eval_loss", m.at("loss")}};
   }
-  static void print_predictions(const std::vector<std::string>& files, const torch::Tensor& logits,
+  static void print_predictions(const Task& task, const std::vector<std::string>& files, const torch::Tensor& logits,
                                 const std::vector<std::string>& labels, const Flags& f, bool json_out) {
-    const int64_t k = std::min<int64_t>(f.top_k, logits.size(1));
-    auto [top_p, top_i] = torch::softmax(logits, 1).topk(k, 1);
+    const auto predictions = task.predict(logits, f.top_k);
     for (size_t i = 0; i < files.size(); ++i) {
-      const auto row = static_cast<int64_t>(i);
       json preds = json::array();
       std::string line = files[i] + ":";
-      for (int64_t j = 0; j < k; ++j) {
-        const int64_t id = top_i[row][j].item<int64_t>();
-        const double prob = top_p[row][j].item<double>();
-        const std::string name = label_name(labels, id);
-        preds.push_back({{"label", name}, {"class_id", id}, {"probability", prob}});
-        line += fmt::format(" {} ({:.3f}){}", name, prob, j + 1 < k ? "," : "");
+      const auto& top = predictions[i];
+      for (size_t j = 0; j < top.size(); ++j) {
+        const std::string name = label_name(labels, top[j].class_id);
+        preds.push_back({{"label", name}, {"class_id", top[j].class_id}, {"probability", top[j].probability}});
+        line += fmt::format(" {} ({:.3f}){}", name, top[j].probability, j + 1 < top.size() ? "," : "");
       }
       if (json_out)
         std::cout << json{{"file", files[i]}, {"predictions", preds}}.dump() << "\n";

@@ -313,21 +313,16 @@ struct MultiLabelVerbs {
                           : "Probability threshold for precision / recall / F1");
   }
   static json eval_report(const std::map<std::string, double>& metrics) { return metrics; }
-  static void print_predictions(const std::vector<std::string>& files, const torch::Tensor& logits,
+  static void print_predictions(const Task& task, const std::vector<std::string>& files, const torch::Tensor& logits,
                                 const std::vector<std::string>& names, const Flags& f, bool json_out) {
-    const auto probs = torch::sigmoid(logits);
+    const auto predictions = task.predict(logits, f.threshold);
     for (size_t i = 0; i < files.size(); ++i) {
-      const auto row = probs[static_cast<int64_t>(i)];
-      const auto order = row.argsort(0, /*descending=*/true);
       json labels = json::array();
       std::string line = files[i] + ":";
-      for (int64_t j = 0; j < row.size(0); ++j) {
-        const int64_t id = order[j].item<int64_t>();
-        const double prob = row[id].item<double>();
-        if (prob < f.threshold) break;
-        const std::string name = label_name(names, id);
-        labels.push_back({{"label", name}, {"class_id", id}, {"probability", prob}});
-        line += fmt::format(" {} ({:.3f})", name, prob);
+      for (const auto& p : predictions[i]) {
+        const std::string name = label_name(names, p.class_id);
+        labels.push_back({{"label", name}, {"class_id", p.class_id}, {"probability", p.probability}});
+        line += fmt::format(" {} ({:.3f})", name, p.probability);
       }
       if (labels.empty()) line += " (no label above " + fmt::format("{}", f.threshold) + ")";
       if (json_out)

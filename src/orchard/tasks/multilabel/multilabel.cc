@@ -81,6 +81,17 @@ data::PreprocessOptions MultiLabelTask::preprocess_options() const {
   return o;
 }
 
+std::vector<std::vector<ClassScore>> MultiLabelTask::predict(const torch::Tensor& logits, double threshold) const {
+  const auto [probs, ids] = torch::sigmoid(logits.to(torch::kCPU, torch::kFloat)).sort(1, /*descending=*/true);
+  const auto p = probs.accessor<float, 2>();
+  const auto id = ids.accessor<int64_t, 2>();
+  std::vector<std::vector<ClassScore>> out(static_cast<size_t>(logits.size(0)));
+  for (int64_t i = 0; i < logits.size(0); ++i)
+    for (int64_t j = 0; j < logits.size(1) && p[i][j] >= threshold; ++j)
+      out[static_cast<size_t>(i)].push_back({id[i][j], p[i][j]});
+  return out;
+}
+
 data::ParseFn MultiLabelTask::parser(bool training) const {
   data::MlImagesParseOptions o;
   o.preprocess = preprocess_options();

@@ -72,6 +72,9 @@ class MultiLabelTask : public Task {
   std::map<std::string, std::string> signature() const override;
 
   data::PreprocessOptions preprocess_options() const;
+  // Each image's labels with probability (sigmoid of the logits [B, C]) at least `threshold`,
+  // most probable first.
+  std::vector<std::vector<ClassScore>> predict(const torch::Tensor& logits, double threshold) const;
   torch::Tensor l2_loss() const;
   const MultiLabelConfig& config() const { return config_; }
   // Names of the loss state kept with the model (saved in checkpoints, not a backbone part).
