@@ -40,6 +40,31 @@ TrainRuntime start_training(const RuntimeFlags& f, int64_t global_batch_size, co
   return rt;
 }
 
+engine::TrainerOptions trainer_options(const RuntimeFlags& f, const TrainRuntime& rt, const std::string& model_dir,
+                                       int64_t global_batch_size) {
+  engine::TrainerOptions o;
+  o.model_dir = model_dir;
+  o.global_batch_size = global_batch_size;
+  o.dtype = f.dtype;
+  o.device = train_device(rt.cuda, rt.dist.get());
+  o.distributed = rt.dist;
+  return o;
+}
+
+data::PipelineOptions training_input(const std::string& file_pattern, int64_t global_batch_size, uint64_t seed,
+                                     int num_threads, bool skip_corrupt_records, const TrainRuntime& rt) {
+  data::PipelineOptions o;
+  o.file_pattern = file_pattern;
+  o.training = true;
+  o.batch_size = global_batch_size;
+  o.seed = seed;
+  o.num_threads = num_threads;
+  o.reader.skip_corrupt_records = skip_corrupt_records;
+  o.pin_memory = rt.cuda;
+  shard_input(o, rt.dist.get());
+  return o;
+}
+
 void clean_model_dir(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return;

@@ -58,6 +58,17 @@ struct TrainRuntime {
 TrainRuntime start_training(const RuntimeFlags& f, int64_t global_batch_size, const std::string& model_dir,
                             bool clean);
 
+// The trainer options every task's `train` sets alike: model_dir, the global batch, --dtype,
+// the device and the cluster (the task adds its cadence, checkpoints and summaries).
+engine::TrainerOptions trainer_options(const RuntimeFlags& f, const TrainRuntime& rt, const std::string& model_dir,
+                                       int64_t global_batch_size);
+
+// The training input every task's `train` reads: `file_pattern` shuffled with `seed`, this
+// replica's share of the global batch (shard_input), `num_threads` parse threads, corrupt
+// records skipped or not, pinned for a GPU (the task adds its shuffle buffers and cache).
+data::PipelineOptions training_input(const std::string& file_pattern, int64_t global_batch_size, uint64_t seed,
+                                     int num_threads, bool skip_corrupt_records, const TrainRuntime& rt);
+
 // Removes only what Orchard writes (checkpoints, index, config, labels, summaries).
 void clean_model_dir(const std::string& dir);
 

@@ -313,9 +313,7 @@ void run_train(CaptionFlags f) {
   const int64_t per_epoch = f.num_examples_per_epoch > 0 ? f.num_examples_per_epoch : num_records;
   const int64_t steps_per_epoch = std::max<int64_t>(1, num_records / f.train_batch_size);
 
-  engine::TrainerOptions topt;
-  topt.model_dir = f.train_dir;
-  topt.global_batch_size = f.train_batch_size;
+  engine::TrainerOptions topt = trainer_options(f, rt, f.train_dir, f.train_batch_size);
   topt.steps_per_epoch = steps_per_epoch;
   topt.total_steps = f.train_steps;
   topt.steps_per_loop = f.save_checkpoints_steps > 0
@@ -328,11 +326,8 @@ void run_train(CaptionFlags f) {
   topt.log_steps = f.log_every_n_steps;
   topt.stats_file = f.stats_file;
   topt.clip_gradient_norm = f.clip_gradients;
-  topt.dtype = f.dtype;
-  topt.device = train_device(rt.cuda, rt.dist.get());
   const bool has_eval = !f.eval_file_pattern.empty();
   topt.eval_on_checkpoint = has_eval;
-  topt.distributed = rt.dist;
 
   // im2txt: with --train_inception a constant 0.0005; otherwise 2.0 decayed by 0.5 every 8
   // epochs (staircase), the epoch being num_examples_per_epoch / batch_size steps.
@@ -351,16 +346,9 @@ void run_train(CaptionFlags f) {
   }
   auto optimizer = train::make_tf_optimizer(f.optimizer, task.trainable_parameters(), f.momentum);
 
-  data::PipelineOptions train_input;
-  train_input.file_pattern = f.input_file_pattern;
-  train_input.training = true;
-  train_input.batch_size = f.train_batch_size;
-  train_input.seed = f.seed;
-  train_input.num_threads = f.num_preprocess_threads;
+  data::PipelineOptions train_input = training_input(f.input_file_pattern, f.train_batch_size, f.seed,
+                                                     f.num_preprocess_threads, f.skip_corrupt_records, rt);
   train_input.shuffle_buffer = f.shuffle_buffer;
-  train_input.reader.skip_corrupt_records = f.skip_corrupt_records;
-  train_input.pin_memory = rt.cuda;
-  shard_input(train_input, rt.dist.get());
   data::PipelineOptions eval_input = eval_input_options(train_input, has_eval ? f.eval_file_pattern : f.input_file_pattern);
   eval_input.batch_size = std::max<int64_t>(1, f.eval_batch_size / (rt.dist ? rt.dist->world_size() : 1));
 
@@ -390,42 +378,38 @@ void run_train(CaptionFlags f) {
 
 struct EvalFlags {
   CaptionFlags f;
-  std::string checkpoint_dir;
-  bool run_once = false;
-  double eval_interval_secs = 600;  // evaluate.py: how often to look for a new checkpoint
-  int64_t min_global_step = 5000;   // evaluate.py
-  double eval_timeout = 3600;
-  int max_eval_retries = 0;
+  // --checkpoint_dir, --run_once, --eval_interval_secs (evaluate.py: 600), --min_global_step
+  // (evaluate.py: 5000), --eval_timeout, --max_eval_retries
+  engine::CheckpointWatch watch = [] {
+    engine::CheckpointWatch w;
+    w.poll_secs = 600;
+    w.min_global_step = 5000;
+    return w;
+  }();
 };
 
 void run_eval(EvalFlags e) {
   auto& f = e.f;
   train::configure_threads(f.num_threads);
-  load_model_config(e.checkpoint_dir, &f);
-  if (f.vocab_file.empty()) f.vocab_file = (fs::path(e.checkpoint_dir) / "word_counts.txt").string();
+  load_model_config(e.watch.checkpoint_dir, &f);
+  if (f.vocab_file.empty()) f.vocab_file = (fs::path(e.watch.checkpoint_dir) / "word_counts.txt").string();
   const auto vocab = load_vocab(f.vocab_file, "--vocab_file");
   tasks::CaptionTask task(task_config(f, vocab));
   const auto input = eval_options(f, f.input_file_pattern);
   count_examples(f.input_file_pattern);  // a clear error for a pattern without files
 
   engine::EvaluatorOptions eo;
-  eo.model_dir = e.checkpoint_dir;
+  eo.model_dir = e.watch.checkpoint_dir;
   eo.global_batch_size = f.eval_batch_size;
   eo.enable_tensorboard = true;
   engine::Evaluator evaluator(eo, task);
   auto eval_input = [&] { return limit_examples(pipeline_source(input, task, false), f.num_eval_examples); };
 
-  engine::CheckpointWatch watch;
-  watch.checkpoint_dir = e.checkpoint_dir;
-  watch.run_once = e.run_once;
-  watch.max_eval_retries = e.max_eval_retries;
-  watch.timeout_secs = e.eval_timeout;
-  watch.poll_secs = e.eval_interval_secs;
-  watch.min_global_step = e.min_global_step;
-  const json config = read_model_config(e.checkpoint_dir, "caption");
+  engine::CheckpointWatch watch = e.watch;
+  const json config = read_model_config(e.watch.checkpoint_dir, "caption");
   watch.final_step = config.value("train_steps", int64_t{0});
-  spdlog::info("caption eval: watching {} (final step {}), events into {}/eval", e.checkpoint_dir, watch.final_step,
-               e.checkpoint_dir);
+  spdlog::info("caption eval: watching {} (final step {}), events into {}/eval", watch.checkpoint_dir, watch.final_step,
+               watch.checkpoint_dir);
   const auto [last_step, metrics] = engine::evaluate_checkpoints(watch, evaluator, task, eval_input);
   json j = metrics;
   j["global_step"] = last_step;
@@ -512,16 +496,16 @@ TaskCommands caption_commands() {
   }});
   task.verbs.push_back({"eval", "Perplexity, BLEU and CIDEr-D of each new checkpoint (evaluate.py)", [](FlagSet* c) {
     auto e = std::make_shared<EvalFlags>();
-    c->add_option("--checkpoint_dir", e->checkpoint_dir, "The train_dir to watch")->required();
+    c->add_option("--checkpoint_dir", e->watch.checkpoint_dir, "The train_dir to watch")->required();
     c->add_option("--input_file_pattern", e->f.input_file_pattern, "Evaluation SequenceExample shards")->required();
-    c->add_flag("--run_once", e->run_once, "Evaluate the latest checkpoint once and exit");
-    c->add_option("--eval_interval_secs", e->eval_interval_secs, "Seconds between looks for a new checkpoint")
+    c->add_flag("--run_once", e->watch.run_once, "Evaluate the latest checkpoint once and exit");
+    c->add_option("--eval_interval_secs", e->watch.poll_secs, "Seconds between looks for a new checkpoint")
         ->capture_default_str();
-    c->add_option("--min_global_step", e->min_global_step, "Do not evaluate checkpoints before this step")
+    c->add_option("--min_global_step", e->watch.min_global_step, "Do not evaluate checkpoints before this step")
         ->capture_default_str();
-    c->add_option("--eval_timeout", e->eval_timeout, "Stop after this many seconds without a new checkpoint")
+    c->add_option("--eval_timeout", e->watch.timeout_secs, "Stop after this many seconds without a new checkpoint")
         ->capture_default_str();
-    c->add_option("--max_eval_retries", e->max_eval_retries, "Retries of a failed evaluation (negative: always)")
+    c->add_option("--max_eval_retries", e->watch.max_eval_retries, "Retries of a failed evaluation (negative: always)")
         ->capture_default_str();
     add_common_flags(c, e->f);
     return [e] { run_eval(*e); };

@@ -281,12 +281,12 @@ void run_train(ClassifyFlags f) {
   torch::manual_seed(f.seed);
   tasks::ClassificationTask task(tcfg);
 
-  data::PipelineOptions train_input;
+  std::string train_files;
   int64_t num_examples = f.num_train_examples;
   if (!f.use_synthetic_data) {
     if (!fs::is_directory(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
-    train_input.file_pattern = (fs::path(f.data_dir) / "train-*").string();
-    const int64_t counted = count_examples(train_input.file_pattern);
+    train_files = (fs::path(f.data_dir) / "train-*").string();
+    const int64_t counted = count_examples(train_files);
     if (num_examples <= 0) num_examples = counted;
   } else if (num_examples <= 0) {
     num_examples = 1281167;  // ImageNet, as the seed's synthetic input assumes
@@ -303,9 +303,7 @@ void run_train(ClassifyFlags f) {
     steps_per_loop = steps_per_epoch;
   }
 
-  engine::TrainerOptions topt;
-  topt.model_dir = f.model_dir;
-  topt.global_batch_size = f.batch_size;
+  engine::TrainerOptions topt = trainer_options(f, rt, f.model_dir, f.batch_size);
   topt.steps_per_epoch = steps_per_epoch;
   topt.total_steps = total_steps;
   topt.steps_per_loop = steps_per_loop;
@@ -320,10 +318,8 @@ void run_train(ClassifyFlags f) {
   topt.log_steps = f.log_steps;
   topt.stats_file = f.stats_file;
   std::tie(topt.profile_start, topt.profile_end) = parse_profile_steps(f.profile_steps);
-  topt.dtype = f.dtype;
   topt.loss_scale = f.loss_scale.empty() ? "dynamic" : f.loss_scale;
   train::LossScaler check_loss_scale(topt.loss_scale);  // a bad --loss_scale fails before any work
-  topt.device = train_device(rt.cuda, rt.dist.get());
 
   train::Schedule schedule;
   if (f.lr_schedule == "cosine") {
@@ -352,16 +348,10 @@ void run_train(ClassifyFlags f) {
   auto optimizer = std::make_unique<torch::optim::SGD>(task.module()->parameters(),
                                                        torch::optim::SGDOptions(0.0).momentum(f.momentum));
 
-  train_input.training = true;
-  train_input.batch_size = f.batch_size;
-  train_input.seed = f.seed;
-  train_input.num_threads = f.datasets_num_private_threads;
+  data::PipelineOptions train_input = training_input(train_files, f.batch_size, f.seed, f.datasets_num_private_threads,
+                                                     f.skip_corrupt_records, rt);
   train_input.cache = f.training_dataset_cache;
   train_input.shuffle_buffer = f.shuffle_buffer;
-  train_input.reader.skip_corrupt_records = f.skip_corrupt_records;
-  train_input.pin_memory = rt.cuda;
-  shard_input(train_input, rt.dist.get());
-  topt.distributed = rt.dist;
   const data::PipelineOptions eval_input =
       eval_input_options(train_input, (fs::path(f.data_dir) / "validation-*").string());
 

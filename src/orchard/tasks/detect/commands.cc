@@ -38,9 +38,7 @@ struct DetectFlags : RuntimeFlags {
   int64_t sample_1_of_n_eval_examples = 1;
   int64_t sample_1_of_n_eval_on_train_examples = 5;
   bool eval_training_data = false;
-  std::string checkpoint_dir;
-  bool run_once = false;
-  int max_eval_retries = 0;
+  engine::CheckpointWatch watch;  // eval-only mode: --checkpoint_dir, --run_once, --max_eval_retries, ...
   // Orchard additions
   bool strict = false;
   bool clean = false;
@@ -49,8 +47,6 @@ struct DetectFlags : RuntimeFlags {
   int max_to_keep = 5;
   int64_t log_steps = 100;
   int64_t eval_batch_size = 8;
-  double eval_timeout = 3600;  // eval-only: stop after this long without a new checkpoint
-  double eval_poll = 2;        // seconds between looks at checkpoint_dir
   bool skip_eval = false;
   int num_preprocess_threads = 0;
   uint64_t seed = 0;
@@ -77,16 +73,17 @@ void add_common_flags(FlagSet* c, DetectFlags& f) {
 }
 
 void add_eval_flags(FlagSet* c, DetectFlags& f) {
-  c->add_option("--checkpoint_dir", f.checkpoint_dir,
+  c->add_option("--checkpoint_dir", f.watch.checkpoint_dir,
                 "Eval-only mode: evaluate the checkpoints written into this directory");
-  c->add_flag("--run_once", f.run_once, "Eval-only: evaluate the latest checkpoint once and exit");
-  c->add_option("--max_eval_retries", f.max_eval_retries,
+  c->add_flag("--run_once", f.watch.run_once, "Eval-only: evaluate the latest checkpoint once and exit");
+  c->add_option("--max_eval_retries", f.watch.max_eval_retries,
                 "Eval-only: retries of a failed evaluation (negative: always retry)")
       ->capture_default_str();
   c->add_flag("--eval_training_data", f.eval_training_data, "Eval-only: evaluate the training data instead");
-  c->add_option("--eval_timeout", f.eval_timeout, "Eval-only: stop after this many seconds without a new checkpoint")
+  c->add_option("--eval_timeout", f.watch.timeout_secs,
+                "Eval-only: stop after this many seconds without a new checkpoint")
       ->capture_default_str();
-  c->add_option("--eval_poll_secs", f.eval_poll, "Eval-only: seconds between looks for a new checkpoint")
+  c->add_option("--eval_poll_secs", f.watch.poll_secs, "Eval-only: seconds between looks for a new checkpoint")
       ->capture_default_str();
 }
 
@@ -190,9 +187,9 @@ json config_json(const DetectFlags& f, const tasks::DetectionConfig& c, const Me
 // new checkpoint). A checkpoint deleted by keep-N before it is read is skipped; a failed
 // evaluation is retried --max_eval_retries times (negative: always).
 void run_continuous_eval(DetectFlags f) {
-  const std::string model_dir = f.model_dir.empty() ? f.checkpoint_dir : f.model_dir;
+  const std::string model_dir = f.model_dir.empty() ? f.watch.checkpoint_dir : f.model_dir;
   std::string config_path = f.pipeline_config_path;
-  if (config_path.empty()) config_path = (fs::path(f.checkpoint_dir) / "pipeline.config").string();
+  if (config_path.empty()) config_path = (fs::path(f.watch.checkpoint_dir) / "pipeline.config").string();
   auto l = load(f, config_path);
   train::configure_threads(f.num_threads);
   ensure_writable_dir(model_dir);
@@ -221,14 +218,9 @@ void run_continuous_eval(DetectFlags f) {
   engine::Evaluator evaluator(eo, task);
   auto eval_input = [&] { return limit_examples(pipeline_source(input, task, false), num_examples); };
 
-  spdlog::info("eval-only: watching {} (final step {}), events into {}/eval", f.checkpoint_dir,
+  spdlog::info("eval-only: watching {} (final step {}), events into {}/eval", f.watch.checkpoint_dir,
                total > 0 ? std::to_string(total) : std::string("none"), model_dir);
-  engine::CheckpointWatch watch;
-  watch.checkpoint_dir = f.checkpoint_dir;
-  watch.run_once = f.run_once;
-  watch.max_eval_retries = f.max_eval_retries;
-  watch.timeout_secs = f.eval_timeout;
-  watch.poll_secs = f.eval_poll;
+  engine::CheckpointWatch watch = f.watch;
   watch.final_step = total;
   const auto [last_step, metrics] = engine::evaluate_checkpoints(watch, evaluator, task, eval_input);
   if (!f.stats_file.empty()) {
@@ -255,7 +247,7 @@ void export_model(tasks::DetectionTask& task, const std::string& model_dir, cons
 }
 
 void run_train(DetectFlags f) {
-  if (!f.checkpoint_dir.empty()) return run_continuous_eval(f);
+  if (!f.watch.checkpoint_dir.empty()) return run_continuous_eval(f);
   if (f.model_dir.empty()) throw Error("--model_dir is required");
   auto l = load(f, f.pipeline_config_path);
   const auto& tc = l.pipeline.train_config();
@@ -269,20 +261,15 @@ void run_train(DetectFlags f) {
   torch::manual_seed(f.seed);
   tasks::DetectionTask task(l.config);
 
-  data::PipelineOptions train_input =
-      input_options(l.pipeline.train_input_reader(), f.pipeline_config_path, "train_input_reader");
-  const int64_t num_examples = count_examples(train_input.file_pattern);
+  const std::string train_files =
+      input_options(l.pipeline.train_input_reader(), f.pipeline_config_path, "train_input_reader").file_pattern;
+  const int64_t num_examples = count_examples(train_files);
   if (num_examples < batch_size)
     throw Error("train_config.batch_size " + std::to_string(batch_size) + " is larger than the " +
                 std::to_string(num_examples) + " training examples");
-  train_input.training = true;
-  train_input.batch_size = batch_size;
-  train_input.seed = f.seed;
-  train_input.num_threads = f.num_preprocess_threads;
+  data::PipelineOptions train_input =
+      training_input(train_files, batch_size, f.seed, f.num_preprocess_threads, f.skip_corrupt_records, rt);
   train_input.shuffle_buffer = l.pipeline.train_input_reader().shuffle() ? 2048 : 1;
-  train_input.reader.skip_corrupt_records = f.skip_corrupt_records;
-  train_input.pin_memory = rt.cuda;
-  shard_input(train_input, rt.dist.get());
 
   data::PipelineOptions eval_input;
   const bool has_eval = l.pipeline.eval_input_reader_size() > 0 && !f.skip_eval;
@@ -294,9 +281,7 @@ void run_train(DetectFlags f) {
     eval_input.batch_size = f.eval_batch_size;
   }
 
-  engine::TrainerOptions topt;
-  topt.model_dir = f.model_dir;
-  topt.global_batch_size = batch_size;
+  engine::TrainerOptions topt = trainer_options(f, rt, f.model_dir, batch_size);
   topt.steps_per_epoch = std::max<int64_t>(1, num_examples / batch_size);
   topt.total_steps = total;
   topt.steps_per_loop = std::gcd(f.log_steps, f.save_checkpoints_steps);
@@ -308,9 +293,6 @@ void run_train(DetectFlags f) {
   topt.max_to_keep = f.max_to_keep;
   topt.log_steps = f.log_steps;
   topt.stats_file = f.stats_file;
-  topt.dtype = f.dtype;
-  topt.device = train_device(rt.cuda, rt.dist.get());
-  topt.distributed = rt.dist;
   std::vector<torch::Tensor> params;
   for (auto& p : task.module()->parameters())
     if (p.requires_grad()) params.push_back(p);
@@ -434,9 +416,9 @@ TaskCommands detect_commands() {
     add_common_flags(c, *f);
     add_eval_flags(c, *f);
     return [f] {
-      if (f->checkpoint_dir.empty()) {
+      if (f->watch.checkpoint_dir.empty()) {
         if (f->model_dir.empty()) throw Error("--checkpoint_dir (or --model_dir) is required");
-        f->checkpoint_dir = f->model_dir;
+        f->watch.checkpoint_dir = f->model_dir;
       }
       run_continuous_eval(*f);
     };

@@ -222,9 +222,8 @@ void run_train(MultiLabelFlags f) {
   tasks::MultiLabelTask task(tcfg);
 
   if (!fs::is_directory(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
-  data::PipelineOptions train_input;
-  train_input.file_pattern = shard_pattern(f.data_dir, true);
-  const int64_t num_examples = count_examples(train_input.file_pattern);
+  const std::string train_files = shard_pattern(f.data_dir, true);
+  const int64_t num_examples = count_examples(train_files);
   const int64_t steps_per_epoch = std::max<int64_t>(1, num_examples / f.batch_size);
   if (num_examples < f.batch_size)
     throw Error("--batch_size " + std::to_string(f.batch_size) + " is larger than the " + std::to_string(num_examples) +
@@ -235,9 +234,7 @@ void run_train(MultiLabelFlags f) {
   if (f.snapshot > 0) loop = std::gcd(loop, f.snapshot);
   if (f.test_interval > 0) loop = std::gcd(loop, f.test_interval);
 
-  engine::TrainerOptions topt;
-  topt.model_dir = f.model_dir;
-  topt.global_batch_size = f.batch_size;
+  engine::TrainerOptions topt = trainer_options(f, rt, f.model_dir, f.batch_size);
   topt.steps_per_epoch = steps_per_epoch;
   topt.total_steps = f.max_iter;
   topt.steps_per_loop = loop;
@@ -250,8 +247,6 @@ void run_train(MultiLabelFlags f) {
   topt.log_steps = f.log_interval;
   topt.stats_file = f.stats_file;
   std::tie(topt.profile_start, topt.profile_end) = parse_profile_steps(f.profile_steps);
-  topt.dtype = f.dtype;
-  topt.device = train_device(rt.cuda, rt.dist.get());
 
   train::MlImagesScheduleConfig lr;
   lr.lr = f.lr;
@@ -263,16 +258,10 @@ void run_train(MultiLabelFlags f) {
   lr.warmup_decay_factor = f.warmup_decay_factor;
   auto optimizer = train::make_tf_optimizer(f.optimizer, task.module()->parameters(), f.opt_momentum);
 
-  train_input.training = true;
-  train_input.batch_size = f.batch_size;
-  train_input.seed = f.random_seed;
-  train_input.num_threads = f.num_preprocess_threads;
+  data::PipelineOptions train_input =
+      training_input(train_files, f.batch_size, f.random_seed, f.num_preprocess_threads, f.skip_corrupt_records, rt);
   train_input.shuffle_buffer = f.shuffle_buffer;
   train_input.file_shuffle_buffer = f.file_shuffle_buffer;
-  train_input.reader.skip_corrupt_records = f.skip_corrupt_records;
-  train_input.pin_memory = rt.cuda;
-  shard_input(train_input, rt.dist.get());
-  topt.distributed = rt.dist;
   const data::PipelineOptions eval_input = eval_input_options(train_input, shard_pattern(f.data_dir, false));
 
   topt.on_start = [&](int64_t step) {
