@@ -7,7 +7,9 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "orchard/core/flags.h"
@@ -21,6 +23,16 @@ struct Verb {
   // the variables the flags set).
   std::function<std::function<void()>(FlagSet* flags)> define;
 };
+
+// A verb whose flags fill one struct (declared by `add_flags`) and whose action takes it.
+template <class Flags>
+Verb make_verb(std::string name, std::string help, void (*add_flags)(FlagSet*, Flags&), void (*run)(Flags)) {
+  return {std::move(name), std::move(help), [add_flags, run](FlagSet* flags) -> std::function<void()> {
+            auto f = std::make_shared<Flags>();
+            add_flags(flags, *f);
+            return [f, run] { run(*f); };
+          }};
+}
 
 struct TaskCommands {
   std::string name;

@@ -488,12 +488,8 @@ void run_inference(RunFlags r) {
 
 TaskCommands caption_commands() {
   TaskCommands task{"caption", "Image captioning: im2txt's Show and Tell", {}};
-  task.verbs.push_back({"train", "Train Show and Tell (encoder frozen, or fine-tuned with --train_inception)",
-                        [](FlagSet* c) {
-    auto f = std::make_shared<CaptionFlags>();
-    add_train_flags(c, *f);
-    return [f] { run_train(*f); };
-  }});
+  task.verbs.push_back(make_verb<CaptionFlags>(
+      "train", "Train Show and Tell (encoder frozen, or fine-tuned with --train_inception)", add_train_flags, run_train));
   task.verbs.push_back({"eval", "Perplexity, BLEU and CIDEr-D of each new checkpoint (evaluate.py)", [](FlagSet* c) {
     auto e = std::make_shared<EvalFlags>();
     c->add_option("--checkpoint_dir", e->watch.checkpoint_dir, "The train_dir to watch")->required();

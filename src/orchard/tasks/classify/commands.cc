@@ -426,11 +426,8 @@ struct ClassifyVerbs {
 
 TaskCommands classify_commands() {
   TaskCommands task{"classify", "Image classification: the ResNet custom training loop", {}};
-  task.verbs.push_back({"train", "Train (and evaluate) a ResNet classifier", [](FlagSet* c) {
-    auto f = std::make_shared<ClassifyFlags>();
-    add_train_flags(c, *f);
-    return [f] { run_train(*f); };
-  }});
+  task.verbs.push_back(make_verb<ClassifyFlags>("train", "Train (and evaluate) a ResNet classifier",
+                                                add_train_flags, run_train));
   add_image_inference_verbs<ClassifyVerbs>(&task,
                                            "Write the model for serving: ONNX (opset 10), logits or feature vector",
                                            "Top-k classes of images (files, globs or directories)");

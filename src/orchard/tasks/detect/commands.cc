@@ -404,11 +404,8 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
 
 TaskCommands detect_commands() {
   TaskCommands task{"detect", "Object detection: the TF Object Detection API's model_main (SSD)", {}};
-  task.verbs.push_back({"train", "Train with evaluation at each checkpoint (model_main.py)", [](FlagSet* c) {
-    auto f = std::make_shared<DetectFlags>();
-    add_train_flags(c, *f);
-    return [f] { run_train(*f); };
-  }});
+  task.verbs.push_back(make_verb<DetectFlags>("train", "Train with evaluation at each checkpoint (model_main.py)",
+                                              add_train_flags, run_train));
   task.verbs.push_back({"eval", "Evaluate the checkpoints of a directory (model_main.py --checkpoint_dir)",
                         [](FlagSet* c) {
     auto f = std::make_shared<DetectFlags>();

@@ -326,11 +326,8 @@ struct MultiLabelVerbs {
 
 TaskCommands multilabel_commands() {
   TaskCommands task{"multilabel", "Multi-label tagging: the Tencent ML-Images trainer", {}};
-  task.verbs.push_back({"train", "Train (and evaluate) a multi-label ResNet", [](FlagSet* c) {
-    auto f = std::make_shared<MultiLabelFlags>();
-    add_train_flags(c, *f);
-    return [f] { run_train(*f); };
-  }});
+  task.verbs.push_back(make_verb<MultiLabelFlags>("train", "Train (and evaluate) a multi-label ResNet",
+                                                  add_train_flags, run_train));
   add_image_inference_verbs<MultiLabelVerbs>(
       &task, "Write the model for serving: ONNX (opset 10), logits (apply a sigmoid) or feature vector",
       "Labels above the threshold for images (files, globs or directories)");
