@@ -1,8 +1,16 @@
 #include "orchard/engine/loop.h"
 
 #include <algorithm>
+#include <numeric>
 
 namespace orchard::engine {
+
+int64_t steps_per_loop_for(std::initializer_list<int64_t> cadences) {
+  int64_t g = 0;
+  for (const int64_t c : cadences)
+    if (c > 0) g = std::gcd(g, c);
+  return g > 0 ? g : 1;
+}
 
 void run_loop(const LoopOptions& options, TrainState& state, const StepFn& step,
               const std::vector<std::shared_ptr<Hook>>& hooks, const StopFn& stop) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,10 @@ struct LoopOptions {
   int64_t steps_per_loop = 1;
   int64_t eval_every = 0;  // > 0: a loop also ends at each multiple of this
 };
+
+// The longest loop that ends at every multiple of each positive cadence (logging every N
+// steps, checkpoints every M, ...): their greatest common divisor; 1 when none is positive.
+int64_t steps_per_loop_for(std::initializer_list<int64_t> cadences);
 
 // One training step at state.step (the step function sets lr, terms and applied).
 using StepFn = std::function<void(TrainState&)>;

@@ -49,7 +49,6 @@ struct TrainerOptions {
   int max_to_keep = 10;
   bool enable_tensorboard = true;
   int64_t log_steps = 100;
-  std::string stats_file;
   int64_t profile_start = -1, profile_end = -1;  // inclusive global steps; Chrome trace in model_dir/train
   std::string dtype = "fp32";
   std::string loss_scale = "dynamic";  // fp16 only: "dynamic" or a fixed number

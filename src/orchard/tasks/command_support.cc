@@ -40,9 +40,8 @@ TrainRuntime start_training(const RuntimeFlags& f, int64_t global_batch_size, co
   return rt;
 }
 
-engine::TrainerOptions trainer_options(const RuntimeFlags& f, const TrainRuntime& rt, const std::string& model_dir,
-                                       int64_t global_batch_size) {
-  engine::TrainerOptions o;
+engine::TrainerOptions trainer_options(engine::TrainerOptions o, const RuntimeFlags& f, const TrainRuntime& rt,
+                                       const std::string& model_dir, int64_t global_batch_size) {
   o.model_dir = model_dir;
   o.global_batch_size = global_batch_size;
   o.dtype = f.dtype;

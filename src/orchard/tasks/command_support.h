@@ -58,10 +58,11 @@ struct TrainRuntime {
 TrainRuntime start_training(const RuntimeFlags& f, int64_t global_batch_size, const std::string& model_dir,
                             bool clean);
 
-// The trainer options every task's `train` sets alike: model_dir, the global batch, --dtype,
-// the device and the cluster (the task adds its cadence, checkpoints and summaries).
-engine::TrainerOptions trainer_options(const RuntimeFlags& f, const TrainRuntime& rt, const std::string& model_dir,
-                                       int64_t global_batch_size);
+// `o` (the options a task's flags are bound to: its cadence, checkpoints, summaries) completed
+// with what every task's `train` sets alike: model_dir, the global batch, --dtype, the device
+// and the cluster.
+engine::TrainerOptions trainer_options(engine::TrainerOptions o, const RuntimeFlags& f, const TrainRuntime& rt,
+                                       const std::string& model_dir, int64_t global_batch_size);
 
 // The training input every task's `train` reads: `file_pattern` shuffled with `seed`, this
 // replica's share of the global batch (shard_input), `num_threads` parse threads, corrupt

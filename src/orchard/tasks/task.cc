@@ -68,4 +68,17 @@ double training_regularization_loss(const MetricSums& s) {
   return s.get("regularization_loss") / replicas / std::max(1.0, s.get("steps") / replicas);
 }
 
+std::vector<std::vector<ClassScore>> ranked_class_scores(const torch::Tensor& probabilities, int64_t k,
+                                                         double min_probability) {
+  k = std::min<int64_t>(k, probabilities.size(1));
+  const auto [probs, ids] = probabilities.to(torch::kCPU, torch::kFloat).topk(k, 1);
+  const auto p = probs.accessor<float, 2>();
+  const auto id = ids.accessor<int64_t, 2>();
+  std::vector<std::vector<ClassScore>> out(static_cast<size_t>(probabilities.size(0)));
+  for (int64_t i = 0; i < probabilities.size(0); ++i)
+    for (int64_t j = 0; j < k && p[i][j] >= min_probability; ++j)
+      out[static_cast<size_t>(i)].push_back({id[i][j], p[i][j]});
+  return out;
+}
+
 }  // namespace orchard::tasks

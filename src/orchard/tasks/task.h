@@ -64,6 +64,11 @@ struct ClassScore {
   double probability = 0;
 };
 
+// Each row of `probabilities` [B, C] as its classes by probability, most probable first: at
+// most `k`, and only those at or above `min_probability`.
+std::vector<std::vector<ClassScore>> ranked_class_scores(const torch::Tensor& probabilities, int64_t k,
+                                                         double min_probability);
+
 // An image for TensorBoard (e.g. predictions beside the ground truth).
 struct SummaryImage {
   std::string tag;

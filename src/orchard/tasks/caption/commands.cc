@@ -12,6 +12,7 @@
 #include <iostream>
 #include <numeric>
 
+#include "orchard/engine/loop.h"
 #include "orchard/tasks/command_support.h"
 #include "orchard/tasks/registry.h"
 #include "orchard/core/error.h"
@@ -33,10 +34,20 @@ struct CaptionFlags : RuntimeFlags {
   std::string train_dir;
   std::string inception_checkpoint_file;
   bool train_inception = false;
-  int64_t train_steps = 10000;       // the seed's default (im2txt's --number_of_steps: 1000000)
   int64_t train_batch_size = 1024;   // the seed's default (im2txt's ModelConfig.batch_size: 32)
   int64_t iterations_per_loop = 100;
-  int64_t log_every_n_steps = 100;
+  // --train_steps (the seed's default; im2txt's --number_of_steps: 1000000), --log_every_n_steps,
+  // --clip_gradients, --max_checkpoints_to_keep, --save_checkpoints_steps (0: by time only),
+  // --save_checkpoints_secs
+  engine::TrainerOptions run = [] {
+    engine::TrainerOptions o;
+    o.total_steps = 10000;
+    o.clip_gradient_norm = 5.0;
+    o.enable_checkpoints = true;
+    o.checkpoint_every_secs = 600;
+    o.max_to_keep = 5;
+    return o;
+  }();
   std::string vocab_file;  // default: word_counts.txt beside the input files
   // ModelConfig
   int image_size = 299;
@@ -57,11 +68,7 @@ struct CaptionFlags : RuntimeFlags {
   double learning_rate_decay_factor = 0.5;
   double num_epochs_per_decay = 8.0;
   double train_inception_learning_rate = 0.0005;
-  double clip_gradients = 5.0;
   double momentum = 0.9;  // --optimizer Momentum
-  int max_checkpoints_to_keep = 5;
-  int64_t save_checkpoints_steps = 0;
-  double save_checkpoints_secs = 600;
   // evaluation during training (im2txt evaluates in a separate job: `orchard caption eval`)
   std::string eval_file_pattern;
   int64_t num_eval_examples = 10132;
@@ -132,11 +139,11 @@ void add_train_flags(FlagSet* c, CaptionFlags& f) {
                 "without the 'inception.' prefix) when training starts");
   c->add_flag("--train_inception", f.train_inception,
               "Fine-tune the encoder too (learning rate --train_inception_learning_rate, constant)");
-  c->add_option("--train_steps,--number_of_steps", f.train_steps, "Steps to train")->capture_default_str();
+  c->add_option("--train_steps,--number_of_steps", f.run.total_steps, "Steps to train")->capture_default_str();
   c->add_option("--train_batch_size,--batch_size", f.train_batch_size, "Global batch size")->capture_default_str();
   c->add_option("--iterations_per_loop", f.iterations_per_loop, "Steps per host loop (summaries)")
       ->capture_default_str();
-  c->add_option("--log_every_n_steps", f.log_every_n_steps, "Log the loss every N steps")->capture_default_str();
+  c->add_option("--log_every_n_steps", f.run.log_steps, "Log the loss every N steps")->capture_default_str();
   c->add_option("--num_examples_per_epoch", f.num_examples_per_epoch,
                 "Examples per epoch for the learning-rate decay (0: count the training records)");
   c->add_option("--optimizer", f.optimizer, "SGD | Momentum | Adam | Adagrad | RMSProp (im2txt's names)")
@@ -149,15 +156,15 @@ void add_train_flags(FlagSet* c, CaptionFlags& f) {
   c->add_option("--train_inception_learning_rate", f.train_inception_learning_rate,
                 "Learning rate with --train_inception")
       ->capture_default_str();
-  c->add_option("--clip_gradients", f.clip_gradients, "Clip the global gradient norm to this (0: no clipping)")
+  c->add_option("--clip_gradients", f.run.clip_gradient_norm, "Clip the global gradient norm to this (0: no clipping)")
       ->capture_default_str();
   c->add_option("--momentum", f.momentum, "Momentum of --optimizer Momentum")->capture_default_str();
   c->add_option("--inception_weight_decay", f.inception_weight_decay, "L2 weight of the encoder's weights when fine-tuned")
       ->capture_default_str();
-  c->add_option("--max_checkpoints_to_keep", f.max_checkpoints_to_keep, "Checkpoints to keep")->capture_default_str();
-  c->add_option("--save_checkpoints_steps", f.save_checkpoints_steps, "Checkpoint every N steps (0: by time only)")
+  c->add_option("--max_checkpoints_to_keep", f.run.max_to_keep, "Checkpoints to keep")->capture_default_str();
+  c->add_option("--save_checkpoints_steps", f.run.checkpoint_every, "Checkpoint every N steps (0: by time only)")
       ->capture_default_str();
-  c->add_option("--save_checkpoints_secs", f.save_checkpoints_secs, "Checkpoint every this many seconds (0: never)")
+  c->add_option("--save_checkpoints_secs", f.run.checkpoint_every_secs, "Checkpoint every this many seconds (0: never)")
       ->capture_default_str();
   c->add_option("--eval_file_pattern", f.eval_file_pattern,
                 "Evaluate on these shards after each checkpoint (default: no evaluation during training)");
@@ -234,7 +241,7 @@ json config_json(const CaptionFlags& f, const tasks::CaptionConfig& c) {
           {"optimizer", f.optimizer},
           {"initial_learning_rate", f.initial_learning_rate},
           {"train_inception_learning_rate", f.train_inception_learning_rate},
-          {"train_steps", f.train_steps},
+          {"train_steps", f.run.total_steps},
           {"seed", f.seed}};
 }
 
@@ -295,8 +302,8 @@ data::PipelineOptions eval_options(const CaptionFlags& f, const std::string& pat
 
 void run_train(CaptionFlags f) {
   if (f.train_batch_size < 1) throw Error("--train_batch_size must be positive");
-  if (f.train_steps < 1) throw Error("--train_steps must be positive");
-  if (f.log_every_n_steps < 1 || f.iterations_per_loop < 1)
+  if (f.run.total_steps < 1) throw Error("--train_steps must be positive");
+  if (f.run.log_steps < 1 || f.iterations_per_loop < 1)
     throw Error("--log_every_n_steps and --iterations_per_loop must be positive");
   const TrainRuntime rt = start_training(f, f.train_batch_size, f.train_dir, f.clean);
 
@@ -313,19 +320,9 @@ void run_train(CaptionFlags f) {
   const int64_t per_epoch = f.num_examples_per_epoch > 0 ? f.num_examples_per_epoch : num_records;
   const int64_t steps_per_epoch = std::max<int64_t>(1, num_records / f.train_batch_size);
 
-  engine::TrainerOptions topt = trainer_options(f, rt, f.train_dir, f.train_batch_size);
+  engine::TrainerOptions topt = trainer_options(f.run, f, rt, f.train_dir, f.train_batch_size);
   topt.steps_per_epoch = steps_per_epoch;
-  topt.total_steps = f.train_steps;
-  topt.steps_per_loop = f.save_checkpoints_steps > 0
-                            ? std::gcd(f.iterations_per_loop, std::gcd(f.log_every_n_steps, f.save_checkpoints_steps))
-                            : std::gcd(f.iterations_per_loop, f.log_every_n_steps);
-  topt.enable_checkpoints = true;
-  topt.checkpoint_every = f.save_checkpoints_steps;
-  topt.checkpoint_every_secs = f.save_checkpoints_secs;
-  topt.max_to_keep = f.max_checkpoints_to_keep;
-  topt.log_steps = f.log_every_n_steps;
-  topt.stats_file = f.stats_file;
-  topt.clip_gradient_norm = f.clip_gradients;
+  topt.steps_per_loop = engine::steps_per_loop_for({f.iterations_per_loop, topt.log_steps, topt.checkpoint_every});
   const bool has_eval = !f.eval_file_pattern.empty();
   topt.eval_on_checkpoint = has_eval;
 
@@ -364,7 +361,7 @@ void run_train(CaptionFlags f) {
   spdlog::info("caption: Show and Tell at {}px, vocabulary {} words, encoder {}, {} records ({} steps/epoch), {} steps, "
                "{} threads",
                tcfg.image.image_size, vocab.size(), f.train_inception ? "fine-tuned" : "frozen", num_records,
-               steps_per_epoch, f.train_steps, rt.threads);
+               steps_per_epoch, topt.total_steps, rt.threads);
   engine::Trainer trainer(topt, task, std::move(optimizer), schedule);
   const int64_t replicas = rt.dist ? rt.dist->world_size() : 1;
   const int64_t limit = f.num_eval_examples > 0 ? f.num_eval_examples / replicas : 0;

@@ -38,14 +38,7 @@ data::PreprocessOptions ClassificationTask::preprocess_options() const {
 }
 
 std::vector<std::vector<ClassScore>> ClassificationTask::predict(const torch::Tensor& logits, int64_t k) const {
-  k = std::min<int64_t>(k, logits.size(1));
-  const auto [probs, ids] = torch::softmax(logits.to(torch::kCPU, torch::kFloat), 1).topk(k, 1);
-  const auto p = probs.accessor<float, 2>();
-  const auto id = ids.accessor<int64_t, 2>();
-  std::vector<std::vector<ClassScore>> out(static_cast<size_t>(logits.size(0)));
-  for (int64_t i = 0; i < logits.size(0); ++i)
-    for (int64_t j = 0; j < k; ++j) out[static_cast<size_t>(i)].push_back({id[i][j], p[i][j]});
-  return out;
+  return ranked_class_scores(torch::softmax(logits.to(torch::kCPU, torch::kFloat), 1), k, 0.0);
 }
 
 data::ParseFn ClassificationTask::parser(bool training) const {

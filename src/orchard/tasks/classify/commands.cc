@@ -43,9 +43,15 @@ struct ClassifyFlags : RuntimeFlags {
   bool skip_eval = false;
   std::string loss_scale;
   int64_t steps_per_loop = 0;  // 0: steps per epoch
-  bool enable_checkpoint_and_export = false;
-  bool enable_tensorboard = false;
-  int64_t log_steps = 100;
+  // --enable_checkpoint_and_export, --enable_tensorboard (both off, as the seed), --log_steps,
+  // --max_to_keep; with a moving average the trained weights are evaluated too.
+  engine::TrainerOptions run = [] {
+    engine::TrainerOptions o;
+    o.enable_checkpoints = false;
+    o.enable_tensorboard = false;
+    o.eval_training_weights = true;
+    return o;
+  }();
   bool single_l2_loss_op = false;
   std::string data_format;  // "" -> channels_first on GPU, channels_last on CPU (as the seed)
   bool training_dataset_cache = false;
@@ -76,7 +82,6 @@ struct ClassifyFlags : RuntimeFlags {
   int pad = 4;
   double random_erasing = 0;
   int64_t num_train_examples = 0;  // 0: count the train shards
-  int max_to_keep = 10;
   bool skip_corrupt_records = false;
   int shuffle_buffer = 10000;
   int top_k = 5;  // predict
@@ -107,10 +112,10 @@ void add_train_flags(FlagSet* c, ClassifyFlags& f) {
   add_runtime_flags(c, f);
   c->add_option("--loss_scale", f.loss_scale, "fp16 loss scale (number or 'dynamic')");
   c->add_option("--steps_per_loop", f.steps_per_loop, "Steps per host loop (0: one epoch)");
-  c->add_flag("--enable_checkpoint_and_export", f.enable_checkpoint_and_export,
+  c->add_flag("--enable_checkpoint_and_export", f.run.enable_checkpoints,
               "Checkpoint every 5 loops and at the end");
-  c->add_flag("--enable_tensorboard", f.enable_tensorboard, "Write TensorBoard event files");
-  c->add_option("--log_steps", f.log_steps, "Log throughput every N steps")->capture_default_str();
+  c->add_flag("--enable_tensorboard", f.run.enable_tensorboard, "Write TensorBoard event files");
+  c->add_option("--log_steps", f.run.log_steps, "Log throughput every N steps")->capture_default_str();
   c->add_flag("--single_l2_loss_op", f.single_l2_loss_op, "One L2 op over all weights");
   c->add_flag("--training_dataset_cache", f.training_dataset_cache, "Cache raw training records in memory");
   c->add_option("--datasets_num_private_threads", f.datasets_num_private_threads,
@@ -154,7 +159,7 @@ void add_train_flags(FlagSet* c, ClassifyFlags& f) {
                 "Probability of erasing one random rectangle of each training image (torchvision RandomErasing)")
       ->capture_default_str();
   c->add_option("--num_train_examples", f.num_train_examples, "Examples per epoch (0: count the shards)");
-  c->add_option("--max_to_keep", f.max_to_keep, "Checkpoints to keep")->capture_default_str();
+  c->add_option("--max_to_keep", f.run.max_to_keep, "Checkpoints to keep")->capture_default_str();
   c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs (counted in stats)");
   c->add_option("--shuffle_buffer", f.shuffle_buffer, "Example shuffle buffer")->capture_default_str();
 }
@@ -274,7 +279,7 @@ engine::BatchSource synthetic_source(const data::SampleSpec& spec, int64_t batch
 
 void run_train(ClassifyFlags f) {
   if (f.batch_size < 1) throw Error("--batch_size must be positive");
-  if (f.log_steps < 1) throw Error("--log_steps must be positive");
+  if (f.run.log_steps < 1) throw Error("--log_steps must be positive");
   const TrainRuntime rt = start_training(f, f.batch_size, f.model_dir, f.clean);
 
   auto tcfg = task_config(f, rt.cuda);
@@ -303,20 +308,14 @@ void run_train(ClassifyFlags f) {
     steps_per_loop = steps_per_epoch;
   }
 
-  engine::TrainerOptions topt = trainer_options(f, rt, f.model_dir, f.batch_size);
+  engine::TrainerOptions topt = trainer_options(f.run, f, rt, f.model_dir, f.batch_size);
   topt.steps_per_epoch = steps_per_epoch;
   topt.total_steps = total_steps;
   topt.steps_per_loop = steps_per_loop;
+  topt.checkpoint_every = steps_per_loop * 5;  // the seed: every 5 loops
   topt.eval_every = f.epochs_between_evals * steps_per_epoch;
   topt.skip_eval = f.skip_eval || f.use_synthetic_data;
-  topt.enable_checkpoints = f.enable_checkpoint_and_export;
-  topt.checkpoint_every = steps_per_loop * 5;
-  topt.max_to_keep = f.max_to_keep;
   topt.moving_average_decay = f.moving_average_decay;
-  topt.eval_training_weights = true;
-  topt.enable_tensorboard = f.enable_tensorboard;
-  topt.log_steps = f.log_steps;
-  topt.stats_file = f.stats_file;
   std::tie(topt.profile_start, topt.profile_end) = parse_profile_steps(f.profile_steps);
   topt.loss_scale = f.loss_scale.empty() ? "dynamic" : f.loss_scale;
   train::LossScaler check_loss_scale(topt.loss_scale);  // a bad --loss_scale fails before any work

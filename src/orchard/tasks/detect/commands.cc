@@ -10,6 +10,7 @@
 #include <iostream>
 #include <numeric>
 
+#include "orchard/engine/loop.h"
 #include "orchard/tasks/command_support.h"
 #include "orchard/tasks/registry.h"
 #include "orchard/core/error.h"
@@ -42,10 +43,17 @@ struct DetectFlags : RuntimeFlags {
   // Orchard additions
   bool strict = false;
   bool clean = false;
-  int64_t save_checkpoints_steps = 1000;
-  double save_checkpoints_secs = 600;  // the Estimator's default
-  int max_to_keep = 5;
-  int64_t log_steps = 100;
+  // --save_checkpoints_steps, --save_checkpoints_secs (the Estimator's default), --max_to_keep,
+  // --log_steps; each checkpoint is evaluated, as the Estimator's train_and_evaluate does.
+  engine::TrainerOptions run = [] {
+    engine::TrainerOptions o;
+    o.enable_checkpoints = true;
+    o.checkpoint_every = 1000;
+    o.checkpoint_every_secs = 600;
+    o.eval_on_checkpoint = true;
+    o.max_to_keep = 5;
+    return o;
+  }();
   int64_t eval_batch_size = 8;
   bool skip_eval = false;
   int num_preprocess_threads = 0;
@@ -92,13 +100,13 @@ void add_train_flags(FlagSet* c, DetectFlags& f) {
   add_common_flags(c, f);
   add_eval_flags(c, f);
   c->add_flag("--clean", f.clean, "Remove Orchard's files from model_dir first");
-  c->add_option("--save_checkpoints_steps", f.save_checkpoints_steps, "Checkpoint (and evaluate) every N steps")
+  c->add_option("--save_checkpoints_steps", f.run.checkpoint_every, "Checkpoint (and evaluate) every N steps")
       ->capture_default_str();
-  c->add_option("--save_checkpoints_secs", f.save_checkpoints_secs,
+  c->add_option("--save_checkpoints_secs", f.run.checkpoint_every_secs,
                 "Also checkpoint (and evaluate) when this many seconds passed since the last (0: never)")
       ->capture_default_str();
-  c->add_option("--max_to_keep", f.max_to_keep, "Checkpoints to keep")->capture_default_str();
-  c->add_option("--log_steps", f.log_steps, "Log every N steps")->capture_default_str();
+  c->add_option("--max_to_keep", f.run.max_to_keep, "Checkpoints to keep")->capture_default_str();
+  c->add_option("--log_steps", f.run.log_steps, "Log every N steps")->capture_default_str();
   c->add_flag("--skip_eval", f.skip_eval, "Train only");
   c->add_option("--seed", f.seed, "Random seed (data order, augmentation, initialisation)")->capture_default_str();
   add_runtime_flags(c, f);
@@ -254,8 +262,8 @@ void run_train(DetectFlags f) {
   const int64_t batch_size = tc.batch_size();
   const int64_t total = f.num_train_steps > 0 ? f.num_train_steps : tc.num_steps();
   if (total < 1) throw Error("train_config.num_steps is 0 (train forever): give --num_train_steps");
-  if (f.log_steps < 1) throw Error("--log_steps must be positive");
-  if (f.save_checkpoints_steps < 1) throw Error("--save_checkpoints_steps must be positive");
+  if (f.run.log_steps < 1) throw Error("--log_steps must be positive");
+  if (f.run.checkpoint_every < 1) throw Error("--save_checkpoints_steps must be positive");
   const TrainRuntime rt = start_training(f, batch_size, f.model_dir, f.clean);
 
   torch::manual_seed(f.seed);
@@ -281,18 +289,11 @@ void run_train(DetectFlags f) {
     eval_input.batch_size = f.eval_batch_size;
   }
 
-  engine::TrainerOptions topt = trainer_options(f, rt, f.model_dir, batch_size);
+  engine::TrainerOptions topt = trainer_options(f.run, f, rt, f.model_dir, batch_size);
   topt.steps_per_epoch = std::max<int64_t>(1, num_examples / batch_size);
   topt.total_steps = total;
-  topt.steps_per_loop = std::gcd(f.log_steps, f.save_checkpoints_steps);
+  topt.steps_per_loop = engine::steps_per_loop_for({topt.log_steps, topt.checkpoint_every});
   topt.skip_eval = !has_eval;
-  topt.enable_checkpoints = true;
-  topt.checkpoint_every = f.save_checkpoints_steps;
-  topt.checkpoint_every_secs = f.save_checkpoints_secs;
-  topt.eval_on_checkpoint = true;
-  topt.max_to_keep = f.max_to_keep;
-  topt.log_steps = f.log_steps;
-  topt.stats_file = f.stats_file;
   std::vector<torch::Tensor> params;
   for (auto& p : task.module()->parameters())
     if (p.requires_grad()) params.push_back(p);

@@ -11,6 +11,7 @@
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/data/tools.h"
+#include "orchard/engine/loop.h"
 #include "orchard/tasks/command_support.h"
 #include "orchard/tasks/image_commands.h"
 #include "orchard/tasks/multilabel/multilabel.h"
@@ -50,11 +51,16 @@ struct MultiLabelFlags : RuntimeFlags {
   double lr_warmup = 0.1;
   int64_t warmup_decay_step = 0;
   double warmup_decay_factor = 1.414;
-  int64_t max_iter = 1000000;
-  int64_t test_interval = 0;  // eval every N steps; 0: at the end
-  int64_t log_interval = 100;
-  int64_t snapshot = 1000;  // checkpoint every N steps; 0: at the end only
-  int max_to_keep = 200;
+  // --max_iter, --test_interval (0: evaluate at the end), --log_interval, --snapshot (0: checkpoint
+  // at the end only), --max_to_keep, --skip_eval
+  engine::TrainerOptions run = [] {
+    engine::TrainerOptions o;
+    o.total_steps = 1000000;
+    o.enable_checkpoints = true;
+    o.checkpoint_every = 1000;
+    o.max_to_keep = 200;
+    return o;
+  }();
   uint64_t random_seed = 1234;
   // Orchard additions
   std::string model = "resnet101";
@@ -64,7 +70,6 @@ struct MultiLabelFlags : RuntimeFlags {
   std::string balance = "ml_images";
   double threshold = 0.5;
   bool clean = false;
-  bool skip_eval = false;
   std::string stats_file;
   std::string profile_steps;
   bool skip_corrupt_records = false;
@@ -122,13 +127,14 @@ void add_train_flags(FlagSet* c, MultiLabelFlags& f) {
       ->capture_default_str();
   c->add_option("--warmup_decay_factor,--lr_warmup_decay_factor", f.warmup_decay_factor, "Warm-up growth factor")
       ->capture_default_str();
-  c->add_option("--max_iter", f.max_iter, "Steps to train")->capture_default_str();
-  c->add_option("--test_interval", f.test_interval, "Evaluate every N steps (0: at the end)")->capture_default_str();
-  c->add_flag("--skip_eval", f.skip_eval, "Train only");
-  c->add_option("--log_interval", f.log_interval, "Log learning_rate and cross_entropy every N steps")
+  c->add_option("--max_iter", f.run.total_steps, "Steps to train")->capture_default_str();
+  c->add_option("--test_interval", f.run.eval_every, "Evaluate every N steps (0: at the end)")->capture_default_str();
+  c->add_flag("--skip_eval", f.run.skip_eval, "Train only");
+  c->add_option("--log_interval", f.run.log_steps, "Log learning_rate and cross_entropy every N steps")
       ->capture_default_str();
-  c->add_option("--snapshot", f.snapshot, "Checkpoint every N steps (0: at the end only)")->capture_default_str();
-  c->add_option("--max_to_keep", f.max_to_keep, "Checkpoints to keep")->capture_default_str();
+  c->add_option("--snapshot", f.run.checkpoint_every, "Checkpoint every N steps (0: at the end only)")
+      ->capture_default_str();
+  c->add_option("--max_to_keep", f.run.max_to_keep, "Checkpoints to keep")->capture_default_str();
   c->add_option("--random_seed,--seed", f.random_seed, "Random seed (data order, augmentation, init, neg_select)")
       ->capture_default_str();
   c->add_option("--pos_weight", f.pos_weight, "Weight of positive labels in the sigmoid cross entropy (ML-Images train.py: 12)")
@@ -177,7 +183,7 @@ json config_json(const MultiLabelFlags& f, const tasks::MultiLabelConfig& c) {
           {"data_dir", f.data_dir},        {"batch_size", f.batch_size},    {"lr", f.lr},
           {"lr_decay_step", f.lr_decay_step}, {"warmup_step", f.warmup_step}, {"lr_warmup", f.lr_warmup},
           {"warmup_decay_step", f.warmup_decay_step}, {"warmup_decay_factor", f.warmup_decay_factor},
-          {"max_iter", f.max_iter},        {"random_seed", f.random_seed},  {"dtype", f.dtype},
+          {"max_iter", f.run.total_steps},        {"random_seed", f.random_seed},  {"dtype", f.dtype},
           {"optimizer", f.optimizer},      {"init", f.init},
           {"depth_multiplier", c.model.depth_multiplier}};
 }
@@ -212,9 +218,10 @@ void fine_tune_from(tasks::MultiLabelTask& task, const std::string& checkpoint) 
 
 void run_train(MultiLabelFlags f) {
   if (f.batch_size < 1) throw Error("--batch_size must be positive");
-  if (f.log_interval < 1) throw Error("--log_interval must be positive");
-  if (f.max_iter < 1) throw Error("--max_iter must be positive");
-  if (f.snapshot < 0 || f.test_interval < 0) throw Error("--snapshot and --test_interval must not be negative");
+  if (f.run.log_steps < 1) throw Error("--log_interval must be positive");
+  if (f.run.total_steps < 1) throw Error("--max_iter must be positive");
+  if (f.run.checkpoint_every < 0 || f.run.eval_every < 0)
+    throw Error("--snapshot and --test_interval must not be negative");
   const TrainRuntime rt = start_training(f, f.batch_size, f.model_dir, f.clean);
 
   auto tcfg = task_config(f);
@@ -230,22 +237,9 @@ void run_train(MultiLabelFlags f) {
                 " training examples");
 
   // Host loops end where logging, checkpoints and evaluations fall.
-  int64_t loop = f.log_interval;
-  if (f.snapshot > 0) loop = std::gcd(loop, f.snapshot);
-  if (f.test_interval > 0) loop = std::gcd(loop, f.test_interval);
-
-  engine::TrainerOptions topt = trainer_options(f, rt, f.model_dir, f.batch_size);
+  engine::TrainerOptions topt = trainer_options(f.run, f, rt, f.model_dir, f.batch_size);
+  topt.steps_per_loop = engine::steps_per_loop_for({topt.log_steps, topt.checkpoint_every, topt.eval_every});
   topt.steps_per_epoch = steps_per_epoch;
-  topt.total_steps = f.max_iter;
-  topt.steps_per_loop = loop;
-  topt.eval_every = f.test_interval;
-  topt.skip_eval = f.skip_eval;
-  topt.enable_checkpoints = true;
-  topt.checkpoint_every = f.snapshot;
-  topt.max_to_keep = f.max_to_keep;
-  topt.enable_tensorboard = true;
-  topt.log_steps = f.log_interval;
-  topt.stats_file = f.stats_file;
   std::tie(topt.profile_start, topt.profile_end) = parse_profile_steps(f.profile_steps);
 
   train::MlImagesScheduleConfig lr;
@@ -273,9 +267,9 @@ void run_train(MultiLabelFlags f) {
   };
 
   spdlog::info("multilabel: {} ({} classes) at {}px, {}, {} examples/epoch, {} steps, {} threads", tcfg.model.arch,
-               tcfg.model.num_classes, tcfg.image_size, f.data_format, num_examples, f.max_iter, rt.threads);
+               tcfg.model.num_classes, tcfg.image_size, f.data_format, num_examples, topt.total_steps, rt.threads);
   engine::Trainer trainer(topt, task, std::move(optimizer), train::ml_images_schedule(lr));
-  const auto stats = train_on_pipelines(trainer, task, train_input, eval_input, f.skip_eval, f.stats_file);
+  const auto stats = train_on_pipelines(trainer, task, train_input, eval_input, topt.skip_eval, f.stats_file);
   if (stats.eval.count("mAP"))
     spdlog::info("final: mAP {:.4f}, accuracy {:.4f}, precision {:.4f}, recall {:.4f}, F1 {:.4f} at step {}",
                  stats.eval.at("mAP"), stats.eval.at("accuracy"), stats.eval.at("precision"), stats.eval.at("recall"),

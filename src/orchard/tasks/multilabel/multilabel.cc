@@ -82,14 +82,7 @@ data::PreprocessOptions MultiLabelTask::preprocess_options() const {
 }
 
 std::vector<std::vector<ClassScore>> MultiLabelTask::predict(const torch::Tensor& logits, double threshold) const {
-  const auto [probs, ids] = torch::sigmoid(logits.to(torch::kCPU, torch::kFloat)).sort(1, /*descending=*/true);
-  const auto p = probs.accessor<float, 2>();
-  const auto id = ids.accessor<int64_t, 2>();
-  std::vector<std::vector<ClassScore>> out(static_cast<size_t>(logits.size(0)));
-  for (int64_t i = 0; i < logits.size(0); ++i)
-    for (int64_t j = 0; j < logits.size(1) && p[i][j] >= threshold; ++j)
-      out[static_cast<size_t>(i)].push_back({id[i][j], p[i][j]});
-  return out;
+  return ranked_class_scores(torch::sigmoid(logits.to(torch::kCPU, torch::kFloat)), logits.size(1), threshold);
 }
 
 data::ParseFn MultiLabelTask::parser(bool training) const {
