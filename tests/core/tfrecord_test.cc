@@ -1,6 +1,8 @@
 #include "orchard/core/tfrecord.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <zlib.h>
 
 #include <string>
 #include <vector>
@@ -283,6 +285,56 @@ TEST(TFRecord, CountRecordsFast) {
   write_bytes(dir.file("text"), "This is a plain text file, not a TFRecord file at all.\n");
   expect_data_error([&] { count_records_fast(dir.file("text")); }, {dir.file("text")});
   expect_data_error([&] { count_records_fast(dir.file("missing")); }, {dir.file("missing")});
+}
+
+// A record header whose length field is `len` with a valid length CRC (what a damaged or
+// hostile file can hold: the CRC covers only the 8 length bytes).
+std::string header_claiming(uint64_t len) {
+  std::string framed = frame_record("");
+  for (int i = 0; i < 8; ++i) framed[i] = static_cast<char>((len >> (8 * i)) & 0xff);
+  return framed.substr(0, 8) + frame_record(framed.substr(0, 8)).substr(12 + 8, 4) + "data";
+}
+
+// Peak resident memory of this process in MiB (Linux reports ru_maxrss in KiB).
+long peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss / 1024;
+}
+
+// Length fields near 2^64 wrapped the counter's offset (an endless loop in `train`), near 2^63
+// overflowed a signed sum, and up to 2^31 were allocated in full before a byte was read. Each
+// is now an error naming file, record and offset, before any allocation.
+TEST(TFRecord, LengthFieldsPastTheEndOfTheFileAreErrorsBeforeAllocation) {
+  TempDir dir;
+  const std::string good = frame_record("aaaa");  // 20 bytes: the bad header is record 1 at offset 20
+  const long rss_before = peak_rss_mib();
+  for (const uint64_t len : {~uint64_t{0}, ~uint64_t{0} - 15, uint64_t{1} << 63, (uint64_t{1} << 63) - 1,
+                             (uint64_t{1} << 31) - 1, uint64_t{1} << 31, uint64_t{1000}}) {
+    SCOPED_TRACE(len);
+    const std::string path = dir.file("bad");
+    write_bytes(path, good + header_claiming(len));
+    expect_data_error([&] { count_records_fast(path); }, {path, "record 1", "byte offset 20", "truncated"});
+    expect_data_error([&] { read_all(path); }, {path, "record 1", "byte offset 20"});
+    TFRecordReaderOptions skip;
+    skip.skip_corrupt_records = true;
+    TFRecordReader r(path, skip);
+    std::string rec;
+    ASSERT_TRUE(r.next(&rec));
+    EXPECT_FALSE(r.next(&rec));
+    EXPECT_EQ(r.skipped(), 1);
+
+    // The same bytes gzip-compressed: the size is unknown, so the reader reads in pieces.
+    const std::string gz = dir.file("bad.gz");
+    gzFile out = gzopen(gz.c_str(), "wb");
+    ASSERT_NE(out, nullptr);
+    const std::string bytes = good + header_claiming(len);
+    ASSERT_EQ(gzwrite(out, bytes.data(), static_cast<unsigned>(bytes.size())), static_cast<int>(bytes.size()));
+    gzclose(out);
+    expect_data_error([&] { read_all(gz); }, {gz, "record 1", "byte offset 20"});
+    expect_data_error([&] { count_records_fast(gz); }, {gz, "record 1"});
+  }
+  EXPECT_LT(peak_rss_mib() - rss_before, 256) << "a length field was allocated in full";
 }
 
 TEST(TFRecordWriter, NothingUnderTheFinalNameWithoutClose) {

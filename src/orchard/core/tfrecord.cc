@@ -1,9 +1,11 @@
 #include "orchard/core/tfrecord.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -33,6 +35,16 @@ uint32_t get_u32(const unsigned char* p) {
 
 // A record longer than this is framing garbage, not data (TF caps at 2 GiB as well in practice).
 constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 31;
+// A compressed file's size says nothing of its content: a record is read in pieces of at most
+// this many bytes, so a length field claiming gigabytes allocates only what the file holds.
+constexpr uint64_t kReadPieceBytes = uint64_t{1} << 24;
+
+// "expected L data bytes + 4 CRC bytes, R left in the file" for a record whose length field
+// reaches past the end of the file.
+std::string beyond_end(uint64_t len, uint64_t left) {
+  return "truncated record: length field says " + std::to_string(len) + " data bytes + 4 CRC bytes, " +
+         std::to_string(left) + " bytes left in the file";
+}
 
 }  // namespace
 
@@ -48,6 +60,10 @@ TFRecordReader::TFRecordReader(std::string path, TFRecordReaderOptions options)
   if (!gz) throw DataError(path_ + ": cannot open: " + std::strerror(errno));
   gzbuffer(gz, 1 << 18);
   gz_ = gz;
+  // A plain file's size bounds every record: a length past it is an error before any allocation.
+  struct stat st {};
+  if (gzdirect(gz) == 1 && ::stat(path_.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+    plain_size_ = static_cast<uint64_t>(st.st_size);
 }
 
 TFRecordReader::~TFRecordReader() {
@@ -101,9 +117,22 @@ bool TFRecordReader::next(std::string* record) {
       corrupt("implausible record length " + std::to_string(len), start);
       return false;
     }
-    record->resize(len);
+    if (plain_size_ && (plain_size_ - start - 12 < len || plain_size_ - start - 12 - len < 4)) {
+      // start + 12 <= plain_size_ here: the header was read in full.
+      stop_ = true;
+      corrupt(beyond_end(len, plain_size_ - start - 12), start);
+      return false;
+    }
+    record->clear();
+    size_t body = 0;
+    while (body < len) {
+      const size_t piece = static_cast<size_t>(std::min<uint64_t>(len - body, kReadPieceBytes));
+      record->resize(body + piece);
+      const size_t got_piece = read_fully(record->data() + body, piece);
+      body += got_piece;
+      if (got_piece < piece) break;
+    }
     unsigned char footer[4];
-    size_t body = read_fully(record->data(), len);
     size_t foot = body == len ? read_fully(footer, 4) : 0;
     offset_ = start + 12 + body + foot;
     if (body < len || foot < 4) {
@@ -222,29 +251,31 @@ int64_t count_records_fast(const std::string& path) {
     while (r.next(&rec)) ++n;
     return n;
   }
-  std::fseek(f, 0, SEEK_END);
-  const long size = std::ftell(f);
+  struct stat st {};
+  if (::fstat(fileno(f), &st) != 0) {
+    std::fclose(f);
+    throw DataError(path + ": cannot stat: " + std::strerror(errno));
+  }
+  // All offsets are unsigned and compared before they are added, so no length field (up to
+  // 2^64 - 1) can wrap them or make a signed sum overflow.
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
   int64_t n = 0;
-  long off = 0;
+  uint64_t off = 0;
+  const auto fail = [&](uint64_t at, const std::string& what) {
+    std::fclose(f);
+    throw DataError(where(path, n, static_cast<int64_t>(at), what));
+  };
   while (off < size) {
     unsigned char header[12];
-    if (std::fseek(f, off, SEEK_SET) != 0 || std::fread(header, 1, 12, f) != 12) {
-      std::fclose(f);
-      throw DataError(where(path, n, off, "truncated record header"));
-    }
-    uint64_t len = 0;
-    for (int i = 7; i >= 0; --i) len = (len << 8) | header[i];
-    uint32_t crc = 0;
-    for (int i = 11; i >= 8; --i) crc = (crc << 8) | header[i];
-    if (crc32c::mask(crc32c::value(header, 8)) != crc) {
-      std::fclose(f);
-      throw DataError(where(path, n, off, "length CRC mismatch (not a TFRecord file, or corrupt)"));
-    }
-    off += static_cast<long>(12 + len + 4);
-    if (off > size) {
-      std::fclose(f);
-      throw DataError(where(path, n, off - static_cast<long>(16 + len), "truncated record"));
-    }
+    if (size - off < 12) fail(off, "truncated record header (" + std::to_string(size - off) + " of 12 bytes)");
+    if (::fseeko(f, static_cast<off_t>(off), SEEK_SET) != 0 || std::fread(header, 1, 12, f) != 12)
+      fail(off, "cannot read the record header");
+    if (crc32c::mask(crc32c::value(header, 8)) != get_u32(header + 8))
+      fail(off, "length CRC mismatch (not a TFRecord file, or corrupt)");
+    const uint64_t len = get_u64(header);
+    const uint64_t left = size - off - 12;
+    if (len > left || left - len < 4) fail(off, beyond_end(len, left));
+    off += 12 + len + 4;
     ++n;
   }
   std::fclose(f);

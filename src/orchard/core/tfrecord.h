@@ -49,6 +49,7 @@ class TFRecordReader {
   uint64_t offset_ = 0;
   int64_t index_ = 0;
   int64_t skipped_ = 0;
+  uint64_t plain_size_ = 0;  // an uncompressed file's size (0: compressed, or not a regular file)
   bool stop_ = false;
 };
 
