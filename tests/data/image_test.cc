@@ -1,11 +1,14 @@
 #include "orchard/data/image.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <zlib.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <tuple>
 #include <vector>
 
 // jpeglib.h needs FILE and size_t declared first.
@@ -304,6 +307,64 @@ std::string encode_cmyk_jpeg(const std::vector<uint8_t>& ink, int h, int w, bool
   jpeg_destroy_compress(&cinfo);
   std::free(buf);
   return out;
+}
+
+// A small valid image whose header is rewritten to claim width x height: JPEG's SOF0 size
+// fields, or PNG's IHDR with its CRC recomputed (libpng checks it).
+std::string claiming(std::string bytes, uint32_t width, uint32_t height) {
+  auto put16 = [&](size_t at, uint32_t v) {
+    bytes[at] = static_cast<char>(v >> 8);
+    bytes[at + 1] = static_cast<char>(v & 0xff);
+  };
+  if (sniff_format(bytes) == ImageFormat::kJpeg) {
+    const size_t sof = bytes.find("\xff\xc0");
+    EXPECT_NE(sof, std::string::npos);
+    put16(sof + 5, height);
+    put16(sof + 7, width);
+    return bytes;
+  }
+  for (int i = 0; i < 4; ++i) {
+    bytes[16 + i] = static_cast<char>((width >> (24 - 8 * i)) & 0xff);
+    bytes[20 + i] = static_cast<char>((height >> (24 - 8 * i)) & 0xff);
+  }
+  const uint32_t crc = static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(bytes.data() + 12), 17));
+  for (int i = 0; i < 4; ++i) bytes[29 + i] = static_cast<char>((crc >> (24 - 8 * i)) & 0xff);
+  return bytes;
+}
+
+long peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss / 1024;
+}
+
+// A ~100-byte PNG claiming 37837x37837 allocated 4.3 GB; a JPEG claiming 65500x65500 ended in
+// std::bad_alloc. Both are data errors naming the image and its size, before any allocation.
+TEST(Image, HeadersClaimingHugeImagesAreDataErrorsBeforeAllocation) {
+  const long rss_before = peak_rss_mib();
+  const std::string png = claiming(encode_png(gradient(8, 8)), 37837, 37837);
+  const std::string jpeg = claiming(encode_jpeg(gradient(16, 16)), 65500, 65500);
+  for (const auto& [name, bytes, size] : {std::tuple{"png", png, "37837x37837"}, {"jpeg", jpeg, "65500x65500"}}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(image_size(bytes, "x", int64_t{1} << 40).width, std::stoi(size));  // the header is read as written
+    test::expect_data_error([&] { image_size(bytes, "f.tfrecord: record 7"); },
+                            {"f.tfrecord: record 7", size, "--max_image_pixels"});
+    test::expect_data_error([&] { decode_image(bytes, "f.tfrecord: record 7"); },
+                            {"f.tfrecord: record 7", size, "--max_image_pixels"});
+    test::expect_data_error([&] { decode_scaled(bytes, 32, "w"); }, {"w", size});
+    test::expect_data_error([&] { decode_crop(bytes, {0, 0, 16, 16}, 8, 8, "w"); }, {"w", size});
+  }
+  // Under the pixel limit but more than a 100-byte PNG can hold (deflate expands at most 1032x).
+  test::expect_data_error([&] { decode_image(claiming(encode_png(gradient(8, 8)), 20000, 4000), "p"); },
+                          {"p", "20000x4000", "can hold"});
+  EXPECT_LT(peak_rss_mib() - rss_before, 200) << "a claimed size was allocated";
+}
+
+TEST(Image, ThePixelLimitIsAnOption) {
+  const std::string jpeg = encode_jpeg(gradient(40, 30));
+  EXPECT_EQ(decode_image(jpeg, "x", 1200).width, 30);
+  test::expect_data_error([&] { decode_image(jpeg, "x", 1199); }, {"30x40", "1200 pixels", "limit of 1199"});
+  test::expect_data_error([&] { image_size(encode_png(gradient(40, 30)), "x", 1000); }, {"30x40"});
 }
 
 TEST(Image, CmykJpegDecodesToRgb) {

@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <memory>
+#include <thread>
 #include <numeric>
 #include <random>
 #include <set>
@@ -372,6 +376,86 @@ TEST(PipelineErrors, UndecodableImageNamesFileAndRecord) {
   o.batch_size = 2;
   o.num_epochs = 1;
   expect_data_error([&] { run(o); }, {dir.file("bad"), "record 1"});
+}
+
+// With skip_corrupt_records an undecodable image is skipped like a record with a bad CRC:
+// its batch is one sample smaller, and it is counted once however many epochs meet it.
+TEST(PipelineErrors, UndecodableImagesAreSkippedAndCountedOnceWithSkipCorruptRecords) {
+  TempDir dir;
+  write_file(dir.file("mixed"), {make_record(0, 1), make_record(1, 2, "GIF89a not supported"), make_record(2, 3),
+                                 make_record(3, 4)});
+  PipelineOptions o;
+  o.file_pattern = dir.file("mixed");
+  o.training = false;
+  o.batch_size = 2;
+  o.num_epochs = 3;
+  o.num_threads = 2;
+  o.reader.skip_corrupt_records = true;
+  Pipeline pipe(o, imagenet_spec(kSize, false), make_imagenet_parser(parse_options(false)));
+  std::vector<int64_t> labels;
+  std::vector<std::string> sources;
+  Batch b;
+  while (pipe.next(&b)) {
+    labels.insert(labels.end(), b.field("label").data_ptr<int64_t>(), b.field("label").data_ptr<int64_t>() + b.size);
+    sources.insert(sources.end(), b.sources.begin(), b.sources.end());
+    EXPECT_EQ(b.images.size(0), b.size);
+  }
+  EXPECT_EQ(labels, (std::vector<int64_t>{0, 2, 3, 0, 2, 3, 0, 2, 3}));  // image of id i has label i (0-based)
+  EXPECT_EQ(sources[1], dir.file("mixed") + ": record 2");  // the rows and their sources stay together
+  ASSERT_EQ(pipe.skipped_records(), 1);
+  EXPECT_NE(pipe.skipped()[0].find(dir.file("mixed") + ": record 1"), std::string::npos) << pipe.skipped()[0];
+}
+
+// A record with a bad CRC met in each of 3 epochs was reported as 3 skipped records.
+TEST(PipelineErrors, ABadCrcIsCountedOnceOverEpochs) {
+  TempDir dir;
+  std::vector<std::string> records;
+  for (int i = 0; i < 4; ++i) records.push_back(make_record(i, i + 1));
+  write_file(dir.file("f"), records);
+  std::string bytes = test::read_bytes(dir.file("f"));
+  bytes[12 + records[0].size() / 2] ^= 0x20;  // record 0's data
+  test::write_bytes(dir.file("f"), bytes);
+  PipelineOptions o;
+  o.file_pattern = dir.file("f");
+  o.training = true;
+  o.batch_size = 1;
+  o.num_epochs = 3;
+  o.reader.skip_corrupt_records = true;
+  Pipeline pipe(o, imagenet_spec(kSize, false), make_imagenet_parser(parse_options(true)));
+  Batch b;
+  int batches = 0;
+  while (pipe.next(&b)) ++batches;
+  EXPECT_EQ(batches, 9);
+  EXPECT_EQ(pipe.skipped_records(), 1);
+}
+
+// After a data error nobody will see the rest of the queued work: it is cancelled, not decoded.
+TEST(PipelineErrors, ADataErrorCancelsTheQueuedParseWork) {
+  TempDir dir;
+  std::vector<std::string> records = {make_record(0, 1, "not an image")};
+  for (int i = 1; i < 400; ++i) records.push_back(make_record(i % 50, i % 50 + 1));
+  write_file(dir.file("f"), records);
+  PipelineOptions o;
+  o.file_pattern = dir.file("f");
+  o.training = false;
+  o.batch_size = 100;
+  o.num_epochs = 1;
+  o.num_threads = 1;
+  o.prefetch_batches = 4;
+  auto parsed = std::make_shared<std::atomic<int>>(0);
+  const ParseFn real = make_imagenet_parser(parse_options(false));
+  const ParseFn slow = [real, parsed](const std::string& bytes, const std::string& source, std::mt19937_64& rng,
+                                      const SampleOut& out) {
+    parsed->fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    real(bytes, source, rng, out);
+  };
+  {
+    Pipeline pipe(o, imagenet_spec(kSize, false), slow);
+    Batch b;
+    expect_data_error([&] { pipe.next(&b); }, {dir.file("f"), "record 0"});
+  }
+  EXPECT_LT(parsed->load(), 200) << "queued batches were decoded after the error";
 }
 
 TEST(PipelineErrors, CorruptRecordIsAnErrorOrSkippedAndCounted) {

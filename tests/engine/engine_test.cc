@@ -271,6 +271,34 @@ TEST(Trainer, StopSignalFinishesTheStepSavesAndResumes) {
   EXPECT_TRUE(torch::equal(resumed, full));
 }
 
+// A damaged newest checkpoint (truncated by a dying machine, or a flipped byte that fails its
+// zip CRC-32) is reported by name and the one before it resumed from; it blocked the job.
+TEST(Trainer, ADamagedNewestCheckpointIsSkippedForThePreviousOne) {
+  test::TempDir full_dir;
+  const auto full = train_to(full_dir.path().string(), 12);
+  for (const std::string damage : {"truncated", "flipped"}) {
+    SCOPED_TRACE(damage);
+    test::TempDir dir;
+    const torch::Tensor at8 = train_to(dir.path().string(), 8).contiguous();
+    ASSERT_EQ(checkpoint_steps(dir.path().string()), (std::vector<int64_t>{4, 8}));
+    const std::string newest = train::CheckpointManager(dir.path().string()).latest();
+    std::string bytes = test::read_bytes(newest);
+    if (damage == "truncated") {
+      bytes.resize(bytes.size() / 2);
+    } else {  // a bit of the stored weights: the archive's framing is intact, libtorch reads it
+      const std::string raw(static_cast<const char*>(at8.data_ptr()), at8.numel() * at8.element_size());
+      const size_t at = bytes.find(raw);
+      ASSERT_NE(at, std::string::npos);
+      bytes[at + 1] ^= 0x10;
+    }
+    test::write_bytes(newest, bytes);
+    InputLog second;
+    const auto resumed = train_to(dir.path().string(), 12, &second);
+    EXPECT_EQ(second.starts, (std::vector<std::pair<int64_t, int64_t>>{{1, 0}}));  // step 4
+    EXPECT_TRUE(torch::equal(resumed, full));
+  }
+}
+
 TEST(Evaluator, EvaluatesWithoutAnOptimizer) {
   FakeTask task;
   test::TempDir dir;

@@ -92,6 +92,7 @@ void TFRecordReader::corrupt(const std::string& what, uint64_t at) {
     throw DataError(where(path_, index_, static_cast<int64_t>(at), what + " (not a TFRecord file, or corrupt; "
                                                                     "--skip_corrupt_records skips such records)"));
   ++skipped_;
+  skipped_log_.push_back(where(path_, index_, static_cast<int64_t>(at), what));
 }
 
 bool TFRecordReader::next(std::string* record) {

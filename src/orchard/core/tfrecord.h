@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace orchard {
 
@@ -36,6 +37,8 @@ class TFRecordReader {
   const std::string& path() const { return path_; }
   int64_t records_read() const { return index_; }  // index of the next record
   int64_t skipped() const { return skipped_; }
+  // One line per skipped record, "file: record N (byte offset X): why", in the order skipped.
+  const std::vector<std::string>& skipped_log() const { return skipped_log_; }
   uint64_t offset() const { return offset_; }  // uncompressed byte offset of the next record
 
  private:
@@ -49,6 +52,7 @@ class TFRecordReader {
   uint64_t offset_ = 0;
   int64_t index_ = 0;
   int64_t skipped_ = 0;
+  std::vector<std::string> skipped_log_;
   uint64_t plain_size_ = 0;  // an uncompressed file's size (0: compressed, or not a regular file)
   bool stop_ = false;
 };

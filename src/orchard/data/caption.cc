@@ -319,7 +319,7 @@ void preprocess_caption_image(const std::string& encoded, const CaptionImageOpti
   if (o.image_size < 1 || o.resize_size < o.image_size)
     throw Error("caption image: resize size " + std::to_string(o.resize_size) + " must be >= image size " +
                 std::to_string(o.image_size));
-  Image image = decode_image(encoded, what);
+  Image image = decode_image(encoded, what, o.max_image_pixels);
   cv::Mat src(image.height, image.width, CV_8UC3, image.pixels.data());
   cv::Mat resized;
   cv::resize(src, resized, cv::Size(o.resize_size, o.resize_size), 0, 0, cv::INTER_LINEAR);

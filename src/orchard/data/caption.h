@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "orchard/data/image.h"
+
 namespace orchard::data {
 
 constexpr const char* kStartWord = "<S>";
@@ -106,6 +108,7 @@ struct CaptionImageOptions {
   int image_size = 299;
   int resize_size = 346;  // im2txt: 346 for 299; scale it with image_size for smaller inputs
   bool distort = true;    // colour distortion in training
+  int64_t max_image_pixels = kDefaultMaxImagePixels;  // larger images are data errors (image.h)
 };
 void preprocess_caption_image(const std::string& encoded, const CaptionImageOptions& options, bool training,
                               std::mt19937_64& rng, float* out, const std::string& what);

@@ -197,7 +197,7 @@ uint64_t detection_image_key(const DetectionExample& example) {
 int64_t preprocess_detection(const DetectionExample& example, const DetectionInputOptions& options, bool training,
                              std::mt19937_64& rng, float* image, const DetectionTargets* targets,
                              const std::string& what) {
-  Image img = decode_image(example.encoded, what);
+  Image img = decode_image(example.encoded, what, options.max_image_pixels);
   std::vector<Box> boxes = example.boxes;
   std::vector<int64_t> classes = example.classes;
   for (size_t i = 0; i < example.crowd.size(); ++i)

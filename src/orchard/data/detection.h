@@ -63,6 +63,7 @@ struct DetectionInputOptions {
   bool channels_last = false;
   int64_t max_boxes = 100;  // max_number_of_boxes: further boxes are dropped
   DetectionAugmentation augmentation;  // training only
+  int64_t max_image_pixels = kDefaultMaxImagePixels;  // larger images are data errors (image.h)
 };
 
 // What the pipeline carries per sample besides the image, in this order:

@@ -54,9 +54,17 @@ void cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, int n, bool inverted) {
   }
 }
 
+// A header's size against the pixel limit, before anything the size implies is allocated.
+void check_pixels(int64_t height, int64_t width, int64_t max_pixels, const std::string& what) {
+  if (height * width > max_pixels)
+    throw DataError(what + ": image of " + std::to_string(width) + "x" + std::to_string(height) + " = " +
+                    std::to_string(height * width) + " pixels, more than the limit of " + std::to_string(max_pixels) +
+                    " (--max_image_pixels)");
+}
+
 // Decodes rows [crop.y, crop.y + crop.height) and columns [crop.x, crop.x + crop.width)
 // of a JPEG at DCT scale 1/denom (the crop is given in full-resolution pixels).
-Image decode_jpeg(const std::string& bytes, CropWindow crop, int denom, const std::string& what) {
+Image decode_jpeg(const std::string& bytes, CropWindow crop, int denom, int64_t max_pixels, const std::string& what) {
   jpeg_decompress_struct cinfo{};
   JpegError err{};
   cinfo.err = jpeg_std_error(&err.mgr);
@@ -72,6 +80,10 @@ Image decode_jpeg(const std::string& bytes, CropWindow crop, int denom, const st
   jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
   jpeg_save_markers(&cinfo, JPEG_APP0 + 14, 0xffff);  // Adobe marker: tells CMYK inversion
   jpeg_read_header(&cinfo, TRUE);
+  if (static_cast<int64_t>(cinfo.image_height) * cinfo.image_width > max_pixels) {
+    jpeg_destroy_decompress(&cinfo);
+    check_pixels(cinfo.image_height, cinfo.image_width, max_pixels, what);
+  }
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   bool adobe = false;
   for (auto* m = cinfo.marker_list; m; m = m->next)
@@ -124,11 +136,23 @@ Image decode_jpeg(const std::string& bytes, CropWindow crop, int denom, const st
   return out;
 }
 
-Image decode_png(const std::string& bytes, const std::string& what) {
+Image decode_png(const std::string& bytes, int64_t max_pixels, const std::string& what) {
   png_image img{};
   img.version = PNG_IMAGE_VERSION;
   if (!png_image_begin_read_from_memory(&img, bytes.data(), bytes.size()))
     throw DataError(what + ": cannot decode PNG: " + img.message);
+  if (static_cast<int64_t>(img.height) * img.width > max_pixels) {
+    png_image_free(&img);
+    check_pixels(img.height, img.width, max_pixels, what);
+  }
+  // Deflate expands at most 1032x, and each row holds a filter byte and at least one bit per
+  // pixel: a header claiming more than the file can hold is damage, not an image to allocate.
+  const uint64_t least_raw = uint64_t{img.height} * (1 + (uint64_t{img.width} + 7) / 8);
+  if (least_raw / 1032 > bytes.size()) {
+    png_image_free(&img);
+    throw DataError(what + ": PNG header claims " + std::to_string(img.width) + "x" + std::to_string(img.height) +
+                    " pixels, more than its " + std::to_string(bytes.size()) + " bytes can hold");
+  }
   img.format = PNG_FORMAT_RGB;
   Image out;
   out.height = static_cast<int>(img.height);
@@ -168,7 +192,9 @@ ImageFormat sniff_format(const std::string& b) {
   return ImageFormat::kUnknown;
 }
 
-ImageSize image_size(const std::string& bytes, const std::string& what) {
+namespace {
+
+ImageSize header_size(const std::string& bytes, const std::string& what) {
   switch (sniff_format(bytes)) {
     case ImageFormat::kJpeg: {
       tjhandle h = tjInitDecompress();
@@ -194,31 +220,43 @@ ImageSize image_size(const std::string& bytes, const std::string& what) {
   }
 }
 
-Image decode_image(const std::string& bytes, const std::string& what) { return decode_scaled(bytes, 0, what); }
+}  // namespace
 
-Image decode_scaled(const std::string& bytes, int min_short_side, const std::string& what) {
+ImageSize image_size(const std::string& bytes, const std::string& what, int64_t max_pixels) {
+  const ImageSize s = header_size(bytes, what);
+  check_pixels(s.height, s.width, max_pixels, what);
+  return s;
+}
+
+Image decode_image(const std::string& bytes, const std::string& what, int64_t max_pixels) {
+  return decode_scaled(bytes, 0, what, max_pixels);
+}
+
+Image decode_scaled(const std::string& bytes, int min_short_side, const std::string& what, int64_t max_pixels) {
   switch (sniff_format(bytes)) {
     case ImageFormat::kJpeg: {
       int denom = 1;
       if (min_short_side > 0) {
-        ImageSize s = image_size(bytes, what);
+        ImageSize s = image_size(bytes, what, max_pixels);
         int short_side = std::min(s.height, s.width);
         denom = dct_denominator(short_side, short_side, min_short_side, min_short_side);
       }
-      return decode_jpeg(bytes, {}, denom, what);
+      return decode_jpeg(bytes, {}, denom, max_pixels, what);
     }
-    case ImageFormat::kPng: return decode_png(bytes, what);
+    case ImageFormat::kPng: return decode_png(bytes, max_pixels, what);
     default:
       throw DataError(what + ": not a JPEG or PNG image (" + std::to_string(bytes.size()) + " bytes)");
   }
 }
 
-Image decode_crop(const std::string& bytes, CropWindow crop, int min_height, int min_width, const std::string& what) {
+Image decode_crop(const std::string& bytes, CropWindow crop, int min_height, int min_width, const std::string& what,
+                  int64_t max_pixels) {
   switch (sniff_format(bytes)) {
     case ImageFormat::kJpeg:
-      return decode_jpeg(bytes, crop, dct_denominator(crop.height, crop.width, min_height, min_width), what);
+      return decode_jpeg(bytes, crop, dct_denominator(crop.height, crop.width, min_height, min_width), max_pixels,
+                         what);
     case ImageFormat::kPng: {
-      Image full = decode_png(bytes, what);
+      Image full = decode_png(bytes, max_pixels, what);
       if (crop.x < 0 || crop.y < 0 || crop.x + crop.width > full.width || crop.y + crop.height > full.height)
         throw DataError(what + ": crop window outside the image");
       return crop_image(full, crop);
@@ -227,6 +265,7 @@ Image decode_crop(const std::string& bytes, CropWindow crop, int min_height, int
       throw DataError(what + ": not a JPEG or PNG image (" + std::to_string(bytes.size()) + " bytes)");
   }
 }
+
 
 namespace {
 

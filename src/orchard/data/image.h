@@ -25,14 +25,20 @@ struct CropWindow {
   int y = 0, x = 0, height = 0, width = 0;
 };
 
+// Images with more pixels than this are data errors, found from the header before any pixel
+// is allocated: a ~100-byte PNG can claim 37837 x 37837 (4.3 GB decoded). 100 megapixels holds
+// any real photograph (--max_image_pixels changes it).
+constexpr int64_t kDefaultMaxImagePixels = 100'000'000;
+
 enum class ImageFormat { kJpeg, kPng, kUnknown };
 ImageFormat sniff_format(const std::string& bytes);
 
-// Reads only the header. Throws DataError mentioning `what` (e.g. "file: record 3").
-ImageSize image_size(const std::string& bytes, const std::string& what);
+// Reads only the header. Throws DataError mentioning `what` (e.g. "file: record 3"), also for
+// an image of more than `max_pixels` pixels.
+ImageSize image_size(const std::string& bytes, const std::string& what, int64_t max_pixels = kDefaultMaxImagePixels);
 
 // Decodes a whole JPEG or PNG image to RGB (grayscale and CMYK become RGB).
-Image decode_image(const std::string& bytes, const std::string& what);
+Image decode_image(const std::string& bytes, const std::string& what, int64_t max_pixels = kDefaultMaxImagePixels);
 
 // Decodes only `crop` of a JPEG (the fused decode-and-crop of tf.image.decode_and_crop_jpeg):
 // rows outside the window are skipped and columns cropped at iMCU granularity. When the
@@ -40,11 +46,12 @@ Image decode_image(const std::string& bytes, const std::string& what);
 // by 2, 4 or 8 during decoding, so the result may be smaller than the window but never
 // smaller than the minimum. PNG input falls back to decode + crop.
 Image decode_crop(const std::string& bytes, CropWindow crop, int min_height, int min_width,
-                  const std::string& what);
+                  const std::string& what, int64_t max_pixels = kDefaultMaxImagePixels);
 
 // Decodes the whole image, letting the JPEG DCT scale it down while both sides stay
 // >= min_short_side on the short side (0 = full size).
-Image decode_scaled(const std::string& bytes, int min_short_side, const std::string& what);
+Image decode_scaled(const std::string& bytes, int min_short_side, const std::string& what,
+                    int64_t max_pixels = kDefaultMaxImagePixels);
 
 std::string encode_jpeg(const Image& image, int quality = 95);
 std::string encode_png(const Image& image);

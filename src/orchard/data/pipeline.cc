@@ -9,7 +9,10 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
+
+#include <spdlog/spdlog.h>
 
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
@@ -50,6 +53,18 @@ void Batch::truncate(int64_t n) {
   for (auto& [name, t] : fields) t = t.narrow(0, 0, n);
   if (static_cast<int64_t>(sources.size()) > n) sources.resize(static_cast<size_t>(n));
   size = n;
+}
+
+void Batch::keep_rows(const std::vector<int64_t>& rows) {
+  const at::Tensor index = at::tensor(rows, at::kLong);
+  images = images.index_select(0, index);
+  for (auto& [name, t] : fields) t = t.index_select(0, index);
+  if (!sources.empty()) {
+    std::vector<std::string> kept;
+    for (const int64_t r : rows) kept.push_back(sources[static_cast<size_t>(r)]);
+    sources = std::move(kept);
+  }
+  size = static_cast<int64_t>(rows.size());
 }
 
 void Batch::to(const c10::Device& device) {
@@ -93,6 +108,7 @@ struct BatchJob {
   std::mutex mu;
   std::condition_variable done;
   std::exception_ptr error;
+  std::vector<std::pair<int64_t, std::string>> bad;  // skipped samples: row, why (skip_corrupt_records)
   bool end = false;  // sentinel: no more batches
 };
 
@@ -109,7 +125,11 @@ struct Pipeline::Impl {
   std::condition_variable cv_push, cv_pop;
   std::deque<std::shared_ptr<BatchJob>> queue;
   bool stop = false;
-  std::atomic<int64_t> skipped{0};
+  // Set on the first error that ends the pipeline and on destruction: parse work still queued
+  // then returns at once instead of decoding images nobody will see.
+  std::atomic<bool> cancelled{false};
+  mutable std::mutex skipped_mu;
+  std::set<std::string> skipped;  // distinct: an epoch meeting a bad record again adds nothing
   std::map<std::string, std::vector<std::string>> cache;
   int64_t image_numel = 1;
   // Image tensors of earlier batches, reused once nobody else holds them (tensor or view):
@@ -151,13 +171,20 @@ struct Pipeline::Impl {
       }
       SampleOut out;
       out.fields.resize(bases.size());
-      for (int64_t i = begin; i < end; ++i) {
+      for (int64_t i = begin; i < end && !cancelled; ++i) {
         std::mt19937_64 rng(job->seeds[i]);
         out.image = images + i * image_numel;
         for (size_t k = 0; k < bases.size(); ++k) out.fields[k] = bases[k] + i * strides[k];
-        parse(job->records[i].bytes, job->records[i].source, rng, out);
+        try {
+          parse(job->records[i].bytes, job->records[i].source, rng, out);
+        } catch (const DataError& e) {
+          if (!opt.reader.skip_corrupt_records) throw;
+          std::lock_guard<std::mutex> lock(job->mu);
+          job->bad.emplace_back(i, e.what());
+        }
       }
     } catch (...) {
+      cancelled = true;
       std::lock_guard<std::mutex> lock(job->mu);
       if (!job->error) job->error = std::current_exception();
     }
@@ -215,7 +242,7 @@ struct Pipeline::Impl {
       const std::vector<std::string>* cached = nullptr;
       std::vector<std::string> fill;  // records read this pass, for the cache
       size_t pos = 0;
-      int64_t skipped_counted = 0;  // this reader's skips already added to `skipped`
+      size_t skipped_counted = 0;  // entries of this reader's skipped_log() already in `skipped`
     };
     std::deque<std::string> pending(epoch_files.begin(), epoch_files.end());
     std::vector<Source> active;
@@ -258,9 +285,12 @@ struct Pipeline::Impl {
       } else {
         index = s.reader->records_read();
         got = s.reader->next(&rec);
-        if (s.reader->skipped() != s.skipped_counted) {  // counted as they happen, for live stats
-          skipped += s.reader->skipped() - s.skipped_counted;
-          s.skipped_counted = s.reader->skipped();
+        if (s.reader->skipped_log().size() != s.skipped_counted) {  // counted as they happen, for live stats
+          std::lock_guard<std::mutex> lock(skipped_mu);
+          for (; s.skipped_counted < s.reader->skipped_log().size(); ++s.skipped_counted) {
+            const std::string& why = s.reader->skipped_log()[s.skipped_counted];
+            if (skipped.insert(why).second) spdlog::warn("skipped: {}", why);
+          }
         }
         if (got) {
           index = s.reader->records_read() - 1;
@@ -363,6 +393,7 @@ struct Pipeline::Impl {
       end->end = true;
       push(end);
     } catch (...) {
+      cancelled = true;
       push_error(std::current_exception());
     }
   }
@@ -389,34 +420,61 @@ Pipeline::~Pipeline() {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stop = true;
   }
+  impl_->cancelled = true;
   impl_->cv_push.notify_all();
   if (impl_->producer.joinable()) impl_->producer.join();
-  impl_->pool.reset();  // finishes queued parse tasks
+  impl_->pool.reset();  // queued parse tasks return at once (cancelled)
 }
 
 bool Pipeline::next(Batch* batch) {
-  std::shared_ptr<BatchJob> job;
-  {
-    std::unique_lock<std::mutex> lock(impl_->mu);
-    impl_->cv_pop.wait(lock, [&] { return !impl_->queue.empty(); });
-    job = impl_->queue.front();
-    if (job->end) {
-      if (job->error) std::rethrow_exception(job->error);
-      return false;  // leave the sentinel in place: later calls also return false
+  for (;;) {
+    std::shared_ptr<BatchJob> job;
+    {
+      std::unique_lock<std::mutex> lock(impl_->mu);
+      impl_->cv_pop.wait(lock, [&] { return !impl_->queue.empty(); });
+      job = impl_->queue.front();
+      if (job->end) {
+        if (job->error) std::rethrow_exception(job->error);
+        return false;  // leave the sentinel in place: later calls also return false
+      }
+      impl_->queue.pop_front();
     }
-    impl_->queue.pop_front();
+    impl_->cv_push.notify_one();
+    {
+      std::unique_lock<std::mutex> lock(job->mu);
+      job->done.wait(lock, [&] { return job->remaining.load() == 0; });
+    }
+    if (job->error) std::rethrow_exception(job->error);
+    *batch = std::move(job->batch);
+    if (job->bad.empty()) return true;
+    std::sort(job->bad.begin(), job->bad.end());
+    std::vector<int64_t> rows;
+    size_t b = 0;
+    for (int64_t i = 0; i < batch->size; ++i) {
+      if (b < job->bad.size() && job->bad[b].first == i) {
+        std::lock_guard<std::mutex> lock(impl_->skipped_mu);
+        if (impl_->skipped.insert(job->bad[b].second).second) spdlog::warn("skipped: {}", job->bad[b].second);
+        ++b;
+      } else {
+        rows.push_back(i);
+      }
+    }
+    if (!rows.empty()) {
+      batch->keep_rows(rows);
+      return true;
+    }
   }
-  impl_->cv_push.notify_one();
-  {
-    std::unique_lock<std::mutex> lock(job->mu);
-    job->done.wait(lock, [&] { return job->remaining.load() == 0; });
-  }
-  if (job->error) std::rethrow_exception(job->error);
-  *batch = std::move(job->batch);
-  return true;
 }
 
 const std::vector<std::string>& Pipeline::files() const { return impl_->files; }
-int64_t Pipeline::skipped_records() const { return impl_->skipped.load(); }
+int64_t Pipeline::skipped_records() const {
+  std::lock_guard<std::mutex> lock(impl_->skipped_mu);
+  return static_cast<int64_t>(impl_->skipped.size());
+}
+
+std::vector<std::string> Pipeline::skipped() const {
+  std::lock_guard<std::mutex> lock(impl_->skipped_mu);
+  return {impl_->skipped.begin(), impl_->skipped.end()};
+}
 
 }  // namespace orchard::data

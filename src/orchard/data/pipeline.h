@@ -94,6 +94,8 @@ struct Batch {
   at::Tensor& field(const std::string& name);
   // Keeps the first n samples.
   void truncate(int64_t n);
+  // Keeps the samples at `rows` (ascending), in that order.
+  void keep_rows(const std::vector<int64_t>& rows);
   // Moves every tensor to `device` (non-blocking from pinned memory).
   void to(const c10::Device& device);
 };
@@ -109,7 +111,12 @@ class Pipeline {
   bool next(Batch* batch);
 
   const std::vector<std::string>& files() const;
-  int64_t skipped_records() const;  // corrupt records skipped (skip_corrupt_records)
+  // With skip_corrupt_records: the records skipped so far, each once however many epochs met it,
+  // as "file: record N ...: why". Records with bad CRCs or framing, and samples whose parse
+  // failed with a DataError (an undecodable or oversized image, a malformed Example): those
+  // leave their batch one sample smaller.
+  int64_t skipped_records() const;
+  std::vector<std::string> skipped() const;
 
  private:
   struct Impl;

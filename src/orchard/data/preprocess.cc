@@ -116,8 +116,9 @@ cv::Mat as_mat(const Image& image) {
 }
 
 // The whole image at S x S (resized only when it has another size).
-cv::Mat decode_square(const std::string& encoded, int size, Image* storage, const std::string& what) {
-  *storage = decode_image(encoded, what);
+cv::Mat decode_square(const std::string& encoded, int size, int64_t max_pixels, Image* storage,
+                      const std::string& what) {
+  *storage = decode_image(encoded, what, max_pixels);
   cv::Mat m = as_mat(*storage);
   if (storage->height == size && storage->width == size) return m;
   cv::Mat resized;
@@ -129,7 +130,7 @@ void pad_crop_train(const std::string& encoded, const PreprocessOptions& o, std:
                     const std::string& what) {
   Image storage;
   cv::Mat padded;
-  cv::copyMakeBorder(decode_square(encoded, o.image_size, &storage, what), padded, o.pad, o.pad, o.pad, o.pad,
+  cv::copyMakeBorder(decode_square(encoded, o.image_size, o.max_image_pixels, &storage, what), padded, o.pad, o.pad, o.pad, o.pad,
                      cv::BORDER_CONSTANT, cv::Scalar(0, 0, 0));
   std::uniform_int_distribution<int> offset(0, 2 * o.pad);
   const int y = offset(rng), x = offset(rng);
@@ -139,10 +140,10 @@ void pad_crop_train(const std::string& encoded, const PreprocessOptions& o, std:
 
 void resnet_train(const std::string& encoded, const std::vector<Box>& boxes, const PreprocessOptions& options,
                   std::mt19937_64& rng, float* out, const std::string& what) {
-  const ImageSize size = image_size(encoded, what);
+  const ImageSize size = image_size(encoded, what, options.max_image_pixels);
   const CropWindow crop = sample_distorted_crop(size.height, size.width, boxes, options.crop, rng);
   const bool flip = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
-  const Image img = decode_crop(encoded, crop, options.image_size, options.image_size, what);
+  const Image img = decode_crop(encoded, crop, options.image_size, options.image_size, what, options.max_image_pixels);
   resize_scale(img, options.image_size, options.image_size, flip, options.channels_last, options.scale, options.offset,
                out);
 }
@@ -210,10 +211,11 @@ void preprocess_eval(const std::string& encoded, const PreprocessOptions& option
                      const std::string& what) {
   if (options.augmentation == Augmentation::kPadCrop) {
     Image storage;
-    return normalize(decode_square(encoded, options.image_size, &storage, what), false, options, out);
+    return normalize(decode_square(encoded, options.image_size, options.max_image_pixels, &storage, what), false,
+                     options, out);
   }
   const int resize_min = eval_resize_min(options.image_size);
-  const Image img = decode_scaled(encoded, resize_min, what);
+  const Image img = decode_scaled(encoded, resize_min, what, options.max_image_pixels);
   // Aspect-preserving resize so the short side is resize_min, then a central crop.
   const double scale = static_cast<double>(resize_min) / std::min(img.height, img.width);
   const int new_h = std::max(options.image_size, static_cast<int>(std::lround(img.height * scale)));

@@ -55,6 +55,7 @@ struct PreprocessOptions {
   // 2/255 and 1 for Inception's [-1, 1] (see kInceptionScale).
   float scale = 1.0f;
   std::array<float, 3> offset = kChannelMeans;
+  int64_t max_image_pixels = kDefaultMaxImagePixels;  // larger images are data errors (image.h)
 };
 constexpr float kInceptionScale = 2.0f / 255.0f;
 constexpr std::array<float, 3> kInceptionOffset = {1.0f, 1.0f, 1.0f};

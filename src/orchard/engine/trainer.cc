@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <tuple>
 
 #include "orchard/core/error.h"
 #include "orchard/core/event_writer.h"
@@ -116,13 +117,35 @@ int64_t Trainer::restore_latest() {
     if (int n = checkpoints.remove_stale_temporaries())
       spdlog::info("removed {} temporary files left by an interrupted run", n);
   }
-  const std::string latest = checkpoints.latest();
-  if (latest.empty()) return step_ = 0;
+  // Newest first: the index's choice, then the others by step. A damaged one (a machine that
+  // died mid-write on a filesystem without atomic rename, a bad disk) is reported and the one
+  // before it used; a checkpoint of another model is still an error.
+  std::vector<std::string> candidates;
+  if (const std::string latest = checkpoints.latest(); !latest.empty()) candidates.push_back(latest);
+  const auto all = checkpoints.list();
+  for (auto it = all.rbegin(); it != all.rend(); ++it)
+    if (candidates.empty() || it->second != candidates.front()) candidates.push_back(it->second);
   train::RestoreOptions ro;
   ro.expect = m.task.signature();
   ro.training_weights = true;
   ro.average = m.average.get();
-  auto [step, meta] = train::restore_checkpoint(latest, *m.task.module(), m.optimizer.get(), ro);
+  std::string latest;
+  int64_t step = 0;
+  train::Meta meta;
+  for (const auto& path : candidates) {
+    try {
+      std::tie(step, meta) = train::restore_checkpoint(path, *m.task.module(), m.optimizer.get(), ro);
+      latest = path;
+      break;
+    } catch (const train::UnreadableCheckpoint& e) {
+      spdlog::error("{}; resuming from the checkpoint before it", e.what());
+    }
+  }
+  if (latest.empty()) {
+    if (candidates.empty()) return step_ = 0;
+    throw Error(m.opt.model_dir + ": none of its " + std::to_string(candidates.size()) +
+                " checkpoints can be read (see above); remove them, or start over with --clean");
+  }
   auto it = meta.find("global_batch_size");
   if (it != meta.end() && it->second != std::to_string(m.opt.global_batch_size))
     spdlog::warn("{} was trained with batch size {}; continuing with {} (the data position is re-derived from the step)",

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <thread>
 #include <filesystem>
+#include <set>
 
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
@@ -27,6 +28,7 @@ namespace orchard::tasks {
 TrainRuntime start_training(const RuntimeFlags& f, int64_t global_batch_size, const std::string& model_dir,
                             bool clean) {
   TrainRuntime rt;
+  if (f.max_image_pixels < 1) throw Error("--max_image_pixels must be positive");
   rt.cuda = torch::cuda::is_available() && f.num_gpus != 0;
   check_distribution(f.distribution_strategy, f.num_gpus, rt.cuda);
   train::check_dtype(f.dtype, rt.cuda);
@@ -169,10 +171,15 @@ engine::BatchSource limit_examples(engine::BatchSource source, int64_t limit) {
 
 void finish_run(train::RunStats& stats, std::vector<std::shared_ptr<data::Pipeline>>& pipelines,
                 const std::string& stats_file) {
-  for (const auto& p : pipelines) stats.skipped_records += p->skipped_records();
+  // Each bad record once, however many epochs, evaluations or restarts met it.
+  std::set<std::string> skipped;
+  for (const auto& p : pipelines)
+    for (auto& s : p->skipped()) skipped.insert(std::move(s));
   pipelines.clear();
+  stats.skipped_records = static_cast<int64_t>(skipped.size());
   if (stats.skipped_records > 0)
-    spdlog::warn("skipped {} corrupt records (--skip_corrupt_records)", stats.skipped_records);
+    spdlog::warn("skipped {} corrupt record{} (--skip_corrupt_records; each was logged as it was met)",
+                 stats.skipped_records, stats.skipped_records == 1 ? "" : "s");
   if (!stats_file.empty()) {
     train::write_stats(stats_file, stats);
     spdlog::info("stats written to {}", stats_file);
@@ -224,8 +231,12 @@ std::map<std::string, double> evaluate_once(tasks::Task& task, const std::string
   return evaluator.evaluate([&] { return pipeline_source(input, task, false); }, step, false);
 }
 
-void add_threads_flag(FlagSet* c, int& num_threads) {
-  c->add_option("--num_threads", num_threads, "Intra-op threads (0: all cores)");
+void add_host_flags(FlagSet* c, RuntimeFlags& f) {
+  c->add_option("--num_threads", f.num_threads, "Intra-op threads (0: all cores)");
+  c->add_option("--max_image_pixels", f.max_image_pixels,
+                "Images with more pixels are data errors, found from the header before decoding "
+                "(skipped with --skip_corrupt_records where the command has it)")
+      ->capture_default_str();
 }
 
 void add_runtime_flags(FlagSet* c, RuntimeFlags& f) {

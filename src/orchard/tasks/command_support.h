@@ -32,14 +32,15 @@ class Task;
 // distribution (a task's flag struct derives from it).
 struct RuntimeFlags {
   int num_threads = 0;  // intra-op threads; 0: all cores
+  int64_t max_image_pixels = 100'000'000;  // data::kDefaultMaxImagePixels
   std::string dtype = "fp32";
   std::string distribution_strategy = "mirrored";
   int num_gpus = -2;  // -2: not given (1 if a GPU is present, else 0); -1: all
   int collective_timeout = 1800;  // seconds
   bool sync_bn = false;
 };
-// --num_threads (also on eval and predict).
-void add_threads_flag(FlagSet* c, int& num_threads);
+// --num_threads and --max_image_pixels (every verb that runs a model on images).
+void add_host_flags(FlagSet* c, RuntimeFlags& f);
 // --dtype, --distribution_strategy (--ds), --num_gpus, --collective_timeout, --sync_bn.
 void add_runtime_flags(FlagSet* c, RuntimeFlags& f);
 

@@ -69,7 +69,7 @@ void add_image_inference_verbs(TaskCommands* commands, const std::string& export
     c->add_option("--data_dir", in->f.data_dir, "Data directory (default: the one used for training)");
     c->add_option("--batch_size", in->f.batch_size, "Batch size")->capture_default_str();
     Traits::add_inference_flags(c, in->f, /*predict=*/false);
-    add_threads_flag(c, in->f.num_threads);
+    add_host_flags(c, in->f);
     c->add_option("--stats_file", in->stats_file, "Write the metrics as JSON here");
     return [=] {
       auto [task, step] = restore(*in, flags_given_to(*c), false);
@@ -103,7 +103,7 @@ void add_image_inference_verbs(TaskCommands* commands, const std::string& export
     Traits::add_inference_flags(c, in->f, /*predict=*/true);
     c->add_flag("--json", in->json_out, "One JSON line per image");
     c->add_option("--batch_size", in->f.batch_size, "Images per forward pass")->capture_default_str();
-    add_threads_flag(c, in->f.num_threads);
+    add_host_flags(c, in->f);
     return [=] {
       auto [task, step] = restore(*in, flags_given_to(*c), false);
       const auto labels = data::read_labels((std::filesystem::path(in->f.model_dir) / "labels.txt").string());

@@ -14,6 +14,7 @@
 
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
+#include "orchard/core/zip_check.h"
 #include "orchard/train/moving_average.h"
 
 namespace fs = std::filesystem;
@@ -155,6 +156,11 @@ std::string CheckpointManager::save(int64_t step, torch::nn::Module& model, torc
 std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::Module& model,
                                             torch::optim::Optimizer* optimizer, const RestoreOptions& options) {
   if (!fs::is_regular_file(path)) throw Error(path + ": cannot open: no such file");
+  try {
+    check_zip_crcs(path);
+  } catch (const DataError& e) {
+    throw UnreadableCheckpoint(std::string(e.what()) + " (not an Orchard checkpoint, or a truncated or corrupt one)");
+  }
   c10::IValue root;
   try {
     // What torch::pickle_load does, with the archive read from the file record by record into
@@ -163,7 +169,10 @@ std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::
     caffe2::serialize::PyTorchStreamReader reader(path);
     root = torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt, c10::nullopt, reader);
   } catch (const std::exception& e) {
-    throw Error(path + ": not an Orchard checkpoint (" + std::string(e.what()).substr(0, 200) + ")");
+    // libtorch's message carries a C++ stack trace after its first line.
+    const std::string what = e.what();
+    throw UnreadableCheckpoint(path + ": unreadable checkpoint, truncated or corrupt (" +
+                               what.substr(0, std::min(what.find('\n'), size_t{200})) + ")");
   }
   if (!root.isGenericDict()) throw Error(path + ": not an Orchard checkpoint (top level is not a dict)");
   auto dict = root.toGenericDict();

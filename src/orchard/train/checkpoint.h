@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "orchard/core/error.h"
+
 namespace orchard::train {
 
 using Meta = std::map<std::string, std::string>;
@@ -41,6 +43,13 @@ class CheckpointManager {
  private:
   std::string dir_;
   int max_to_keep_;
+};
+
+// A checkpoint file that cannot be read: truncated, or a record failing its zip CRC-32. Nothing
+// was restored from it (the whole archive is read before any variable is set).
+class UnreadableCheckpoint : public Error {
+ public:
+  using Error::Error;
 };
 
 struct RestoreOptions {

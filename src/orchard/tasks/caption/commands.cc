@@ -119,7 +119,7 @@ void add_beam_flags(FlagSet* c, CaptionFlags& f) {
 
 void add_common_flags(FlagSet* c, CaptionFlags& f) {
   c->add_option("--vocab_file", f.vocab_file, "word_counts.txt (default: beside the input files, or the train_dir's copy)");
-  add_threads_flag(c, f.num_threads);
+  add_host_flags(c, f);
   c->add_option("--num_preprocess_threads", f.num_preprocess_threads, "Input pipeline threads (0: all cores)");
   c->add_option("--stats_file", f.stats_file, "Write the run's stats (or the metrics) as JSON here");
   c->add_option("--num_eval_examples", f.num_eval_examples, "Examples per evaluation (0: all)")->capture_default_str();
@@ -209,6 +209,7 @@ tasks::CaptionConfig task_config(const CaptionFlags& f, const data::Vocabulary& 
   c.image.resize_size = f.resize_size > 0 ? f.resize_size
                                           : static_cast<int>(std::lround(346.0 * f.image_size / 299.0));
   c.image.distort = f.distort;
+  c.image.max_image_pixels = f.max_image_pixels;
   c.train_inception = f.train_inception;
   c.inception_weight_decay = f.inception_weight_decay;
   c.max_caption_tokens = f.max_caption_tokens;
@@ -428,7 +429,7 @@ void add_inference_flags(FlagSet* c, RunFlags& r) {
   c->add_option("--vocab_file", r.f.vocab_file, "word_counts.txt (default: the train_dir's)");
   c->add_flag("--json", r.json_out, "One JSON line per image");
   c->add_option("--batch_size", r.batch_size, "Images per encoder pass")->capture_default_str();
-  add_threads_flag(c, r.f.num_threads);
+  add_host_flags(c, r.f);
   add_beam_flags(c, r.f);
 }
 

@@ -34,6 +34,7 @@ data::PreprocessOptions ClassificationTask::preprocess_options() const {
   set_input_scaling(config_.model, &o);
   o.pad = config_.pad;
   o.random_erasing = config_.random_erasing;
+  o.max_image_pixels = config_.max_image_pixels;
   return o;
 }
 

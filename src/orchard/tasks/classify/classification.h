@@ -19,6 +19,7 @@ struct ClassificationConfig {
   data::DistortedBoxOptions crop;  // resnet augmentation
   int pad = 4;                     // pad_crop augmentation
   float random_erasing = 0;        // probability, training only
+  int64_t max_image_pixels = data::kDefaultMaxImagePixels;
 };
 
 class ClassificationTask : public Task {

@@ -94,7 +94,7 @@ void add_model_flags(FlagSet* c, ClassifyFlags& f) {
   c->add_option("--width", f.width, "Base width override (0: the model's own)");
   c->add_option("--image_size", f.image_size, "Input size in pixels")->capture_default_str();
   c->add_option("--data_format", f.data_format, "channels_first | channels_last (default: channels_last on CPU)");
-  add_threads_flag(c, f.num_threads);
+  add_host_flags(c, f);
 }
 
 void add_train_flags(FlagSet* c, ClassifyFlags& f) {
@@ -184,6 +184,7 @@ tasks::ClassificationConfig task_config(const ClassifyFlags& f, bool cuda) {
   c.model.width = f.width;
   c.model.zero_init_residual = f.zero_init_residual;
   c.image_size = f.image_size;
+  c.max_image_pixels = f.max_image_pixels;
   c.channels_last = channels_last(f, cuda);
   c.weight_decay = f.weight_decay;
   c.single_l2_loss_op = f.single_l2_loss_op;

@@ -67,7 +67,7 @@ void add_common_flags(FlagSet* c, DetectFlags& f) {
   c->add_option("--pipeline_config_path", f.pipeline_config_path, "pipeline.config (TF OD API text format)");
   c->add_flag("--strict", f.strict, "Unknown or unimplemented pipeline.config fields are errors, not warnings");
   c->add_option("--data_format", f.data_format, "channels_first | channels_last")->capture_default_str();
-  add_threads_flag(c, f.num_threads);
+  add_host_flags(c, f);
   c->add_option("--num_preprocess_threads", f.num_preprocess_threads, "Input pipeline threads (0: all cores)");
   c->add_option("--eval_batch_size", f.eval_batch_size, "Images per evaluation batch")->capture_default_str();
   c->add_option("--sample_1_of_n_eval_examples", f.sample_1_of_n_eval_examples,
@@ -127,6 +127,7 @@ Loaded load(const DetectFlags& f, const std::string& config_path) {
   l.pipeline = detect::load_pipeline_config(config_path, f.strict);
   detect::validate_pipeline_config(l.pipeline, config_path);
   l.config = tasks::detection_config(l.pipeline, f.data_format == "channels_last");
+  l.config.input.max_image_pixels = f.max_image_pixels;
   const auto& opt = l.pipeline.train_config().optimizer();
   if (!opt.has_use_moving_average() || opt.use_moving_average())
     spdlog::warn("{}: train_config.optimizer.use_moving_average is {} (the proto default is true): Orchard keeps "
@@ -360,7 +361,7 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
     const auto detections = task.postprocess(out);
     for (size_t i = 0; i < files.size(); ++i) {
       const std::string encoded = read_file(files[i]);
-      const auto size = data::image_size(encoded, files[i]);
+      const auto size = data::image_size(encoded, files[i], f.max_image_pixels);
       const auto& d = detections[i];
       json boxes = json::array();
       std::vector<data::Box> drawn;
@@ -391,7 +392,7 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
       else
         std::cout << line << "\n";
       if (!output_dir.empty()) {
-        auto image = data::decode_image(encoded, files[i]);
+        auto image = data::decode_image(encoded, files[i], f.max_image_pixels);
         data::draw_boxes(&image, drawn, labels, {255, 32, 32});
         const std::string out_path = (fs::path(output_dir) / (fs::path(files[i]).stem().string() + ".png")).string();
         atomic_write_file(out_path, data::encode_png(image));
@@ -472,7 +473,7 @@ TaskCommands detect_commands() {
     c->add_option("--min_score", p->min_score, "Report detections scoring at least this")->capture_default_str();
     c->add_flag("--json", p->json_out, "One JSON line per image");
     c->add_option("--batch_size", p->batch_size, "Images per forward pass")->capture_default_str();
-    add_threads_flag(c, p->f.num_threads);
+    add_host_flags(c, p->f);
     return [p] {
       run_predict(p->f, p->inputs, p->checkpoint, p->output_dir, p->min_score, p->json_out, p->batch_size);
     };

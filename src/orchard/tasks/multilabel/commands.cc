@@ -87,7 +87,7 @@ void add_model_flags(FlagSet* c, MultiLabelFlags& f) {
   c->add_option("--image_size", f.image_size, "Input size in pixels")->capture_default_str();
   c->add_option("--data_format", f.data_format, "channels_first | channels_last")->capture_default_str();
   c->add_option("--threshold", f.threshold, "Probability above which a label is predicted")->capture_default_str();
-  add_threads_flag(c, f.num_threads);
+  add_host_flags(c, f);
 }
 
 void add_train_flags(FlagSet* c, MultiLabelFlags& f) {
@@ -152,6 +152,7 @@ tasks::MultiLabelConfig task_config(const MultiLabelFlags& f) {
   c.model.num_classes = f.class_num;
   c.model.width = f.width;
   c.model.depth_multiplier = f.depth_multiplier;
+  c.max_image_pixels = f.max_image_pixels;
   if (torchvision_init_flag(f.init) && c.model.arch != "inception_v3")
     throw Error("--init torchvision applies to inception_v3, not " + c.model.arch);
   c.model.init = f.init;

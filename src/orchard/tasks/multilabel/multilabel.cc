@@ -78,6 +78,7 @@ data::PreprocessOptions MultiLabelTask::preprocess_options() const {
   o.channels_last = config_.channels_last;
   o.crop = config_.crop;
   set_input_scaling(config_.model, &o);
+  o.max_image_pixels = config_.max_image_pixels;
   return o;
 }
 

@@ -27,6 +27,7 @@ struct MultiLabelConfig {
     c.min_area = 0.7f;
     return c;
   }();
+  int64_t max_image_pixels = data::kDefaultMaxImagePixels;
 };
 
 // The per-class loss coefficients of ML-Images' train.py. The counters are per class and
