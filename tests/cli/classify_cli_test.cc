@@ -335,6 +335,29 @@ TEST_F(ClassifyTrain, PredictCommand) {
   EXPECT_TRUE(contains(bad.err, "nope.png")) << bad.err;
 }
 
+// predict over a folder with one damaged image: every good image gets its result, the bad one
+// an error line naming it, and the command exits 1 at the end.
+TEST_F(ClassifyTrain, PredictGivesEveryGoodImageItsResultDespiteABadOne) {
+  const std::string photos = root_->file("photos_with_a_bad_one");
+  fs::create_directories(photos);
+  TFRecordReader reader(data_dir_ + "/validation-00000-of-00001");
+  std::string rec;
+  for (int i = 0; i < 3 && reader.next(&rec); ++i) {
+    data::ExampleView ex(rec, "validation record " + std::to_string(i));
+    test::write_bytes(photos + "/p" + std::to_string(i) + ".png", ex.bytes("image/encoded"));
+  }
+  test::write_bytes(photos + "/p1.png", "\x89PNG\r\n\x1a\n damaged");  // the middle one of three
+  auto r = run({"classify", "predict", "--model_dir", model_a_, photos, "--json", "--batch_size", "2", "--num_threads",
+                "1"},
+               *root_);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_TRUE(contains(r.out, photos + "/p0.png")) << r.out;
+  EXPECT_TRUE(contains(r.out, photos + "/p2.png")) << r.out;
+  EXPECT_FALSE(contains(r.out, photos + "/p1.png")) << r.out;
+  EXPECT_TRUE(contains(r.err, photos + "/p1.png")) << r.err;
+  EXPECT_TRUE(contains(r.err, "1 of 3 images could not be read or decoded")) << r.err;
+}
+
 // Preemption: SIGTERM lets the step in progress finish, writes a checkpoint of it, exits 143;
 // the same command then resumes there and reaches the uninterrupted run's parameters.
 TEST_F(ClassifyTrain, TerminatedRunCheckpointsItsStepAndResumes) {
@@ -446,7 +469,7 @@ class ClassifyErrors : public ::testing::Test {
     if (!root_) GTEST_SKIP() << kFashionDir << " is missing (Debian package dataset-fashion-mnist)";
   }
   // A short training command on the tiny data; `extra` flags replace the defaults' values
-  // (CLI11 rejects a flag given twice).
+  // (a flag given twice would keep its last value, as absl does).
   static std::vector<std::string> args(const std::string& model_dir, const std::vector<std::string>& extra = {}) {
     std::vector<std::string> a = {"classify",
                                   "train",
@@ -496,6 +519,52 @@ class ClassifyErrors : public ::testing::Test {
 };
 TempDir* ClassifyErrors::root_ = nullptr;
 std::string ClassifyErrors::data_dir_;
+
+// absl's habits, as TF users type them: a repeated flag keeps its last value, --flagfile,
+// --nofoo, and the TensorFlow-only flags accepted with one line each. The run ends with its
+// summary, and says that no weights were written (checkpoints are off, as in the seed).
+TEST_F(ClassifyErrors, AbslFlagHabitsAndTheEndOfRunSummary) {
+  auto last_wins = args(root_->file("m_absl_err"));
+  last_wins.insert(last_wins.end(), {"--batch_size", "-1"});  // after --batch_size 16
+  expect_error(last_wins, {"--batch_size must be positive"});
+  EXPECT_FALSE(fs::exists(root_->file("m_absl_err")));
+
+  const std::string flagfile = root_->file("flags.txt");
+  test::write_bytes(flagfile, "# the seed's command line, kept in a file\n--train_steps=1\n\n// also a comment\n"
+                              "--enable_checkpoint_and_export\n--stats_file=" + root_->file("absl_stats.json") + "\n");
+  auto a = args(root_->file("m_absl"));
+  a.insert(a.begin() + 2, {"--batch_size", "-1"});  // before --batch_size 16: overridden
+  a.insert(a.end(), {"--flagfile", flagfile, "--noenable_checkpoint_and_export", "--tpu=grpc://10.0.0.1",
+                     "--enable_eager", "true", "--alsologtostderr", "--v", "1", "--use_tf_function=false"});
+  auto r = run(a, *root_);
+  ASSERT_EQ(r.rc, 0) << joined(a) << "\n" << r.err;
+  for (const std::string flag : {"--tpu", "--enable_eager", "--alsologtostderr", "--v", "--use_tf_function"})
+    EXPECT_TRUE(contains(r.err, flag + " is a TensorFlow-only flag: accepted, it changes nothing here")) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(test::read_bytes(root_->file("absl_stats.json"))).at("global_step"), 1);
+  EXPECT_TRUE(contains(r.err, "finished: step 1 in ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "images/s")) << r.err;
+  EXPECT_TRUE(contains(r.err, "written to " + root_->file("m_absl"))) << r.err;
+  EXPECT_TRUE(contains(r.err, "no weights were written")) << r.err;  // --noenable_checkpoint_and_export won
+  EXPECT_TRUE(contains(r.err, "--enable_checkpoint_and_export writes them")) << r.err;
+  EXPECT_TRUE(files_with(root_->file("m_absl"), "ckpt-").empty());
+
+  expect_error(args(root_->file("m_absl2"), {"--flagfile", root_->file("no_such_flags.txt")}),
+               {"--flagfile", root_->file("no_such_flags.txt")});
+}
+
+// A missing validation split is found before a model is built (it was found after training
+// had run), and the failed start leaves no empty model_dir behind.
+TEST_F(ClassifyErrors, MissingValidationDataFailsBeforeTraining) {
+  const std::string train_only = root_->file("train_only");
+  fs::create_directories(train_only);
+  for (const auto& e : fs::directory_iterator(data_dir_))
+    if (e.path().filename().string().rfind("train-", 0) == 0) fs::copy_file(e.path(), train_only / e.path().filename());
+  auto a = args(root_->file("m_noval"), {"--data_dir", train_only});
+  a.erase(std::find(a.begin(), a.end(), "--skip_eval"));
+  const auto r = expect_error(a, {"evaluation data", train_only + "/validation-*", "--skip_eval"});
+  EXPECT_FALSE(contains(r.err, "step 1")) << r.err;
+  EXPECT_FALSE(fs::exists(root_->file("m_noval"))) << "a failed start left model_dir behind";
+}
 
 TEST_F(ClassifyErrors, MissingDataDir) {
   expect_error(args(root_->file("m_missing"), {"--data_dir", root_->file("no_such_data")}),

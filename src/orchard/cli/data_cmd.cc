@@ -73,6 +73,10 @@ void add_data_command(CLI::App& app) {
     c->callback([o] {
       auto [tr, va] = data::convert_image_folder(*o);
       spdlog::info("wrote {} train and {} validation records to {} (+ labels.txt)", tr, va, o->out_dir);
+      if (va == 0)
+        spdlog::warn("no validation records (--validation_fraction {} of {} images): training on {} needs --skip_eval, "
+                     "or a larger --validation_fraction",
+                     o->validation_fraction, tr, o->out_dir);
     });
   }
   {

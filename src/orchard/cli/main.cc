@@ -7,7 +7,10 @@
 
 #include <cstdlib>
 #include <exception>
+#include <string>
+#include <vector>
 
+#include "orchard/cli/absl_args.h"
 #include "orchard/cli/commands.h"
 #include "orchard/core/error.h"
 #include "orchard/core/log.h"
@@ -40,7 +43,11 @@ int main(int argc, char** argv) {
   orchard::cli::add_task_tool_commands(app);
   orchard::cli::add_launch_command(app);
   try {
-    app.parse(argc, argv);
+    // --flagfile expanded, TensorFlow-only flags taken out (cli/absl_args.h).
+    const std::vector<std::string> args = orchard::cli::absl_arguments(argc, argv);
+    std::vector<char*> c_args;
+    for (const auto& a : args) c_args.push_back(const_cast<char*>(a.c_str()));
+    app.parse(static_cast<int>(c_args.size()), c_args.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const orchard::engine::Interrupted& e) {

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <sstream>
 #include <utility>
 
 #include "orchard/cli/commands.h"
@@ -54,13 +55,18 @@ class CliFlagSet : public FlagSet {
     return wrap(command_->add_option(names, value, help));
   }
   Flag* add_option(const std::string& names, std::vector<std::string>& value, const std::string& help) override {
-    return wrap(command_->add_option(names, value, help));
+    return wrap(command_->add_option(names, value, help), /*last_wins=*/false);
   }
   Flag* add_option(const std::string& names, bool& value, const std::string& help) override {
     return wrap(command_->add_option(names, value, help));
   }
+  // absl's --nofoo beside each --foo.
   Flag* add_flag(const std::string& names, bool& value, const std::string& help) override {
-    return wrap(command_->add_flag(names, value, help));
+    std::string all = names;
+    std::stringstream split(names);
+    for (std::string name; std::getline(split, name, ',');)
+      if (name.rfind("--", 0) == 0) all += ",!--no" + name.substr(2);
+    return wrap(command_->add_flag(all, value, help));
   }
   bool given(const std::string& name) const override {
     const CLI::Option* option = command_->get_option_no_throw(name);  // null: not a flag of this command
@@ -68,7 +74,9 @@ class CliFlagSet : public FlagSet {
   }
 
  private:
-  Flag* wrap(CLI::Option* option) {
+  // As absl: a flag given twice keeps its last value (a list flag keeps every value).
+  Flag* wrap(CLI::Option* option, bool last_wins = true) {
+    if (last_wins) option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     flags_.push_back(std::make_unique<CliFlag>(option));
     return flags_.back().get();
   }

@@ -127,6 +127,7 @@ int64_t watch_checkpoints(const CheckpointWatch& w,
   int64_t last_step = -1;
   int retries = 0;
   Stopwatch waiting;
+  bool announced = false;  // this wait was logged
   while (true) {
     const std::string latest = train::CheckpointManager(w.checkpoint_dir).latest();
     const int64_t step = latest.empty() ? -1 : train::checkpoint_step(latest);
@@ -135,6 +136,17 @@ int64_t watch_checkpoints(const CheckpointWatch& w,
       if (w.run_once && step < w.min_global_step)
         throw Error(latest + " is at step " + std::to_string(step) + ", before --min_global_step " +
                     std::to_string(w.min_global_step));
+      if (!announced) {
+        // Which step the job waits for, so that a silent evaluator is seen to be waiting.
+        std::string next = last_step >= 0 ? "a checkpoint newer than step " + std::to_string(last_step)
+                                           : "the first checkpoint";
+        if (w.min_global_step > 0 && last_step < w.min_global_step)
+          next = "a checkpoint at step " + std::to_string(w.min_global_step) + " or later";
+        spdlog::info("waiting for {} in {}{} (polling every {}s, giving up after {}s without one)", next,
+                     w.checkpoint_dir, w.final_step > 0 ? " (the last is step " + std::to_string(w.final_step) + ")" : "",
+                     w.poll_secs, w.timeout_secs);
+        announced = true;
+      }
       const double waited = waiting.seconds();
       if (waited > w.timeout_secs) {
         spdlog::info("no new checkpoint in {} for {:.0f}s; stopping", w.checkpoint_dir, waited);
@@ -160,6 +172,7 @@ int64_t watch_checkpoints(const CheckpointWatch& w,
     last_step = step;
     retries = 0;
     waiting.reset();
+    announced = false;
     if (w.run_once) break;
     if (w.final_step > 0 && step >= w.final_step) {
       spdlog::info("evaluated the checkpoint of the final step {}; done", step);

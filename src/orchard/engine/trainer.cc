@@ -156,6 +156,8 @@ int64_t Trainer::restore_latest() {
   return step_ = step;
 }
 
+const TrainerOptions& Trainer::options() const { return impl_->opt; }
+
 void Trainer::register_hooks(std::vector<std::shared_ptr<Hook>> hooks) {
   impl_->extra_hooks.insert(impl_->extra_hooks.end(), hooks.begin(), hooks.end());
 }

@@ -74,6 +74,7 @@ class Trainer {
   // Evaluates the model as it is now; writes eval summaries at `step` when `summaries`.
   std::map<std::string, double> evaluate(const EvalInputFactory& eval_input, int64_t step, bool summaries);
   int64_t step() const { return step_; }
+  const TrainerOptions& options() const;
   // Hooks of the run's own, called after the standard ones (Detectron2's register_hooks).
   void register_hooks(std::vector<std::shared_ptr<Hook>> hooks);
 

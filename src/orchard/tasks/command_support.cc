@@ -38,7 +38,21 @@ TrainRuntime start_training(const RuntimeFlags& f, int64_t global_batch_size, co
   rt.threads = train::configure_threads(f.num_threads);
   if (clean && rt.chief) clean_model_dir(model_dir);
   if (rt.dist) rt.dist->barrier();  // nobody restores from a model_dir being cleaned
+  std::error_code ec;
+  const bool existed = fs::exists(model_dir, ec);
   ensure_writable_dir(model_dir);
+  if (!existed) {
+    struct RemoveIfEmpty {
+      explicit RemoveIfEmpty(std::string d) : dir(std::move(d)) {}
+      RemoveIfEmpty(const RemoveIfEmpty&) = delete;
+      std::string dir;
+      ~RemoveIfEmpty() {
+        std::error_code ec;
+        if (fs::is_empty(dir, ec) && !ec) fs::remove(dir, ec);
+      }
+    };
+    rt.created_model_dir = std::make_shared<const RemoveIfEmpty>(model_dir);
+  }
   return rt;
 }
 
@@ -148,6 +162,15 @@ int64_t count_examples(const std::string& pattern) {
   return n;
 }
 
+void check_evaluation_data(const std::string& pattern, const std::string& skip_flag) {
+  try {
+    count_examples(pattern);
+  } catch (const Error& e) {
+    throw Error(std::string("evaluation data: ") + e.what() + " (checked before training; " + skip_flag +
+                " trains without evaluating)");
+  }
+}
+
 engine::BatchSource pipeline_source(data::PipelineOptions options, const tasks::Task& task, bool training,
                                    std::vector<std::shared_ptr<data::Pipeline>>* keep) {
   auto pipeline = std::make_shared<data::Pipeline>(std::move(options), task.sample_spec(), task.parser(training));
@@ -167,6 +190,27 @@ engine::BatchSource limit_examples(engine::BatchSource source, int64_t limit) {
     *seen += b->size;
     return true;
   };
+}
+
+void log_run_summary(const train::RunStats& stats, double wall_secs, const std::string& model_dir,
+                     const std::string& stats_file) {
+  std::string metrics;
+  for (const auto& [name, value] : stats.eval)
+    metrics += fmt::format("{}{} {:.4g}", metrics.empty() ? "" : ", ", name, value);
+  if (metrics.empty())
+    for (const auto& [name, value] : stats.train)
+      metrics += fmt::format("{}train {} {:.4g}", metrics.empty() ? "" : ", ", name, value);
+  spdlog::info("finished: step {} in {:.1f}s wall, {:.1f} images/s; final {}", stats.global_step, wall_secs,
+               stats.avg_exp_per_second, metrics.empty() ? "metrics: none" : metrics);
+  std::vector<std::string> written;
+  const std::string latest = train::CheckpointManager(model_dir).latest();
+  if (!latest.empty()) written.push_back("weights " + fs::path(latest).filename().string());
+  for (const char* events : {"train", "eval"})
+    if (fs::is_directory(fs::path(model_dir) / events)) written.push_back(std::string(events) + "/ events");
+  if (!stats_file.empty()) written.push_back("stats " + stats_file);
+  std::string list;
+  for (const auto& w : written) list += (list.empty() ? "" : ", ") + w;
+  spdlog::info("written to {}: {}", model_dir, list.empty() ? "config only, no weights" : list);
 }
 
 void finish_run(train::RunStats& stats, std::vector<std::shared_ptr<data::Pipeline>>& pipelines,
@@ -202,6 +246,7 @@ train::RunStats train_on_pipelines(engine::Trainer& trainer, const tasks::Task& 
     return limit_examples(pipeline_source(eval_input, task, false, &pipelines), eval_limit);
   };
   train::RunStats stats;
+  const auto started = std::chrono::steady_clock::now();
   try {
     stats = trainer.train_and_evaluate(make_train, skip_eval ? engine::EvalInputFactory{} : make_eval);
   } catch (const Error&) {
@@ -218,7 +263,11 @@ train::RunStats train_on_pipelines(engine::Trainer& trainer, const tasks::Task& 
                 ": a collective operation failed (another worker exited, or did not answer within "
                 "--collective_timeout): " + what.substr(0, 300));
   }
-  if (train_input.worker_index == 0) finish_run(stats, pipelines, stats_file);
+  if (train_input.worker_index == 0) {
+    finish_run(stats, pipelines, stats_file);
+    log_run_summary(stats, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+                    trainer.options().model_dir, stats_file);
+  }
   return stats;
 }
 
@@ -289,6 +338,9 @@ void predict_images(tasks::Task& task, const PrepareImage& prepare, const std::v
   const auto ms = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
   };
+  // A file that cannot be read or decoded gets an error line; every other file still gets its
+  // result, and the command fails at the end.
+  int64_t failed = 0;
   for (size_t begin = 0; begin < files.size(); begin += static_cast<size_t>(batch_size)) {
     const auto start = Clock::now();
     const size_t end = std::min(files.size(), begin + static_cast<size_t>(batch_size));
@@ -296,16 +348,26 @@ void predict_images(tasks::Task& task, const PrepareImage& prepare, const std::v
     shape.insert(shape.end(), spec.image_shape.begin(), spec.image_shape.end());
     auto batch = torch::empty(shape);
     const int64_t numel = batch[0].numel();
-    for (size_t i = begin; i < end; ++i)
-      prepare(read_file(files[i]), files[i], batch.data_ptr<float>() + (i - begin) * numel);
+    std::vector<std::string> good;
+    for (size_t i = begin; i < end; ++i) {
+      try {
+        prepare(read_file(files[i]), files[i], batch.data_ptr<float>() + static_cast<int64_t>(good.size()) * numel);
+        good.push_back(files[i]);
+      } catch (const Error& e) {
+        spdlog::error("{}", e.what());
+        ++failed;
+      }
+    }
+    if (good.empty()) continue;
     const auto prepared = Clock::now();
-    emit(std::vector<std::string>(files.begin() + static_cast<std::ptrdiff_t>(begin),
-                                  files.begin() + static_cast<std::ptrdiff_t>(end)),
-         task.forward(batch).to(torch::kFloat).cpu());
+    emit(good, task.forward(batch.narrow(0, 0, static_cast<int64_t>(good.size()))).to(torch::kFloat).cpu());
     // (-v) What bench/predict.sh reads: the whole batch, from reading its files to printing.
-    spdlog::debug("predict batch: {} images in {:.2f} ms (inputs {:.2f} ms)", end - begin, ms(start, Clock::now()),
+    spdlog::debug("predict batch: {} images in {:.2f} ms (inputs {:.2f} ms)", good.size(), ms(start, Clock::now()),
                   ms(start, prepared));
   }
+  if (failed > 0)
+    throw Error(std::to_string(failed) + " of " + std::to_string(files.size()) +
+                " images could not be read or decoded (each named above); the results of the others are complete");
 }
 
 void add_export_flags(FlagSet* c, ExportFlags& f) {

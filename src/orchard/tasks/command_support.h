@@ -51,6 +51,9 @@ struct TrainRuntime {
   std::shared_ptr<train::Distributed> dist;
   bool chief = true;
   int threads = 0;
+  // Removes model_dir when the last copy of this runtime goes, if start_training created it
+  // and it is still empty: a run that fails before writing anything leaves no empty folder.
+  std::shared_ptr<const void> created_model_dir;
 };
 // The start every task's `train` shares: checks --distribution_strategy, --num_gpus and --dtype,
 // joins the cluster (the global batch must divide by its replicas), turns on --sync_bn, sets the
@@ -58,6 +61,10 @@ struct TrainRuntime {
 // sure model_dir is writable.
 TrainRuntime start_training(const RuntimeFlags& f, int64_t global_batch_size, const std::string& model_dir,
                             bool clean);
+
+// Throws unless `pattern` names shards holding records, saying that this was checked before
+// training and that `skip_flag` trains without evaluating.
+void check_evaluation_data(const std::string& pattern, const std::string& skip_flag);
 
 // `o` (the options a task's flags are bound to: its cadence, checkpoints, summaries) completed
 // with what every task's `train` sets alike: model_dir, the global batch, --dtype, the device

@@ -311,13 +311,16 @@ void run_train(CaptionFlags f) {
   if (f.vocab_file.empty()) f.vocab_file = default_vocab_file(f.input_file_pattern);
   const auto vocab = load_vocab(f.vocab_file, "--vocab_file");
   const auto tcfg = task_config(f, vocab);
-  torch::manual_seed(f.seed);
-  tasks::CaptionTask task(tcfg);
 
+  // The data is checked before a model is built.
   const int64_t num_records = count_examples(f.input_file_pattern);
   if (num_records < f.train_batch_size)
     throw Error("--train_batch_size " + std::to_string(f.train_batch_size) + " is larger than the " +
                 std::to_string(num_records) + " training records");
+  if (!f.eval_file_pattern.empty())
+    check_evaluation_data(f.eval_file_pattern, "an empty --eval_file_pattern");
+  torch::manual_seed(f.seed);
+  tasks::CaptionTask task(tcfg);
   const int64_t per_epoch = f.num_examples_per_epoch > 0 ? f.num_examples_per_epoch : num_records;
   const int64_t steps_per_epoch = std::max<int64_t>(1, num_records / f.train_batch_size);
 

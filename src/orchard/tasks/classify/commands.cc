@@ -57,9 +57,6 @@ struct ClassifyFlags : RuntimeFlags {
   bool training_dataset_cache = false;
   int datasets_num_private_threads = 0;
   std::string profile_steps;
-  // TF-only switches accepted so existing command lines run; they change nothing here.
-  std::string use_tf_function, use_tf_while_loop, enable_eager, enable_xla, tpu, all_reduce_alg, num_packs,
-      batchnorm_spatial_persistent;
   // Orchard additions
   std::string model = "resnet50";
   int64_t num_classes = 0;  // 0: lines of data_dir/labels.txt, else 1000
@@ -121,12 +118,6 @@ void add_train_flags(FlagSet* c, ClassifyFlags& f) {
   c->add_option("--datasets_num_private_threads", f.datasets_num_private_threads,
                 "Input pipeline threads (0: all cores)");
   c->add_option("--profile_steps", f.profile_steps, "'first,last' steps to profile into a Chrome trace");
-  for (auto [name, dst] : {std::pair{"--use_tf_function", &f.use_tf_function},
-                           {"--use_tf_while_loop", &f.use_tf_while_loop}, {"--enable_eager", &f.enable_eager},
-                           {"--enable_xla", &f.enable_xla}, {"--tpu", &f.tpu}, {"--all_reduce_alg", &f.all_reduce_alg},
-                           {"--num_packs", &f.num_packs},
-                           {"--batchnorm_spatial_persistent", &f.batchnorm_spatial_persistent}})
-    c->add_option(name, *dst, "TensorFlow-only; accepted and ignored")->group("TensorFlow compatibility");
   add_model_flags(c, f);
   c->add_option("--stats_file", f.stats_file, "Write the run's stats JSON here");
   c->add_option("--seed", f.seed, "Random seed (data order, augmentation, init)")->capture_default_str();
@@ -284,9 +275,9 @@ void run_train(ClassifyFlags f) {
   const TrainRuntime rt = start_training(f, f.batch_size, f.model_dir, f.clean);
 
   auto tcfg = task_config(f, rt.cuda);
-  torch::manual_seed(f.seed);
-  tasks::ClassificationTask task(tcfg);
 
+  // The data is checked before a model is built: a missing validation split was found only
+  // after training had run.
   std::string train_files;
   int64_t num_examples = f.num_train_examples;
   if (!f.use_synthetic_data) {
@@ -294,9 +285,12 @@ void run_train(ClassifyFlags f) {
     train_files = (fs::path(f.data_dir) / "train-*").string();
     const int64_t counted = count_examples(train_files);
     if (num_examples <= 0) num_examples = counted;
+    if (!f.skip_eval) check_evaluation_data((fs::path(f.data_dir) / "validation-*").string(), "--skip_eval");
   } else if (num_examples <= 0) {
     num_examples = 1281167;  // ImageNet, as the seed's synthetic input assumes
   }
+  torch::manual_seed(f.seed);
+  tasks::ClassificationTask task(tcfg);
   const int64_t steps_per_epoch = num_examples / f.batch_size;
   if (steps_per_epoch < 1)
     throw Error("--batch_size " + std::to_string(f.batch_size) + " is larger than the " + std::to_string(num_examples) +
@@ -381,7 +375,9 @@ void run_train(ClassifyFlags f) {
   if (stats.eval.count("accuracy"))
     spdlog::info("final: top-1 accuracy {:.4f}, top-5 accuracy {:.4f}, eval loss {:.4f} at step {}",
                  stats.eval.at("accuracy"), stats.eval.at("top_5_accuracy"), stats.eval.at("loss"), stats.global_step);
-  spdlog::info("model_dir: {}", f.model_dir);
+  if (!topt.enable_checkpoints)
+    spdlog::warn("no weights were written: checkpoints are off, as in the seed (--enable_checkpoint_and_export "
+                 "writes them, then eval, predict and export can use the model)");
 }
 
 // What eval, export and predict need of this task (tasks/image_commands.h).

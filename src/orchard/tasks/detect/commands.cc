@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <numeric>
+#include <set>
 
 #include "orchard/engine/loop.h"
 #include "orchard/tasks/command_support.h"
@@ -261,15 +262,16 @@ void run_train(DetectFlags f) {
   auto l = load(f, f.pipeline_config_path);
   const auto& tc = l.pipeline.train_config();
   const int64_t batch_size = tc.batch_size();
+  if (f.num_train_steps < 0)
+    throw Error("--num_train_steps must not be negative, not " + std::to_string(f.num_train_steps) +
+                " (0 or absent: train_config.num_steps)");
   const int64_t total = f.num_train_steps > 0 ? f.num_train_steps : tc.num_steps();
   if (total < 1) throw Error("train_config.num_steps is 0 (train forever): give --num_train_steps");
   if (f.run.log_steps < 1) throw Error("--log_steps must be positive");
   if (f.run.checkpoint_every < 1) throw Error("--save_checkpoints_steps must be positive");
   const TrainRuntime rt = start_training(f, batch_size, f.model_dir, f.clean);
 
-  torch::manual_seed(f.seed);
-  tasks::DetectionTask task(l.config);
-
+  // The data is checked before a model is built.
   const std::string train_files =
       input_options(l.pipeline.train_input_reader(), f.pipeline_config_path, "train_input_reader").file_pattern;
   const int64_t num_examples = count_examples(train_files);
@@ -288,7 +290,10 @@ void run_train(DetectFlags f) {
     eval_input = eval_input_options(train_input, eval_files.file_pattern);
     eval_input.sample_1_of_n = f.sample_1_of_n_eval_examples;
     eval_input.batch_size = f.eval_batch_size;
+    check_evaluation_data(eval_files.file_pattern, "--skip_eval");
   }
+  torch::manual_seed(f.seed);
+  tasks::DetectionTask task(l.config);
 
   engine::TrainerOptions topt = trainer_options(f.run, f, rt, f.model_dir, batch_size);
   topt.steps_per_epoch = std::max<int64_t>(1, num_examples / batch_size);
@@ -357,6 +362,19 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
     std::mt19937_64 rng(0);
     data::preprocess_detection(ex, input, false, rng, out, /*targets=*/nullptr, file);
   };
+  // Drawn images are named after their input; an input whose name another already took (the
+  // same name in another folder) gets "-2", "-3", ... instead of overwriting its result.
+  std::set<std::string> drawn_names;
+  auto drawn_path = [&](const std::string& file) {
+    const std::string stem = fs::path(file).stem().string();
+    std::string name = stem + ".png";
+    for (int n = 2; !drawn_names.insert(name).second; ++n) name = stem + "-" + std::to_string(n) + ".png";
+    if (name != stem + ".png") spdlog::info("{}: another input is also named {}; drawn as {}", file, stem, name);
+    return (fs::path(output_dir) / name).string();
+  };
+  // Text: boxes as [xmin,ymin,xmax,ymax] in the original image's pixels, said on each line;
+  // JSON: "box" normalised [ymin, xmin, ymax, xmax] (the OD API's detection_boxes), said in
+  // "box_format".
   predict_images(task, prepare, inputs, batch_size, [&](const std::vector<std::string>& files, const at::Tensor& out) {
     const auto detections = task.postprocess(out);
     for (size_t i = 0; i < files.size(); ++i) {
@@ -366,7 +384,7 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
       json boxes = json::array();
       std::vector<data::Box> drawn;
       std::vector<std::string> labels;
-      std::string line = files[i] + ":";
+      std::string line = files[i] + ": [xmin,ymin,xmax,ymax px]";
       for (int64_t k = 0; k < d.scores.size(0); ++k) {
         const double score = d.scores[k].item<double>();
         if (score < min_score) continue;
@@ -377,10 +395,7 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
         boxes.push_back({{"class_id", cls},
                          {"label", name},
                          {"score", score},
-                         {"box", {box.ymin, box.xmin, box.ymax, box.xmax}},
-                         {"box_pixels",
-                          {box.xmin * size.width, box.ymin * size.height, (box.xmax - box.xmin) * size.width,
-                           (box.ymax - box.ymin) * size.height}}});
+                         {"box", {box.ymin, box.xmin, box.ymax, box.xmax}}});
         line += fmt::format(" {} {:.2f} [{:.0f},{:.0f},{:.0f},{:.0f}]", name, score, box.xmin * size.width,
                             box.ymin * size.height, box.xmax * size.width, box.ymax * size.height);
         drawn.push_back(box);
@@ -388,14 +403,18 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
       }
       if (drawn.empty()) line += fmt::format(" (nothing above {})", min_score);
       if (json_out)
-        std::cout << json{{"file", files[i]}, {"detections", boxes}}.dump() << "\n";
+        std::cout << json{{"file", files[i]},
+                          {"image_size", {size.height, size.width}},
+                          {"box_format", "normalized [ymin, xmin, ymax, xmax]"},
+                          {"detections", boxes}}
+                         .dump()
+                  << "\n";
       else
         std::cout << line << "\n";
       if (!output_dir.empty()) {
         auto image = data::decode_image(encoded, files[i], f.max_image_pixels);
         data::draw_boxes(&image, drawn, labels, {255, 32, 32});
-        const std::string out_path = (fs::path(output_dir) / (fs::path(files[i]).stem().string() + ".png")).string();
-        atomic_write_file(out_path, data::encode_png(image));
+        atomic_write_file(drawn_path(files[i]), data::encode_png(image));
       }
     }
   });

@@ -226,9 +226,8 @@ void run_train(MultiLabelFlags f) {
   const TrainRuntime rt = start_training(f, f.batch_size, f.model_dir, f.clean);
 
   auto tcfg = task_config(f);
-  torch::manual_seed(f.random_seed);
-  tasks::MultiLabelTask task(tcfg);
 
+  // The data is checked before a model is built.
   if (!fs::is_directory(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
   const std::string train_files = shard_pattern(f.data_dir, true);
   const int64_t num_examples = count_examples(train_files);
@@ -236,6 +235,9 @@ void run_train(MultiLabelFlags f) {
   if (num_examples < f.batch_size)
     throw Error("--batch_size " + std::to_string(f.batch_size) + " is larger than the " + std::to_string(num_examples) +
                 " training examples");
+  if (!f.run.skip_eval) check_evaluation_data(shard_pattern(f.data_dir, false), "--skip_eval");
+  torch::manual_seed(f.random_seed);
+  tasks::MultiLabelTask task(tcfg);
 
   // Host loops end where logging, checkpoints and evaluations fall.
   engine::TrainerOptions topt = trainer_options(f.run, f, rt, f.model_dir, f.batch_size);
