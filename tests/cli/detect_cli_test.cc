@@ -166,6 +166,7 @@ TEST_F(DetectTrain, ContinuousEvalWaitsForACheckpointThenTimesOut) {
                 "--eval_poll_secs", "0.2"},
                *root_);
   EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "waiting for the first checkpoint in " + empty)) << r.err;  // not silent
   EXPECT_TRUE(contains(r.err, "no new checkpoint")) << r.err;
   r = run({"detect", "eval", "--pipeline_config_path", config_, "--checkpoint_dir", empty, "--run_once"}, *root_);
   EXPECT_NE(r.rc, 0);
@@ -201,7 +202,18 @@ TEST_F(DetectTrain, PredictWritesBoxesAndAnnotatedImages) {
     EXPECT_EQ(lines, 3) << r.out;
     EXPECT_GT(boxes, 0) << r.out;
     EXPECT_EQ(files_with(annotated, ".png").size(), 3u);
+    EXPECT_TRUE(contains(r.out, "\"box_format\":\"normalized [ymin, xmin, ymax, xmax]\"")) << r.out;
   }
+  // Inputs of the same name from two folders: two results, neither overwritten; the text
+  // output says its box convention on each line.
+  const std::string other = root_->file("other_images");
+  fs::create_directories(other);
+  for (const auto& e : fs::directory_iterator(images)) fs::copy_file(e.path(), other / e.path().filename());
+  const std::string both = root_->file("annotated_both");
+  r = run({"detect", "predict", "--model_dir", model_, images, other, "--output_dir", both}, *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(files_with(both, ".png").size(), 6u);
+  EXPECT_TRUE(contains(r.out, ": [xmin,ymin,xmax,ymax px]")) << r.out;
 }
 
 TEST_F(DetectTrain, ResumesAndFineTunesByType) {
@@ -308,6 +320,18 @@ TEST_F(DetectErrors, UnknownFieldsWarnOrFailWithStrict) {
   r = train_with(cfg, {"--strict"});
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(contains(r.err, "model.ssd.frobnicate")) << r.err;
+}
+
+// The OD API's model_main command line runs as written (its TensorFlow-only flags are
+// accepted with a line each); a negative --num_train_steps is an error, not the config's.
+TEST_F(DetectErrors, ModelMainFlagsAndANegativeStepCount) {
+  auto r = train_with(text_, {"--alsologtostderr", "--use_tpu=false"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "--alsologtostderr is a TensorFlow-only flag")) << r.err;
+  EXPECT_TRUE(contains(r.err, "--use_tpu is a TensorFlow-only flag")) << r.err;
+  r = train_with(text_, {"--num_train_steps", "-5"});
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "--num_train_steps must not be negative")) << r.err;
 }
 
 TEST_F(DetectErrors, UnsupportedModelAndBadLabelMap) {

@@ -6,6 +6,8 @@
 #include <csignal>
 #include <filesystem>
 #include <string>
+#include <random>
+#include <set>
 #include <vector>
 
 #include "core/test_util.h"
@@ -296,6 +298,26 @@ TEST(Trainer, ADamagedNewestCheckpointIsSkippedForThePreviousOne) {
     const auto resumed = train_to(dir.path().string(), 12, &second);
     EXPECT_EQ(second.starts, (std::vector<std::pair<int64_t, int64_t>>{{1, 0}}));  // step 4
     EXPECT_TRUE(torch::equal(resumed, full));
+  }
+}
+
+// A preempted job rerun as it was reaches the uninterrupted run's weights whatever step the
+// signal came in: steps drawn at random (fixed seed), mid-loop and at loop ends alike.
+TEST(Trainer, TerminatedAtRandomStepsAndRerunMatchesTheUninterruptedRun) {
+  install_stop_handlers();
+  test::TempDir full_dir;
+  const auto full = train_to(full_dir.path().string(), 12);
+  std::mt19937 rng(31);
+  std::set<int64_t> steps = {0, 11};  // the first and the last step too
+  while (steps.size() < 6) steps.insert(std::uniform_int_distribution<int64_t>(0, 11)(rng));
+  for (const int64_t at : steps) {
+    SCOPED_TRACE(at);
+    clear_stop_signal();
+    test::TempDir dir;
+    EXPECT_THROW(train_to(dir.path().string(), 12, nullptr, {std::make_shared<SignalAt>(at)}), Interrupted);
+    EXPECT_EQ(train::checkpoint_step(train::CheckpointManager(dir.path().string()).latest()), at + 1);
+    clear_stop_signal();
+    EXPECT_TRUE(torch::equal(train_to(dir.path().string(), 12), full));
   }
 }
 
