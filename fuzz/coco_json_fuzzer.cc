@@ -1,10 +1,13 @@
 // COCO json loading (issue 31): the input is an annotations json, converted as `orchard data
 // coco` converts instances_*.json (detection records + label map) and captions_*.json (im2txt
-// records + word_counts.txt). The json's images point into a scratch directory holding one tiny
-// JPEG and one tiny PNG; the records go to another scratch directory, two shards each.
+// records + word_counts.txt); the label map it writes must load. The json's images point into a
+// scratch directory holding one tiny JPEG and one tiny PNG; the records go to another scratch
+// directory, two shards each.
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -14,6 +17,7 @@
 #include "orchard/core/files.h"
 #include "orchard/data/coco.h"
 #include "orchard/data/image.h"
+#include "orchard/detect/label_map.h"
 
 namespace {
 
@@ -82,7 +86,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   detection.image_dir = dirs.images;
   detection.out_dir = dirs.out;
   detection.num_shards = 2;
-  expect_clean([&] { convert_coco_detection(detection); });
+  bool converted = false;
+  expect_clean([&] {
+    convert_coco_detection(detection);
+    converted = true;
+  });
+  if (converted) {
+    // `orchard detect` reads the label map the converter wrote: it must parse.
+    const std::string label_map = dirs.out + "/label_map.pbtxt";
+    try {
+      orchard::detect::load_label_map(label_map);
+    } catch (const orchard::Error& e) {
+      std::fprintf(stderr, "the converter wrote a label map Orchard cannot read: %s\n", e.what());
+      std::abort();
+    }
+  }
 
   CocoCaptionOptions captions;
   captions.annotations = annotations;
