@@ -11,7 +11,10 @@
 #include "core/test_util.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
+#include "orchard/data/caption.h"
 #include "orchard/data/coco.h"
+#include "orchard/data/detection.h"
+#include "orchard/data/example.h"
 #include "orchard/data/image.h"
 
 namespace orchard::data {
@@ -104,6 +107,37 @@ TEST(FuzzRegression, CocoCategoryNamesAreEscapedInTheLabelMap) {
   const CocoJson coco;
   convert_coco_detection(coco.instances(kFuzzFixtures / "coco_json" / "category-name-with-quote.json"));
   EXPECT_EQ(read_file(coco.out("label_map.pbtxt")), "item {\n  id: 1\n  name: \"a\\\"b\"\n  display_name: \"a\\\"b\"\n}\n");
+}
+
+TEST(FuzzRegression, ExampleReproducersFailCleanly) {
+  for (const auto& file : reproducers("example")) {
+    SCOPED_TRACE(file.string());
+    const std::string record = read_file(file.string());
+    EXPECT_NO_THROW(accept_or_reject_cleanly([&] { record_to_json(record); }));
+    EXPECT_NO_THROW(accept_or_reject_cleanly([&] { parse_detection_example(record, "r", 90); }));
+    EXPECT_NO_THROW(accept_or_reject_cleanly([&] { parse_caption_example(record, "r"); }));
+  }
+}
+
+// A detection record whose image/source_id is an empty bytes list (the fuzzer's reproducer,
+// example/detection-empty-source-id.pb, is also wrong in other ways): .at(0) threw
+// std::out_of_range. It is an absent id now, as in the OD API's decoder.
+TEST(FuzzRegression, DetectionEmptySourceIdIsAbsent) {
+  Image image;
+  image.height = 4;
+  image.width = 6;
+  image.pixels.assign(4 * 6 * 3, 50);
+  DetectionExample d;
+  d.encoded = encode_png(image);
+  d.source_id = "7";
+  d.boxes = {Box{0.1f, 0.2f, 0.5f, 0.6f}};
+  d.classes = {3};
+  tensorflow::Example ex;
+  ASSERT_TRUE(ex.ParseFromString(make_detection_example(d, "png")));
+  (*ex.mutable_features()->mutable_feature())["image/source_id"].mutable_bytes_list()->clear_value();
+  const DetectionExample parsed = parse_detection_example(ex.SerializeAsString(), "r", 90);
+  EXPECT_EQ(parsed.source_id, "");
+  EXPECT_EQ(parsed.classes, std::vector<int64_t>{3});
 }
 
 }  // namespace
