@@ -71,6 +71,11 @@ void expect_clean(Fn&& fn) {
 
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  orchard::fuzz::quiet_logging();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Dirs& dirs = scratch_dirs();
   try {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <google/protobuf/stubs/logging.h>
 #include <spdlog/spdlog.h>
 #include <zlib.h>
 
@@ -50,7 +51,12 @@ void write_scratch(const std::string& path, const uint8_t* data, size_t size) {
   }
 }
 
-void quiet_logging() { spdlog::set_level(spdlog::level::off); }
+void quiet_logging() {
+  spdlog::set_level(spdlog::level::off);
+  // protobuf logs an error for every string field with invalid UTF-8 it parses (then fails the
+  // parse, which the targets see): tens of thousands of lines a minute in example_fuzzer's log.
+  google::protobuf::SetLogHandler(nullptr);
+}
 
 bool guards_lifted() {
   static const bool lifted = [] {

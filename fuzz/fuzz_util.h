@@ -18,7 +18,8 @@ const std::string& scratch_path(const std::string& name);
 // broken fuzzing environment, not a finding.
 void write_scratch(const std::string& path, const uint8_t* data, size_t size);
 
-// Turns spdlog off: warnings about odd configs would otherwise be printed for every input.
+// Turns spdlog and protobuf's logging off: warnings about odd configs and invalid UTF-8 would
+// otherwise be printed for every input.
 void quiet_logging();
 
 // Known findings (fuzz/README.md) in code being rewritten elsewhere would end every run at the
@@ -32,9 +33,10 @@ bool guards_lifted();
 // added to image.cc).
 bool skip_huge_image(const std::string& bytes);
 
-// Finding tfrecord-1: a TFRecord file whose framing claims a record over 64 MiB (TFRecordReader
-// allocates the claimed length, up to 2 GiB, before it finds the file shorter). Walks the
-// length headers of the plain or GZIP file at `path`, as the reader would.
+// Findings tfrecord-1..3: a TFRecord file whose framing claims a record over 64 MiB.
+// TFRecordReader allocates the claimed length (up to 2 GiB) before it finds the file shorter;
+// count_records_fast loops forever on a length of 2^64 - 16 and overflows a signed offset on one
+// near 2^63. Walks the length headers of the plain or GZIP file at `path`, as the reader would.
 bool skip_huge_record(const std::string& path);
 
 }  // namespace orchard::fuzz
