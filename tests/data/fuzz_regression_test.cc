@@ -107,7 +107,8 @@ TEST(FuzzRegression, CocoJsonFloatIdIsADataError) {
 TEST(FuzzRegression, CocoCategoryNamesAreEscapedInTheLabelMap) {
   const CocoJson coco;
   convert_coco_detection(coco.instances(kFuzzFixtures / "coco_json" / "category-name-with-quote.json"));
-  EXPECT_EQ(read_file(coco.out("label_map.pbtxt")), "item {\n  id: 1\n  name: \"a\\\"b\"\n  display_name: \"a\\\"b\"\n}\n");
+  EXPECT_EQ(read_file(coco.out("label_map.pbtxt")),
+            "item {\n  id: 1\n  name: \"a\\\"b\"\n  display_name: \"a\\\"b\"\n}\n");
 }
 
 TEST(FuzzRegression, ExampleReproducersFailCleanly) {
