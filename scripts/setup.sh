@@ -23,6 +23,9 @@ ORCHARD_PACKAGES=(
   dataset-fashion-mnist               # the demo's data
   python3-torchvision                 # the peer for benchmarks and reference tests
   nodejs                              # runs the independent TFRecord implementation in the tests
+  # The fuzz targets (fuzz/, scripts/fuzz.sh, the fuzz_smoke test): clang with libFuzzer and the
+  # sanitizer runtimes, which --no-install-recommends would leave out.
+  clang libclang-rt-dev
 )
 
 orchard_install_packages() {

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -34,9 +35,50 @@ json read_coco_json(const std::string& path, const std::vector<const char*>& arr
   return root;
 }
 
-}  // namespace
+// An integer field (ids, iscrowd). nlohmann's get<int64_t>() converts a float with a plain cast,
+// undefined for one out of range (an id of 1e300): only integers are accepted. The overload with
+// `fallback` is for an optional field.
+int64_t int_field(const json& object, const char* key, const std::string& path) {
+  const json& v = object.at(key);
+  if (!v.is_number_integer())
+    throw DataError(path + ": '" + key + "' must be an integer, not " + (v.is_number() ? v.dump() : v.type_name()));
+  return v.get<int64_t>();
+}
+int64_t int_field(const json& object, const char* key, const std::string& path, int64_t fallback) {
+  return object.contains(key) ? int_field(object, key, path) : fallback;
+}
 
-CocoCaptionResult convert_coco_captions(const CocoCaptionOptions& o) {
+// `s` as a text-format string literal: a category name with a quote, a backslash or a newline
+// would otherwise end the literal early and leave a label map that does not parse.
+std::string text_format_quoted(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char octal[5];
+      std::snprintf(octal, sizeof octal, "\\%03o", c);
+      out += octal;
+    } else {
+      out += static_cast<char>(c);  // UTF-8 bytes stay as they are
+    }
+  }
+  return out + "\"";
+}
+
+// Reading a field of a malformed json (a missing key, a string where a number belongs) throws
+// nlohmann's exceptions: they become DataErrors naming the file, like any other problem with it.
+template <typename Fn>
+auto json_errors_as_data_errors(const std::string& path, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const json::exception& e) {
+    throw DataError(path + ": malformed COCO json: " + e.what());
+  }
+}
+
+CocoCaptionResult captions_to_records(const CocoCaptionOptions& o) {
   if (o.annotations.empty() || o.image_dir.empty() || o.out_dir.empty())
     throw Error("--annotations, --image_dir and --out_dir are required");
   if (o.num_shards < 1) throw Error("--num_shards must be at least 1");
@@ -44,9 +86,9 @@ CocoCaptionResult convert_coco_captions(const CocoCaptionOptions& o) {
   std::map<int64_t, std::vector<std::vector<std::string>>> captions_of;
   for (const auto& a : root["annotations"]) {
     if (!a.contains("caption") || !a["caption"].is_string())
-      throw DataError(o.annotations + ": annotation " + std::to_string(a.value("id", int64_t{-1})) +
+      throw DataError(o.annotations + ": annotation " + std::to_string(int_field(a, "id", o.annotations, -1)) +
                       " has no 'caption' string (is it a captions_*.json?)");
-    captions_of[a.at("image_id").get<int64_t>()].push_back(caption_tokens(a["caption"].get<std::string>()));
+    captions_of[int_field(a, "image_id", o.annotations)].push_back(caption_tokens(a["caption"].get<std::string>()));
   }
   struct Entry {
     int64_t id;
@@ -55,7 +97,7 @@ CocoCaptionResult convert_coco_captions(const CocoCaptionOptions& o) {
   };
   std::vector<Entry> images;
   for (const auto& im : root["images"]) {
-    const int64_t id = im.at("id").get<int64_t>();
+    const int64_t id = int_field(im, "id", o.annotations);
     auto it = captions_of.find(id);
     if (it == captions_of.end()) continue;  // an image without captions teaches nothing
     images.push_back({id, (fs::path(o.image_dir) / im.at("file_name").get<std::string>()).string(), &it->second});
@@ -102,7 +144,7 @@ CocoCaptionResult convert_coco_captions(const CocoCaptionOptions& o) {
   return result;
 }
 
-CocoConvertResult convert_coco_detection(const CocoConvertOptions& o) {
+CocoConvertResult instances_to_records(const CocoConvertOptions& o) {
   if (o.annotations.empty() || o.image_dir.empty() || o.out_dir.empty())
     throw Error("--annotations, --image_dir and --out_dir are required");
   if (o.num_shards < 1) throw Error("--num_shards must be at least 1");
@@ -111,14 +153,14 @@ CocoConvertResult convert_coco_detection(const CocoConvertOptions& o) {
   CocoConvertResult result;
   std::map<int64_t, std::string> categories;
   for (const auto& c : root["categories"]) {
-    const int64_t id = c.at("id").get<int64_t>();
+    const int64_t id = int_field(c, "id", o.annotations);
     if (id < 1) throw DataError(o.annotations + ": category '" + c.value("name", "") + "' has id " + std::to_string(id) +
                                 "; label-map ids start at 1 (0 is the background)");
     categories[id] = c.at("name").get<std::string>();
     result.max_category_id = std::max<int>(result.max_category_id, static_cast<int>(id));
   }
   std::map<int64_t, std::vector<const json*>> by_image;
-  for (const auto& a : root["annotations"]) by_image[a.at("image_id").get<int64_t>()].push_back(&a);
+  for (const auto& a : root["annotations"]) by_image[int_field(a, "image_id", o.annotations)].push_back(&a);
 
   std::vector<const json*> images;
   for (const auto& im : root["images"]) images.push_back(&im);
@@ -132,7 +174,7 @@ CocoConvertResult convert_coco_detection(const CocoConvertOptions& o) {
     TFRecordWriter w((fs::path(o.out_dir) / name).string());
     for (int64_t i = n * s / o.num_shards; i < n * (s + 1) / o.num_shards; ++i) {
       const json& im = *images[static_cast<size_t>(i)];
-      const int64_t id = im.at("id").get<int64_t>();
+      const int64_t id = int_field(im, "id", o.annotations);
       const std::string file = (fs::path(o.image_dir) / im.at("file_name").get<std::string>()).string();
       DetectionExample d;
       d.encoded = read_file(file);
@@ -144,9 +186,9 @@ CocoConvertResult convert_coco_detection(const CocoConvertOptions& o) {
         const auto& bbox = a->at("bbox");
         const double x = bbox.at(0).get<double>(), y = bbox.at(1).get<double>();
         const double w = bbox.at(2).get<double>(), h = bbox.at(3).get<double>();
-        const int64_t category = a->at("category_id").get<int64_t>();
+        const int64_t category = int_field(*a, "category_id", o.annotations);
         if (!categories.count(category))
-          throw DataError(o.annotations + ": annotation " + std::to_string(a->value("id", int64_t{-1})) +
+          throw DataError(o.annotations + ": annotation " + std::to_string(int_field(*a, "id", o.annotations, -1)) +
                           " has category_id " + std::to_string(category) + ", which is not in 'categories'");
         // As create_coco_tf_record.py: skip boxes that are empty or leave the image.
         if (w <= 0 || h <= 0 || x + w > size.width || y + h > size.height) {
@@ -157,7 +199,7 @@ CocoConvertResult convert_coco_detection(const CocoConvertOptions& o) {
                               static_cast<float>((y + h) / size.height), static_cast<float>((x + w) / size.width)});
         d.classes.push_back(category);
         d.texts.push_back(categories[category]);
-        const bool crowd = a->value("iscrowd", 0) != 0;
+        const bool crowd = int_field(*a, "iscrowd", o.annotations, 0) != 0;
         d.crowd.push_back(crowd);
         result.crowd += crowd;
         ++result.boxes;
@@ -169,9 +211,20 @@ CocoConvertResult convert_coco_detection(const CocoConvertOptions& o) {
   }
   std::string label_map;
   for (const auto& [id, name] : categories)
-    label_map += "item {\n  id: " + std::to_string(id) + "\n  name: \"" + name + "\"\n  display_name: \"" + name + "\"\n}\n";
+    label_map += "item {\n  id: " + std::to_string(id) + "\n  name: " + text_format_quoted(name) +
+                 "\n  display_name: " + text_format_quoted(name) + "\n}\n";
   atomic_write_file((fs::path(o.out_dir) / "label_map.pbtxt").string(), label_map);
   return result;
+}
+
+}  // namespace
+
+CocoCaptionResult convert_coco_captions(const CocoCaptionOptions& o) {
+  return json_errors_as_data_errors(o.annotations, [&] { return captions_to_records(o); });
+}
+
+CocoConvertResult convert_coco_detection(const CocoConvertOptions& o) {
+  return json_errors_as_data_errors(o.annotations, [&] { return instances_to_records(o); });
 }
 
 }  // namespace orchard::data

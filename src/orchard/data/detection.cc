@@ -47,7 +47,9 @@ DetectionExample parse_detection_example(const std::string& record, const std::s
             std::to_string(size.height) + "x" + std::to_string(size.width));
   d.height = size.height;
   d.width = size.width;
-  if (ex.has("image/source_id")) d.source_id = ex.bytes_list("image/source_id").at(0);
+  // An empty list (or a feature with no kind) is an absent id, as in the OD API's decoder.
+  const auto source_id = ex.bytes_list("image/source_id");
+  if (!source_id.empty()) d.source_id = source_id[0];
   const auto ymin = ex.floats("image/object/bbox/ymin"), xmin = ex.floats("image/object/bbox/xmin");
   const auto ymax = ex.floats("image/object/bbox/ymax"), xmax = ex.floats("image/object/bbox/xmax");
   d.classes = ex.int64s("image/object/class/label");
