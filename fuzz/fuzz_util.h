@@ -22,21 +22,4 @@ void write_scratch(const std::string& path, const uint8_t* data, size_t size);
 // otherwise be printed for every input.
 void quiet_logging();
 
-// Known findings (fuzz/README.md) in code being rewritten elsewhere would end every run at the
-// first input that hits them, so the targets skip such inputs and go on to find other bugs. Each
-// guard below names its finding and goes once the code rejects those inputs itself.
-// ORCHARD_FUZZ_UNGUARDED=1 in the environment lifts them all, to reproduce the findings.
-bool guards_lifted();
-
-// Finding image-1: a JPEG or PNG whose header claims more pixels than the decoders can be given
-// without an out-of-memory report (they allocate whatever the header says; a pixel limit is being
-// added to image.cc).
-bool skip_huge_image(const std::string& bytes);
-
-// Findings tfrecord-1..3: a TFRecord file whose framing claims a record over 64 MiB.
-// TFRecordReader allocates the claimed length (up to 2 GiB) before it finds the file shorter;
-// count_records_fast loops forever on a length of 2^64 - 16 and overflows a signed offset on one
-// near 2^63. Walks the length headers of the plain or GZIP file at `path`, as the reader would.
-bool skip_huge_record(const std::string& path);
-
 }  // namespace orchard::fuzz

@@ -67,7 +67,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < kTrailer) return 0;
   const Params p = read_params(data + size - kTrailer);
   const std::string bytes(reinterpret_cast<const char*>(data), size - kTrailer);
-  if (orchard::fuzz::skip_huge_image(bytes)) return 0;
   sniff_format(bytes);
 
   ImageSize full;

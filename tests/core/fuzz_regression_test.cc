@@ -29,9 +29,9 @@ int64_t peak_rss_bytes() {
 // TFRecordReader::next() resizes the record to the claimed length before reading it, so every
 // reader of such a shard allocates and zero-fills up to 2 GiB before it finds the file too short.
 // It must fail as a truncated record without holding more memory than the file has bytes.
-// DISABLED_ until tfrecord.cc's rewrite reads a record's data in bounded steps: today it fails
-// (2 GiB of peak RSS), and only where 2 GiB can be allocated at all.
-TEST(FuzzRegression, DISABLED_HugeClaimedRecordLengthFailsWithoutAllocatingIt) {
+// (It held 2 GiB of peak RSS before the reader bounded records by the file size and read
+// compressed ones in pieces.)
+TEST(FuzzRegression, HugeClaimedRecordLengthFailsWithoutAllocatingIt) {
   const std::string found = (kFuzzFixtures / "oom-huge-record-length.tfrecord").string();
   test::TempDir dir;
   const std::string framed = dir.file("framed.tfrecord");
@@ -55,9 +55,8 @@ TEST(FuzzRegression, DISABLED_HugeClaimedRecordLengthFailsWithoutAllocatingIt) {
 // header forever. Finding tfrecord-3: a valid record, then a header claiming 2^63 - 17 bytes:
 // the offset addition overflows a signed long (undefined behaviour, reported by UBSan). Both must
 // be DataErrors (a truncated record), as TFRecordReader already reports them.
-// DISABLED_ until tfrecord.cc's rewrite checks the length against the bytes left before adding
-// it: today the first never returns.
-TEST(FuzzRegression, DISABLED_CountRecordsFastRejectsLengthsPastTheEndOfTheFile) {
+// (The first never returned before the counter compared lengths with the bytes left.)
+TEST(FuzzRegression, CountRecordsFastRejectsLengthsPastTheEndOfTheFile) {
   for (const char* name : {"hang-count-length-2p64-16.tfrecord", "ub-count-offset-overflow.tfrecord"}) {
     SCOPED_TRACE(name);
     const std::string path = (kFuzzFixtures / name).string();
