@@ -30,6 +30,7 @@
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
 #include "orchard/data/example.h"
+#include "orchard/data/image.h"
 #include "orchard/data/tools.h"
 #include "orchard/models/registry.h"
 #include "orchard/proto/event.pb.h"
@@ -564,6 +565,31 @@ TEST_F(ClassifyErrors, MissingValidationDataFailsBeforeTraining) {
   const auto r = expect_error(a, {"evaluation data", train_only + "/validation-*", "--skip_eval"});
   EXPECT_FALSE(contains(r.err, "step 1")) << r.err;
   EXPECT_FALSE(fs::exists(root_->file("m_noval"))) << "a failed start left model_dir behind";
+}
+
+// --max_image_pixels reaches the decoders: a 28x28 image over a limit of 100 pixels is a data
+// error naming its file and record, found from the header.
+TEST_F(ClassifyErrors, ImagesOverThePixelLimitNameTheirRecord) {
+  expect_error(args(root_->file("m_pixels"), {"--max_image_pixels", "100"}),
+               {data_dir_ + "/train-0000", "record", "28x28", "--max_image_pixels"});
+}
+
+// `data images` says when it wrote no validation records (training would then need --skip_eval).
+TEST_F(ClassifyErrors, DataImagesWarnsAboutNoValidationRecords) {
+  const std::string tree = root_->file("tree");
+  for (const std::string cls : {"cat", "dog"}) {
+    fs::create_directories(tree + "/" + cls);
+    data::Image im;
+    im.height = im.width = 8;
+    im.pixels.assign(8 * 8 * 3, cls == "cat" ? 30 : 200);
+    test::write_bytes(tree + "/" + cls + "/a.png", data::encode_png(im));
+  }
+  auto r = run({"data", "images", "--input_dir", tree, "--out_dir", root_->file("tree_out"), "--validation_fraction",
+                "0.1"},
+               *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "no validation records")) << r.err;
+  EXPECT_TRUE(contains(r.err, "--skip_eval")) << r.err;
 }
 
 TEST_F(ClassifyErrors, MissingDataDir) {
