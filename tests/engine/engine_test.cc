@@ -1,6 +1,8 @@
 // The engine (src/orchard/engine) driven by a fake task: a linear model on synthetic batches
 // that are a pure function of their position, so runs can be compared exactly.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include <csignal>
@@ -318,6 +320,27 @@ TEST(Trainer, TerminatedAtRandomStepsAndRerunMatchesTheUninterruptedRun) {
     EXPECT_EQ(train::checkpoint_step(train::CheckpointManager(dir.path().string()).latest()), at + 1);
     clear_stop_signal();
     EXPECT_TRUE(torch::equal(train_to(dir.path().string(), 12), full));
+  }
+}
+
+// The first SIGTERM/SIGINT asks for a stop after the step; a second one exits at once with
+// 128 + signal (a user pressing Ctrl-C twice, a scheduler that will not wait).
+TEST(Signals, ASecondSignalExitsAtOnce) {
+  for (const int sig : {SIGTERM, SIGINT}) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {  // the child: only async-signal-safe calls from here on
+      clear_stop_signal();
+      install_stop_handlers();
+      std::raise(sig);
+      if (stop_signal() != sig) _exit(3);  // the first one only asks
+      std::raise(sig);
+      _exit(0);  // not reached when the second signal exits
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 128 + sig);
   }
 }
 
