@@ -221,6 +221,7 @@ void finish_run(train::RunStats& stats, std::vector<std::shared_ptr<data::Pipeli
     for (auto& s : p->skipped()) skipped.insert(std::move(s));
   pipelines.clear();
   stats.skipped_records = static_cast<int64_t>(skipped.size());
+  stats.skipped.assign(skipped.begin(), skipped.end());
   if (stats.skipped_records > 0)
     spdlog::warn("skipped {} corrupt record{} (--skip_corrupt_records; each was logged as it was met)",
                  stats.skipped_records, stats.skipped_records == 1 ? "" : "s");

@@ -28,6 +28,7 @@ std::string stats_json(const RunStats& s) {
   j["train_finish_time"] = s.train_finish_time;
   j["global_step"] = s.global_step;
   j["skipped_records"] = s.skipped_records;
+  if (!s.skipped.empty()) j["skipped"] = s.skipped;
   return j.dump(2);
 }
 

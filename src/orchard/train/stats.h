@@ -17,6 +17,7 @@ struct RunStats {
   double train_finish_time = 0;
   int64_t global_step = 0;
   int64_t skipped_records = 0;
+  std::vector<std::string> skipped;  // "file: record N ...: why" of each skipped record
 };
 
 // Writes {loss, training_accuracy_top_1, accuracy_top_1, top_5_accuracy, eval_loss,
