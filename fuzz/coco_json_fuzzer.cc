@@ -19,6 +19,8 @@
 #include "orchard/data/image.h"
 #include "orchard/detect/label_map.h"
 
+using orchard::fuzz::expect_clean;
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -58,15 +60,6 @@ bool names_only_scratch_images(const nlohmann::json& root) {
         !kImageFiles.count(image["file_name"].get<std::string>()))
       return false;
   return true;
-}
-
-template <typename Fn>
-void expect_clean(Fn&& fn) {
-  try {
-    fn();
-  } catch (const orchard::Error&) {
-    // DataError (and Error) are how a bad json is meant to fail.
-  }
 }
 
 }  // namespace

@@ -18,6 +18,8 @@
 #include "orchard/data/ml_images.h"
 #include "orchard/proto/example.pb.h"
 
+using orchard::fuzz::expect_clean;
+
 namespace {
 
 using namespace orchard::data;  // NOLINT: every call below is into orchard::data
@@ -25,15 +27,6 @@ using namespace orchard::data;  // NOLINT: every call below is into orchard::dat
 constexpr int kImageSize = 32;     // classification and caption crops
 constexpr int64_t kClassNum = 5;   // ML-Images label vector length (the seed records use 5)
 constexpr int64_t kMaxBoxes = 16;  // detection padding
-
-template <typename Fn>
-void expect_clean(Fn&& fn) {
-  try {
-    fn();
-  } catch (const orchard::Error&) {
-    // DataError (and Error) are how bad records are meant to fail.
-  }
-}
 
 void run_parser(const ParseFn& parse, const SampleSpec& spec, const std::string& record, std::mt19937_64& rng) {
   size_t image_floats = 1;

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "orchard/core/error.h"
+
 namespace orchard::fuzz {
 
 // A path under $TMPDIR (default /tmp) unique to this process and `name` (a file or a directory
@@ -21,5 +23,15 @@ void write_scratch(const std::string& path, const uint8_t* data, size_t size);
 // Turns spdlog and protobuf's logging off: warnings about odd configs and invalid UTF-8 would
 // otherwise be printed for every input.
 void quiet_logging();
+
+// Runs fn; an orchard::Error (DataError included) is how bad input is meant to fail, anything
+// else escapes to libFuzzer as a finding.
+template <typename Fn>
+void expect_clean(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error&) {
+  }
+}
 
 }  // namespace orchard::fuzz

@@ -16,6 +16,8 @@
 #include "orchard/data/image.h"
 #include "orchard/data/preprocess.h"
 
+using orchard::fuzz::expect_clean;
+
 namespace {
 
 using namespace orchard::data;  // NOLINT: every call below is into orchard::data
@@ -50,15 +52,6 @@ void check_image(const Image& image) {
   if (image.height <= 0 || image.width <= 0 ||
       image.pixels.size() != static_cast<size_t>(image.height) * image.width * 3)
     std::abort();
-}
-
-template <typename Fn>
-void expect_clean(Fn&& fn) {
-  try {
-    fn();
-  } catch (const orchard::Error&) {
-    // DataError is how a bad image is meant to fail.
-  }
 }
 
 }  // namespace
