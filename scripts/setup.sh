@@ -14,7 +14,7 @@ ORCHARD_PACKAGES=(
   # with OpenMP (libtorch's own thread pool) does, 2.2x faster caption training steps here.
   libopenblas0-openmp
   libprotobuf-dev protobuf-compiler   # tf.train.Example, TensorBoard events
-  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev
+  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev libsnappy-dev
   libopencv-imgproc-dev libopencv-core-dev
   libonnx-dev                         # the onnx.proto schema for ONNX export
   libopencv-dnn-dev                   # the tests load exported ONNX files with OpenCV's DNN module

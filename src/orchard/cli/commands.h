@@ -13,5 +13,7 @@ void add_task_commands(CLI::App& app);
 // The commands of their own that tasks bring (import-weights); after add_task_commands.
 void add_task_tool_commands(CLI::App& app);
 void add_launch_command(CLI::App& app);
+// `orchard checkpoint inspect|export`: TensorFlow checkpoints.
+void add_checkpoint_command(CLI::App& app);
 
 }  // namespace orchard::cli

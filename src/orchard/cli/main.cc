@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   orchard::cli::add_task_commands(app);
   orchard::cli::add_task_tool_commands(app);
   orchard::cli::add_launch_command(app);
+  orchard::cli::add_checkpoint_command(app);
   try {
     // --flagfile expanded, TensorFlow-only flags taken out (cli/absl_args.h).
     const std::vector<std::string> args = orchard::cli::absl_arguments(argc, argv);

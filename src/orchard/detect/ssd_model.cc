@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <stdexcept>
 
 namespace orchard::detect {
 namespace {
@@ -100,6 +102,51 @@ SsdMobileNetV2Impl::SsdMobileNetV2Impl(const SsdModelOptions& o) : options_(o) {
     }
   }
   for (size_t i = 0; i < n; ++i) class_heads_[i]->as<torch::nn::Conv2d>()->bias.fill_(o.class_prediction_bias_init);
+}
+
+std::optional<models::TfName> SsdMobileNetV2Impl::tf_name(const std::string& name,
+                                                          const std::string& backbone_scope) const {
+  const auto bad = [&] { return std::invalid_argument("not an SSD MobileNetV2 variable: '" + name + "'"); };
+  if (name.rfind("backbone.", 0) == 0) return models::mobilenet_v2_tf_name(name.substr(9), backbone_scope);
+  const size_t dot = name.rfind('.');
+  if (dot == std::string::npos) throw bad();
+  const std::string field = name.substr(dot + 1);
+  int i = -1, j = -1, consumed = 0;
+  char kind[16] = {0};
+  if (std::sscanf(name.c_str(), "%15[a-z_].%d%n", kind, &i, &consumed) != 2 || i < 0) throw bad();
+  const std::string head = kind;
+  if (head == "box_heads" || head == "class_heads") {
+    const std::string scope = "BoxPredictor_" + std::to_string(i) +
+                              (head == "box_heads" ? "/BoxEncodingPredictor/" : "/ClassPredictor/");
+    if (field == "weight") return models::TfName{scope + "weights", models::TfLayout::kConv};
+    if (field == "bias") return models::TfName{scope + "biases"};
+    throw bad();
+  }
+  if (head != "extras" || std::sscanf(name.c_str() + consumed, ".%d.", &j) != 1) throw bad();
+  // feature_map_generators.multi_resolution_feature_maps: names from the last base layer,
+  // the feature map's index and its depths (get_depth_fn).
+  const int64_t index = i + 2;
+  const auto depth = [&](double d) {
+    return std::max(static_cast<int64_t>(d * options_.depth_multiplier), options_.min_depth);
+  };
+  const std::string base = "FeatureExtractor/MobilenetV2/layer_19_";
+  std::string scope;
+  models::TfLayout layout = models::TfLayout::kConv;
+  if (j == 0) {
+    scope = base + "1_Conv2d_" + std::to_string(index) + "_1x1_" + std::to_string(depth(kLayerDepth[index] / 2.0));
+  } else {
+    scope = base + "2_Conv2d_" + std::to_string(index) + "_3x3_s2_" + std::to_string(depth(kLayerDepth[index]));
+    if (options_.use_depthwise && j == 1) {
+      scope += "_depthwise";
+      layout = models::TfLayout::kDepthwise;
+    }
+  }
+  const std::string module = name.substr(0, dot);
+  if (module.size() > 2 && module.compare(module.size() - 2, 2, ".0") == 0) {  // the convolution
+    if (field != "weight") throw bad();
+    return models::TfName{scope + (layout == models::TfLayout::kDepthwise ? "/depthwise_weights" : "/weights"), layout};
+  }
+  return models::tf_batch_norm_name(scope, field);
 }
 
 std::vector<torch::Tensor> SsdMobileNetV2Impl::feature_maps(const torch::Tensor& images) {

@@ -93,6 +93,14 @@ class SsdMobileNetV2Impl : public torch::nn::Module {
   // The backbone endpoints taken as the first feature maps (layer_15/expansion_output, layer_19).
   const std::vector<MobileNetV2Endpoint>& base_endpoints() const { return base_endpoints_; }
 
+  // The TF OD API's name of a variable (ssd_mobilenet_v2_coco's model.ckpt): backbone.* under
+  // `backbone_scope` ("FeatureExtractor/MobilenetV2"; "MobilenetV2" for a TF-Slim
+  // classification checkpoint), extras.<j> "layer_19_1_Conv2d_<j+2>_1x1_<depth/2>" and
+  // "layer_19_2_Conv2d_<j+2>_3x3_s2_<depth>" (+ "_depthwise"), box_heads.<i> / class_heads.<i>
+  // "BoxPredictor_<i>/BoxEncodingPredictor" / "ClassPredictor".
+  std::optional<models::TfName> tf_name(const std::string& name,
+                                        const std::string& backbone_scope = "FeatureExtractor/MobilenetV2") const;
+
  private:
   SsdModelOptions options_;
   std::vector<MobileNetV2Endpoint> base_endpoints_;

@@ -26,6 +26,7 @@
 #include <memory>
 
 #include "orchard/models/image_model.h"
+#include "orchard/models/tf_names.h"
 
 namespace orchard::models {
 
@@ -106,5 +107,11 @@ class InceptionV3Impl : public ImageModelImpl {
   torch::nn::Linear fc{nullptr};  // null when num_classes is 0
 };
 TORCH_MODULE(InceptionV3);
+
+// TF-Slim's name (nets/inception_v3.py, scope "InceptionV3") of an Inception-v3 variable:
+// BasicConv2d X -> "<slim scope>/weights" and its batch norm (scale=False: no gamma, 1),
+// fc -> Logits/Conv2d_1c_1x1 (a 1x1 convolution; 1001 classes, 0 the background), AuxLogits
+// likewise. Throws std::invalid_argument for a name Inception-v3 does not have.
+std::optional<TfName> inception_v3_tf_name(const std::string& orchard_name);
 
 }  // namespace orchard::models

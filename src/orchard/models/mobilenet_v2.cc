@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <stdexcept>
 #include <utility>
 
 namespace orchard::models {
@@ -244,6 +246,56 @@ torch::Tensor MobileNetV2Impl::features(torch::Tensor x) {
 torch::Tensor MobileNetV2Impl::forward(torch::Tensor x) {
   auto pooled = features(x);
   return options_.include_top ? classifier_->forward(pooled) : pooled;
+}
+
+std::optional<TfName> mobilenet_v2_tf_name(const std::string& name, const std::string& scope) {
+  const auto bad = [&] { return std::invalid_argument("not a MobileNetV2 variable: '" + name + "'"); };
+  const size_t dot = name.rfind('.');
+  if (dot == std::string::npos) throw bad();
+  const std::string module = name.substr(0, dot), field = name.substr(dot + 1);
+  if (module == "classifier.1") {
+    if (field == "weight") return TfName{scope + "/Logits/Conv2d_1c_1x1/weights", TfLayout::kConvDense};
+    if (field == "bias") return TfName{scope + "/Logits/Conv2d_1c_1x1/biases"};
+    throw bad();
+  }
+  int index = -1, consumed = 0;
+  if (std::sscanf(module.c_str(), "features.%d%n", &index, &consumed) != 1 || index < 0 || index >= kNumFeatures)
+    throw bad();
+  std::string rest = module.substr(static_cast<size_t>(consumed));  // ".0", ".conv.1.0", ...
+  // A convolution's weight, or its batch norm's field.
+  const auto layer = [&](const std::string& tf_scope, bool is_conv, TfLayout layout) -> std::optional<TfName> {
+    if (is_conv) {
+      if (field != "weight") throw bad();
+      return TfName{scope + "/" + tf_scope + (layout == TfLayout::kDepthwise ? "/depthwise_weights" : "/weights"),
+                    layout};
+    }
+    return tf_batch_norm_name(scope + "/" + tf_scope, field);
+  };
+  if (index == 0 || index == kNumFeatures - 1) {
+    const std::string tf_scope = index == 0 ? "Conv" : "Conv_1";
+    if (rest == ".0") return layer(tf_scope, true, TfLayout::kConv);
+    if (rest == ".1") return layer(tf_scope, false, TfLayout::kConv);
+    throw bad();
+  }
+  // Inverted residual blocks: torchvision's conv.<i>[.<j>], TF's expand / depthwise / project.
+  const std::string block = index == 1 ? "expanded_conv" : "expanded_conv_" + std::to_string(index - 1);
+  static const char* const kExpanded[][2] = {{".conv.0.0", "expand"},      {".conv.0.1", "expand"},
+                                            {".conv.1.0", "depthwise"},   {".conv.1.1", "depthwise"},
+                                            {".conv.2", "project"},       {".conv.3", "project"}};
+  static const char* const kPlain[][2] = {{".conv.0.0", "depthwise"}, {".conv.0.1", "depthwise"},
+                                         {".conv.1", "project"},     {".conv.2", "project"}};
+  // features.1 (the t=1 stage) is the one block without an expansion.
+  const bool expanded = index != 1;
+  const auto* table = expanded ? kExpanded : kPlain;
+  const size_t n = expanded ? 6 : 4;
+  for (size_t i = 0; i < n; ++i) {
+    if (rest != table[i][0]) continue;
+    const std::string part = table[i][1];
+    const bool is_bn = i % 2 == 1;  // each table lists a convolution, then its batch norm
+    const TfLayout layout = part == "depthwise" ? TfLayout::kDepthwise : TfLayout::kConv;
+    return layer(block + "/" + part, !is_bn, layout);
+  }
+  throw bad();
 }
 
 }  // namespace orchard::models

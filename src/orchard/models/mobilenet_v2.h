@@ -26,6 +26,7 @@
 
 #include "orchard/models/image_model.h"
 #include "orchard/models/resnet.h"
+#include "orchard/models/tf_names.h"
 
 namespace orchard::models {
 
@@ -112,5 +113,13 @@ class MobileNetV2Impl : public ImageModelImpl {
   torch::nn::Sequential classifier_{nullptr};
 };
 TORCH_MODULE(MobileNetV2);
+
+// TF-Slim's name (nets/mobilenet/mobilenet_v2.py) of a MobileNetV2 variable under `scope`:
+// "MobilenetV2" in TF-Slim's classification checkpoints, "FeatureExtractor/MobilenetV2" in
+// the OD API's ssd_mobilenet_v2. features.0 is Conv, features.1 expanded_conv, features.N
+// expanded_conv_<N-1> (expand, depthwise, project; each with BatchNorm), features.18 Conv_1,
+// classifier.1 Logits/Conv2d_1c_1x1 (a 1x1 convolution; 1001 classes, 0 the background).
+// Throws std::invalid_argument for a name MobileNetV2 does not have.
+std::optional<TfName> mobilenet_v2_tf_name(const std::string& name, const std::string& scope = "MobilenetV2");
 
 }  // namespace orchard::models

@@ -96,6 +96,12 @@ void check(const ModelConfig& config) {
 
 }  // namespace
 
+TfNameMap tf_name_map(const std::string& arch) {
+  if (arch == "mobilenet_v2") return [](const std::string& name) { return mobilenet_v2_tf_name(name); };
+  if (arch == "inception_v3") return [](const std::string& name) { return inception_v3_tf_name(name); };
+  return {};
+}
+
 std::vector<std::string> model_names() {
   std::vector<std::string> names;
   for (const auto& [name, _] : registry().resnets) names.push_back(name);

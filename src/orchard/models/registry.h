@@ -8,6 +8,7 @@
 
 #include "orchard/models/image_model.h"
 #include "orchard/models/resnet.h"
+#include "orchard/models/tf_names.h"
 
 namespace orchard::models {
 
@@ -32,6 +33,11 @@ struct ModelConfig {
 // (torchvision's).
 ImageModel build_model(const ModelConfig& config);
 std::vector<std::string> model_names();
+
+// The TensorFlow names of a registered model's variables (TF-Slim's checkpoints:
+// mobilenet_v2 "MobilenetV2/...", inception_v3 "InceptionV3/..."), or an empty function for a
+// model without a TensorFlow counterpart mapped yet.
+TfNameMap tf_name_map(const std::string& arch);
 
 // The ResNets alone (an error for other names).
 ResNet build_resnet(const ModelConfig& config);

@@ -13,10 +13,13 @@
 
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
+#include "orchard/core/tf_checkpoint.h"
 #include "orchard/core/tfrecord.h"
 #include "orchard/engine/interrupted.h"
 #include "orchard/export/onnx_export.h"
 #include "orchard/models/image_model.h"
+#include "orchard/models/registry.h"
+#include "orchard/models/tf_weights.h"
 #include "orchard/tasks/task.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/runtime.h"
@@ -374,17 +377,32 @@ void predict_images(tasks::Task& task, const PrepareImage& prepare, const std::v
 void add_export_flags(FlagSet* c, ExportFlags& f) {
   c->add_option("--model_dir", f.model_dir, "Model directory")->required();
   c->add_option("--checkpoint", f.checkpoint, "A checkpoint file (default: the latest)");
-  c->add_option("--format", f.format, "onnx")->capture_default_str();
-  c->add_option("--out", f.out, "Output file")->required();
+  c->add_option("--format", f.format, "onnx | tf (a TensorFlow checkpoint under TF-Slim's names)")->capture_default_str();
+  c->add_option("--out", f.out, "Output file (--format tf: the checkpoint prefix, e.g. out/model.ckpt)")->required();
   c->add_flag("--feature_vector", f.feature_vector,
               "Output the pooled features instead of the logits (the TF-Hub feature-vector export)");
   c->add_flag("--include_preprocessing", f.include_preprocessing,
               "The graph takes RGB values in [0, 255] and applies the model's input scaling itself");
 }
 
+void export_tf_checkpoint(torch::nn::Module& model, const models::TfNameMap& map, const std::string& what,
+                          int64_t step, const std::string& prefix) {
+  if (!map) throw Error("--format tf: " + what + " has no map to TensorFlow's variable names yet (docs/import.md)");
+  if (tf::is_tensorflow_checkpoint(prefix)) throw Error(prefix + ": a TensorFlow checkpoint is already there");
+  const auto left_out = models::write_tf_checkpoint(prefix, model, map, step);
+  int64_t values = 0;
+  for (const auto& p : model.parameters()) values += p.numel();
+  spdlog::info("wrote {}.index and {}.data-00000-of-00001 (TensorFlow V2 checkpoint, {}'s variables under "
+               "TensorFlow's names, global_step {}){}",
+               prefix, prefix, what, step,
+               left_out.empty() ? "" : "; " + std::to_string(left_out.size()) + " variables without a TensorFlow "
+                                       "counterpart left out (e.g. " + left_out[0] + ")");
+}
+
 void export_image_model(torch::nn::Module& model, const std::string& arch, const data::PreprocessOptions& preprocess,
-                        const ExportFlags& f) {
-  if (f.format != "onnx") throw Error("--format must be onnx, not '" + f.format + "'");
+                        const ExportFlags& f, int64_t step) {
+  if (f.format == "tf") return export_tf_checkpoint(model, models::tf_name_map(arch), arch, step, f.out);
+  if (f.format != "onnx") throw Error("--format must be onnx or tf, not '" + f.format + "'");
   auto* image_model = dynamic_cast<models::ImageModelImpl*>(&model);
   if (!image_model) throw Error("ONNX export does not support " + arch);
   model.eval();

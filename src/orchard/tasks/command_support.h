@@ -3,6 +3,8 @@
 // inference on image files and ONNX export of image models.
 #pragma once
 
+#include "orchard/models/tf_names.h"
+
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json_fwd.hpp>
 
@@ -165,8 +167,14 @@ struct ExportFlags {
   bool include_preprocessing = false;
 };
 void add_export_flags(FlagSet* c, ExportFlags& f);
+// --format onnx: an ONNX file; --format tf: a TensorFlow V2 checkpoint under TF-Slim's names
+// (--out is its prefix, e.g. out/model.ckpt-STEP).
 void export_image_model(torch::nn::Module& model, const std::string& arch, const data::PreprocessOptions& preprocess,
-                        const ExportFlags& f);
+                        const ExportFlags& f, int64_t step);
+// The model's variables as a TensorFlow V2 checkpoint `prefix` (.index, .data-00000-of-00001)
+// under `map`'s names, with global_step; `what` names the model in messages.
+void export_tf_checkpoint(torch::nn::Module& model, const models::TfNameMap& map, const std::string& what,
+                          int64_t step, const std::string& prefix);
 
 // The value of an `--init default|torchvision` flag (Inception-v3's initialisation): true for
 // torchvision; a clear error for anything else.

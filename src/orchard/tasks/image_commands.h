@@ -92,7 +92,7 @@ void add_image_inference_verbs(TaskCommands* commands, const std::string& export
       in.f.model_dir = e->model_dir;
       in.checkpoint = e->checkpoint;
       auto [task, step] = restore(in, no_flag_given, true);
-      export_image_model(*task->module(), task->config().model.arch, task->preprocess_options(), *e);
+      export_image_model(*task->module(), task->config().model.arch, task->preprocess_options(), *e, step);
     };
   }});
   commands->verbs.push_back({"predict", predict_help, [=](FlagSet* c) {

@@ -14,7 +14,9 @@
 
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
+#include "orchard/core/tf_checkpoint.h"
 #include "orchard/core/zip_check.h"
+#include "orchard/models/tf_weights.h"
 #include "orchard/train/moving_average.h"
 
 namespace fs = std::filesystem;
@@ -270,8 +272,22 @@ std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::
 
 PartialRestore restore_part(const std::string& checkpoint, const std::string& flag, torch::nn::Module& model,
                             std::function<bool(const std::string& name)> skip,
-                            std::function<std::string(const std::string& name)> source_name) {
+                            std::function<std::string(const std::string& name)> source_name,
+                            const models::TfNameMap& tf_map) {
   PartialRestore r;
+  if (tf::is_tensorflow_checkpoint(checkpoint)) {
+    if (!tf_map)
+      throw Error(flag + " " + checkpoint +
+                  " is a TensorFlow checkpoint, and this model has no map from TensorFlow's variable names yet "
+                  "(docs/import.md lists the models that have one)");
+    r.path = tf::resolve_checkpoint(checkpoint);
+    r.tensorflow = true;
+    auto t = models::restore_tf_checkpoint(checkpoint, model, tf_map, skip);
+    r.restored = std::move(t.restored);
+    r.skipped = std::move(t.skipped);
+    r.unused = std::move(t.unused);
+    return r;
+  }
   r.path = checkpoint;
   if (fs::is_directory(r.path)) {
     r.path = CheckpointManager(checkpoint).latest();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "orchard/core/error.h"
+#include "orchard/models/tf_names.h"
 
 namespace orchard::train {
 
@@ -84,13 +85,18 @@ std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::
 // the setting in errors ("--fine_tune_checkpoint ..."). Variables for which `skip` is true
 // are left alone; `source_name` maps a model name to the checkpoint's. Returns the file read
 // and the variables restored and skipped.
+// A TensorFlow checkpoint (core/tf_checkpoint.h: a prefix, one of its files, a directory) is
+// read through `tf_map`, the model's TensorFlow names (an error naming the flag without one);
+// `unused` then lists its variables the model does not take.
 struct PartialRestore {
   std::string path;
-  std::vector<std::string> restored, skipped;
+  std::vector<std::string> restored, skipped, unused;
+  bool tensorflow = false;
 };
 PartialRestore restore_part(const std::string& checkpoint, const std::string& flag, torch::nn::Module& model,
                             std::function<bool(const std::string& name)> skip,
-                            std::function<std::string(const std::string& name)> source_name = {});
+                            std::function<std::string(const std::string& name)> source_name = {},
+                            const models::TfNameMap& tf_map = {});
 
 // Step number encoded in "ckpt-<step>.pt", or -1.
 int64_t checkpoint_step(const std::string& path);

@@ -17,6 +17,8 @@
 #include "orchard/tasks/registry.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
+#include "orchard/core/tf_checkpoint.h"
+#include "orchard/models/inception_v3.h"
 #include "orchard/tasks/caption/captioning.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/optimizers.h"
@@ -270,6 +272,18 @@ data::Vocabulary load_vocab(const std::string& path, const std::string& flag_hin
 void load_inception(tasks::CaptionTask& task, const std::string& checkpoint) {
   const std::string prefix = caption::kEncoderPrefix;
   auto not_encoder = [prefix](const std::string& name) { return name.rfind(prefix, 0) != 0; };
+  if (tf::is_tensorflow_checkpoint(checkpoint)) {
+    // TF-Slim's inception_v3.ckpt (V1), or an im2txt model's checkpoint: "InceptionV3/...".
+    const models::TfNameMap map = [prefix](const std::string& name) -> std::optional<models::TfName> {
+      if (name.rfind(prefix, 0) != 0) return std::nullopt;
+      return models::inception_v3_tf_name(name.substr(prefix.size()));
+    };
+    const auto r = train::restore_part(checkpoint, "--inception_checkpoint_file", *task.module(), not_encoder, {}, map);
+    spdlog::info("encoder initialised from TensorFlow checkpoint {} ({} Inception-v3 variables; {} of its variables "
+                 "not used)",
+                 r.path, r.restored.size(), r.unused.size());
+    return;
+  }
   std::string first_error;
   // An Inception-v3 checkpoint names the encoder's variables without the prefix; another
   // caption model's with it.

@@ -163,8 +163,11 @@ void fine_tune(tasks::DetectionTask& task, const std::string& checkpoint, std::s
   } else if (type != "full") {
     throw Error("fine_tune_checkpoint_type must be classification, detection or full, not '" + type + "'");
   }
-  const auto [path, restored, skipped] =
-      train::restore_part(checkpoint, "fine_tune_checkpoint", *task.module(), skip, source_name);
+  const auto r = train::restore_part(checkpoint, "fine_tune_checkpoint", *task.module(), skip, source_name,
+                                     task.meta_architecture().tf_name_map(type));
+  const auto& [path, restored, skipped, unused, tensorflow] = r;
+  if (tensorflow && !unused.empty())
+    spdlog::info("fine_tune_checkpoint {}: {} TensorFlow variables not used (e.g. {})", path, unused.size(), unused[0]);
   // One table instead of a flood of per-variable lines.
   std::map<std::string, std::pair<int, int>> by_module;  // top-level module -> (restored, skipped)
   for (const auto& n : restored) ++by_module[n.substr(0, n.find('.'))].first;
@@ -453,19 +456,24 @@ TaskCommands detect_commands() {
     c->add_option("--checkpoint", e->checkpoint, "A checkpoint file (default: the latest)");
     c->add_option("--format", e->format,
                   "dir: the inference model directory (--output_directory); onnx: one ONNX file (--out) with the "
-                  "box decoding and score conversion, without NMS")
+                  "box decoding and score conversion, without NMS; tf: a TensorFlow checkpoint under the OD API's "
+                  "names (--out is its prefix, e.g. out/model.ckpt)")
         ->capture_default_str();
     c->add_option("--output_directory,--out_dir", e->out_dir, "Output directory (--format dir)");
-    c->add_option("--out", e->out, "Output file (--format onnx)");
+    c->add_option("--out", e->out, "Output file (--format onnx), checkpoint prefix (--format tf)");
     c->add_flag("--include_preprocessing", e->include_preprocessing,
                 "--format onnx: the graph takes RGB values in [0, 255] and scales them to [-1, 1] itself");
     return [f, e] {
-      if (e->format != "dir" && e->format != "onnx") throw Error("--format must be dir or onnx, not '" + e->format + "'");
+      if (e->format != "dir" && e->format != "onnx" && e->format != "tf")
+        throw Error("--format must be dir, onnx or tf, not '" + e->format + "'");
       if (e->format == "dir" && e->out_dir.empty()) throw Error("--format dir needs --output_directory");
-      if (e->format == "onnx" && e->out.empty()) throw Error("--format onnx needs --out FILE");
+      if (e->format != "dir" && e->out.empty()) throw Error("--format " + e->format + " needs --out");
       auto l = load_for_inference(*f);
       tasks::DetectionTask task(l.config);
-      engine::restore_for_inference(task, f->model_dir, e->checkpoint);
+      const int64_t step = engine::restore_for_inference(task, f->model_dir, e->checkpoint);
+      if (e->format == "tf")
+        return export_tf_checkpoint(*task.module(), task.meta_architecture().tf_name_map("detection"),
+                                    task.meta_architecture().name(), step, e->out);
       if (e->format == "dir") {
         const std::string path = e->checkpoint.empty() ? train::CheckpointManager(f->model_dir).latest() : e->checkpoint;
         export_model(task, f->model_dir, e->out_dir, train::checkpoint_step(path), l);

@@ -15,6 +15,7 @@
 
 #include "orchard/data/detection.h"
 #include "orchard/detect/box_ops.h"
+#include "orchard/models/tf_names.h"
 
 namespace object_detection::protos {
 class TrainEvalPipelineConfig;
@@ -44,6 +45,10 @@ class MetaArchitecture {
   virtual std::vector<detect::Detections> postprocess(const at::Tensor& outputs) const = 0;
   // What fine_tune_checkpoint_type "detection" leaves out (re-initialised): the class and box heads.
   virtual bool is_prediction_head_parameter(const std::string& name) const = 0;
+  // The TensorFlow names of the model's variables for a fine_tune_checkpoint_type: the OD API's
+  // own checkpoints ("detection", "full"), a TF-Slim classification checkpoint of the backbone
+  // ("classification"). An empty function where the architecture has no map.
+  virtual models::TfNameMap tf_name_map(const std::string& checkpoint_type) const = 0;
   // Entries of the checkpoint signature besides the task and num_classes (e.g. model, anchors).
   virtual std::map<std::string, std::string> signature() const = 0;
   // For the start-up log line, e.g. "ssd_mobilenet_v2 (3 classes, 1917 anchors)".

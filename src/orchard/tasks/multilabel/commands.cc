@@ -12,6 +12,7 @@
 #include "orchard/core/files.h"
 #include "orchard/data/tools.h"
 #include "orchard/engine/loop.h"
+#include "orchard/models/registry.h"
 #include "orchard/tasks/command_support.h"
 #include "orchard/tasks/image_commands.h"
 #include "orchard/tasks/multilabel/multilabel.h"
@@ -211,9 +212,13 @@ std::string shard_pattern(const std::string& data_dir, bool training) {
 }
 
 void fine_tune_from(tasks::MultiLabelTask& task, const std::string& checkpoint) {
-  const auto r = train::restore_part(checkpoint, "--fine_tune_checkpoint", *task.module(), [](const std::string& name) {
-    return name.rfind("fc.", 0) == 0 || tasks::MultiLabelTask::is_task_state(name);
-  });
+  const auto r = train::restore_part(
+      checkpoint, "--fine_tune_checkpoint", *task.module(),
+      [](const std::string& name) {
+        return name.rfind("fc.", 0) == 0 || name.rfind("classifier.", 0) == 0 ||
+               tasks::MultiLabelTask::is_task_state(name);
+      },
+      {}, models::tf_name_map(task.config().model.arch));
   spdlog::info("fine-tuning from the backbone of {} (classifier re-initialised)", r.path);
 }
 

@@ -122,6 +122,14 @@ SsdMetaArchitecture::SsdMetaArchitecture(const SsdConfig& config, int64_t num_cl
 
 std::shared_ptr<torch::nn::Module> SsdMetaArchitecture::module() { return model_.ptr(); }
 
+models::TfNameMap SsdMetaArchitecture::tf_name_map(const std::string& checkpoint_type) const {
+  // The OD API restores a classification checkpoint into the feature extractor by its names
+  // without the "FeatureExtractor/" scope (TF-Slim's MobilenetV2/...).
+  const std::string scope = checkpoint_type == "classification" ? "MobilenetV2" : "FeatureExtractor/MobilenetV2";
+  const detect::SsdMobileNetV2 model = model_;
+  return [model, scope](const std::string& name) { return model->tf_name(name, scope); };
+}
+
 at::Tensor SsdMetaArchitecture::forward(const at::Tensor& images, const data::Batch*) { return model_->forward(images); }
 
 std::map<std::string, at::Tensor> SsdMetaArchitecture::loss(const at::Tensor& outputs,

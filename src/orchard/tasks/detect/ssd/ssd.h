@@ -36,6 +36,7 @@ class SsdMetaArchitecture : public MetaArchitecture {
                                          const std::vector<at::Tensor>& gt_classes) override;
   std::vector<detect::Detections> postprocess(const at::Tensor& outputs) const override;
   bool is_prediction_head_parameter(const std::string& name) const override;
+  models::TfNameMap tf_name_map(const std::string& checkpoint_type) const override;
   std::map<std::string, std::string> signature() const override;
   std::string describe() const override;
   void export_onnx(const std::string& path, bool include_preprocessing) override;

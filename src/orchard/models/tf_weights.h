@@ -1,0 +1,59 @@
+// A model's variables from, and to, TensorFlow checkpoints (core/tf_checkpoint.h), through
+// the model's TfNameMap (tf_names.h): names matched, shapes checked, layouts converted.
+#pragma once
+
+#include <ATen/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "orchard/models/tf_names.h"
+
+namespace orchard::tf {
+class CheckpointReader;
+struct Tensor;
+}  // namespace orchard::tf
+
+namespace orchard::models {
+
+// How a model's variables and a checkpoint's meet.
+struct TfMatch {
+  std::string orchard, tf;                   // tf "" when TensorFlow has no such variable
+  std::vector<int64_t> orchard_shape, tf_shape;  // tf_shape as the checkpoint stores it
+  enum Status { kMatched, kDefaulted, kMissing, kShapeMismatch, kNoTfName, kSkipped } status = kMatched;
+};
+struct TfMapping {
+  std::vector<TfMatch> variables;  // every model variable, in the model's order
+  std::vector<std::string> unused;  // checkpoint variables no model variable takes
+  int count(TfMatch::Status s) const;
+};
+// `skip`: model variables not wanted (e.g. a detector's heads when fine-tuning from a
+// classifier); they are reported as kSkipped.
+TfMapping match_tf_checkpoint(const tf::CheckpointReader& checkpoint, torch::nn::Module& model, const TfNameMap& map,
+                              const std::function<bool(const std::string&)>& skip = {});
+
+// Copies the matched variables into the model (converted to its layout and dtype). Throws
+// Error, naming the checkpoint and the variables, if any wanted variable is missing or has
+// another shape; nothing is changed then. Returns the variables restored and skipped.
+struct TfRestore {
+  std::vector<std::string> restored, skipped, unused;
+};
+TfRestore restore_tf_checkpoint(const std::string& path, torch::nn::Module& model, const TfNameMap& map,
+                                const std::function<bool(const std::string&)>& skip = {});
+
+// Layout conversions (tf_names.h). `tf_shape` is the shape the checkpoint stores.
+at::Tensor tf_to_torch(const tf::Tensor& value, TfLayout layout);
+std::vector<int64_t> torch_to_tf_shape(const std::vector<int64_t>& shape, TfLayout layout);
+at::Tensor torch_to_tf(const at::Tensor& value, TfLayout layout);  // contiguous, TF's layout
+
+// Writes the model as a V2 checkpoint under TensorFlow's names (plus global_step), as TF's
+// Saver would: `prefix`.index and `prefix`.data-00000-of-00001. Variables without a TF name
+// are left out and returned.
+std::vector<std::string> write_tf_checkpoint(const std::string& prefix, torch::nn::Module& model, const TfNameMap& map,
+                                             int64_t global_step);
+
+}  // namespace orchard::models

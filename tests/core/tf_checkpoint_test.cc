@@ -1,0 +1,276 @@
+// TensorFlow checkpoints: the table format byte for byte, V2 bundles and V1 TensorSlice files
+// written by TensorFlow itself (tests/fixtures/tf/README.md), Orchard's writer, and damage.
+#include "orchard/core/tf_checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "orchard/core/crc32c.h"
+#include "orchard/core/tf_table.h"
+#include "orchard/proto/tensorflow/checkpoint.pb.h"
+#include "test_util.h"
+
+namespace orchard {
+namespace {
+
+namespace fs = std::filesystem;
+using test::from_hex;
+using test::read_bytes;
+using test::TempDir;
+using test::to_hex;
+using test::write_bytes;
+
+const fs::path kTf = fs::path(ORCHARD_TEST_FIXTURES) / "tf";
+
+float scalar(const tf::CheckpointReader& r, const std::string& name) {
+  const auto v = r.read(name).floats();
+  EXPECT_EQ(v.size(), 1u) << name;
+  return v.empty() ? NAN : v[0];
+}
+
+std::string pod(const std::vector<float>& v) { return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4); }
+
+// Two entries, as TensorFlow's TableBuilder lays them out (LevelDB's format):
+TEST(TfTable, GoldenBytesFieldByField) {
+  const std::string golden = from_hex(std::string(
+      // data block at offset 0, 19 bytes:
+      "00" "01" "01" "61" "78"       // shared 0, non_shared 1, value_len 1, key "a", value "x"
+      "00" "01" "02" "62" "797a"     // shared 0, non_shared 1, value_len 2, key "b", value "yz"
+      "00000000" "01000000"          // restart offsets [0], 1 restart (fixed32 LE)
+      "00" "f74d63d4"                // trailer: type 0 (raw), masked CRC-32C of block + type byte
+      // metaindex block at offset 24, 8 bytes: empty (restart [0], count 1)
+      "00000000" "01000000" "00" "c0f2a1b0"
+      // index block at offset 37, 14 bytes, one entry per data block (restart interval 1):
+      "00" "01" "02" "63" "0013"     // key "c" (the short successor of "b"), handle {offset 0, size 19}
+      "00000000" "01000000" "00" "ca0794de"
+      // footer, 48 bytes: metaindex handle {24, 8}, index handle {37, 14} (varints), zero
+      // padding to 40 bytes, magic 0xdb4775248b80fb57 (fixed64 LE)
+      "1808" "250e") + std::string(2 * 36, '0') + "57fb808b247547db");
+  ASSERT_EQ(golden.size(), 104u);
+  const tf::TableEntries entries{{"a", "x"}, {"b", "yz"}};
+  EXPECT_EQ(to_hex(tf::build_table(entries)), to_hex(golden));
+  EXPECT_EQ(tf::parse_table(golden, "golden"), entries);
+}
+
+TEST(TfTable, ManyBlocksAndRestartsRoundTrip) {
+  tf::TableEntries entries;
+  for (int i = 0; i < 3000; ++i) {
+    char key[32];
+    std::snprintf(key, sizeof key, "scope/layer_%04d/weights", i);
+    entries.emplace_back(key, std::string(static_cast<size_t>(i % 50), static_cast<char>('a' + i % 26)));
+  }
+  // Small blocks: many data blocks, shortened separators in the index. (Snappy blocks, type
+  // 1, are read from TensorFlow's own files: TfCheckpointReal.V2SnappyIndexTf1Names.)
+  const std::string bytes = tf::build_table(entries, 512);
+  EXPECT_EQ(tf::parse_table(bytes, "t"), entries);
+  EXPECT_EQ(tf::parse_table(tf::build_table(entries), "t"), entries);
+}
+
+TEST(TfTable, DamageIsNamed) {
+  const tf::TableEntries entries{{"a", "x"}, {"b", "yz"}};
+  std::string bytes = tf::build_table(entries);
+  std::string flipped = bytes;
+  flipped[4] ^= 1;  // a byte of the data block
+  test::expect_data_error([&] { tf::parse_table(flipped, "f.index"); }, {"f.index", "offset 0", "checksum"});
+  test::expect_data_error([&] { tf::parse_table(bytes.substr(0, 60), "f.index"); }, {"f.index", "magic"});
+  test::expect_data_error([&] { tf::parse_table(bytes.substr(0, 20), "f.index"); }, {"f.index", "48-byte footer"});
+  // A footer pointing past the end.
+  std::string far = bytes;
+  far[far.size() - 46] = 0x7f;  // the index handle's offset
+  test::expect_data_error([&] { tf::parse_table(far, "f.index"); }, {"f.index", "past the end"});
+}
+
+// ---- real files written by TensorFlow ----
+
+TEST(TfCheckpointReal, V2SnappyIndexTf1Names) {
+  const tf::CheckpointReader r((kTf / "half_plus_two_cpu" / "variables").string());
+  EXPECT_EQ(r.version(), 2);
+  std::vector<std::string> names;
+  for (const auto& v : r.variables()) {
+    names.push_back(v.name);
+    EXPECT_EQ(v.dtype, tf::kFloat);
+    EXPECT_TRUE(v.shape.empty());
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"a", "a2", "b", "c", "c2"}));
+  EXPECT_EQ(scalar(r, "a"), 0.5f);
+  EXPECT_EQ(scalar(r, "b"), 2.0f);
+  EXPECT_EQ(scalar(r, "c"), 3.0f);
+}
+
+TEST(TfCheckpointReal, Tf2ObjectGraphAndStringTensor) {
+  // A directory holding one *.index (a SavedModel's variables/ folder) names that prefix.
+  const tf::CheckpointReader r((kTf / "half_plus_two_tf2").string());
+  const auto* graph = r.find("_CHECKPOINTABLE_OBJECT_GRAPH");
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(graph->dtype, tf::kString);
+  const tf::Tensor t = r.read("_CHECKPOINTABLE_OBJECT_GRAPH");  // its lengths' and bytes' CRCs checked
+  ASSERT_EQ(t.strings.size(), 1u);
+  tensorflow::TrackableObjectGraph parsed;
+  EXPECT_TRUE(parsed.ParseFromString(t.strings[0]));
+  const auto tracked = r.tracked_variables();
+  ASSERT_EQ(tracked.size(), 3u);
+  EXPECT_EQ(tracked[0].key, "a/.ATTRIBUTES/VARIABLE_VALUE");
+  EXPECT_EQ(tracked[0].path, "a");
+  EXPECT_EQ(tracked[0].full_name, "a");
+  EXPECT_EQ(scalar(r, "b/.ATTRIBUTES/VARIABLE_VALUE"), 2.0f);
+}
+
+TEST(TfCheckpointReal, V2UncompressedConvKernels) {
+  const tf::CheckpointReader r((kTf / "half_plus_two_mkl" / "variables.index").string());  // a file names its prefix
+  const auto* k = r.find("conv2d_1/kernel");
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->shape, (std::vector<int64_t>{1, 1, 1, 1}));
+  EXPECT_NEAR(scalar(r, "conv2d_1/kernel"), -1.04511f, 1e-5);
+  EXPECT_EQ(r.variables().size(), 9u);
+}
+
+TEST(TfCheckpointReal, V1TensorSliceFile) {
+  const tf::CheckpointReader r((kTf / "half_plus_two_v1" / "export-00000-of-00001").string());
+  EXPECT_EQ(r.version(), 1);
+  ASSERT_EQ(r.variables().size(), 2u);
+  EXPECT_EQ(scalar(r, "a"), 0.5f);
+  EXPECT_EQ(scalar(r, "b"), 2.0f);
+}
+
+TEST(TfCheckpointReal, EstimatorDirectoryCheckpointStateAndInt64) {
+  // The directory's `checkpoint` file names model.ckpt-1000.
+  const tf::CheckpointReader r((kTf / "estimator_ckpt").string());
+  EXPECT_EQ(fs::path(r.prefix()).filename(), "model.ckpt-1000");
+  EXPECT_EQ(r.variables().size(), 60u);
+  const auto* step = r.find("global_step");
+  ASSERT_NE(step, nullptr);
+  EXPECT_EQ(step->dtype, tf::kInt64);
+  const tf::Tensor s = r.read("global_step");
+  int64_t value = 0;
+  std::memcpy(&value, s.data.data(), 8);
+  EXPECT_EQ(value, 1000);
+  const auto* k = r.find("dnn/hiddenlayer_1/kernel");
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->shape, (std::vector<int64_t>{100, 70}));
+  EXPECT_EQ(r.read("dnn/hiddenlayer_1/kernel").floats().size(), 7000u);  // CRC-checked
+  // Every variable reads (each CRC matches).
+  for (const auto& v : r.variables()) EXPECT_NO_THROW(r.read(v.name)) << v.name;
+}
+
+TEST(TfCheckpointReal, ZooIndexWithoutItsDataShard) {
+  // list_variables needs only the index: names, dtypes and shapes of the OD API zoo's model.
+  const tf::CheckpointReader r((kTf / "ssd_mobilenet_v2_coco_2018_03_29" / "model.ckpt").string());
+  EXPECT_EQ(r.variables().size(), 345u);
+  const auto* w = r.find("FeatureExtractor/MobilenetV2/expanded_conv_3/depthwise/depthwise_weights");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->shape, (std::vector<int64_t>{3, 3, 144, 1}));
+  // Reading a value needs the shard: the error names it and the variable.
+  test::expect_data_error([&] { r.read("BoxPredictor_0/ClassPredictor/biases"); },
+                          {"model.ckpt.data-00000-of-00001", "BoxPredictor_0/ClassPredictor/biases", "cannot open"});
+}
+
+// Orchard's writer gives TensorFlow's bytes: re-writing the variables of a checkpoint TF wrote
+// reproduces its .index and its data shard exactly.
+TEST(TfBundleWriter, ReproducesTensorFlowsFilesByteForByte) {
+  // 9 variables (TF2 Keras names); 60 (an Estimator's: key prefix compression, restarts).
+  for (const char* name : {"half_plus_two_mkl/variables", "estimator_ckpt/model.ckpt-1000"}) {
+    SCOPED_TRACE(name);
+    const std::string tf_prefix = (kTf / name).string();
+    const tf::CheckpointReader theirs(tf_prefix);
+    TempDir dir;
+    tf::BundleWriter w(dir.file("ours"));
+    for (const auto& v : theirs.variables()) w.add(v.name, v.dtype, v.shape, theirs.read(v.name).data);
+    w.finish();
+    EXPECT_EQ(to_hex(read_bytes(dir.file("ours.index"))), to_hex(read_bytes(tf_prefix + ".index")));
+    EXPECT_EQ(read_bytes(dir.file("ours.data-00000-of-00001")), read_bytes(tf_prefix + ".data-00000-of-00001"));
+  }
+}
+
+TEST(TfBundleWriter, RoundTripEveryDtype) {
+  TempDir dir;
+  const std::string prefix = dir.file("sub/model.ckpt-7");
+  tf::BundleWriter w(prefix);
+  const std::vector<float> f{1.5f, -2.25f, 3e-8f, 1e30f, 0.f, -0.f};
+  w.add("w/kernel", tf::kFloat, {2, 3}, pod(f));
+  const int64_t step = 7;
+  w.add("global_step", tf::kInt64, {}, std::string(reinterpret_cast<const char*>(&step), 8));
+  const uint16_t half[] = {0x3c00, 0xc000, 0x0001, 0x7bff};  // 1, -2, 2^-24, 65504
+  w.add("h", tf::kHalf, {4}, std::string(reinterpret_cast<const char*>(half), 8));
+  const uint16_t bf16[] = {0x3f80, 0xc040};  // 1, -3
+  w.add("b", tf::kBFloat16, {2}, std::string(reinterpret_cast<const char*>(bf16), 4));
+  const int32_t ints[] = {-1, 7};
+  w.add("i", tf::kInt32, {2}, std::string(reinterpret_cast<const char*>(ints), 8));
+  w.add_string("s", std::string("tf.train.Checkpoint\0bytes", 25));
+  w.finish();
+
+  const tf::CheckpointReader r(prefix);
+  ASSERT_EQ(r.variables().size(), 6u);
+  EXPECT_EQ(r.read("w/kernel").data, pod(f));
+  EXPECT_EQ(r.find("w/kernel")->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(r.read("h").floats(), (std::vector<float>{1.f, -2.f, 5.9604645e-8f, 65504.f}));
+  EXPECT_EQ(r.read("b").floats(), (std::vector<float>{1.f, -3.f}));
+  EXPECT_EQ(r.read("i").floats(), (std::vector<float>{-1.f, 7.f}));
+  EXPECT_EQ(scalar(r, "global_step"), 7.f);
+  EXPECT_EQ(r.read("s").strings, (std::vector<std::string>{std::string("tf.train.Checkpoint\0bytes", 25)}));
+  // Named by one of its files, or by a directory whose `checkpoint` file names it.
+  EXPECT_EQ(tf::resolve_checkpoint(prefix + ".data-00000-of-00001"), prefix);
+  write_bytes(dir.file("sub/checkpoint"), "model_checkpoint_path: \"/elsewhere/gone/model.ckpt-7\"\n");
+  EXPECT_EQ(tf::resolve_checkpoint(dir.file("sub")), prefix);  // a stale absolute path: its name here
+  EXPECT_TRUE(tf::is_tensorflow_checkpoint(dir.file("sub")));
+}
+
+TEST(TfBundleWriter, CorruptAndTruncatedDataNameFileAndVariable) {
+  TempDir dir;
+  const std::string prefix = dir.file("m");
+  tf::BundleWriter w(prefix);
+  w.add("first", tf::kFloat, {2}, pod({1.f, 2.f}));
+  w.add("second", tf::kFloat, {3}, pod({3.f, 4.f, 5.f}));
+  w.finish();
+  const std::string data_file = prefix + ".data-00000-of-00001";
+  std::string data = read_bytes(data_file);
+  data[9] ^= 0x40;  // in "second"
+  write_bytes(data_file, data);
+  const tf::CheckpointReader r(prefix);
+  EXPECT_NO_THROW(r.read("first"));
+  test::expect_data_error([&] { r.read("second"); }, {data_file, "'second'", "checksum mismatch"});
+  write_bytes(data_file, data.substr(0, 12));
+  test::expect_data_error([&] { r.read("second"); }, {data_file, "'second'", "past the end", "truncated"});
+  // A truncated index fails when opened, naming it.
+  const std::string index = read_bytes(prefix + ".index");
+  write_bytes(prefix + ".index", index.substr(0, index.size() - 10));
+  test::expect_data_error([&] { tf::CheckpointReader bad(prefix); }, {prefix + ".index"});
+  EXPECT_THROW(tf::CheckpointReader(dir.file("nothing-here")), Error);
+}
+
+// A V1 file with one tensor in two slices (as a partitioned Saver writes), built from the
+// schema: the reader assembles them.
+TEST(TfCheckpointV1, SlicesAreAssembled) {
+  tensorflow::SavedTensorSlices meta;
+  auto* t = meta.mutable_meta()->add_tensor();
+  t->set_name("w");
+  t->set_type(tensorflow::DT_FLOAT);
+  t->mutable_shape()->add_dim()->set_size(3);
+  t->mutable_shape()->add_dim()->set_size(2);
+  tf::TableEntries entries{{"", meta.SerializeAsString()}};
+  // Rows 0-1 and row 2 (columns: the whole dimension, extent without a length).
+  const std::vector<std::pair<int64_t, int64_t>> rows{{0, 2}, {2, 1}};
+  for (size_t k = 0; k < rows.size(); ++k) {
+    tensorflow::SavedTensorSlices s;
+    auto* d = s.mutable_data();
+    d->set_name("w");
+    auto* e = d->mutable_slice()->add_extent();
+    e->set_start(rows[k].first);
+    e->set_length(rows[k].second);
+    d->mutable_slice()->add_extent();
+    for (int64_t i = 0; i < rows[k].second * 2; ++i) d->mutable_data()->add_float_val(10.f * (rows[k].first * 2 + i));
+    entries.emplace_back(std::string("w") + static_cast<char>('0' + k), s.SerializeAsString());
+  }
+  TempDir dir;
+  write_bytes(dir.file("model.ckpt"), tf::build_table(entries));
+  const tf::CheckpointReader r(dir.file("model.ckpt"));
+  EXPECT_EQ(r.version(), 1);
+  EXPECT_EQ(r.read("w").floats(), (std::vector<float>{0, 10, 20, 30, 40, 50}));
+  EXPECT_TRUE(tf::is_tensorflow_checkpoint(dir.file("model.ckpt")));
+  write_bytes(dir.file("not.ckpt"), std::string(100, 'x'));
+  EXPECT_FALSE(tf::is_tensorflow_checkpoint(dir.file("not.ckpt")));
+}
+
+}  // namespace
+}  // namespace orchard
