@@ -262,6 +262,9 @@ std::string resolve_checkpoint(const std::string& path) {
         throw Error(state_file + " names " + state.model_checkpoint_path() + ", which is not in " + p);
       return prefix;
     }
+    // A SavedModel directory: its variables/variables checkpoint.
+    const std::string saved_model = (fs::path(p) / "variables" / "variables").string();
+    if (exists_file(saved_model + ".index")) return saved_model;
     std::vector<std::string> indexes;
     for (const auto& e : fs::directory_iterator(p))
       if (e.path().extension() == ".index" && e.is_regular_file()) indexes.push_back(e.path().string());

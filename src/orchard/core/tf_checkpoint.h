@@ -11,7 +11,7 @@
 //
 // A checkpoint is named as TensorFlow names it: a prefix (`model.ckpt`, `model.ckpt-150000`),
 // one of its files (`.index`, `.data-...`, `.meta`), a V1 file, or a directory (its `checkpoint`
-// file's model_checkpoint_path, else its only `*.index`).
+// file's model_checkpoint_path; a SavedModel's variables/variables; else its only `*.index`).
 #pragma once
 
 #include <cstdint>

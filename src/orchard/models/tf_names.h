@@ -12,7 +12,7 @@ namespace orchard::models {
 enum class TfLayout {
   kSame,       // vectors, scalars: the same values
   kConv,       // TF [H, W, in, out] <-> torch [out, in, H, W]
-  kDepthwise,  // TF [H, W, in, multiplier] <-> torch [in * multiplier, 1, H, W]
+  kDepthwise,  // TF [H, W, in, multiplier] <-> torch [in * multiplier, 1, H, W] (written back: multiplier 1)
   kDense,      // TF [in, out] <-> torch Linear [out, in]
   kConvDense,  // TF 1x1 conv [1, 1, in, out] <-> torch Linear [out, in] (TF-Slim's logits)
 };

@@ -1,0 +1,289 @@
+// Orchard models from and to TensorFlow checkpoints: layout conversions checked against
+// TensorFlow's definitions of convolution, depthwise convolution and dense layers; each name
+// map against the real checkpoint it describes; write -> read restores every variable.
+#include "orchard/models/tf_weights.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <set>
+
+#include "orchard/core/error.h"
+#include "orchard/core/tf_checkpoint.h"
+#include "orchard/detect/ssd_model.h"
+#include "orchard/models/inception_v3.h"
+#include "orchard/models/mobilenet_v2.h"
+#include "orchard/models/registry.h"
+#include "core/test_util.h"
+
+namespace orchard::models {
+namespace {
+
+namespace fs = std::filesystem;
+namespace F = torch::nn::functional;
+const fs::path kTf = fs::path(ORCHARD_TEST_FIXTURES) / "tf";
+
+tf::Tensor as_tf(const torch::Tensor& t) {
+  tf::Tensor out;
+  out.dtype = tf::kFloat;
+  out.shape = t.sizes().vec();
+  const auto c = t.contiguous();
+  out.data.assign(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()) * 4);
+  return out;
+}
+
+// TensorFlow's VALID convolution on NHWC with an HWIO kernel, by its definition.
+torch::Tensor tf_conv(const torch::Tensor& x, const torch::Tensor& w) {
+  const int64_t kh = w.size(0), kw = w.size(1), oh = x.size(1) - kh + 1, ow = x.size(2) - kw + 1;
+  auto out = torch::zeros({x.size(0), oh, ow, w.size(3)});
+  for (int64_t a = 0; a < kh; ++a)
+    for (int64_t b = 0; b < kw; ++b)
+      out += torch::matmul(x.slice(1, a, a + oh).slice(2, b, b + ow), w[a][b]);  // [N,oh,ow,in] x [in,out]
+  return out;
+}
+
+// tf.nn.depthwise_conv2d (VALID): output channel c * multiplier + m.
+torch::Tensor tf_depthwise(const torch::Tensor& x, const torch::Tensor& w) {
+  const int64_t kh = w.size(0), kw = w.size(1), oh = x.size(1) - kh + 1, ow = x.size(2) - kw + 1;
+  const int64_t in = w.size(2), mult = w.size(3);
+  auto out = torch::zeros({x.size(0), oh, ow, in, mult});
+  for (int64_t a = 0; a < kh; ++a)
+    for (int64_t b = 0; b < kw; ++b)
+      out += x.slice(1, a, a + oh).slice(2, b, b + ow).unsqueeze(-1) * w[a][b];  // [.., in, 1] * [in, m]
+  return out.reshape({x.size(0), oh, ow, in * mult});
+}
+
+TEST(TfLayout, ConvolutionsAndDenseComputeWhatTensorFlowComputes) {
+  torch::manual_seed(1);
+  const auto x = torch::randn({2, 6, 7, 4});  // NHWC
+  const auto nchw = x.permute({0, 3, 1, 2});
+  {
+    const auto w = torch::randn({3, 2, 4, 5});  // HWIO
+    const auto torch_w = tf_to_torch(as_tf(w), TfLayout::kConv);
+    EXPECT_EQ(torch_w.sizes(), (c10::IntArrayRef{5, 4, 3, 2}));
+    EXPECT_TRUE(torch::allclose(F::conv2d(nchw, torch_w).permute({0, 2, 3, 1}), tf_conv(x, w), 1e-4, 1e-5));
+    EXPECT_TRUE(torch::equal(torch_to_tf(torch_w, TfLayout::kConv), w));
+    EXPECT_EQ(torch_to_tf_shape(torch_w.sizes().vec(), TfLayout::kConv), w.sizes().vec());
+  }
+  {
+    const auto w = torch::randn({3, 3, 4, 2});  // [H, W, in, multiplier]
+    const auto torch_w = tf_to_torch(as_tf(w), TfLayout::kDepthwise);
+    EXPECT_EQ(torch_w.sizes(), (c10::IntArrayRef{8, 1, 3, 3}));
+    const auto y = F::conv2d(nchw, torch_w, F::Conv2dFuncOptions().groups(4)).permute({0, 2, 3, 1});
+    EXPECT_TRUE(torch::allclose(y, tf_depthwise(x, w), 1e-4, 1e-5));
+    // Back to TensorFlow: multiplier 1 (the depthwise convolutions Orchard builds).
+    const auto w1 = w.slice(3, 0, 1).contiguous();
+    const auto torch_w1 = tf_to_torch(as_tf(w1), TfLayout::kDepthwise);
+    EXPECT_TRUE(torch::equal(torch_to_tf(torch_w1, TfLayout::kDepthwise), w1));
+    EXPECT_EQ(torch_to_tf_shape(torch_w1.sizes().vec(), TfLayout::kDepthwise), w1.sizes().vec());
+  }
+  {
+    const auto v = torch::randn({3, 4});
+    const auto w = torch::randn({4, 6});  // tf.layers.dense: y = x W
+    const auto torch_w = tf_to_torch(as_tf(w), TfLayout::kDense);
+    EXPECT_TRUE(torch::allclose(F::linear(v, torch_w), torch::matmul(v, w), 1e-5, 1e-6));
+    EXPECT_TRUE(torch::equal(torch_to_tf(torch_w, TfLayout::kDense), w));
+    // TF-Slim's logits: a 1x1 convolution [1, 1, in, out].
+    const auto conv_w = w.reshape({1, 1, 4, 6});
+    const auto from_conv = tf_to_torch(as_tf(conv_w), TfLayout::kConvDense);
+    EXPECT_TRUE(torch::equal(from_conv, torch_w));
+    EXPECT_TRUE(torch::equal(torch_to_tf(from_conv, TfLayout::kConvDense), conv_w));
+    EXPECT_EQ(torch_to_tf_shape(from_conv.sizes().vec(), TfLayout::kConvDense), conv_w.sizes().vec());
+  }
+}
+
+// Every variable has one TensorFlow name, no two the same.
+void expect_complete_and_distinct(torch::nn::Module& model, const TfNameMap& map) {
+  std::set<std::string> seen;
+  for (const auto& p : model.named_parameters()) {
+    const auto n = map(p.key());
+    ASSERT_TRUE(n.has_value()) << p.key();
+    EXPECT_TRUE(seen.insert(n->name).second) << n->name;
+  }
+  for (const auto& b : model.named_buffers()) {
+    const auto n = map(b.key());
+    if (b.key().find("num_batches_tracked") != std::string::npos) {
+      EXPECT_FALSE(n.has_value());
+      continue;
+    }
+    ASSERT_TRUE(n.has_value()) << b.key();
+    EXPECT_TRUE(seen.insert(n->name).second) << n->name;
+  }
+  EXPECT_THROW(map("no.such.variable"), std::invalid_argument);
+}
+
+detect::SsdModelOptions zoo_ssd_options() {
+  // ssd_mobilenet_v2_coco_2018_03_29's pipeline.config: 90 classes, use_depthwise, 3x3 box predictor.
+  detect::SsdModelOptions o;
+  o.num_classes = 90;
+  o.kernel_size = 3;
+  o.use_depthwise = true;
+  return o;
+}
+
+TEST(TfNameMaps, SsdMatchesTheModelZoosCheckpointByNameAndShape) {
+  detect::SsdMobileNetV2 model(zoo_ssd_options());
+  const TfNameMap map = [&](const std::string& n) { return model->tf_name(n); };
+  expect_complete_and_distinct(*model, map);
+  const tf::CheckpointReader zoo((kTf / "ssd_mobilenet_v2_coco_2018_03_29" / "model.ckpt").string());
+  const TfMapping m = match_tf_checkpoint(zoo, *model, map);
+  EXPECT_EQ(m.count(TfMatch::kMatched), 344);
+  EXPECT_EQ(m.count(TfMatch::kMissing), 0);
+  EXPECT_EQ(m.count(TfMatch::kShapeMismatch), 0);
+  EXPECT_EQ(m.unused, std::vector<std::string>{"global_step"});
+  // A classification checkpoint of the backbone: TF-Slim's MobilenetV2/ scope.
+  EXPECT_EQ(model->tf_name("backbone.features.0.0.weight", "MobilenetV2")->name, "MobilenetV2/Conv/weights");
+  // The sample config's model (no depthwise extras, 1x1 predictor) differs and says where.
+  detect::SsdMobileNetV2 sample(detect::SsdModelOptions{});
+  const TfMapping other =
+      match_tf_checkpoint(zoo, *sample, [&](const std::string& n) { return sample->tf_name(n); });
+  EXPECT_GT(other.count(TfMatch::kShapeMismatch), 0);
+}
+
+TEST(TfNameMaps, MobileNetV2AndInceptionV3FollowTfSlim) {
+  ModelConfig c;
+  c.arch = "mobilenet_v2";
+  c.num_classes = 1001;
+  auto mobilenet = build_model(c);
+  expect_complete_and_distinct(*mobilenet, tf_name_map("mobilenet_v2"));
+  const auto mn = tf_name_map("mobilenet_v2");
+  EXPECT_EQ(mn("features.1.conv.0.0.weight")->name, "MobilenetV2/expanded_conv/depthwise/depthwise_weights");
+  EXPECT_EQ(mn("features.1.conv.0.0.weight")->layout, TfLayout::kDepthwise);
+  EXPECT_EQ(mn("features.2.conv.0.1.running_var")->name, "MobilenetV2/expanded_conv_1/expand/BatchNorm/moving_variance");
+  EXPECT_EQ(mn("features.17.conv.3.bias")->name, "MobilenetV2/expanded_conv_16/project/BatchNorm/beta");
+  EXPECT_EQ(mn("features.18.0.weight")->name, "MobilenetV2/Conv_1/weights");
+  EXPECT_EQ(mn("classifier.1.weight")->layout, TfLayout::kConvDense);
+
+  c.arch = "inception_v3";
+  auto inception = build_model(c);
+  const auto in = tf_name_map("inception_v3");
+  expect_complete_and_distinct(*inception, in);
+  EXPECT_EQ(in("Mixed_5c.branch5x5_2.conv.weight")->name, "InceptionV3/Mixed_5c/Branch_1/Conv_1_0c_5x5/weights");
+  EXPECT_EQ(in("Mixed_7c.branch3x3_2b.conv.weight")->name, "InceptionV3/Mixed_7c/Branch_1/Conv2d_0c_3x1/weights");
+  // TF-Slim's Inception-v3 batch norms have no gamma (scale=False): 1 when absent.
+  const auto gamma = in("Conv2d_1a_3x3.bn.weight");
+  EXPECT_EQ(gamma->name, "InceptionV3/Conv2d_1a_3x3/BatchNorm/gamma");
+  EXPECT_EQ(gamma->default_value, 1.0f);
+  EXPECT_EQ(in("fc.weight")->name, "InceptionV3/Logits/Conv2d_1c_1x1/weights");
+  EXPECT_FALSE(tf_name_map("resnet50"));  // no map yet: callers say so
+}
+
+// Random weights and batch-norm statistics, so a restore that missed one would show.
+void randomize(torch::nn::Module& m, uint64_t seed) {
+  torch::manual_seed(seed);
+  torch::NoGradGuard no_grad;
+  for (auto& p : m.parameters()) p.uniform_(-1, 1);
+  for (auto& b : m.named_buffers())
+    if (b.value().is_floating_point()) b.value().uniform_(0.5, 2);
+}
+
+void expect_same_variables(torch::nn::Module& a, torch::nn::Module& b, const std::set<std::string>& except = {}) {
+  auto pb = b.named_parameters();
+  for (const auto& p : a.named_parameters())
+    if (!except.count(p.key())) EXPECT_TRUE(torch::equal(p.value(), pb[p.key()])) << p.key();
+  auto bb = b.named_buffers();
+  for (const auto& x : a.named_buffers())
+    if (x.value().is_floating_point()) EXPECT_TRUE(torch::equal(x.value(), bb[x.key()])) << x.key();
+}
+
+TEST(TfWeights, WriteThenRestoreGivesEveryVariableBack) {
+  test::TempDir dir;
+  {
+    detect::SsdMobileNetV2 a(zoo_ssd_options()), b(zoo_ssd_options());
+    randomize(*a, 1);
+    randomize(*b, 2);
+    const TfNameMap map = [&](const std::string& n) { return a->tf_name(n); };
+    const auto left_out = write_tf_checkpoint(dir.file("ssd/model.ckpt"), *a, map, 1234);
+    for (const auto& n : left_out) EXPECT_NE(n.find("num_batches_tracked"), std::string::npos) << n;
+    // The names and shapes TensorFlow's own ssd_mobilenet_v2_coco checkpoint has.
+    const tf::CheckpointReader ours(dir.file("ssd/model.ckpt"));
+    const tf::CheckpointReader zoo((kTf / "ssd_mobilenet_v2_coco_2018_03_29" / "model.ckpt").string());
+    ASSERT_EQ(ours.variables().size(), zoo.variables().size());
+    for (size_t i = 0; i < ours.variables().size(); ++i) {
+      EXPECT_EQ(ours.variables()[i].name, zoo.variables()[i].name);
+      EXPECT_EQ(ours.variables()[i].shape, zoo.variables()[i].shape) << ours.variables()[i].name;
+      EXPECT_EQ(ours.variables()[i].dtype, zoo.variables()[i].dtype) << ours.variables()[i].name;
+    }
+    const auto r = restore_tf_checkpoint(dir.file("ssd"), *b, map);  // a directory: its `checkpoint`? none: *.index
+    EXPECT_EQ(r.unused, std::vector<std::string>{"global_step"});
+    expect_same_variables(*a, *b);
+  }
+  {
+    InceptionV3Options o;
+    o.num_classes = 1001;
+    o.depth_multiplier = 0.25;
+    InceptionV3 a(o), b(o);
+    randomize(*a, 3);
+    randomize(*b, 4);
+    const TfNameMap map = [](const std::string& n) { return inception_v3_tf_name(n); };
+    write_tf_checkpoint(dir.file("inception"), *a, map, 0);
+    restore_tf_checkpoint(dir.file("inception"), *b, map);
+    expect_same_variables(*a, *b);
+    // TF-Slim's own Inception-v3 checkpoints have no gamma (batch_norm scale=False): 1.
+    const tf::CheckpointReader full(dir.file("inception"));
+    tf::BundleWriter slim(dir.file("slim/inception_v3.ckpt"));
+    for (const auto& v : full.variables())
+      if (v.name.size() < 6 || v.name.compare(v.name.size() - 6, 6, "/gamma") != 0)
+        slim.add(v.name, v.dtype, v.shape, full.read(v.name).data);
+    slim.finish();
+    randomize(*b, 5);
+    const auto r = restore_tf_checkpoint(dir.file("slim/inception_v3.ckpt"), *b, map);
+    std::set<std::string> gammas;
+    for (const auto& p : b->named_parameters())
+      if (p.key().find(".bn.weight") != std::string::npos) {
+        gammas.insert(p.key());
+        EXPECT_TRUE(torch::all(p.value() == 1).item<bool>()) << p.key();
+      }
+    EXPECT_EQ(gammas.size(), 94u);
+    expect_same_variables(*a, *b, gammas);
+  }
+}
+
+TEST(TfWeights, MissingOrMisshapenVariablesAreErrorsAndNothingIsRestored) {
+  test::TempDir dir;
+  MobileNetV2Options o;
+  o.num_classes = 1001;
+  MobileNetV2 a(o);
+  randomize(*a, 5);
+  const TfNameMap map = [](const std::string& n) { return mobilenet_v2_tf_name(n); };
+  write_tf_checkpoint(dir.file("full"), *a, map, 0);
+  const tf::CheckpointReader full(dir.file("full"));
+
+  // A checkpoint without one variable (the first conv's weights) and with the logits of
+  // 1000 classes: nothing restored, both named.
+  tf::BundleWriter w(dir.file("partial"));
+  for (const auto& v : full.variables()) {
+    if (v.name == "MobilenetV2/Conv/weights") continue;
+    auto t = full.read(v.name);
+    if (v.name == "MobilenetV2/Logits/Conv2d_1c_1x1/biases") {
+      t.shape = {1000};
+      t.data.resize(4000);
+    }
+    w.add(v.name, v.dtype, t.shape, t.data);
+  }
+  w.finish();
+  MobileNetV2 b(o);
+  randomize(*b, 6);
+  const auto before = b->named_parameters()["features.1.conv.1.weight"].clone();
+  try {
+    restore_tf_checkpoint(dir.file("partial"), *b, map);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("MobilenetV2/Logits/Conv2d_1c_1x1/biases [1000] for classifier.1.bias [1001]"), std::string::npos)
+        << msg;
+  }
+  EXPECT_TRUE(torch::equal(before, b->named_parameters()["features.1.conv.1.weight"]));  // nothing changed
+  // Only the missing one: named, with the model's variable.
+  try {
+    restore_tf_checkpoint(dir.file("partial"), *b, map, [](const std::string& n) { return n.rfind("classifier", 0) == 0; });
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MobilenetV2/Conv/weights (for features.0.0.weight)"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace orchard::models
