@@ -1,6 +1,7 @@
 // The golden runs: for each of the four tasks, a tiny fixed-seed training run through the
 // `orchard` binary as a user runs it (one thread, 20 steps, the loss logged at every step),
-// compared with what main recorded before the engine redesign (tests/golden/golden.json):
+// compared with what main recorded before the engine redesign (tests/golden/golden.json; detect
+// recorded again on 2026-12-03 when the SSD backbone took TF's 'SAME' padding, issue 32):
 //   - the 20 per-step training losses of the TensorBoard train summaries (float32 bits),
 //   - every tensor of the final checkpoint ("model", and "training_weights" where present)
 //     as the CRC-32C of its bytes plus its sum.

@@ -52,6 +52,7 @@ SsdMobileNetV2Impl::SsdMobileNetV2Impl(const SsdModelOptions& o) : options_(o) {
   bo.include_top = false;
   bo.bn_momentum = o.bn_momentum;
   bo.bn_eps = o.bn_eps;
+  bo.tf_same_padding = true;  // use_explicit_padding false: TF 'SAME'
   backbone_ = register_module("backbone", MobileNetV2(bo));
   for (size_t i = 0; i < std::min<size_t>(n, 2); ++i) {
     base_endpoints_.push_back(parse_mobilenet_v2_endpoint(kFromLayer[i]));

@@ -13,7 +13,11 @@
 // Parameter (and buffer) names:
 //   backbone.features.*        MobileNetV2 without its classifier, with torchvision's names: a
 //                              torchvision state dict's or a classification checkpoint's
-//                              features.* load under the prefix "backbone.".
+//                              features.* load under the prefix "backbone.". Its stride-2
+//                              convolutions are padded as TF's 'SAME' (the OD API's
+//                              use_explicit_padding false), as the zoo's checkpoints expect.
+//   TensorFlow names            tf_name(): the OD API's (FeatureExtractor/MobilenetV2/...,
+//                              BoxPredictor_N/...), for its checkpoints in and out.
 //   extras.K.*                 the extra layer making feature map K + 2: extras.K.0.{0,1} the
 //                              1x1 conv and its BN, extras.K.1.{0,1} the 3x3 stride-2 conv and
 //                              its BN (use_depthwise: extras.K.1 depthwise 3x3 stride 2,

@@ -271,13 +271,20 @@ class InceptionWriter {
 // inverted residuals (conv.{0: expansion, if any; next: depthwise; then the projection conv and
 // its BN}, with the residual where stride 1 keeps the channels), the last 1x1 conv-BN-ReLU6.
 // Written as far as the deepest of `wanted` (TF-Slim's endpoints); returns their outputs.
+Pads same_pads(int64_t h, int64_t w, const torch::nn::detail::ConvNdOptions<2>& o);
+
+// `height` x `width`: the input's size (TF 'SAME' convolutions are padded for the size each sees).
 std::vector<std::string> mobilenet_v2_features(GraphBuilder& g, const ModuleIndex& modules, const std::string& prefix,
-                                               const std::string& input,
+                                               const std::string& input, int64_t height, int64_t width,
                                                const std::vector<models::MobileNetV2Endpoint>& wanted) {
+  int64_t h_in = height, w_in = width;
   auto conv_bn_relu6 = [&](const std::string& p, const std::string& x) {
     auto& cna = modules.get<models::ConvNormActivationImpl>(p);
-    if (cna.options.tf_same_padding()) throw Error("ONNX export: " + p + " uses TF 'SAME' padding");
-    return g.relu6(g.conv_bn(p, *cna.conv, *cna.bn, x));
+    const auto& o = cna.conv->options;
+    const Pads pads = cna.options.tf_same_padding() ? same_pads(h_in, w_in, o) : GraphBuilder::symmetric_pads(p, o);
+    h_in = (h_in + pads[0] + pads[2] - ((*o.kernel_size())[0] - 1) * (*o.dilation())[0] - 1) / (*o.stride())[0] + 1;
+    w_in = (w_in + pads[1] + pads[3] - ((*o.kernel_size())[1] - 1) * (*o.dilation())[1] - 1) / (*o.stride())[1] + 1;
+    return g.relu6(g.conv_bn(p, *cna.conv, *cna.bn, x, pads));
   };
   int64_t deepest = 0;
   for (const auto& e : wanted) deepest = std::max(deepest, e.index);
@@ -321,7 +328,10 @@ std::string mobilenet_v2_body(GraphBuilder& g, models::MobileNetV2Impl& model, c
   const ModuleIndex modules(model);
   int64_t last = 1;
   while (modules.has("features." + std::to_string(last + 1))) ++last;
-  return mobilenet_v2_features(g, modules, "", input, {models::MobileNetV2Endpoint{last, false}}).front();
+  // The classifier's input size does not matter to symmetric padding; TF-style padding is
+  // only built for the SSD backbone.
+  if (model.options().tf_same_padding) throw Error("ONNX export: a MobileNetV2 classifier with TF 'SAME' padding");
+  return mobilenet_v2_features(g, modules, "", input, 0, 0, {models::MobileNetV2Endpoint{last, false}}).front();
 }
 
 // TF 'SAME' padding of `o` over an input of h x w, as models::conv2d_tf_same pads: the odd
@@ -428,7 +438,8 @@ void export_detection_onnx(detect::SsdMobileNetV2Impl& model, const at::Tensor& 
 
   // Feature maps: the backbone's endpoints, then the extra layers (TF 'SAME' stride-2 convs,
   // padded for the size each one sees).
-  std::vector<std::string> maps = mobilenet_v2_features(g, modules, "backbone.", x, model.base_endpoints());
+  std::vector<std::string> maps =
+      mobilenet_v2_features(g, modules, "backbone.", x, options.height, options.width, model.base_endpoints());
   for (size_t k = 0; maps.size() < n; ++k) {
     const std::string layer = "extras." + std::to_string(k);
     auto [h, w] = sizes[maps.size() - 1];

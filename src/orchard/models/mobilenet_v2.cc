@@ -42,6 +42,7 @@ class InvertedResidualImpl : public torch::nn::Module {
     depthwise_ = ConvNormActivation(ConvNormActivationOptions(hidden, hidden, 3)
                                         .stride(stride)
                                         .groups(hidden)
+                                        .tf_same_padding(o.tf_same_padding && stride > 1)
                                         .bn_momentum(o.bn_momentum)
                                         .bn_eps(o.bn_eps));
     conv_->push_back(depthwise_);
@@ -150,7 +151,7 @@ MobileNetV2Impl::MobileNetV2Impl(const MobileNetV2Options& o) : options_(o) {
   features_ = register_module("features", torch::nn::ModuleList());
   int64_t in = depth(32);
   features_->push_back(
-      ConvNormActivation(ConvNormActivationOptions(3, in, 3).stride(2).bn_momentum(o.bn_momentum).bn_eps(o.bn_eps)));
+      ConvNormActivation(ConvNormActivationOptions(3, in, 3).stride(2).tf_same_padding(o.tf_same_padding).bn_momentum(o.bn_momentum).bn_eps(o.bn_eps)));
   out_channels_.push_back(in);
   expansion_channels_.push_back(0);
   for (const Stage& st : kStages) {

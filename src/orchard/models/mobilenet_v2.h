@@ -77,6 +77,10 @@ struct MobileNetV2Options {
   double dropout = 0.2;      // before the classifier (TF: dropout_keep_prob 0.8)
   double bn_momentum = 0.1;  // torchvision; TF's SSD: 0.0003 (decay 0.9997)
   double bn_eps = 1e-5;      // torchvision; TF-Slim: 0.001
+  // The strided 3x3 convolutions padded as TF's 'SAME' (TF-Slim, the OD API's SSD: the odd
+  // padding pixel at the bottom/right) instead of torchvision's 1 on every side: what weights
+  // trained in TensorFlow expect.
+  bool tf_same_padding = false;
 };
 
 // An endpoint of TF-Slim's mobilenet_base, in TF's numbering: "layer_N" is the output of
