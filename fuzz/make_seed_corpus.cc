@@ -7,22 +7,28 @@
 //   <out_dir>/image/            JPEG and PNG (RGB and grayscale) scenes + image_fuzzer's parameter trailer
 //   <out_dir>/pipeline_config/  configs/*.config, and label maps written by label_map_to_text
 //   <out_dir>/coco_json/        tiny instances and captions json naming coco_json_fuzzer's scratch images
+//   <out_dir>/tf_checkpoint/    V2 bundles from tf::BundleWriter, tables from build_table, V1 TensorSlice
+//                               files, tests/fixtures/tf/ (header + index + data, tf_checkpoint_fuzzer's split)
 // Small on purpose (about 100 KB): libFuzzer grows its own corpus from these.
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
+#include "orchard/core/tf_checkpoint.h"
+#include "orchard/core/tf_table.h"
 #include "orchard/core/tfrecord.h"
 #include "orchard/data/image.h"
 #include "orchard/data/shapes.h"
 #include "orchard/data/tools.h"
 #include "orchard/detect/label_map.h"
+#include "orchard/proto/tensorflow/checkpoint.pb.h"
 
 namespace {
 
@@ -161,6 +167,127 @@ void write_coco(const fs::path& dir) {
   write(dir / "captions.json", captions.dump());
 }
 
+// tf_checkpoint_fuzzer's input: a 4-byte header (index length | flags << 24), index, data.
+// Flags 3: the fuzzer recomputes the table and entry checksums, so mutations get past them.
+std::string checkpoint_input(const std::string& index, const std::string& data, uint32_t flags = 3) {
+  const uint32_t header = static_cast<uint32_t>(index.size()) | flags << 24;
+  return std::string(reinterpret_cast<const char*>(&header), 4) + index + data;
+}
+
+template <typename T>
+std::string pod_bytes(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+// A bundle written by tf::BundleWriter under `work`, as one fuzzer input.
+std::string bundle_input(const fs::path& work, const std::string& name,
+                         const std::function<void(orchard::tf::BundleWriter&)>& add) {
+  const std::string prefix = (work / name).string();
+  orchard::tf::BundleWriter writer(prefix);
+  add(writer);
+  writer.finish();
+  return checkpoint_input(orchard::read_file(prefix + ".index"), orchard::read_file(prefix + ".data-00000-of-00001"));
+}
+
+// A V1 TensorSlice file (one table): the metadata entry, then one entry per slice.
+std::string v1_file() {
+  using namespace tensorflow;
+  SavedTensorSlices meta;
+  auto add_tensor = [&](const std::string& name, DataType type, std::vector<int64_t> shape) {
+    auto* t = meta.mutable_meta()->add_tensor();
+    t->set_name(name);
+    t->set_type(type);
+    for (int64_t d : shape) t->mutable_shape()->add_dim()->set_size(d);
+  };
+  add_tensor("w", DT_FLOAT, {3, 2});
+  add_tensor("step", DT_INT64, {});
+  add_tensor("names", DT_STRING, {2});
+  add_tensor("h", DT_HALF, {2});
+  orchard::tf::TableEntries entries{{"", meta.SerializeAsString()}};
+  auto slice = [&](const std::string& key, const std::string& name, std::vector<std::pair<int64_t, int64_t>> extents,
+                   const std::function<void(TensorProto*)>& fill) {
+    SavedTensorSlices s;
+    auto* d = s.mutable_data();
+    d->set_name(name);
+    for (const auto& [start, length] : extents) {
+      auto* e = d->mutable_slice()->add_extent();
+      if (length < 0) continue;  // the whole dimension
+      e->set_start(start);
+      e->set_length(length);
+    }
+    fill(d->mutable_data());
+    entries.emplace_back(key, s.SerializeAsString());
+  };
+  // w: rows 0-1 as float_val, row 2 as tensor_content (the whole second dimension both times).
+  slice("names", "names", {}, [](TensorProto* t) { t->add_string_val("a"), t->add_string_val("bc"); });
+  slice("step", "step", {}, [](TensorProto* t) { t->add_int64_val(1000); });
+  slice("w0", "w", {{0, 2}, {0, -1}}, [](TensorProto* t) {
+    for (int i = 0; i < 4; ++i) t->add_float_val(1.5f * i);
+  });
+  slice("w1", "w", {{2, 1}, {0, -1}}, [](TensorProto* t) { t->set_tensor_content(pod_bytes(std::vector<float>{7, 8})); });
+  slice("wh", "h", {}, [](TensorProto* t) { t->add_half_val(0x3c00), t->add_half_val(0xc000); });
+  return orchard::tf::build_table(entries);
+}
+
+void write_checkpoints(const fs::path& dir, const fs::path& source_root, const fs::path& work) {
+  namespace tf = orchard::tf;
+  write(dir / "bundle-floats", bundle_input(work, "floats", [](tf::BundleWriter& w) {
+          w.add("dense/kernel", tf::kFloat, {2, 3}, pod_bytes(std::vector<float>{1, 2, 3, 4, 5, 6}));
+          w.add("dense/bias", tf::kFloat, {3}, pod_bytes(std::vector<float>{0.5f, -1, 0}));
+        }));
+  write(dir / "bundle-mixed", bundle_input(work, "mixed", [](tf::BundleWriter& w) {
+          w.add("global_step", tf::kInt64, {}, pod_bytes(std::vector<int64_t>{1000}));
+          w.add("d", tf::kDouble, {2}, pod_bytes(std::vector<double>{1.25, -3}));
+          w.add("i", tf::kInt32, {1, 2}, pod_bytes(std::vector<int32_t>{-7, 9}));
+          w.add("h", tf::kHalf, {2}, pod_bytes(std::vector<uint16_t>{0x3c00, 0x7c00}));
+          w.add("bf", tf::kBFloat16, {2}, pod_bytes(std::vector<uint16_t>{0x3f80, 0xc000}));
+          w.add("u8", tf::kUInt8, {3}, "\x01\x02\xff");
+          w.add("flag", tf::kBool, {}, std::string(1, '\1'));
+          w.add("empty", tf::kFloat, {0, 4}, "");
+          w.add_string("name", "orchard");
+          w.add_string("blank", "");
+        }));
+  // tf.train.Checkpoint's layout: an object graph naming two of the variables.
+  tensorflow::TrackableObjectGraph graph;
+  auto* root = graph.add_nodes();
+  auto* child = root->add_children();
+  child->set_node_id(1);
+  child->set_local_name("layer");
+  auto* layer = graph.add_nodes();
+  for (const char* v : {"kernel", "bias"}) {
+    auto* a = layer->add_attributes();
+    a->set_name("VARIABLE_VALUE");
+    a->set_full_name(std::string("dense/") + v);
+    a->set_checkpoint_key(std::string("layer/") + v + "/.ATTRIBUTES/VARIABLE_VALUE");
+  }
+  auto* back = layer->add_children();  // a cycle back to the root
+  back->set_node_id(0);
+  back->set_local_name("parent");
+  write(dir / "bundle-object-graph", bundle_input(work, "graph", [&](tf::BundleWriter& w) {
+          w.add_string("_CHECKPOINTABLE_OBJECT_GRAPH", graph.SerializeAsString());
+          w.add("layer/kernel/.ATTRIBUTES/VARIABLE_VALUE", tf::kFloat, {2}, pod_bytes(std::vector<float>{1, 2}));
+          w.add("layer/bias/.ATTRIBUTES/VARIABLE_VALUE", tf::kFloat, {1}, pod_bytes(std::vector<float>{3}));
+        }));
+  // Tables of several blocks (small block size), as the whole input and as the index part.
+  tf::TableEntries many;
+  for (int i = 0; i < 40; ++i) many.emplace_back("key/" + std::to_string(100 + i), std::string(i % 7, 'v'));
+  const std::string table = tf::build_table(many, 128);
+  write(dir / "table-blocks", table);
+  write(dir / "table-blocks-as-index", checkpoint_input(table, ""));
+  write(dir / "table-empty", checkpoint_input(tf::build_table({}), "", 1));
+  write(dir / "v1-slices", checkpoint_input(v1_file(), "", 1));
+  // The real checkpoints TensorFlow wrote (the estimator's data shard cut to its first 8 KB:
+  // the variables past it then fail cleanly, and the inputs stay small).
+  const fs::path fixtures = source_root / "tests" / "fixtures" / "tf";
+  for (const std::string name : {"half_plus_two_cpu", "half_plus_two_mkl", "half_plus_two_tf2"})
+    write(dir / ("tf-" + name), checkpoint_input(orchard::read_file((fixtures / name / "variables.index").string()),
+                                                 orchard::read_file((fixtures / name / "variables.data-00000-of-00001").string())));
+  write(dir / "tf-estimator", checkpoint_input(orchard::read_file((fixtures / "estimator_ckpt" / "model.ckpt-1000.index").string()),
+                                               orchard::read_file((fixtures / "estimator_ckpt" / "model.ckpt-1000.data-00000-of-00001").string()).substr(0, 8192)));
+  write(dir / "tf-ssd-index", checkpoint_input(orchard::read_file((fixtures / "ssd_mobilenet_v2_coco_2018_03_29" / "model.ckpt.index").string()), "", 1));
+  write(dir / "tf-v1", checkpoint_input(orchard::read_file((fixtures / "half_plus_two_v1" / "export-00000-of-00001").string()), "", 1));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -170,7 +297,7 @@ int main(int argc, char** argv) {
   }
   const fs::path out = argv[1], source_root = argv[2];
   try {
-    for (const char* target : {"tfrecord", "example", "image", "pipeline_config", "coco_json"})
+    for (const char* target : {"tfrecord", "example", "image", "pipeline_config", "coco_json", "tf_checkpoint"})
       fs::create_directories(out / target);
     const fs::path work = out / ".work";
     fs::remove_all(work);
@@ -179,6 +306,8 @@ int main(int argc, char** argv) {
     write_images(out / "image");
     write_configs(out / "pipeline_config", source_root);
     write_coco(out / "coco_json");
+    write_checkpoints(out / "tf_checkpoint", source_root, work);
+    fs::remove_all(work);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_seed_corpus: %s\n", e.what());
     return 1;

@@ -19,7 +19,7 @@ FUZZ_DIR="${ORCHARD_FUZZ_BUILD_DIR:-$ORCHARD_ROOT/build-fuzz}"
 SECONDS_PER_TARGET="${1:-20}"
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(tfrecord example image pipeline_config coco_json)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(tfrecord example image pipeline_config coco_json tf_checkpoint)
 
 if ! command -v clang++ >/dev/null; then
   echo "fuzz.sh: clang++ not found (scripts/setup.sh installs clang and libclang-rt-14-dev)" >&2

@@ -122,6 +122,8 @@ void copy_slice(const tensorflow::SavedSlice& s, const VariableInfo& info, Tenso
       fail("a slice outside the tensor's shape " + shape_string(info.shape));
   }
   const int64_t n = element_count(length);
+  if (info.dtype != kString && t.data.size() != static_cast<size_t>(element_count(info.shape)) * dtype_size(info.dtype))
+    fail("holds " + std::to_string(t.data.size()) + " bytes for shape " + shape_string(info.shape));
   const auto& d = s.data();
   if (info.dtype == kString) {
     if (n != element_count(info.shape)) fail("a partial slice of a string tensor (not supported)");
@@ -359,24 +361,44 @@ void CheckpointReader::Impl::open_v1() {
     if (n < 0 || (info.dtype != kString && dtype_size(info.dtype) == 0))
       throw DataError(prefix + ": variable '" + t.name() + "': shape " + shape_string(info.shape) + " dtype " +
                       dtype_name(info.dtype) + " not supported");
-    Tensor value;
-    value.dtype = info.dtype;
-    value.shape = info.shape;
-    if (info.dtype != kString) value.data.assign(static_cast<size_t>(n) * dtype_size(info.dtype), '\0');
-    v1_values.emplace(info.name, std::move(value));
+    if (by_name.count(info.name)) throw DataError(prefix + ": the metadata lists variable '" + t.name() + "' twice");
+    by_name[info.name] = variables.size();
     variables.push_back(std::move(info));
   }
-  std::sort(variables.begin(), variables.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-  for (size_t i = 0; i < variables.size(); ++i) by_name[variables[i].name] = i;
+  // The slices, checked to cover each tensor before its values are allocated (so a shape
+  // claiming more values than the file holds is an error, not an allocation).
+  std::vector<tensorflow::SavedTensorSlices> slices(table.size() > 0 ? table.size() - 1 : 0);
+  std::vector<int64_t> covered(variables.size(), 0);
   for (size_t i = 1; i < table.size(); ++i) {
-    tensorflow::SavedTensorSlices s;
+    auto& s = slices[i - 1];
     if (!s.ParseFromString(table[i].second) || !s.has_data())
       throw DataError(prefix + ": entry " + std::to_string(i) + " is not a SavedTensorSlices with data");
     auto it = by_name.find(s.data().name());
     if (it == by_name.end())
       throw DataError(prefix + ": a slice of '" + s.data().name() + "', which the metadata does not list");
-    copy_slice(s.data(), variables[it->second], v1_values.at(s.data().name()), prefix);
+    const auto& info = variables[it->second];
+    std::vector<int64_t> extent = info.shape;
+    for (int d = 0; d < s.data().slice().extent_size() && d < static_cast<int>(extent.size()); ++d) {
+      const auto& e = s.data().slice().extent(d);
+      if (e.has_length_case() == tensorflow::TensorSliceProto::Extent::kLength) extent[d] = e.length();
+    }
+    const int64_t n = element_count(extent);
+    if (n < 0) throw DataError(prefix + ": variable '" + info.name + "': a slice of extent " + shape_string(extent));
+    covered[it->second] += n;
   }
+  for (size_t i = 0; i < variables.size(); ++i) {
+    const auto& info = variables[i];
+    if (covered[i] != element_count(info.shape))
+      throw DataError(prefix + ": variable '" + info.name + "' " + shape_string(info.shape) + ": its slices hold " +
+                      std::to_string(covered[i]) + " of its " + std::to_string(element_count(info.shape)) +
+                      " values (missing or overlapping slices)");
+    Tensor value;
+    value.dtype = info.dtype;
+    value.shape = info.shape;
+    if (info.dtype != kString) value.data.assign(static_cast<size_t>(covered[i]) * dtype_size(info.dtype), '\0');
+    v1_values.emplace(info.name, std::move(value));
+  }
+  for (const auto& s : slices) copy_slice(s.data(), variables[by_name.at(s.data().name())], v1_values.at(s.data().name()), prefix);
 }
 
 CheckpointReader::CheckpointReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
@@ -469,16 +491,27 @@ std::vector<TrackedVariable> CheckpointReader::tracked_variables() const {
   tensorflow::TrackableObjectGraph graph;
   if (t.strings.size() != 1 || !graph.ParseFromString(t.strings[0]))
     throw DataError(impl_->prefix + ": " + kObjectGraphKey + " is not a TrackableObjectGraph");
-  // Depth-first from the root (node 0), each node once (the graph may share objects).
+  // Depth-first from the root (node 0), each node once (the graph may share objects), with an
+  // explicit stack: a damaged graph may be a chain as long as the file.
   std::vector<bool> seen(graph.nodes_size(), false);
-  std::function<void(int, const std::string&)> walk = [&](int id, const std::string& path) {
-    if (id < 0 || id >= graph.nodes_size() || seen[id]) return;
+  std::vector<std::pair<int, std::string>> stack{{0, ""}};
+  size_t path_bytes = 0;
+  while (!stack.empty()) {
+    auto [id, path] = std::move(stack.back());
+    stack.pop_back();
+    if (id < 0 || id >= graph.nodes_size() || seen[id]) continue;
     seen[id] = true;
     const auto& node = graph.nodes(id);
     for (const auto& a : node.attributes()) out.push_back({a.checkpoint_key(), path, a.full_name()});
-    for (const auto& c : node.children()) walk(c.node_id(), path.empty() ? c.local_name() : path + "/" + c.local_name());
-  };
-  walk(0, "");
+    for (int c = node.children_size() - 1; c >= 0; --c) {
+      const auto& child = node.children(c);
+      std::string child_path = path.empty() ? child.local_name() : path + "/" + child.local_name();
+      path_bytes += child_path.size();
+      if (path_bytes > (size_t{64} << 20))
+        throw DataError(impl_->prefix + ": " + kObjectGraphKey + ": object paths over 64 MiB (a damaged graph)");
+      stack.emplace_back(child.node_id(), std::move(child_path));
+    }
+  }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
   return out;
 }

@@ -78,7 +78,9 @@ std::string read_block(const std::string& file, const Handle& h, const std::stri
   if (type == 1) {
     std::string out;
     size_t n = 0;
-    if (!snappy::GetUncompressedLength(block, h.size, &n) || n > (size_t{1} << 31) ||
+    // Snappy expands at most ~32x (a 2-byte copy emits up to 64 bytes): a larger claim is damage,
+    // refused before the output is allocated.
+    if (!snappy::GetUncompressedLength(block, h.size, &n) || n > 64 * h.size + 1024 ||
         !snappy::Uncompress(block, h.size, &out))
       throw DataError(where(path, -1, static_cast<int64_t>(h.offset), "a snappy block does not decompress"));
     return out;
@@ -215,9 +217,17 @@ TableEntries parse_table(const std::string& file, const std::string& path) {
   TableEntries handles;
   parse_block(read_block(file, index, path), path, index.offset, handles);
   TableEntries out;
+  // Data blocks follow one another in the file, before the index: each is read once, so the
+  // work is bounded by the file's size.
+  uint64_t next = 0;
   for (const auto& [last_key, value] : handles) {
     Cursor hc(value.data(), value.data() + value.size(), path, index.offset);
     const Handle h = read_handle(hc);
+    if (h.offset < next || h.offset > index.offset || h.size > index.offset - h.offset)
+      throw DataError(where(path, -1, static_cast<int64_t>(index.offset),
+                            "not a TensorFlow table: the index names a block at offset " + std::to_string(h.offset) +
+                                " out of order (overlapping another, or past the index)"));
+    next = h.offset + h.size + kTrailerSize;
     parse_block(read_block(file, h, path), path, h.offset, out);
   }
   return out;
