@@ -15,6 +15,7 @@
 #include "orchard/models/inception_v3.h"
 #include "orchard/models/mobilenet_v2.h"
 #include "orchard/models/registry.h"
+#include "orchard/models/resnet.h"
 #include "core/test_util.h"
 
 namespace orchard::models {
@@ -167,6 +168,72 @@ TEST(TfNameMaps, MobileNetV2AndInceptionV3FollowTfSlim) {
   EXPECT_EQ(gamma->default_value, 1.0f);
   EXPECT_EQ(in("fc.weight")->name, "InceptionV3/Logits/Conv2d_1c_1x1/weights");
   EXPECT_FALSE(tf_name_map("resnet50"));  // no map yet: callers say so
+}
+
+int64_t conv_stride(torch::nn::Module& m, const std::string& name) {
+  auto modules = m.named_modules();
+  return (*modules[name]->as<torch::nn::Conv2d>()->options.stride())[0];
+}
+
+TEST(TfNameMaps, ResNetsOfTfSlimAndModelGardenWithTheirStrides) {
+  ModelConfig c;
+  c.initialize = false;
+  c.arch = "resnet_v1_50";
+  auto slim = build_model(c);
+  const auto sm = tf_name_map("resnet_v1_50");
+  expect_complete_and_distinct(*slim, sm);
+  EXPECT_EQ(sm("conv1.weight")->name, "resnet_v1_50/conv1/weights");
+  EXPECT_EQ(sm("layer1.2.conv2.weight")->name, "resnet_v1_50/block1/unit_3/bottleneck_v1/conv2/weights");
+  EXPECT_EQ(sm("layer3.0.downsample.1.running_var")->name,
+            "resnet_v1_50/block3/unit_1/bottleneck_v1/shortcut/BatchNorm/moving_variance");
+  EXPECT_EQ(sm("fc.weight")->name, "resnet_v1_50/logits/weights");
+  EXPECT_EQ(sm("fc.weight")->layout, TfLayout::kConvDense);
+  // TF-Slim strides the last unit of stages 1-3 (a subsampling shortcut there), not stage 4;
+  // the projection of each stage's first unit keeps stride 1.
+  EXPECT_EQ(conv_stride(*slim, "layer1.2.conv2"), 2);
+  EXPECT_EQ(conv_stride(*slim, "layer1.0.conv2"), 1);
+  EXPECT_EQ(conv_stride(*slim, "layer2.0.downsample.0"), 1);
+  EXPECT_EQ(conv_stride(*slim, "layer2.3.conv2"), 2);
+  EXPECT_EQ(conv_stride(*slim, "layer4.0.conv2"), 1);
+  EXPECT_EQ(slim->forward(torch::randn({1, 3, 64, 64})).sizes(), (c10::IntArrayRef{1, 1000}));
+
+  c.arch = "resnet50_garden";
+  auto garden = build_model(c);
+  const auto km = tf_name_map("resnet50_garden");
+  expect_complete_and_distinct(*garden, km);
+  EXPECT_EQ(km("bn1.running_mean")->name, "bn_conv1/moving_mean");
+  EXPECT_EQ(km("layer2.0.downsample.0.weight")->name, "res3a_branch1/kernel");
+  EXPECT_EQ(km("layer4.2.bn3.weight")->name, "bn5c_branch2c/gamma");
+  EXPECT_EQ(km("fc.weight")->name, "fc1000/kernel");
+  EXPECT_EQ(km("fc.weight")->layout, TfLayout::kDense);
+  EXPECT_EQ(conv_stride(*garden, "layer2.0.conv2"), 2);  // v1.5, with TF 'SAME' padding
+  EXPECT_EQ(garden->forward(torch::randn({1, 3, 64, 64})).sizes(), (c10::IntArrayRef{1, 1000}));
+  EXPECT_FALSE(tf_name_map("resnet50"));  // torchvision's padding: no TensorFlow map
+}
+
+// Model Garden's Keras ResNet-50 is v1.5 with TF 'SAME' padding in its strided layers. Where
+// each of them sees an odd size, 'SAME' pads 1 on both sides, as torchvision: at 33 px (conv1
+// 17, max-pool 9, stages 5, 3) the two layouts compute the same with the same weights; at 32
+// px 'SAME' pads only the bottom/right and they differ.
+TEST(TfNameMaps, KerasLayoutDiffersFromTorchvisionOnlyInItsStridedPadding) {
+  ResNetOptions o;
+  o.base_width = 8;
+  o.num_classes = 5;
+  ResNet tv(o);
+  o.layout = ResNetLayout::kKeras;
+  ResNet keras(o);
+  {
+    torch::NoGradGuard no_grad;
+    auto dst = keras->named_parameters();
+    for (const auto& p : tv->named_parameters()) dst[p.key()].copy_(p.value());
+  }
+  tv->eval();
+  keras->eval();
+  torch::NoGradGuard no_grad;
+  const auto odd = torch::randn({2, 3, 33, 33});
+  const auto even = torch::randn({2, 3, 32, 32});
+  EXPECT_TRUE(torch::allclose(tv->forward(odd), keras->forward(odd), 1e-5, 1e-6));
+  EXPECT_FALSE(torch::allclose(tv->forward(even), keras->forward(even), 1e-3, 1e-4));
 }
 
 // Random weights and batch-norm statistics, so a restore that missed one would show.

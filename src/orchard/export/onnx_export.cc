@@ -184,6 +184,8 @@ class ModuleIndex {
 
 // ResNet body: conv1 .. layer4, returning the last feature map.
 std::string resnet_body(GraphBuilder& g, models::ResNetImpl& model, const std::string& input) {
+  if (model.options().layout != models::ResNetLayout::kTorchvision)
+    throw Error("ONNX export: ResNets with TensorFlow's layout (resnet_v1_*, resnet50_garden) are not exported yet");
   const ModuleIndex modules(model);
   auto conv_bn = [&](const std::string& conv, const std::string& bn, const std::string& x) {
     return g.conv_bn(conv, modules.get<torch::nn::Conv2dImpl>(conv), modules.get<torch::nn::BatchNorm2dImpl>(bn), x);

@@ -44,6 +44,30 @@ void register_builtin_models(Registry& r) {
       };
     }
   }
+  // TensorFlow's ResNets, for their checkpoints (resnet.h's ResNetLayout): TF-Slim's resnet_v1
+  // and TF Model Garden's Keras ResNet-50.
+  for (const auto& d : depths) {
+    if (std::string(d.block) != "bottleneck") continue;
+    const std::string depth = std::string(d.name).substr(6);  // "50"
+    r.resnets["resnet_v1_" + depth] = [d](const ModelConfig& c) {
+      ResNetOptions o;
+      o.layers = d.layers;
+      o.num_classes = c.num_classes;
+      o.initialize = c.initialize;
+      o.zero_init_residual = c.zero_init_residual;
+      o.layout = ResNetLayout::kSlim;
+      o.bn_momentum = 0.003;  // resnet_arg_scope's batch_norm_decay 0.997
+      return o;
+    };
+  }
+  r.resnets["resnet50_garden"] = [](const ModelConfig& c) {
+    ResNetOptions o;
+    o.num_classes = c.num_classes;
+    o.initialize = c.initialize;
+    o.zero_init_residual = c.zero_init_residual;
+    o.layout = ResNetLayout::kKeras;
+    return o;
+  };
   r.resnets["resnet_tiny"] = [](const ModelConfig& c) {
     ResNetOptions o;
     o.block = "basic";
@@ -99,6 +123,9 @@ void check(const ModelConfig& config) {
 TfNameMap tf_name_map(const std::string& arch) {
   if (arch == "mobilenet_v2") return [](const std::string& name) { return mobilenet_v2_tf_name(name); };
   if (arch == "inception_v3") return [](const std::string& name) { return inception_v3_tf_name(name); };
+  if (arch.rfind("resnet_v1_", 0) == 0 && registry().resnets.count(arch))
+    return [arch](const std::string& name) { return resnet_v1_slim_tf_name(name, arch); };
+  if (arch == "resnet50_garden") return [](const std::string& name) { return resnet_keras_tf_name(name); };
   return {};
 }
 

@@ -30,13 +30,15 @@ struct ModelConfig {
 // Names: resnet18/34/50/101/152 (ImageNet stem), the same with a "_small" suffix (3x3
 // stem, no max-pool; for inputs of 64 px or less), resnet_tiny (tests), inception_v3
 // (torchvision's, inputs of at least 75 px; no auxiliary classifier) and mobilenet_v2
-// (torchvision's).
+// (torchvision's); for TensorFlow's checkpoints, resnet_v1_50/101/152 (TF-Slim's resnet_v1)
+// and resnet50_garden (TF Model Garden's Keras ResNet-50).
 ImageModel build_model(const ModelConfig& config);
 std::vector<std::string> model_names();
 
 // The TensorFlow names of a registered model's variables (TF-Slim's checkpoints:
-// mobilenet_v2 "MobilenetV2/...", inception_v3 "InceptionV3/..."), or an empty function for a
-// model without a TensorFlow counterpart mapped yet.
+// mobilenet_v2 "MobilenetV2/...", inception_v3 "InceptionV3/...", resnet_v1_N
+// "resnet_v1_N/..."; Model Garden's Keras ResNet-50: resnet50_garden "conv1/kernel", ...), or
+// an empty function for a model without a TensorFlow counterpart mapped yet.
 TfNameMap tf_name_map(const std::string& arch);
 
 // The ResNets alone (an error for other names).

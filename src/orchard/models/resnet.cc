@@ -3,7 +3,10 @@
 #include <torch/nn/functional.h>
 #include <torch/nn/init.h>
 
+#include <algorithm>
 #include <cmath>
+
+#include "orchard/models/mobilenet_v2.h"  // conv2d_tf_same
 
 namespace orchard::models {
 namespace {
@@ -59,7 +62,9 @@ TORCH_MODULE(BasicBlock);
 struct BottleneckImpl : torch::nn::Module {
   static constexpr int64_t kExpansion = 4;
   BottleneckImpl(int64_t in, int64_t planes, int64_t stride, torch::nn::Sequential down, const ResNetOptions& o)
-      : conv1(register_module("conv1", conv(in, planes, 1, 1))),
+      : stride_(stride),
+        tf_same_(o.layout == ResNetLayout::kKeras && stride > 1),
+        conv1(register_module("conv1", conv(in, planes, 1, 1))),
         bn1(register_module("bn1", bn(planes, o))),
         conv2(register_module("conv2", conv(planes, planes, 3, stride))),
         bn2(register_module("bn2", bn(planes, o))),
@@ -68,13 +73,18 @@ struct BottleneckImpl : torch::nn::Module {
     if (down) downsample = register_module("downsample", down);
   }
   torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor identity = downsample ? shortcut(downsample, x) : x;
+    // Without a projection, a strided block (TF-Slim's last unit) subsamples its input.
+    torch::Tensor identity = downsample  ? shortcut(downsample, x)
+                             : stride_ > 1 ? x.slice(2, 0, c10::nullopt, stride_).slice(3, 0, c10::nullopt, stride_)
+                                           : x;
     auto out = torch::relu(norm(*bn1, conv1(x)));
-    out = torch::relu(norm(*bn2, conv2(out)));
+    out = torch::relu(norm(*bn2, tf_same_ ? conv2d_tf_same(*conv2, out) : conv2(out)));
     out = norm(*bn3, conv3(out));
     return torch::relu(out + identity);
   }
   torch::nn::BatchNorm2d last_bn() { return bn3; }
+  int64_t stride_;
+  bool tf_same_;
   torch::nn::Conv2d conv1;
   torch::nn::BatchNorm2d bn1;
   torch::nn::Conv2d conv2;
@@ -98,16 +108,20 @@ torch::Tensor batch_norm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x)
 ResNetImpl::ResNetImpl(const ResNetOptions& o) : options_(o), inplanes_(o.base_width) {
   TORCH_CHECK(o.block == "basic" || o.block == "bottleneck", "unknown ResNet block '", o.block, "'");
   TORCH_CHECK(o.layers.size() == 4, "ResNet needs 4 stages");
+  TORCH_CHECK(o.layout == ResNetLayout::kTorchvision || (o.block == "bottleneck" && !o.small_input),
+              "TensorFlow ResNet layouts have bottleneck blocks and the ImageNet stem");
+  // TF-Slim's resnet_v1 strides the last unit of stages 1-3; the others the first of 2-4.
+  const bool slim = o.layout == ResNetLayout::kSlim;
   conv1 = register_module("conv1", o.small_input ? conv(3, o.base_width, 3, 1)
                                                  : torch::nn::Conv2d(torch::nn::Conv2dOptions(3, o.base_width, 7)
                                                                          .stride(2)
                                                                          .padding(3)
                                                                          .bias(false)));
   bn1 = register_module("bn1", bn(o.base_width, o));
-  layer1 = register_module("layer1", make_layer(o.base_width, o.layers[0], 1));
+  layer1 = register_module("layer1", make_layer(o.base_width, o.layers[0], slim ? 2 : 1));
   layer2 = register_module("layer2", make_layer(o.base_width * 2, o.layers[1], 2));
   layer3 = register_module("layer3", make_layer(o.base_width * 4, o.layers[2], 2));
-  layer4 = register_module("layer4", make_layer(o.base_width * 8, o.layers[3], 2));
+  layer4 = register_module("layer4", make_layer(o.base_width * 8, o.layers[3], slim ? 1 : 2));
   fc = register_module("fc", torch::nn::Linear(inplanes_, o.num_classes));
 
   if (!o.initialize) return;
@@ -145,10 +159,13 @@ torch::nn::Sequential ResNetImpl::make_layer(int64_t planes, int64_t blocks, int
   const bool bottleneck = options_.block == "bottleneck";
   const int64_t expansion = bottleneck ? BottleneckImpl::kExpansion : BasicBlockImpl::kExpansion;
   torch::nn::Sequential layer;
+  const int64_t strided = options_.layout == ResNetLayout::kSlim ? blocks - 1 : 0;
   for (int64_t i = 0; i < blocks; ++i) {
-    const int64_t s = i == 0 ? stride : 1;
+    const int64_t s = i == strided ? stride : 1;
     torch::nn::Sequential down{nullptr};
-    if (i == 0 && (s != 1 || inplanes_ != planes * expansion))
+    // A projection where the channels change (and, in v1.5, where the first block strides);
+    // TF-Slim's strided last unit subsamples instead.
+    if (i == 0 && (inplanes_ != planes * expansion || (s != 1 && options_.layout != ResNetLayout::kSlim)))
       down = torch::nn::Sequential(conv(inplanes_, planes * expansion, 1, s), bn(planes * expansion, options_));
     if (bottleneck)
       layer->push_back(Bottleneck(inplanes_, planes, s, down, options_));
@@ -161,7 +178,16 @@ torch::nn::Sequential ResNetImpl::make_layer(int64_t planes, int64_t blocks, int
 
 torch::Tensor ResNetImpl::features(torch::Tensor x) {
   x = torch::relu(norm(*bn1, conv1(x)));
-  if (!options_.small_input) x = F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
+  if (options_.layout != ResNetLayout::kTorchvision) {
+    // TF's 'SAME' max-pool: the odd padding at the bottom/right. After the ReLU every value is
+    // >= 0, so zero padding is the -inf padding of a max-pool.
+    const auto pad = [](int64_t in) { return std::max<int64_t>(((in + 1) / 2 - 1) * 2 + 3 - in, 0); };
+    const int64_t ph = pad(x.size(2)), pw = pad(x.size(3));
+    x = F::max_pool2d(F::pad(x, F::PadFuncOptions({pw / 2, pw - pw / 2, ph / 2, ph - ph / 2})),
+                      F::MaxPool2dFuncOptions(3).stride(2));
+  } else if (!options_.small_input) {
+    x = F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
+  }
   x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));
   return x.mean({2, 3});
 }

@@ -18,8 +18,19 @@
 #include <vector>
 
 #include "orchard/models/image_model.h"
+#include "orchard/models/tf_names.h"
 
 namespace orchard::models {
+
+// Where a ResNet's strides and padding are, by the framework its weights come from (the
+// variables are the same in all three; only the function differs):
+//   kTorchvision  v1.5: stride on the 3x3 conv of each stage's first block, symmetric padding
+//   kKeras        TF Model Garden's Keras ResNet-50 (resnet_model.py): v1.5 with TF 'SAME'
+//                 padding in the stride-2 3x3 convs and the stem's max-pool (bottom/right)
+//   kSlim         TF-Slim's resnet_v1: the stride in the LAST unit of stages 1-3 (its 3x3 conv,
+//                 symmetric padding; the shortcut subsamples, x[::2, ::2]), stage 4 stride 1,
+//                 the stem's max-pool 'SAME'
+enum class ResNetLayout { kTorchvision, kKeras, kSlim };
 
 struct ResNetOptions {
   std::string block = "bottleneck";        // "basic" (18/34) or "bottleneck" (50+)
@@ -31,6 +42,7 @@ struct ResNetOptions {
   double bn_momentum = 0.1;                // TF momentum 0.9 == torch momentum 0.1
   double bn_eps = 1e-5;
   bool initialize = true;                  // false: leave torch's default init (weights restored next)
+  ResNetLayout layout = ResNetLayout::kTorchvision;  // kKeras / kSlim: bottleneck blocks only
 };
 
 // Replaces every batch norm's training-mode forward in the ResNets (e.g. by a synchronized
@@ -60,5 +72,13 @@ class ResNetImpl : public ImageModelImpl {
   torch::nn::Linear fc{nullptr};
 };
 TORCH_MODULE(ResNet);
+
+// TensorFlow names of a ResNet's variables (models/resnet_tf.cc). TF-Slim's resnet_v1_N under
+// `scope` ("resnet_v1_50"): conv1, blockL/unit_U/bottleneck_v1/{conv1,conv2,conv3,shortcut},
+// logits (a 1x1 convolution). Model Garden's Keras ResNet-50: conv1, bn_conv1, res2a_branch2a,
+// bn2a_branch2a, ..., res2a_branch1, fc1000 (dense), the layer names a tf.train.Checkpoint
+// records as each variable's full name. Both throw std::invalid_argument for other names.
+std::optional<TfName> resnet_v1_slim_tf_name(const std::string& orchard_name, const std::string& scope);
+std::optional<TfName> resnet_keras_tf_name(const std::string& orchard_name);
 
 }  // namespace orchard::models

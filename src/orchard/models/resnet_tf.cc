@@ -1,7 +1,7 @@
 // Orchard's ResNet variable names (torchvision's: conv1, bn1, layerL.B.{conv,bn}{1,2,3},
 // layerL.B.downsample.{0,1}, fc) -> three TensorFlow ResNet families' names. Names only: the
 // three differ from Orchard's ResNet v1.5 in architecture too (stride placement, padding,
-// pre-activation); see each map's comment and /work/helpers/resnet/REPORT.md.
+// pre-activation); see each map's comment; resnet.h's ResNetLayout builds the first two.
 //
 // 1. TF-Slim (tensorflow/models research/slim/nets/resnet_v1.py + resnet_utils.py), the
 //    published resnet_v1_{50,101,152}_2016_08_28 checkpoints (converted from MSRA's Caffe
@@ -24,12 +24,10 @@
 //      bn{S}{b}_branch1/..., fc1000/{kernel [2048, classes], bias}
 //    with stage S = L + 1 (2..5) and block letter b = 'a' + B. ResNet v1.5 like Orchard, but its
 //    strided 3x3 convolutions and max-pool use TF 'same' padding (asymmetric on even inputs).
-// 3. Tencent ML-Images' ResNet-101 (github.com/Tencent/tencent-ml-images models/resnet.py):
+// 3. Tencent ML-Images' ResNet-101 (github.com/Tencent/tencent-ml-images models/resnet.py) is
 //    a PRE-ACTIVATION network (BN-ReLU before every convolution, a BN on the projection
-//    shortcut's input, a final global_pool/bn, no stem BN, no max-pool). Only its convolutions and
-//    classifier correspond to Orchard variables (same roles and shapes); none of its batch norms
-//    does, so that map throws for every batch norm variable: Orchard's post-activation ResNet
-//    cannot hold (or compute) that model.
+//    shortcut's input, a final BN, no stem BN or max-pool): no map here, since Orchard's
+//    post-activation ResNet cannot compute it (docs/import.md).
 #include <cstdio>
 #include <optional>
 #include <stdexcept>
@@ -177,40 +175,6 @@ std::optional<TfName> resnet_keras_tf_name(const std::string& orchard_name) {
     case ResNetVar::kShortcutConv: return make("res" + id + "1/kernel", TfLayout::kConv);
     case ResNetVar::kShortcutBn: return bn("bn" + id + "1");
     default: break;
-  }
-  unknown(kMap, orchard_name);
-}
-
-// Tencent ML-Images' ResNet (models/resnet.py; tf.layers inside per-layer variable scopes, so
-// every layer adds its default name: conv2d, batch_normalization, dense):
-//   init/init_conv/conv2d/kernel                                      <- conv1.weight
-//   stages_{L-1}_block_{B}/conv{1,2,3}_b2/conv2d/kernel               <- layerL.B.conv{1,2,3}.weight
-//   stages_{L-1}_block_0/conv1_b1/conv2d/kernel                       <- layerL.0.downsample.0.weight
-//   logits/dense/{kernel [2048, classes], bias}                       <- fc.{weight,bias}
-// Its batch norms (stages_*/conv{1,2,3}_b2_bn, conv1_b1_bn, global_pool/bn, each
-// .../batch_normalization/{gamma,beta,moving_mean,moving_variance}) normalize the INPUT of the
-// convolution they precede (pre-activation), so none matches an Orchard batch norm's role or, in
-// general, shape: every Orchard batch norm variable throws, except num_batches_tracked (nullopt).
-std::optional<TfName> resnet_ml_images_tf_name(const std::string& orchard_name) {
-  constexpr const char* kMap = "resnet_ml_images_tf_name";
-  const auto v = parse(orchard_name);
-  if (!v) unknown(kMap, orchard_name);
-  const std::string block = "stages_" + std::to_string(v->layer - 1) + "_block_" + std::to_string(v->block) + "/";
-  switch (v->kind) {
-    case ResNetVar::kStemConv: return make("init/init_conv/conv2d/kernel", TfLayout::kConv);
-    case ResNetVar::kConv:
-      return make(block + "conv" + std::to_string(v->index) + "_b2/conv2d/kernel", TfLayout::kConv);
-    case ResNetVar::kShortcutConv: return make(block + "conv1_b1/conv2d/kernel", TfLayout::kConv);
-    case ResNetVar::kFc:
-      if (v->field == "weight") return make("logits/dense/kernel", TfLayout::kDense);
-      return make("logits/dense/bias");
-    case ResNetVar::kStemBn:
-    case ResNetVar::kBn:
-    case ResNetVar::kShortcutBn:
-      if (v->field == "num_batches_tracked") return std::nullopt;
-      unknown(kMap, orchard_name,
-              "ML-Images' ResNet is pre-activation: its batch norms normalize each convolution's input and have "
-              "no counterpart in Orchard's post-activation ResNet");
   }
   unknown(kMap, orchard_name);
 }
