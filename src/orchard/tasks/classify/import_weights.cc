@@ -1,5 +1,6 @@
-// orchard import-weights: a PyTorch (torchvision) state dict saved with torch.save becomes an
-// Orchard classify model_dir: ckpt-0.pt (usable as a model_dir, a --fine_tune_checkpoint or an
+// orchard import-weights: a PyTorch (torchvision) state dict saved with torch.save, or a
+// TensorFlow checkpoint (--format tf: TF-Slim's, Model Garden's), becomes an Orchard classify
+// model_dir: ckpt-0.pt (usable as a model_dir, a --fine_tune_checkpoint or an
 // --inception_checkpoint_file) and config.json.
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -12,6 +13,9 @@
 
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
+#include "orchard/core/tf_checkpoint.h"
+#include "orchard/models/registry.h"
+#include "orchard/models/tf_weights.h"
 #include "orchard/models/torch_state_dict.h"
 #include "orchard/tasks/classify/classification.h"
 #include "orchard/tasks/registry.h"
@@ -24,7 +28,9 @@ namespace fs = std::filesystem;
 
 struct ImportFlags {
   std::string arch;
-  std::string state_dict;
+  std::string format = "torch";
+  std::string state_dict;  // --format torch
+  std::string checkpoint;  // --format tf
   std::string out_dir;
   int64_t num_classes = 0;  // 0: the classifier weight's rows
   int image_size = 0;       // 0: 299 for inception_v3, 224 otherwise
@@ -41,7 +47,63 @@ std::string join(const std::vector<std::string>& names, size_t limit = 20) {
   return s;
 }
 
+void write_model_dir(const ImportFlags& f, tasks::ClassificationTask& task, const std::string& source,
+                     const std::string& input_normalization) {
+  fs::create_directories(f.out_dir);
+  train::CheckpointManager manager(f.out_dir);
+  if (!manager.latest().empty()) throw Error(f.out_dir + " already holds checkpoints; import into an empty directory");
+  const std::string path = manager.save(0, *task.module(), nullptr, task.signature());
+  const nlohmann::json config = {{"task", "classify"},
+                                 {"model", f.arch},
+                                 {"num_classes", task.config().model.num_classes},
+                                 {"width", 0},
+                                 {"zero_init_residual", false},
+                                 {"image_size", task.config().image_size},
+                                 {"data_format", "channels_first"},
+                                 {"augmentation", "resnet"},
+                                 {"imported_from", fs::absolute(source).string()},
+                                 {"input_normalization", input_normalization}};
+  atomic_write_file((fs::path(f.out_dir) / "config.json").string(), config.dump(2) + "\n");
+  spdlog::info("imported {} ({} classes) into {}", f.arch, task.config().model.num_classes, path);
+}
+
+// A TensorFlow checkpoint through the model's name map. The models it serves take what Orchard
+// feeds them: TF-Slim's resnet_v1 and Model Garden's ResNet-50 RGB minus the ImageNet means,
+// Inception-v3 [-1, 1].
+void run_import_tf(const ImportFlags& f) {
+  if (f.checkpoint.empty()) throw Error("--format tf needs --checkpoint (a TensorFlow checkpoint)");
+  if (f.arch == "mobilenet_v2")
+    throw Error("--format tf --arch mobilenet_v2: TF-Slim's MobileNetV2 takes [-1, 1] inputs and 'SAME' padding, which "
+                "classify's mobilenet_v2 does not have yet; its weights serve an SSD's backbone "
+                "(fine_tune_checkpoint_type: classification)");
+  const auto map = models::tf_name_map(f.arch);
+  if (!map)
+    throw Error("--format tf --arch " + f.arch +
+                ": no TensorFlow names for this model (resnet_v1_50/101/152, resnet50_garden, inception_v3 have them)");
+  const tf::CheckpointReader reader(f.checkpoint);
+  tasks::ClassificationConfig c;
+  c.model.arch = f.arch;
+  c.model.num_classes = f.num_classes;
+  if (c.model.num_classes == 0) {  // the checkpoint's own classes (TF-Slim's Inception: 1001)
+    const auto bias = map("fc.bias");
+    const auto* v = bias ? reader.find(bias->name) : nullptr;
+    if (!v || v->shape.size() != 1) throw Error(reader.prefix() + ": no " + (bias ? bias->name : "fc.bias") +
+                                                " to take --num_classes from; pass it");
+    c.model.num_classes = v->shape[0];
+  }
+  c.model.initialize = false;
+  c.image_size = f.image_size > 0 ? f.image_size : (f.arch == "inception_v3" ? 299 : 224);
+  tasks::ClassificationTask task(c);
+  const auto r = models::restore_tf_checkpoint(f.checkpoint, *task.module(), map);
+  if (!r.unused.empty())
+    spdlog::info("{}: {} TensorFlow variables not used (e.g. {})", reader.prefix(), r.unused.size(), r.unused[0]);
+  write_model_dir(f, task, reader.prefix(), "none");
+}
+
 void run_import(const ImportFlags& f) {
+  if (f.format == "tf") return run_import_tf(f);
+  if (f.format != "torch") throw Error("--format must be torch or tf, not '" + f.format + "'");
+  if (f.state_dict.empty()) throw Error("--format torch needs --state_dict");
   if (f.input_normalization != "torchvision" && f.input_normalization != "none")
     throw Error("--input_normalization must be torchvision or none, not '" + f.input_normalization + "'");
   const bool inception = f.arch == "inception_v3";
@@ -103,32 +165,25 @@ void run_import(const ImportFlags& f) {
     for (int ch = 0; ch < 3; ++ch) w.select(1, ch).div_(255.0 * kTorchvisionStd[ch]);
   }
 
-  fs::create_directories(f.out_dir);
-  train::CheckpointManager manager(f.out_dir);
-  if (!manager.latest().empty()) throw Error(f.out_dir + " already holds checkpoints; import into an empty directory");
-  const std::string path = manager.save(0, *module, nullptr, task.signature());
-  const nlohmann::json config = {{"task", "classify"},
-                                 {"model", f.arch},
-                                 {"num_classes", c.model.num_classes},
-                                 {"width", 0},
-                                 {"zero_init_residual", false},
-                                 {"image_size", c.image_size},
-                                 {"data_format", "channels_first"},
-                                 {"augmentation", "resnet"},
-                                 {"imported_from", fs::absolute(f.state_dict).string()},
-                                 {"input_normalization", inception ? "none" : f.input_normalization}};
-  atomic_write_file((fs::path(f.out_dir) / "config.json").string(), config.dump(2) + "\n");
-  spdlog::info("imported {} tensors of {} ({} classes) into {}", used.size(), f.arch, c.model.num_classes, path);
+  write_model_dir(f, task, f.state_dict, inception ? "none" : f.input_normalization);
+  spdlog::info("{} tensors from {}", used.size(), f.state_dict);
 }
 
 }  // namespace
 
 Verb import_weights_command() {
-  return {"import-weights", "Import a PyTorch state dict (torch.save) of a torchvision classifier as a model_dir",
+  return {"import-weights",
+          "Import a torchvision state dict (torch.save) or a TensorFlow checkpoint of a classifier as a model_dir",
           [](FlagSet* c) {
     auto f = std::make_shared<ImportFlags>();
-    c->add_option("--arch", f->arch, "resnet18..152, mobilenet_v2 or inception_v3 (torchvision's names)")->required();
-    c->add_option("--state_dict", f->state_dict, "File written by torch.save(model.state_dict(), FILE)")->required();
+    c->add_option("--arch", f->arch,
+                  "resnet18..152, mobilenet_v2 or inception_v3 (torchvision's names); --format tf: resnet_v1_50/101/152 "
+                  "(TF-Slim), resnet50_garden (Model Garden's Keras ResNet-50), inception_v3 (TF-Slim)")
+        ->required();
+    c->add_option("--format", f->format, "torch (a state dict) | tf (a TensorFlow checkpoint)")->capture_default_str();
+    c->add_option("--state_dict", f->state_dict, "--format torch: the file torch.save(model.state_dict(), FILE) wrote");
+    c->add_option("--checkpoint", f->checkpoint,
+                  "--format tf: the checkpoint (a prefix such as model.ckpt, one of its files, a directory)");
     c->add_option("--out_dir", f->out_dir, "New model_dir: ckpt-0.pt, checkpoint, config.json")->required();
     c->add_option("--num_classes", f->num_classes, "Classes (0: the rows of the classifier's weight)");
     c->add_option("--image_size", f->image_size, "config.json's input size (0: 299 for inception_v3, else 224)");

@@ -1,0 +1,125 @@
+// `orchard checkpoint inspect` on checkpoints TensorFlow wrote (tests/fixtures/tf), and
+// `orchard import-weights --format tf`: a TensorFlow checkpoint becomes a classify model_dir.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/cli_util.h"
+#include "core/test_util.h"
+#include "orchard/models/registry.h"
+#include "orchard/models/tf_weights.h"
+#include "orchard/train/checkpoint.h"
+
+namespace orchard::cli {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kTf = fs::path(ORCHARD_TEST_FIXTURES) / "tf";
+
+TEST(TfCheckpointInspect, ListsValuesAndJson) {
+  test::TempDir root;
+  const std::string v1 = (kTf / "half_plus_two_v1" / "export-00000-of-00001").string();
+  auto r = run({"checkpoint", "inspect", "--stats", v1}, root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "(V1 TensorSlice): 2 variables, 2 values")) << r.out;
+  EXPECT_TRUE(contains(r.out, "a (float32) []  = 0.5")) << r.out;
+  EXPECT_TRUE(contains(r.out, "b (float32) []  = 2")) << r.out;
+
+  r = run({"checkpoint", "inspect", "--json", (kTf / "estimator_ckpt").string()}, root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["format"], "V2 tensor bundle");
+  EXPECT_EQ(j["variables"].size(), 60u);
+  bool found = false;
+  for (const auto& v : j["variables"])
+    if (v["name"] == "global_step") {
+      found = true;
+      EXPECT_EQ(v["dtype"], "int64");
+    }
+  EXPECT_TRUE(found);
+
+  r = run({"checkpoint", "inspect", "--tensor", "dnn/logits/bias", (kTf / "estimator_ckpt").string()}, root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "dnn/logits/bias (float32) [1]")) << r.out;
+  EXPECT_TRUE(contains(r.out, "-0.0688979")) << r.out;
+
+  // The TF2 object graph: each key's variable name.
+  r = run({"checkpoint", "inspect", (kTf / "half_plus_two_tf2").string()}, root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "a/.ATTRIBUTES/VARIABLE_VALUE <- a")) << r.out;
+
+  r = run({"checkpoint", "inspect", root.file("model.ckpt")}, root);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.err, "no TensorFlow checkpoint there")) << r.err;
+}
+
+TEST(TfCheckpointInspect, MapsTheModelZoosSsdOntoOrchards) {
+  test::TempDir root;
+  const auto dir = kTf / "ssd_mobilenet_v2_coco_2018_03_29";
+  auto r = run({"checkpoint", "inspect", (dir / "model.ckpt.index").string(), "--pipeline_config_path",
+                (dir / "pipeline.config").string()},
+               root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "ssd_mobilenet_v2 (90 classes, 1917 anchors), fine_tune_checkpoint_type detection"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "344 matched, 0 set to their default (absent from the checkpoint), 0 missing, 0 with "
+                              "another shape"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "unused     global_step")) << r.out;
+  EXPECT_TRUE(contains(r.out, "backbone.features.2.conv.1.0.weight")) << r.out;
+  // An image model without a map: said so.
+  r = run({"checkpoint", "inspect", (dir / "model.ckpt").string(), "--map", "resnet50"}, root);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.err, "no TensorFlow name map for this model")) << r.err;
+}
+
+// A Model Garden ResNet-50 checkpoint (here written by Orchard's writer under its Keras names)
+// imported as a classify model_dir holds exactly its variables.
+TEST(TfCheckpointImportWeights, ResNet50GardenBecomesAModelDir) {
+  test::TempDir root;
+  models::ModelConfig c;
+  c.arch = "resnet50_garden";
+  c.num_classes = 7;
+  auto source = models::build_model(c);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& b : source->named_buffers())
+      if (b.value().is_floating_point()) b.value().uniform_(0.5, 1.5);
+  }
+  models::write_tf_checkpoint(root.file("garden/ckpt-1"), *source, models::tf_name_map("resnet50_garden"), 1);
+  auto r = run({"import-weights", "--format", "tf", "--arch", "resnet50_garden", "--checkpoint",
+                root.file("garden/ckpt-1.index"), "--out_dir", root.file("imported")},
+               root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "imported resnet50_garden (7 classes)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "1 TensorFlow variables not used (e.g. global_step)")) << r.err;
+  auto restored = models::build_model(c);
+  train::RestoreOptions ro;
+  ro.load_optimizer = false;
+  ro.load_rng = false;
+  train::restore_checkpoint(train::CheckpointManager(root.file("imported")).latest(), *restored, nullptr, ro);
+  auto want = source->named_parameters();
+  for (const auto& p : restored->named_parameters()) EXPECT_TRUE(torch::equal(p.value(), want[p.key()])) << p.key();
+  auto want_buffers = source->named_buffers();
+  for (const auto& b : restored->named_buffers())
+    if (b.value().is_floating_point()) EXPECT_TRUE(torch::equal(b.value(), want_buffers[b.key()])) << b.key();
+
+  // A model without TensorFlow names, and MobileNetV2 (TF-Slim's takes other inputs): errors.
+  r = run({"import-weights", "--format", "tf", "--arch", "resnet50", "--checkpoint", root.file("garden/ckpt-1"),
+           "--out_dir", root.file("x")},
+          root);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.err, "no TensorFlow names for this model")) << r.err;
+  r = run({"import-weights", "--format", "tf", "--arch", "mobilenet_v2", "--checkpoint", root.file("garden/ckpt-1"),
+           "--out_dir", root.file("x")},
+          root);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.err, "[-1, 1] inputs and 'SAME' padding")) << r.err;
+}
+
+}  // namespace
+}  // namespace orchard::cli
