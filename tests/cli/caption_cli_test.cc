@@ -23,6 +23,7 @@
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
 #include "orchard/models/inception_v3.h"
+#include "orchard/models/tf_weights.h"
 #include "orchard/proto/event.pb.h"
 #include "orchard/train/checkpoint.h"
 
@@ -384,6 +385,30 @@ class CaptionErrors : public ::testing::Test {
 };
 TempDir* CaptionErrors::root_ = nullptr;
 std::string CaptionErrors::data_;
+
+// im2txt's --inception_checkpoint_file is TF-Slim's inception_v3.ckpt: a TensorFlow checkpoint
+// under InceptionV3/ names (here written by Orchard's writer at depth multiplier 0.25) sets the
+// encoder, which then pools as TF-Slim's does, also after a resume without the flag.
+TEST_F(CaptionErrors, TensorFlowInceptionCheckpointInitialisesTheEncoder) {
+  models::InceptionV3Options o;
+  o.num_classes = 1001;
+  o.depth_multiplier = 0.25;
+  models::InceptionV3 slim(o);
+  models::write_tf_checkpoint(root_->file("slim/inception_v3.ckpt"), *slim,
+                              [](const std::string& n) { return models::inception_v3_tf_name(n); }, 0);
+  auto r = train({"--inception_checkpoint_file", root_->file("slim/inception_v3.ckpt"), "--depth_multiplier", "0.25",
+                  "--train_dir", root_->file("tf_encoder")});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "encoder initialised from TensorFlow checkpoint")) << r.err;
+  EXPECT_TRUE(contains(r.err, "(" + std::to_string(94 * 5) + " Inception-v3 variables; 3 of its variables not used)"))
+      << r.err;  // not used: Logits/Conv2d_1c_1x1/{weights,biases}, global_step
+  const auto config = nlohmann::json::parse(read_file(root_->file("tf_encoder/config.json")));
+  EXPECT_EQ(config.value("inception_pooling", ""), "tf");
+  r = train({"--depth_multiplier", "0.25", "--train_dir", root_->file("tf_encoder"), "--train_steps", "2"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto resumed = nlohmann::json::parse(read_file(root_->file("tf_encoder/config.json")));
+  EXPECT_EQ(resumed.value("inception_pooling", ""), "tf");
+}
 
 TEST_F(CaptionErrors, BadFlagsAndFilesAreNamed) {
   auto r = train({"--optimizer", "Lion"});

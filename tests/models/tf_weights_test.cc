@@ -236,6 +236,27 @@ TEST(TfNameMaps, KerasLayoutDiffersFromTorchvisionOnlyInItsStridedPadding) {
   EXPECT_FALSE(torch::allclose(tv->forward(even), keras->forward(even), 1e-3, 1e-4));
 }
 
+// TF-Slim's branch pools average only the pixels inside the image (torchvision's count the
+// zero padding at the borders): with the same weights the two encoders differ.
+TEST(TfNameMaps, InceptionTfAvgPoolLeavesThePaddingOut) {
+  InceptionV3Options o;
+  o.num_classes = 0;
+  o.depth_multiplier = 0.25;
+  InceptionV3 tv(o);
+  o.tf_avg_pool = true;
+  InceptionV3 slim(o);
+  {
+    torch::NoGradGuard no_grad;
+    auto dst = slim->named_parameters();
+    for (const auto& p : tv->named_parameters()) dst[p.key()].copy_(p.value());
+  }
+  tv->eval();
+  slim->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({1, 3, 75, 75});
+  EXPECT_FALSE(torch::allclose(tv->forward(x), slim->forward(x), 1e-4, 1e-5));
+}
+
 // Random weights and batch-norm statistics, so a restore that missed one would show.
 void randomize(torch::nn::Module& m, uint64_t seed) {
   torch::manual_seed(seed);

@@ -12,6 +12,7 @@ ShowAndTellImpl::ShowAndTellImpl(const ShowAndTellOptions& o) : options_(o) {
   io.batch_norm_momentum = 1.0 - o.batch_norm_decay;
   io.depth_multiplier = o.inception_depth_multiplier;
   io.torchvision_init = o.inception_torchvision_init;
+  io.tf_avg_pool = o.inception_tf_avg_pool;
   inception_ = register_module("inception", models::InceptionV3(io));
   image_embedding_ = register_module(
       "image_embedding",

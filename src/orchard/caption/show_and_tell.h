@@ -35,6 +35,7 @@ struct ShowAndTellOptions {
   double batch_norm_decay = 0.9997;  // the encoder's batch norm (TF decay = 1 - torch momentum)
   double inception_depth_multiplier = 1.0;  // TF-Slim's depth_multiplier: < 1 thins the encoder
   bool inception_torchvision_init = false;   // models::InceptionV3Options::torchvision_init
+  bool inception_tf_avg_pool = false;        // models::InceptionV3Options::tf_avg_pool
 };
 
 // LSTM state (h, c), each [N, num_lstm_units].

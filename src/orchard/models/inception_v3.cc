@@ -55,9 +55,10 @@ std::shared_ptr<BasicConv2dImpl> basic(torch::nn::Module& parent, const std::str
   return parent.register_module(name, std::make_shared<BasicConv2dImpl>(c, momentum));
 }
 
-torch::Tensor avg_pool_3x3_same(const torch::Tensor& x) {
-  // count_include_pad (the default): border averages include the zero padding, as torchvision.
-  return F::avg_pool2d(x, F::AvgPool2dFuncOptions(3).stride(1).padding(1));
+// The branch pools: 3x3, stride 1, 'SAME'. torchvision's border averages count the zero
+// padding (count_include_pad); TF-Slim's (`exclude_pad`) average only the pixels inside.
+torch::Tensor avg_pool_3x3_same(const torch::Tensor& x, bool exclude_pad) {
+  return F::avg_pool2d(x, F::AvgPool2dFuncOptions(3).stride(1).padding(1).count_include_pad(!exclude_pad));
 }
 
 torch::Tensor max_pool_3x3_s2(const torch::Tensor& x) { return F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2)); }
@@ -79,12 +80,13 @@ class InceptionAImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     return torch::cat({branch1x1->forward(x), branch5x5_2->forward(branch5x5_1->forward(x)),
                        branch3x3dbl_3->forward(branch3x3dbl_2->forward(branch3x3dbl_1->forward(x))),
-                       branch_pool->forward(avg_pool_3x3_same(x))},
+                       branch_pool->forward(avg_pool_3x3_same(x, exclude_pad))},
                       1);
   }
 
   std::shared_ptr<BasicConv2dImpl> branch1x1, branch5x5_1, branch5x5_2, branch3x3dbl_1, branch3x3dbl_2, branch3x3dbl_3,
       branch_pool;
+  bool exclude_pad = false;
 };
 
 // 35x35 -> 17x17: 3x3/2 | 1x1 -> 3x3 -> 3x3/2 | max-pool/2.
@@ -125,11 +127,12 @@ class InceptionCImpl : public torch::nn::Module {
     auto b7 = branch7x7_3->forward(branch7x7_2->forward(branch7x7_1->forward(x)));
     auto b7dbl = branch7x7dbl_1->forward(x);
     for (auto* c : {&branch7x7dbl_2, &branch7x7dbl_3, &branch7x7dbl_4, &branch7x7dbl_5}) b7dbl = (*c)->forward(b7dbl);
-    return torch::cat({branch1x1->forward(x), b7, b7dbl, branch_pool->forward(avg_pool_3x3_same(x))}, 1);
+    return torch::cat({branch1x1->forward(x), b7, b7dbl, branch_pool->forward(avg_pool_3x3_same(x, exclude_pad))}, 1);
   }
 
   std::shared_ptr<BasicConv2dImpl> branch1x1, branch7x7_1, branch7x7_2, branch7x7_3, branch7x7dbl_1, branch7x7dbl_2,
       branch7x7dbl_3, branch7x7dbl_4, branch7x7dbl_5, branch_pool;
+  bool exclude_pad = false;
 };
 
 // 17x17 -> 8x8: 1x1 -> 3x3/2 | 1x1 -> 1x7 -> 7x1 -> 3x3/2 | max-pool/2.
@@ -171,12 +174,13 @@ class InceptionEImpl : public torch::nn::Module {
     auto b3dbl = branch3x3dbl_2->forward(branch3x3dbl_1->forward(x));
     return torch::cat(
         {branch1x1->forward(x), branch3x3_2a->forward(b3), branch3x3_2b->forward(b3), branch3x3dbl_3a->forward(b3dbl),
-         branch3x3dbl_3b->forward(b3dbl), branch_pool->forward(avg_pool_3x3_same(x))},
+         branch3x3dbl_3b->forward(b3dbl), branch_pool->forward(avg_pool_3x3_same(x, exclude_pad))},
         1);
   }
 
   std::shared_ptr<BasicConv2dImpl> branch1x1, branch3x3_1, branch3x3_2a, branch3x3_2b, branch3x3dbl_1, branch3x3dbl_2,
       branch3x3dbl_3a, branch3x3dbl_3b, branch_pool;
+  bool exclude_pad = false;
 };
 
 // On Mixed_6e (768 x 17 x 17): avg-pool 5/3 -> 1x1 (128) -> 5x5 (768, valid) -> pool -> fc.
@@ -236,6 +240,9 @@ InceptionV3Impl::InceptionV3Impl(const InceptionV3Options& o) : options_(o) {
   num_features_ = InceptionEImpl::out_channels(d);
   Mixed_7c = register_module("Mixed_7c", std::make_shared<InceptionEImpl>(num_features_, m, d));
   if (o.num_classes > 0) fc = register_module("fc", torch::nn::Linear(num_features_, o.num_classes));
+  for (auto* block : {Mixed_5b.get(), Mixed_5c.get(), Mixed_5d.get()}) block->exclude_pad = o.tf_avg_pool;
+  for (auto* block : {Mixed_6b.get(), Mixed_6c.get(), Mixed_6d.get(), Mixed_6e.get()}) block->exclude_pad = o.tf_avg_pool;
+  for (auto* block : {Mixed_7b.get(), Mixed_7c.get()}) block->exclude_pad = o.tf_avg_pool;
 
   // He (kaiming normal, fan_in, ReLU gain) for every convolution, not torchvision's
   // trunc_normal(std 0.1) (0.01 for AuxLogits.conv1). im2txt can run the encoder frozen in

@@ -51,6 +51,9 @@ struct InceptionV3Options {
   // TF-Slim's depth_multiplier and min_depth (see above); 1 is the published network.
   double depth_multiplier = 1.0;
   int64_t min_depth = 16;
+  // The branches' 3x3 average pools leave their zero padding out of the border averages, as
+  // TF-Slim's 'SAME' avg_pool does (torchvision counts it): for TF-Slim's weights.
+  bool tf_avg_pool = false;
 };
 
 // Where both outputs of a training step are needed.

@@ -35,6 +35,9 @@ struct CaptionFlags : RuntimeFlags {
   std::string input_file_pattern;
   std::string train_dir;
   std::string inception_checkpoint_file;
+  // The encoder pools as TF-Slim's (its weights come from a TensorFlow checkpoint); in
+  // config.json as "inception_pooling": "tf".
+  bool inception_tf_avg_pool = false;
   bool train_inception = false;
   int64_t train_batch_size = 1024;   // the seed's default (im2txt's ModelConfig.batch_size: 32)
   int64_t iterations_per_loop = 100;
@@ -207,6 +210,7 @@ tasks::CaptionConfig task_config(const CaptionFlags& f, const data::Vocabulary& 
   c.model.batch_norm_decay = f.batch_norm_decay;
   c.model.inception_depth_multiplier = f.depth_multiplier;
   c.model.inception_torchvision_init = torchvision_init_flag(f.init);
+  c.model.inception_tf_avg_pool = f.inception_tf_avg_pool;
   c.image.image_size = f.image_size;
   c.image.resize_size = f.resize_size > 0 ? f.resize_size
                                           : static_cast<int>(std::lround(346.0 * f.image_size / 299.0));
@@ -236,6 +240,7 @@ json config_json(const CaptionFlags& f, const tasks::CaptionConfig& c) {
           {"initializer_scale", c.model.initializer_scale},
           {"batch_norm_decay", c.model.batch_norm_decay},
           {"depth_multiplier", c.model.inception_depth_multiplier},
+          {"inception_pooling", c.model.inception_tf_avg_pool ? "tf" : "torchvision"},
           {"init", f.init},
           {"max_caption_tokens", c.max_caption_tokens},
           {"train_inception", c.train_inception},
@@ -259,6 +264,7 @@ void load_model_config(const std::string& train_dir, CaptionFlags* f) {
   f->max_caption_tokens = j.value("max_caption_tokens", int64_t{64});
   f->batch_norm_decay = j.value("batch_norm_decay", 0.9997);
   f->depth_multiplier = j.value("depth_multiplier", 1.0);
+  f->inception_tf_avg_pool = j.value("inception_pooling", std::string("torchvision")) == "tf";
 }
 
 data::Vocabulary load_vocab(const std::string& path, const std::string& flag_hint) {
@@ -324,6 +330,12 @@ void run_train(CaptionFlags f) {
 
   if (f.vocab_file.empty()) f.vocab_file = default_vocab_file(f.input_file_pattern);
   const auto vocab = load_vocab(f.vocab_file, "--vocab_file");
+  // TF-Slim's Inception-v3 weights: the encoder pools as TF-Slim's did (also when a run
+  // started from them resumes without the flag).
+  const std::string saved = (fs::path(f.train_dir) / "config.json").string();
+  f.inception_tf_avg_pool =
+      (!f.inception_checkpoint_file.empty() && tf::is_tensorflow_checkpoint(f.inception_checkpoint_file)) ||
+      (fs::exists(saved) && json::parse(read_file(saved)).value("inception_pooling", std::string()) == "tf");
   const auto tcfg = task_config(f, vocab);
 
   // The data is checked before a model is built.
