@@ -10,6 +10,7 @@
 
 #include "cli/cli_util.h"
 #include "core/test_util.h"
+#include "orchard/core/tf_checkpoint.h"
 #include "orchard/models/registry.h"
 #include "orchard/models/tf_weights.h"
 #include "orchard/train/checkpoint.h"
@@ -107,6 +108,20 @@ TEST(TfCheckpointImportWeights, ResNet50GardenBecomesAModelDir) {
   auto want_buffers = source->named_buffers();
   for (const auto& b : restored->named_buffers())
     if (b.value().is_floating_point()) EXPECT_TRUE(torch::equal(b.value(), want_buffers[b.key()])) << b.key();
+
+  // And back out: `checkpoint export` (= classify export --format tf) gives the same variables.
+  r = run({"checkpoint", "export", "--model_dir", root.file("imported"), "--out", root.file("back/model.ckpt")}, root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  {
+    const tf::CheckpointReader original(root.file("garden/ckpt-1"));
+    const tf::CheckpointReader back(root.file("back/model.ckpt"));
+    ASSERT_EQ(back.variables().size(), original.variables().size());
+    for (const auto& v : original.variables())
+      if (v.name != "global_step") EXPECT_EQ(back.read(v.name).data, original.read(v.name).data) << v.name;
+  }
+  r = run({"checkpoint", "export", "--model_dir", root.file("nothing"), "--out", root.file("x")}, root);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.err, "no config.json")) << r.err;
 
   // A model without TensorFlow names, and MobileNetV2 (TF-Slim's takes other inputs): errors.
   r = run({"import-weights", "--format", "tf", "--arch", "resnet50", "--checkpoint", root.file("garden/ckpt-1"),

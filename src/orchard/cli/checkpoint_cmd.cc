@@ -4,14 +4,20 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
 
 #include "orchard/cli/commands.h"
 #include "orchard/core/error.h"
+#include "orchard/core/files.h"
 #include "orchard/core/tf_checkpoint.h"
 #include "orchard/detect/config.h"
 #include "orchard/models/registry.h"
@@ -223,6 +229,29 @@ void run_inspect(const InspectOptions& o) {
     if (!v.full_name.empty() && v.full_name != v.key) std::cout << "  " << v.key << " <- " << v.full_name << "\n";
 }
 
+struct ExportOptions {
+  std::string model_dir, out, checkpoint, format = "tf";
+};
+
+// `checkpoint export`: the model_dir's task's own `export --format tf`, run in this process's
+// place (the task knows how to rebuild its model from the model_dir).
+void run_export(const ExportOptions& o) {
+  if (o.format != "tf") throw Error("--format must be tf, not '" + o.format + "' (ONNX: orchard <task> export)");
+  const std::string config = (std::filesystem::path(o.model_dir) / "config.json").string();
+  if (!std::filesystem::exists(config)) throw Error(o.model_dir + ": no config.json (not an Orchard model_dir)");
+  const std::string task = nlohmann::json::parse(read_file(config)).value("task", "");
+  if (task != "classify" && task != "multilabel" && task != "detect")
+    throw Error(o.model_dir + ": a " + (task.empty() ? "model_dir without a task" : task + " model") +
+                "; TensorFlow export covers classify, multilabel and detect models");
+  std::vector<std::string> args{"orchard", task, "export", "--model_dir", o.model_dir, "--format", "tf", "--out", o.out};
+  if (!o.checkpoint.empty()) args.insert(args.end(), {"--checkpoint", o.checkpoint});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv("/proc/self/exe", argv.data());
+  throw Error(std::string("cannot run orchard ") + task + " export: " + std::strerror(errno));
+}
+
 }  // namespace
 
 void add_checkpoint_command(CLI::App& app) {
@@ -249,6 +278,16 @@ void add_checkpoint_command(CLI::App& app) {
         throw Error("--map and --pipeline_config_path: give one");
       run_inspect(*o);
     });
+  }
+  {
+    auto o = std::make_shared<ExportOptions>();
+    auto* c = cmd->add_subcommand(
+        "export", "A model_dir's model as a TensorFlow V2 checkpoint under TensorFlow's names (= <task> export --format tf)");
+    c->add_option("--model_dir", o->model_dir, "An Orchard model_dir (classify, multilabel, detect)")->required();
+    c->add_option("--out", o->out, "The checkpoint prefix to write, e.g. out/model.ckpt")->required();
+    c->add_option("--checkpoint", o->checkpoint, "An Orchard checkpoint file (default: the latest)");
+    c->add_option("--format", o->format, "tf")->capture_default_str();
+    c->callback([o] { run_export(*o); });
   }
 }
 
