@@ -16,6 +16,7 @@
 
 #include "cli/cli_util.h"
 #include "core/test_util.h"
+#include "orchard/models/tf_weights.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
 #include "orchard/models/mobilenet_v2.h"
@@ -281,6 +282,69 @@ TEST_F(DetectTrain, ResumesAndFineTunesByType) {
           *root_);
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(contains(r.err, "class_heads.0.weight")) << r.err;
+}
+
+// TensorFlow checkpoints out (`detect export --format tf`, the OD API's names) and in
+// (fine_tune_checkpoint: detection from the exported one, classification from a TF-Slim-named
+// MobileNetV2), without TensorFlow.
+TEST_F(DetectTrain, TensorFlowCheckpointsOutAndIn) {
+  ASSERT_EQ(result_.rc, 0) << result_.err;
+  const std::string prefix = root_->file("tf/model.ckpt");
+  auto r = run({"detect", "export", "--model_dir", model_, "--format", "tf", "--out", prefix}, *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(fs::exists(prefix + ".index") && fs::exists(prefix + ".data-00000-of-00001"));
+  r = run({"checkpoint", "inspect", root_->file("tf"), "--pipeline_config_path", config_}, *root_);  // the directory
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "0 missing, 0 with another shape")) << r.out;
+  EXPECT_TRUE(contains(r.out, "FeatureExtractor/MobilenetV2/expanded_conv_3/depthwise/depthwise_weights")) << r.out;
+  EXPECT_TRUE(contains(r.out, "BoxPredictor_0/ClassPredictor/biases")) << r.out;
+  r = run({"checkpoint", "inspect", "--json", prefix}, *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  bool has_step = false;
+  const json listed = json::parse(r.out);
+  for (const auto& v : listed["variables"]) has_step = has_step || v["name"] == "global_step";
+  EXPECT_TRUE(has_step);  // written beside the weights, as TF's Saver does
+
+  const std::string text = read_file(config_);
+  const auto fine_tune = [&](const std::string& name, const std::string& checkpoint, const std::string& type) {
+    const std::string cfg = root_->file(name + ".config");
+    atomic_write_file(cfg, replace(text, "train_config {\n",
+                                   "train_config {\n  fine_tune_checkpoint: \"" + checkpoint +
+                                       "\"\n  fine_tune_checkpoint_type: \"" + type + "\"\n"));
+    return run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", root_->file(name), "--num_train_steps",
+                "1", "--skip_eval"},
+               *root_);
+  };
+  r = fine_tune("ft_tf_detection", prefix, "detection");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "model.ckpt (fine_tune_checkpoint_type detection)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "24 skipped (box and class prediction heads")) << r.err;
+  EXPECT_TRUE(contains(r.err, "TensorFlow variables not used (e.g. global_step)")) << r.err;
+
+  // A TF-Slim MobileNetV2 classifier's variables ("MobilenetV2/Conv/weights", ...).
+  models::MobileNetV2Options mo;
+  mo.width_mult = 0.35;
+  mo.min_depth = 8;
+  mo.finegrain_classification_mode = false;
+  mo.num_classes = 1001;
+  models::MobileNetV2 classifier(mo);
+  models::write_tf_checkpoint(root_->file("slim/mobilenet_v2.ckpt"), *classifier,
+                              [](const std::string& n) { return models::mobilenet_v2_tf_name(n); }, 0);
+  int backbone = 0;
+  for (const auto& p : classifier->named_parameters()) backbone += p.key().rfind("features.", 0) == 0;
+  for (const auto& b : classifier->named_buffers())
+    backbone += b.key().rfind("features.", 0) == 0 && b.key().find("num_batches_tracked") == std::string::npos;
+  r = fine_tune("ft_tf_classification", root_->file("slim/mobilenet_v2.ckpt"), "classification");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, std::to_string(backbone) + " variables restored")) << backbone << "\n" << r.err;
+  // A checkpoint of another width: the error names the variable and both shapes.
+  mo.width_mult = 0.5;
+  models::MobileNetV2 wider(mo);
+  models::write_tf_checkpoint(root_->file("slim_wide/mobilenet_v2.ckpt"), *wider,
+                              [](const std::string& n) { return models::mobilenet_v2_tf_name(n); }, 0);
+  r = fine_tune("ft_tf_wide", root_->file("slim_wide/mobilenet_v2.ckpt"), "classification");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.err, "TensorFlow variables have another shape than the model's: MobilenetV2/")) << r.err;
 }
 
 class DetectErrors : public ::testing::Test {
