@@ -257,6 +257,28 @@ TEST(TfNameMaps, InceptionTfAvgPoolLeavesThePaddingOut) {
   EXPECT_FALSE(torch::allclose(tv->forward(x), slim->forward(x), 1e-4, 1e-5));
 }
 
+// A real TF2 Keras checkpoint (tfx's Keras Tuner): its keys are object paths
+// ("layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE"); a map written with the Keras
+// layer names ("dense/kernel", as Model Garden's ResNet-50 map is) finds them through the
+// object graph, and the dense kernels arrive transposed.
+TEST(TfWeights, Tf2KerasCheckpointIsMatchedByTheVariablesNames) {
+  torch::nn::Sequential mlp(torch::nn::Linear(4, 8), torch::nn::Linear(8, 3));
+  const TfNameMap map = [](const std::string& n) -> std::optional<TfName> {
+    const std::string layer = n[0] == '0' ? "dense" : "dense_1";
+    const bool kernel = n.substr(2) == "weight";
+    return TfName{layer + (kernel ? "/kernel" : "/bias"), kernel ? TfLayout::kDense : TfLayout::kSame};
+  };
+  const std::string path = (kTf / "keras_tuner_tf2" / "checkpoint").string();
+  const auto r = restore_tf_checkpoint(path, *mlp, map);
+  EXPECT_EQ(r.restored.size(), 4u);
+  const tf::CheckpointReader keras(path);
+  const auto kernel = tf_to_torch(keras.read("layer_with_weights-1/kernel/.ATTRIBUTES/VARIABLE_VALUE"), TfLayout::kSame);
+  EXPECT_EQ(kernel.sizes(), (c10::IntArrayRef{8, 3}));
+  EXPECT_TRUE(torch::equal(mlp->named_parameters()["1.weight"], kernel.t()));
+  // The optimizer's slots and counters are the checkpoint's, not the model's: listed unused.
+  EXPECT_GT(r.unused.size(), 4u);
+}
+
 // Random weights and batch-norm statistics, so a restore that missed one would show.
 void randomize(torch::nn::Module& m, uint64_t seed) {
   torch::manual_seed(seed);
