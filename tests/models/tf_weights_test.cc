@@ -16,6 +16,7 @@
 #include "orchard/models/mobilenet_v2.h"
 #include "orchard/models/registry.h"
 #include "orchard/models/resnet.h"
+#include "orchard/models/resnet_ml_images.h"
 #include "core/test_util.h"
 
 namespace orchard::models {
@@ -211,6 +212,42 @@ TEST(TfNameMaps, ResNetsOfTfSlimAndModelGardenWithTheirStrides) {
   EXPECT_FALSE(tf_name_map("resnet50"));  // torchvision's padding: no TensorFlow map
 }
 
+// Tencent ML-Images' ResNet-101 (models/resnet.py): pre-activation, all four stages strided in
+// their first block (3x3 and shortcut), no stem max-pool; its names, as tf.layers makes them.
+TEST(TfNameMaps, MlImagesResNet101) {
+  ModelConfig c;
+  c.initialize = false;
+  c.arch = "resnet101_ml_images";
+  c.num_classes = 11166;  // the published ML-Images checkpoint's classes
+  auto model = build_model(c);
+  const auto map = tf_name_map("resnet101_ml_images");
+  expect_complete_and_distinct(*model, map);
+  int kernels = 0, norms = 0;
+  for (const auto& p : model->named_parameters()) {
+    const auto n = map(p.key())->name;
+    kernels += n.size() > 13 && n.compare(n.size() - 13, 13, "conv2d/kernel") == 0;
+    norms += n.size() > 5 && n.compare(n.size() - 5, 5, "gamma") == 0;
+  }
+  EXPECT_EQ(kernels, 1 + 33 * 3 + 4);  // the stem, 3 per block, a projection per stage
+  EXPECT_EQ(norms, 33 * 3 + 4 + 1);    // before each of those but the stem, and the final one
+  EXPECT_EQ(map("conv1.weight")->name, "init/init_conv/conv2d/kernel");
+  EXPECT_EQ(map("layer1.0.shortcut_conv.weight")->name, "stages_0_block_0/conv1_b1/conv2d/kernel");
+  EXPECT_EQ(map("layer1.0.shortcut_bn.running_var")->name,
+            "stages_0_block_0/conv1_b1_bn/batch_normalization/moving_variance");
+  EXPECT_EQ(map("layer3.22.bn3.bias")->name, "stages_2_block_22/conv3_b2_bn/batch_normalization/beta");
+  EXPECT_EQ(map("bn_final.weight")->name, "global_pool/bn/batch_normalization/gamma");
+  EXPECT_EQ(map("fc.weight")->name, "logits/dense/kernel");
+  EXPECT_EQ(map("fc.weight")->layout, TfLayout::kDense);
+  EXPECT_EQ(model->named_parameters()["layer1.0.bn1.weight"].size(0), 64);  // pre-activation: the block's input
+  EXPECT_EQ(conv_stride(*model, "layer1.0.conv2"), 2);
+  EXPECT_EQ(conv_stride(*model, "layer1.0.shortcut_conv"), 2);
+  EXPECT_EQ(conv_stride(*model, "layer1.1.conv2"), 1);
+  EXPECT_EQ(conv_stride(*model, "layer4.0.conv2"), 2);
+  torch::NoGradGuard no_grad;
+  model->eval();
+  EXPECT_EQ(model->forward(torch::randn({1, 3, 64, 64})).sizes(), (c10::IntArrayRef{1, 11166}));
+}
+
 // Model Garden's Keras ResNet-50 is v1.5 with TF 'SAME' padding in its strided layers. Where
 // each of them sees an odd size, 'SAME' pads 1 on both sides, as torchvision: at 33 px (conv1
 // 17, max-pool 9, stages 5, 3) the two layouts compute the same with the same weights; at 32
@@ -317,6 +354,18 @@ TEST(TfWeights, WriteThenRestoreGivesEveryVariableBack) {
     }
     const auto r = restore_tf_checkpoint(dir.file("ssd"), *b, map);  // a directory: its `checkpoint`? none: *.index
     EXPECT_EQ(r.unused, std::vector<std::string>{"global_step"});
+    expect_same_variables(*a, *b);
+  }
+  {
+    MlImagesResNetOptions o;
+    o.layers = {1, 2, 1, 1};
+    o.num_classes = 6;
+    MlImagesResNet a(o), b(o);
+    randomize(*a, 7);
+    randomize(*b, 8);
+    const TfNameMap map = [](const std::string& n) { return resnet_ml_images_tf_name(n); };
+    write_tf_checkpoint(dir.file("ml_images"), *a, map, 0);
+    restore_tf_checkpoint(dir.file("ml_images"), *b, map);
     expect_same_variables(*a, *b);
   }
   {

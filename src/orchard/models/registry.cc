@@ -6,6 +6,7 @@
 #include "orchard/core/error.h"
 #include "orchard/models/inception_v3.h"
 #include "orchard/models/mobilenet_v2.h"
+#include "orchard/models/resnet_ml_images.h"
 
 namespace orchard::models {
 namespace {
@@ -87,6 +88,18 @@ void register_builtin_models(Registry& r) {
     o.depth_multiplier = c.depth_multiplier;
     return std::make_shared<InceptionV3Impl>(o);
   };
+  // Tencent ML-Images' pre-activation ResNets (its published ResNet-101 checkpoints).
+  for (const auto& d : depths) {
+    if (std::string(d.block) != "bottleneck") continue;
+    r.others[std::string(d.name) + "_ml_images"] = [d](const ModelConfig& c) -> ImageModel {
+      if (c.width > 0) throw Error("--width does not apply to ML-Images' ResNets");
+      MlImagesResNetOptions o;
+      o.layers = d.layers;
+      o.num_classes = c.num_classes;
+      o.initialize = c.initialize;
+      return std::make_shared<MlImagesResNetImpl>(o);
+    };
+  }
   r.others["mobilenet_v2"] = [](const ModelConfig& c) -> ImageModel {
     if (c.width > 0) throw Error("--width applies to the ResNets, not mobilenet_v2");
     MobileNetV2Options o;  // torchvision's: width 1.0, last layer 1280, dropout 0.2
@@ -126,6 +139,8 @@ TfNameMap tf_name_map(const std::string& arch) {
   if (arch.rfind("resnet_v1_", 0) == 0 && registry().resnets.count(arch))
     return [arch](const std::string& name) { return resnet_v1_slim_tf_name(name, arch); };
   if (arch == "resnet50_garden") return [](const std::string& name) { return resnet_keras_tf_name(name); };
+  if (arch.size() > 10 && arch.compare(arch.size() - 10, 10, "_ml_images") == 0 && registry().others.count(arch))
+    return [](const std::string& name) { return resnet_ml_images_tf_name(name); };
   return {};
 }
 

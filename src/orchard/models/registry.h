@@ -30,8 +30,9 @@ struct ModelConfig {
 // Names: resnet18/34/50/101/152 (ImageNet stem), the same with a "_small" suffix (3x3
 // stem, no max-pool; for inputs of 64 px or less), resnet_tiny (tests), inception_v3
 // (torchvision's, inputs of at least 75 px; no auxiliary classifier) and mobilenet_v2
-// (torchvision's); for TensorFlow's checkpoints, resnet_v1_50/101/152 (TF-Slim's resnet_v1)
-// and resnet50_garden (TF Model Garden's Keras ResNet-50).
+// (torchvision's); for TensorFlow's checkpoints, resnet_v1_50/101/152 (TF-Slim's resnet_v1),
+// resnet50_garden (TF Model Garden's Keras ResNet-50) and resnet50/101/152_ml_images (Tencent
+// ML-Images' pre-activation ResNets).
 ImageModel build_model(const ModelConfig& config);
 std::vector<std::string> model_names();
 

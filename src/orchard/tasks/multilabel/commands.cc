@@ -77,7 +77,9 @@ struct MultiLabelFlags : RuntimeFlags {
 };
 
 void add_model_flags(FlagSet* c, MultiLabelFlags& f) {
-  c->add_option("--model", f.model, "Registered model name (resnet18..152, *_small, resnet_tiny, inception_v3)")
+  c->add_option("--model", f.model,
+                "Registered model name (resnet18..152, *_small, resnet_tiny, inception_v3; for TensorFlow checkpoints "
+                "resnet101_ml_images (ML-Images' own network), resnet_v1_50/101/152, resnet50_garden)")
       ->capture_default_str();
   c->add_option("--resnet_size", f.resnet_size, "18 | 34 | 50 | 101 | 152: the same as --model resnetN");
   c->add_option("--width", f.width, "Base width override (0: the model's own)");
