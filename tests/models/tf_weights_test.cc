@@ -248,6 +248,15 @@ TEST(TfNameMaps, MlImagesResNet101) {
   EXPECT_EQ(model->forward(torch::randn({1, 3, 64, 64})).sizes(), (c10::IntArrayRef{1, 11166}));
 }
 
+// `to` gets `from`'s parameters (the same names), both in eval mode.
+void same_weights_for_inference(torch::nn::Module& from, torch::nn::Module& to) {
+  torch::NoGradGuard no_grad;
+  auto dst = to.named_parameters();
+  for (const auto& p : from.named_parameters()) dst[p.key()].copy_(p.value());
+  from.eval();
+  to.eval();
+}
+
 // Model Garden's Keras ResNet-50 is v1.5 with TF 'SAME' padding in its strided layers. Where
 // each of them sees an odd size, 'SAME' pads 1 on both sides, as torchvision: at 33 px (conv1
 // 17, max-pool 9, stages 5, 3) the two layouts compute the same with the same weights; at 32
@@ -259,13 +268,7 @@ TEST(TfNameMaps, KerasLayoutDiffersFromTorchvisionOnlyInItsStridedPadding) {
   ResNet tv(o);
   o.layout = ResNetLayout::kKeras;
   ResNet keras(o);
-  {
-    torch::NoGradGuard no_grad;
-    auto dst = keras->named_parameters();
-    for (const auto& p : tv->named_parameters()) dst[p.key()].copy_(p.value());
-  }
-  tv->eval();
-  keras->eval();
+  same_weights_for_inference(*tv, *keras);
   torch::NoGradGuard no_grad;
   const auto odd = torch::randn({2, 3, 33, 33});
   const auto even = torch::randn({2, 3, 32, 32});
@@ -282,13 +285,7 @@ TEST(TfNameMaps, InceptionTfAvgPoolLeavesThePaddingOut) {
   InceptionV3 tv(o);
   o.tf_avg_pool = true;
   InceptionV3 slim(o);
-  {
-    torch::NoGradGuard no_grad;
-    auto dst = slim->named_parameters();
-    for (const auto& p : tv->named_parameters()) dst[p.key()].copy_(p.value());
-  }
-  tv->eval();
-  slim->eval();
+  same_weights_for_inference(*tv, *slim);
   torch::NoGradGuard no_grad;
   const auto x = torch::randn({1, 3, 75, 75});
   EXPECT_FALSE(torch::allclose(tv->forward(x), slim->forward(x), 1e-4, 1e-5));
