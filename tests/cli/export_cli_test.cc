@@ -275,7 +275,7 @@ TEST(ExportOnnxErrors, FormatAndArchitecture) {
   EXPECT_NE(r.err.find("--format onnx needs --out"), std::string::npos) << r.err;
   r = cli::run({"detect", "export", "--model_dir", dir, "--format", "tflite", "--out", root.file("d.tflite")}, root);
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.err.find("--format must be dir or onnx"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--format must be dir, onnx or tf"), std::string::npos) << r.err;
 }
 
 }  // namespace
