@@ -134,8 +134,9 @@ TfMapping match_tf_checkpoint(const tf::CheckpointReader& checkpoint, torch::nn:
     if (!tf_name) {
       v.status = TfMatch::kNoTfName;
     } else {
+      v.name = *tf_name;
       v.tf = tf_name->name;
-      const std::string key = names.key(v.tf);
+      const std::string key = v.key = names.key(v.tf);
       if (!key.empty()) {
         used.insert(key);
         v.tf_shape = checkpoint.find(key)->shape;
@@ -175,7 +176,6 @@ TfRestore restore_tf_checkpoint(const std::string& path, torch::nn::Module& mode
                 " ('orchard checkpoint inspect --map' shows the whole match)");
   TfRestore r;
   r.unused = m.unused;
-  const Names names(checkpoint);
   std::map<std::string, at::Tensor> targets;
   for (auto& [name, value] : model_variables(model)) targets.emplace(name, value);
   torch::NoGradGuard no_grad;
@@ -183,11 +183,10 @@ TfRestore restore_tf_checkpoint(const std::string& path, torch::nn::Module& mode
     if (v.status == TfMatch::kSkipped) r.skipped.push_back(v.orchard);
     if (v.status != TfMatch::kMatched && v.status != TfMatch::kDefaulted) continue;
     auto& dst = targets.at(v.orchard);
-    const auto tf_name = *map(v.orchard);
     if (v.status == TfMatch::kDefaulted) {
-      dst.fill_(*tf_name.default_value);
+      dst.fill_(*v.name.default_value);
     } else {
-      dst.copy_(tf_to_torch(checkpoint.read(names.key(v.tf)), tf_name.layout));
+      dst.copy_(tf_to_torch(checkpoint.read(v.key), v.name.layout));
     }
     r.restored.push_back(v.orchard);
   }

@@ -23,6 +23,8 @@ namespace orchard::models {
 // How a model's variables and a checkpoint's meet.
 struct TfMatch {
   std::string orchard, tf;                   // tf "" when TensorFlow has no such variable
+  std::string key;                           // the checkpoint's key for `tf` ("" when absent)
+  TfName name;                               // the map's answer: layout, default value
   std::vector<int64_t> orchard_shape, tf_shape;  // tf_shape as the checkpoint stores it
   enum Status { kMatched, kDefaulted, kMissing, kShapeMismatch, kNoTfName, kSkipped } status = kMatched;
 };
