@@ -10,6 +10,7 @@
 
 #include "cli/cli_util.h"
 #include "core/test_util.h"
+#include "orchard/core/files.h"
 #include "orchard/core/tf_checkpoint.h"
 #include "orchard/models/registry.h"
 #include "orchard/models/tf_weights.h"
@@ -133,7 +134,69 @@ TEST(TfCheckpointImportWeights, ResNet50GardenBecomesAModelDir) {
            "--out_dir", root.file("x")},
           root);
   EXPECT_EQ(r.rc, 1);
-  EXPECT_TRUE(contains(r.err, "[-1, 1] inputs and 'SAME' padding")) << r.err;
+  EXPECT_TRUE(contains(r.err, "MobilenetV2/Logits/Conv2d_1c_1x1/biases to take --num_classes from")) << r.err;
+}
+
+// TF-Slim's MobileNetV2 and Inception-v3 (`--arch mobilenet_v2 | inception_v3`, as TF-Slim
+// names them) become Orchard's _slim variants, which compute what TF-Slim's networks compute:
+// 'SAME' strided convolutions, pools without the padding, [-1, 1] inputs.
+TEST(TfCheckpointImportWeights, SlimNetworksBecomeTheirSlimVariants) {
+  struct Case {
+    std::string slim_arch, tf_arch;
+    int size;
+    double moving_variance;  // keeps the activations alive through the blocks (see below)
+  };
+  for (const auto& [slim_arch, tf_arch, size, moving_variance] :
+       {Case{"mobilenet_v2_slim", "mobilenet_v2", 64, 0.03}, Case{"inception_v3_slim", "inception_v3", 75, 0.3}}) {
+    SCOPED_TRACE(slim_arch);
+    test::TempDir root;
+    models::ModelConfig c;
+    c.arch = slim_arch;
+    c.num_classes = 11;  // TF-Slim's: 1001
+    auto source = models::build_model(c);
+    {
+      torch::NoGradGuard no_grad;
+      // Moving statistics that keep the activations alive through 20 blocks (means near 0,
+      // variances below those of freshly drawn weights; with variances near 1 the activations
+      // fade and every image gets the same logits).
+      for (auto& b : source->named_buffers()) {
+        if (!b.value().is_floating_point()) continue;
+        if (b.key().find("running_mean") != std::string::npos) b.value().uniform_(-0.05, 0.05);
+        else b.value().uniform_(moving_variance / 2, moving_variance * 2);
+      }
+    }
+    models::write_tf_checkpoint(root.file("slim/model.ckpt"), *source, models::tf_name_map(slim_arch), 1);
+    auto r = run({"import-weights", "--format", "tf", "--arch", tf_arch, "--checkpoint", root.file("slim"),
+                  "--image_size", std::to_string(size), "--out_dir", root.file("imported")},
+                 root);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_TRUE(contains(r.err, "TF-Slim's " + tf_arch + " is Orchard's " + slim_arch)) << r.err;
+    EXPECT_TRUE(contains(r.err, "imported " + slim_arch + " (11 classes)")) << r.err;
+    const auto config = nlohmann::json::parse(read_file(root.file("imported/config.json")));
+    EXPECT_EQ(config["model"], slim_arch);
+
+    // The imported model computes what the source computes; the torchvision-padded network
+    // with the same weights does not (the padding and the pools differ).
+    auto restored = models::build_model(c);
+    train::RestoreOptions ro;
+    ro.load_optimizer = false;
+    ro.load_rng = false;
+    train::restore_checkpoint(train::CheckpointManager(root.file("imported")).latest(), *restored, nullptr, ro);
+    models::ModelConfig torchvision = c;
+    torchvision.arch = tf_arch;
+    auto other = models::build_model(torchvision);
+    train::restore_checkpoint(train::CheckpointManager(root.file("imported")).latest(), *other, nullptr, ro);
+    source->eval(), restored->eval(), other->eval();
+    torch::NoGradGuard no_grad;
+    // Two images unlike each other (noise images alike pool to nearly the same features).
+    const auto x = torch::cat({torch::rand({1, 3, size, size}) * 2 - 1,
+                               torch::linspace(-1, 1, size).view({1, 1, 1, size}).expand({1, 3, size, size})});
+    const auto want = source->forward(x);
+    ASSERT_GT((want[0] - want[1]).abs().max().item<double>(), 1e-3) << "the two images' logits do not differ";
+    EXPECT_TRUE(torch::equal(restored->forward(x), want));
+    EXPECT_GT((other->forward(x) - want).abs().max().item<double>(), 1e-3 * want.abs().max().item<double>());
+    EXPECT_TRUE(models::takes_unit_range_inputs(slim_arch));
+  }
 }
 
 }  // namespace

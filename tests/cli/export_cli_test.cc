@@ -81,7 +81,7 @@ std::shared_ptr<torch::nn::Module> write_model_dir(const std::string& dir, const
 }
 
 // The spread of the preprocessed input: RGB minus the means for the ResNets, [-1, 1] for Inception.
-double input_scale(const std::string& arch) { return arch == "inception_v3" ? 1.0 : 50.0; }
+double input_scale(const std::string& arch) { return models::takes_unit_range_inputs(arch) ? 1.0 : 50.0; }
 
 torch::Tensor opencv_forward(const std::string& onnx, const torch::Tensor& x) {
   cv::dnn::Net net = cv::dnn::readNetFromONNX(onnx);
@@ -135,7 +135,7 @@ TEST_P(ExportOnnx, OpenCvReproducesLogitsAndFeatures) {
   // --include_preprocessing: RGB values in [0, 255] in; the graph scales them as Orchard's
   // preprocessing does (RGB minus the ImageNet means; Inception: * 2/255 - 1).
   const auto rgb = torch::randint(0, 256, {2, 3, size, size}).to(torch::kFloat);
-  const auto scaled = arch == "inception_v3"
+  const auto scaled = models::takes_unit_range_inputs(arch)
                           ? rgb * data::kInceptionScale - 1.0f
                           : rgb - torch::tensor({data::kChannelMeans[0], data::kChannelMeans[1], data::kChannelMeans[2]})
                                       .view({1, 3, 1, 1});
@@ -148,13 +148,16 @@ TEST_P(ExportOnnx, OpenCvReproducesLogitsAndFeatures) {
 // resnet_tiny: basic blocks, the small-input stem (no max-pool); resnet50: the ImageNet stem,
 // bottlenecks and projection shortcuts; a multi-label tagger (its model_dir holds the class
 // counters too); Inception-v3 at its smallest input (all five block types, both pools);
-// MobileNetV2 (depthwise convolutions, ReLU6, inverted residuals).
+// MobileNetV2 (depthwise convolutions, ReLU6, inverted residuals); TF-Slim's Inception-v3
+// (pools without their padding) and MobileNetV2 ('SAME' strided convolutions, odd pixel after).
 INSTANTIATE_TEST_SUITE_P(ImageModels, ExportOnnx,
                          ::testing::Values(ExportCase{"classify", "resnet_tiny", 32},
                                            ExportCase{"classify", "resnet50", 64},
                                            ExportCase{"multilabel", "resnet_tiny", 32},
                                            ExportCase{"classify", "inception_v3", 75},
-                                           ExportCase{"classify", "mobilenet_v2", 64}),
+                                           ExportCase{"classify", "mobilenet_v2", 64},
+                                           ExportCase{"classify", "inception_v3_slim", 75},
+                                           ExportCase{"classify", "mobilenet_v2_slim", 64}),
                          [](const auto& info) { return info.param.task + "_" + info.param.arch; });
 
 // `detect export --format onnx`: the SSD (backbone endpoints, extra layers with TF 'SAME'

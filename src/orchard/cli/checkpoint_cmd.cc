@@ -49,7 +49,12 @@ struct MappedModel {
 MappedModel image_model(const std::string& arch, int64_t num_classes, const tf::CheckpointReader& reader) {
   MappedModel m;
   m.map = models::tf_name_map(arch);
-  if (!m.map) throw Error("--map " + arch + ": no TensorFlow name map for this model (mobilenet_v2, inception_v3 have one)");
+  if (!m.map) {
+    std::string mapped;
+    for (const auto& name : models::model_names())
+      if (models::tf_name_map(name)) mapped += (mapped.empty() ? "" : ", ") + name;
+    throw Error("--map " + arch + ": no TensorFlow name map for this model (these have one: " + mapped + ")");
+  }
   models::ModelConfig c;
   c.arch = arch;
   c.initialize = false;

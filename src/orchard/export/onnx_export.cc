@@ -210,7 +210,8 @@ std::string resnet_body(GraphBuilder& g, models::ResNetImpl& model, const std::s
 // classes live in inception_v3.cc; their structure is walked here by name.
 class InceptionWriter {
  public:
-  InceptionWriter(GraphBuilder& g, models::InceptionV3Impl& model) : g_(g), modules_(model) {}
+  InceptionWriter(GraphBuilder& g, models::InceptionV3Impl& model)
+      : g_(g), modules_(model), exclude_pad_(model.options().tf_avg_pool) {}
 
   std::string body(const std::string& input) {
     std::string x = chain("", {"Conv2d_1a_3x3", "Conv2d_2a_3x3", "Conv2d_2b_3x3"}, input);
@@ -234,7 +235,10 @@ class InceptionWriter {
     for (const auto& n : names) x = basic(block.empty() ? n : block + "." + n, x);
     return x;
   }
+  // TF-Slim's pools leave the padding out of the border averages: AveragePool's own
+  // count_include_pad 0 (OpenCV's importer pads that way for any producer but PyTorch).
   std::string avg_pool(const std::string& block, const std::string& x) {
+    if (exclude_pad_) return g_.pool("AveragePool", block + ".avg_pool", x, 3, 1, 1);
     return g_.avg_pool_include_pad(block + ".avg_pool", x, 3, 1);
   }
   std::string block_a(const std::string& b, const std::string& x) {
@@ -267,6 +271,7 @@ class InceptionWriter {
   }
   GraphBuilder& g_;
   ModuleIndex modules_;
+  bool exclude_pad_;
 };
 
 // MobileNetV2's features under `prefix` (torchvision's names): features.0 (conv-BN-ReLU6), the
@@ -325,15 +330,15 @@ std::vector<std::string> mobilenet_v2_features(GraphBuilder& g, const ModuleInde
   return result;
 }
 
-std::string mobilenet_v2_body(GraphBuilder& g, models::MobileNetV2Impl& model, const std::string& input) {
+// `image_size`: the input's (TF 'SAME' padding depends on it).
+std::string mobilenet_v2_body(GraphBuilder& g, models::MobileNetV2Impl& model, const std::string& input,
+                              int64_t image_size) {
   if (!model.options().include_top) throw Error("ONNX export: MobileNetV2 without its classifier");
   const ModuleIndex modules(model);
   int64_t last = 1;
   while (modules.has("features." + std::to_string(last + 1))) ++last;
-  // The classifier's input size does not matter to symmetric padding; TF-style padding is
-  // only built for the SSD backbone.
-  if (model.options().tf_same_padding) throw Error("ONNX export: a MobileNetV2 classifier with TF 'SAME' padding");
-  return mobilenet_v2_features(g, modules, "", input, 0, 0, {models::MobileNetV2Endpoint{last, false}}).front();
+  return mobilenet_v2_features(g, modules, "", input, image_size, image_size, {models::MobileNetV2Endpoint{last, false}})
+      .front();
 }
 
 // TF 'SAME' padding of `o` over an input of h x w, as models::conv2d_tf_same pads: the odd
@@ -398,7 +403,7 @@ void export_onnx(models::ImageModelImpl& model, const OnnxExportOptions& options
     x = InceptionWriter(g, *inception).body(input);
   } else if (auto* mobilenet = dynamic_cast<models::MobileNetV2Impl*>(&model)) {
     graph->set_name("mobilenet_v2");
-    x = mobilenet_v2_body(g, *mobilenet, input);
+    x = mobilenet_v2_body(g, *mobilenet, input, options.image_size);
   } else {
     throw Error("ONNX export supports the ResNets, MobileNetV2 and Inception-v3");
   }

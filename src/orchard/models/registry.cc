@@ -80,14 +80,20 @@ void register_builtin_models(Registry& r) {
     o.initialize = c.initialize;
     return o;
   };
-  r.others["inception_v3"] = [](const ModelConfig& c) -> ImageModel {
-    if (c.width > 0) throw Error("--width applies to the ResNets, not inception_v3");
-    InceptionV3Options o;
-    o.num_classes = c.num_classes;
-    o.torchvision_init = c.init == "torchvision";
-    o.depth_multiplier = c.depth_multiplier;
-    return std::make_shared<InceptionV3Impl>(o);
-  };
+  // TF-Slim's Inception-v3 differs from torchvision's in its branches' average pools alone
+  // (padding left out of the border averages) and its batch-norm decay (0.9997).
+  for (const bool slim : {false, true}) {
+    r.others[slim ? "inception_v3_slim" : "inception_v3"] = [slim](const ModelConfig& c) -> ImageModel {
+      if (c.width > 0) throw Error("--width applies to the ResNets, not " + c.arch);
+      InceptionV3Options o;
+      o.num_classes = c.num_classes;
+      o.torchvision_init = c.init == "torchvision";
+      o.depth_multiplier = c.depth_multiplier;
+      o.tf_avg_pool = slim;
+      if (slim) o.batch_norm_momentum = 0.0003;
+      return std::make_shared<InceptionV3Impl>(o);
+    };
+  }
   // Tencent ML-Images' pre-activation ResNets (its published ResNet-101 checkpoints).
   for (const auto& d : depths) {
     if (std::string(d.block) != "bottleneck") continue;
@@ -104,6 +110,18 @@ void register_builtin_models(Registry& r) {
     if (c.width > 0) throw Error("--width applies to the ResNets, not mobilenet_v2");
     MobileNetV2Options o;  // torchvision's: width 1.0, last layer 1280, dropout 0.2
     o.num_classes = c.num_classes;
+    return std::make_shared<MobileNetV2Impl>(o);
+  };
+  // TF-Slim's mobilenet_v2 (its published checkpoints): the same network with the strided
+  // convolutions padded as TF's 'SAME', slim.batch_norm's epsilon 0.001 and training_scope's
+  // decay 0.997; it takes [-1, 1] inputs (takes_unit_range_inputs).
+  r.others["mobilenet_v2_slim"] = [](const ModelConfig& c) -> ImageModel {
+    if (c.width > 0) throw Error("--width applies to the ResNets, not mobilenet_v2_slim");
+    MobileNetV2Options o;
+    o.num_classes = c.num_classes;
+    o.tf_same_padding = true;
+    o.bn_eps = 1e-3;
+    o.bn_momentum = 0.003;
     return std::make_shared<MobileNetV2Impl>(o);
   };
 }
@@ -127,21 +145,29 @@ void check(const ModelConfig& config) {
   if (config.num_classes < 1) throw Error("--num_classes must be positive");
   if (!(config.depth_multiplier > 0 && config.depth_multiplier <= 1))
     throw Error("--depth_multiplier must be in (0, 1]");
-  if (config.depth_multiplier != 1 && config.arch != "inception_v3")
+  if (config.depth_multiplier != 1 && config.arch.rfind("inception_v3", 0) != 0)
     throw Error("--depth_multiplier applies to inception_v3, not " + config.arch);
 }
 
 }  // namespace
 
 TfNameMap tf_name_map(const std::string& arch) {
-  if (arch == "mobilenet_v2") return [](const std::string& name) { return mobilenet_v2_tf_name(name); };
-  if (arch == "inception_v3") return [](const std::string& name) { return inception_v3_tf_name(name); };
+  if (arch == "mobilenet_v2" || arch == "mobilenet_v2_slim")
+    return [](const std::string& name) { return mobilenet_v2_tf_name(name); };
+  if (arch == "inception_v3" || arch == "inception_v3_slim")
+    return [](const std::string& name) { return inception_v3_tf_name(name); };
   if (arch.rfind("resnet_v1_", 0) == 0 && registry().resnets.count(arch))
     return [arch](const std::string& name) { return resnet_v1_slim_tf_name(name, arch); };
   if (arch == "resnet50_garden") return [](const std::string& name) { return resnet_keras_tf_name(name); };
   if (arch.size() > 10 && arch.compare(arch.size() - 10, 10, "_ml_images") == 0 && registry().others.count(arch))
     return [](const std::string& name) { return resnet_ml_images_tf_name(name); };
   return {};
+}
+
+bool takes_unit_range_inputs(const std::string& arch) {
+  const std::string ml_images = "_ml_images";
+  return arch == "inception_v3" || arch == "inception_v3_slim" || arch == "mobilenet_v2_slim" ||
+         (arch.size() > ml_images.size() && arch.compare(arch.size() - ml_images.size(), ml_images.size(), ml_images) == 0);
 }
 
 std::vector<std::string> model_names() {

@@ -31,10 +31,15 @@ struct ModelConfig {
 // stem, no max-pool; for inputs of 64 px or less), resnet_tiny (tests), inception_v3
 // (torchvision's, inputs of at least 75 px; no auxiliary classifier) and mobilenet_v2
 // (torchvision's); for TensorFlow's checkpoints, resnet_v1_50/101/152 (TF-Slim's resnet_v1),
+// mobilenet_v2_slim and inception_v3_slim (TF-Slim's: 'SAME' padding, TF's pooling),
 // resnet50_garden (TF Model Garden's Keras ResNet-50) and resnet50/101/152_ml_images (Tencent
 // ML-Images' pre-activation ResNets).
 ImageModel build_model(const ModelConfig& config);
 std::vector<std::string> model_names();
+
+// Whether the model takes RGB scaled to [-1, 1] (Inception-v3, TF-Slim's MobileNetV2,
+// ML-Images' ResNets) rather than RGB minus the ImageNet means.
+bool takes_unit_range_inputs(const std::string& arch);
 
 // The TensorFlow names of a registered model's variables (TF-Slim's checkpoints:
 // mobilenet_v2 "MobilenetV2/...", inception_v3 "InceptionV3/...", resnet_v1_N

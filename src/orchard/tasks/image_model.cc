@@ -15,12 +15,7 @@ models::ImageModel build_image_model(const models::ModelConfig& config, bool cha
 }
 
 void set_input_scaling(const models::ModelConfig& config, data::PreprocessOptions* options) {
-  // Inception-v3 and ML-Images' ResNets take RGB scaled to [-1, 1].
-  const auto ends_with = [&](const char* suffix) {
-    const std::string s = suffix;
-    return config.arch.size() >= s.size() && config.arch.compare(config.arch.size() - s.size(), s.size(), s) == 0;
-  };
-  if (config.arch == "inception_v3" || ends_with("_ml_images")) {
+  if (models::takes_unit_range_inputs(config.arch)) {
     options->scale = data::kInceptionScale;
     options->offset = data::kInceptionOffset;
   }

@@ -69,30 +69,34 @@ void write_model_dir(const ImportFlags& f, tasks::ClassificationTask& task, cons
 
 // A TensorFlow checkpoint through the model's name map. The models it serves take what Orchard
 // feeds them: TF-Slim's resnet_v1 and Model Garden's ResNet-50 RGB minus the ImageNet means,
-// Inception-v3 [-1, 1].
-void run_import_tf(const ImportFlags& f) {
+// TF-Slim's Inception-v3 and MobileNetV2 [-1, 1].
+void run_import_tf(ImportFlags f) {
   if (f.checkpoint.empty()) throw Error("--format tf needs --checkpoint (a TensorFlow checkpoint)");
-  if (f.arch == "mobilenet_v2")
-    throw Error("--format tf --arch mobilenet_v2: TF-Slim's MobileNetV2 takes [-1, 1] inputs and 'SAME' padding, which "
-                "classify's mobilenet_v2 does not have yet; its weights serve an SSD's backbone "
-                "(fine_tune_checkpoint_type: classification)");
+  // TF-Slim's networks by the names they have there: Orchard's variants that compute what
+  // TF-Slim's compute ('SAME' padding, TF's pooling) rather than torchvision's.
+  if (f.arch == "mobilenet_v2" || f.arch == "inception_v3") {
+    spdlog::info("--format tf --arch {0}: TF-Slim's {0} is Orchard's {0}_slim", f.arch);
+    f.arch += "_slim";
+  }
   const auto map = models::tf_name_map(f.arch);
   if (!map)
     throw Error("--format tf --arch " + f.arch +
-                ": no TensorFlow names for this model (resnet_v1_50/101/152, resnet50_garden, inception_v3 have them)");
+                ": no TensorFlow names for this model (resnet_v1_50/101/152, resnet50_garden, inception_v3, "
+                "mobilenet_v2 have them)");
   const tf::CheckpointReader reader(f.checkpoint);
   tasks::ClassificationConfig c;
   c.model.arch = f.arch;
   c.model.num_classes = f.num_classes;
-  if (c.model.num_classes == 0) {  // the checkpoint's own classes (TF-Slim's Inception: 1001)
-    const auto bias = map("fc.bias");
+  if (c.model.num_classes == 0) {  // the checkpoint's own classes (TF-Slim's: 1001, background first)
+    const std::string classifier_bias = f.arch == "mobilenet_v2_slim" ? "classifier.1.bias" : "fc.bias";
+    const auto bias = map(classifier_bias);
     const auto* v = bias ? reader.find(bias->name) : nullptr;
-    if (!v || v->shape.size() != 1) throw Error(reader.prefix() + ": no " + (bias ? bias->name : "fc.bias") +
-                                                " to take --num_classes from; pass it");
+    if (!v || v->shape.size() != 1)
+      throw Error(reader.prefix() + ": no " + (bias ? bias->name : classifier_bias) + " to take --num_classes from; pass it");
     c.model.num_classes = v->shape[0];
   }
   c.model.initialize = false;
-  c.image_size = f.image_size > 0 ? f.image_size : (f.arch == "inception_v3" ? 299 : 224);
+  c.image_size = f.image_size > 0 ? f.image_size : (f.arch == "inception_v3_slim" ? 299 : 224);
   tasks::ClassificationTask task(c);
   const auto r = models::restore_tf_checkpoint(f.checkpoint, *task.module(), map);
   if (!r.unused.empty())
@@ -177,8 +181,9 @@ Verb import_weights_command() {
           [](FlagSet* c) {
     auto f = std::make_shared<ImportFlags>();
     c->add_option("--arch", f->arch,
-                  "resnet18..152, mobilenet_v2 or inception_v3 (torchvision's names); --format tf: resnet_v1_50/101/152 "
-                  "(TF-Slim), resnet50_garden (Model Garden's Keras ResNet-50), inception_v3 (TF-Slim)")
+                  "resnet18..152, mobilenet_v2 or inception_v3 (torchvision's names); --format tf: resnet_v1_50/101/152, "
+                  "inception_v3, mobilenet_v2 (TF-Slim's; the last two become inception_v3_slim, mobilenet_v2_slim), "
+                  "resnet50_garden (Model Garden's Keras ResNet-50)")
         ->required();
     c->add_option("--format", f->format, "torch (a state dict) | tf (a TensorFlow checkpoint)")->capture_default_str();
     c->add_option("--state_dict", f->state_dict, "--format torch: the file torch.save(model.state_dict(), FILE) wrote");

@@ -156,7 +156,7 @@ tasks::MultiLabelConfig task_config(const MultiLabelFlags& f) {
   c.model.width = f.width;
   c.model.depth_multiplier = f.depth_multiplier;
   c.max_image_pixels = f.max_image_pixels;
-  if (torchvision_init_flag(f.init) && c.model.arch != "inception_v3")
+  if (torchvision_init_flag(f.init) && c.model.arch.rfind("inception_v3", 0) != 0)
     throw Error("--init torchvision applies to inception_v3, not " + c.model.arch);
   c.model.init = f.init;
   if (f.optimizer != "momentum" && f.optimizer != "adam")
