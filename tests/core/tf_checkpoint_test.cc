@@ -272,5 +272,110 @@ TEST(TfCheckpointV1, SlicesAreAssembled) {
   EXPECT_FALSE(tf::is_tensorflow_checkpoint(dir.file("not.ckpt")));
 }
 
+// Slice keys (EncodeTensorNameSlice) byte by byte: OrderedCode's 0, the name ended by 00 01,
+// the rank as an unsigned number (byte count, bytes), each start and length as a signed number
+// (a header of L bits, ones for positive values, then the two's complement in 7L bits).
+TEST(TfSliceKey, OrderedCodeBytes) {
+  EXPECT_EQ(to_hex(tf::tensor_slice_key("w", {0, 2}, {-1, 3})),
+            "00"          // OrderedCode number 0: no bytes
+            "770001"      // "w", terminator
+            "0102"        // rank 2: one byte, 02
+            "80" "7f"     // start 0; length -1 (the whole dimension)
+            "82" "83");   // start 2; length 3
+  EXPECT_EQ(to_hex(tf::tensor_slice_key(std::string("a\xff" "\0" "b", 4), {}, {})), std::string("00") + "61ff0000ff62" "0001" "00");
+  EXPECT_EQ(to_hex(tf::tensor_slice_key("v", {100, 8192}, {-100, int64_t{1} << 62})),
+            std::string("00" "760001" "0102") +
+                "c064"                  // 100: two bytes, header 110
+                "3f9c"                  // -100: 0xff9c, header bits cleared
+                "e02000"                // 8192 = 2^13 needs three bytes (13 value bits + sign > 2 * 7 - 1)
+                "ffc04000000000000000"  // 2^62: ten bytes, header of ten ones
+  );
+  // OrderedCode's signed numbers at the length boundaries, as TensorFlow's C++ OrderedCode
+  // writes them (the vectors another implementation's tests took from it).
+  const std::vector<std::pair<int64_t, std::string>> signed_numbers{
+      {INT64_MIN, "003f8000000000000000"}, {int64_t{INT32_MIN} - 1, "077fffffff"}, {INT32_MIN, "0780000000"},
+      {-65, "3fbf"}, {-64, "40"}, {-1, "7f"}, {0, "80"}, {63, "bf"}, {64, "c040"}, {INT32_MAX, "f87fffffff"},
+      {int64_t{INT32_MAX} + 1, "f880000000"}, {INT64_MAX - 1, "ffc07ffffffffffffffe"}, {INT64_MAX, "ffc07fffffffffffffff"}};
+  for (const auto& [value, hex] : signed_numbers)
+    EXPECT_EQ(to_hex(tf::tensor_slice_key("", {value}, {0})), "00" "0001" "0101" + hex + "80") << value;
+  // TensorFlow's own V1 file keys its scalars' slices so.
+  const auto table = tf::read_table((kTf / "half_plus_two_v1" / "export-00000-of-00001").string());
+  ASSERT_EQ(table.size(), 3u);
+  EXPECT_EQ(to_hex(table[1].first), to_hex(tf::tensor_slice_key("a", {}, {})));
+  EXPECT_EQ(to_hex(table[2].first), to_hex(tf::tensor_slice_key("b", {}, {})));
+}
+
+// A partitioned variable (tf.compat.v1 PartitionedVariable, saved by tf.train.Saver): the
+// writer lays it out as BundleWriter::AddSlice, the reader assembles it.
+TEST(TfBundlePartitioned, SlicesAreAssembledAndChecked) {
+  TempDir dir;
+  std::vector<float> w(5 * 4);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i);
+  const auto rows = [&](int64_t from, int64_t n) {
+    return pod(std::vector<float>(w.begin() + from * 4, w.begin() + (from + n) * 4));
+  };
+  {
+    tf::BundleWriter out(dir.file("model.ckpt"));
+    out.add_slice("emb", tf::kFloat, {5, 4}, {0, 0}, {3, -1}, rows(0, 3));  // rows 0-2, every column
+    out.add_slice("emb", tf::kFloat, {5, 4}, {3, 0}, {2, 4}, rows(3, 2));   // rows 3-4, columns given
+    out.add("bias", tf::kFloat, {2}, pod({1, 2}));
+    out.finish();
+  }
+  const tf::CheckpointReader r(dir.file("model.ckpt"));
+  ASSERT_EQ(r.variables().size(), 2u);  // the slices are not variables of their own
+  EXPECT_EQ(r.variables()[1].name, "emb");
+  EXPECT_EQ(r.variables()[1].shape, (std::vector<int64_t>{5, 4}));
+  EXPECT_EQ(r.read("emb").floats(), w);
+  const auto index = tf::read_table(dir.file("model.ckpt.index"));
+  ASSERT_EQ(index.size(), 5u);  // header, two slices (keys starting 00, first), bias, emb
+  EXPECT_EQ(index[1].first, tf::tensor_slice_key("emb", {0, 0}, {3, -1}));
+  tensorflow::BundleEntryProto full;
+  ASSERT_TRUE(full.ParseFromString(index[4].second));
+  ASSERT_EQ(full.slices_size(), 2);
+  EXPECT_FALSE(full.slices(0).extent(1).has_length());  // the whole dimension: an empty extent
+  EXPECT_EQ(full.slices(1).extent(0).start(), 3);
+
+  // A gap, an overlap hiding a gap, a slice listed without its entry, damaged bytes.
+  const auto expect_error = [&](const std::string& prefix, const std::string& what) {
+    try {
+      tf::CheckpointReader(prefix).read("emb");
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find("'emb'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  {
+    tf::BundleWriter out(dir.file("gap/model.ckpt"));
+    out.add_slice("emb", tf::kFloat, {5, 4}, {0, 0}, {3, -1}, rows(0, 3));
+    out.finish();
+  }
+  expect_error(dir.file("gap/model.ckpt"), "slices hold 12 of its 20 values");
+  {
+    tf::BundleWriter out(dir.file("overlap/model.ckpt"));
+    out.add_slice("emb", tf::kFloat, {5, 4}, {0, 0}, {3, -1}, rows(0, 3));
+    out.add_slice("emb", tf::kFloat, {5, 4}, {2, 0}, {2, -1}, rows(2, 2));  // row 2 twice, row 4 never
+    out.finish();
+  }
+  expect_error(dir.file("overlap/model.ckpt"), "two slices overlap");
+  {
+    auto index = tf::read_table(dir.file("model.ckpt.index"));
+    index.erase(index.begin() + 2);  // the second slice's entry
+    write_bytes(dir.file("model.ckpt.index"), tf::build_table(index));
+  }
+  expect_error(dir.file("model.ckpt"), "the slice at [3, 0] of [2, 4] is listed but has no entry");
+  {
+    tf::BundleWriter out(dir.file("model.ckpt"));
+    out.add_slice("emb", tf::kFloat, {5, 4}, {0, 0}, {3, -1}, rows(0, 3));
+    out.add_slice("emb", tf::kFloat, {5, 4}, {3, 0}, {2, 4}, rows(3, 2));
+    out.finish();
+    std::string data = read_bytes(dir.file("model.ckpt.data-00000-of-00001"));
+    data[50] ^= 1;
+    write_bytes(dir.file("model.ckpt.data-00000-of-00001"), data);
+  }
+  expect_error(dir.file("model.ckpt"), "checksum mismatch");
+  EXPECT_THROW(tf::BundleWriter(dir.file("x")).add_slice("emb", tf::kFloat, {5, 4}, {4, 0}, {2, -1}, rows(0, 2)), Error);
+}
+
 }  // namespace
 }  // namespace orchard

@@ -103,6 +103,77 @@ std::string encode_strings(const std::vector<std::string>& values, uint32_t* crc
   return out;
 }
 
+// Calls f(at, from, run) for each row of the block at `start` with `length` inside a tensor
+// of `shape`, both row-major: `run` values from index `from` of the packed block go to index
+// `at` of the tensor. Bounds checked by the callers.
+template <typename F>
+void for_each_run(const std::vector<int64_t>& shape, const std::vector<int64_t>& start,
+                  const std::vector<int64_t>& length, F f) {
+  const size_t rank = shape.size();
+  const int64_t n = element_count(length);
+  if (n == 0) return;
+  if (rank == 0) return f(0, 0, 1);
+  const int64_t run = length[rank - 1];
+  std::vector<int64_t> idx(rank, 0);
+  for (int64_t from = 0; from < n; from += run) {
+    int64_t at = 0;
+    for (size_t i = 0; i < rank; ++i) at = at * shape[i] + start[i] + idx[i];
+    f(at, from, run);
+    for (int64_t i = static_cast<int64_t>(rank) - 2; i >= 0; --i) {
+      if (++idx[i] < length[i]) break;
+      idx[i] = 0;
+    }
+  }
+}
+
+// Copies `values`, the block at `start` with `length` packed row-major, into `dst`, the
+// whole tensor of `shape` (allocated).
+void copy_block(const std::string& values, const std::vector<int64_t>& shape, const std::vector<int64_t>& start,
+                const std::vector<int64_t>& length, size_t esize, std::string& dst) {
+  for_each_run(shape, start, length, [&](int64_t at, int64_t from, int64_t run) {
+    std::memcpy(&dst[at * esize], &values[from * esize], run * esize);
+  });
+}
+
+// OrderedCode (TensorFlow's lib/strings/ordered_code): byte strings that sort as the values.
+// An unsigned number: its byte count, then its bytes big-endian (0 is one zero byte).
+void ordered_unsigned(std::string& out, uint64_t v) {
+  std::string bytes;
+  for (; v > 0; v >>= 8) bytes.insert(bytes.begin(), static_cast<char>(v & 0xff));
+  out.push_back(static_cast<char>(bytes.size()));
+  out += bytes;
+}
+// A string: 0x00 as 0x00 0xff, 0xff as 0xff 0x00, ended by 0x00 0x01.
+void ordered_string(std::string& out, const std::string& s) {
+  for (char c : s) {
+    out.push_back(c);
+    if (c == '\0') out.push_back('\xff');
+    else if (c == '\xff') out.push_back('\0');
+  }
+  out += std::string("\0\x01", 2);
+}
+// A signed number in L bytes: its two's complement in 7L bits, after a header of L bits that
+// are ones for a positive number (zeros for a negative one, whose sign bits follow): 5 is 0x85,
+// -1 is 0x7f, 100 is 0xc0 0x64.
+void ordered_signed(std::string& out, int64_t v) {
+  const uint64_t x = v < 0 ? ~static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+  int len = 1;
+  while (len < 10 && (x >> (7 * len - 1)) != 0) ++len;
+  // The value sign-extended to 10 bytes, big-endian; its last `len` bytes, the header xor-ed in.
+  unsigned char buf[10];
+  for (int i = 0; i < 10; ++i) {
+    const int shift = 8 * (9 - i);
+    buf[i] = shift >= 64 ? (v < 0 ? 0xff : 0x00) : static_cast<unsigned char>(static_cast<uint64_t>(v) >> shift);
+  }
+  unsigned char* p = buf + 10 - len;
+  const int header_bits = len;  // ones from the top of the first two bytes
+  const unsigned header0 = header_bits >= 8 ? 0xff : (0xff << (8 - header_bits)) & 0xff;
+  const unsigned header1 = header_bits <= 8 ? 0 : (0xff << (16 - header_bits)) & 0xff;
+  p[0] ^= header0;
+  if (len > 1) p[1] ^= header1;
+  out.append(reinterpret_cast<const char*>(p), len);
+}
+
 // Copies the values of a V1 slice into `t` (the whole tensor, allocated).
 void copy_slice(const tensorflow::SavedSlice& s, const VariableInfo& info, Tensor& t, const std::string& file) {
   const auto fail = [&](const std::string& what) {
@@ -153,25 +224,24 @@ void copy_slice(const tensorflow::SavedSlice& s, const VariableInfo& info, Tenso
   if (values.size() != static_cast<size_t>(n) * esize)
     fail("a slice holds " + std::to_string(values.size() / std::max<size_t>(esize, 1)) + " values, its extent " +
          std::to_string(n));
-  // Row-major copy of the hyper-rectangle: runs along the last dimension.
-  if (rank == 0 || n == 0) {
-    t.data.replace(0, values.size(), values);
-    return;
-  }
-  const int64_t run = length[rank - 1];
-  std::vector<int64_t> idx(rank, 0);
-  for (int64_t src = 0; src < n; src += run) {
-    int64_t dst = 0;
-    for (size_t i = 0; i < rank; ++i) dst = dst * info.shape[i] + start[i] + idx[i];
-    std::memcpy(&t.data[dst * esize], &values[src * esize], run * esize);
-    for (int64_t i = static_cast<int64_t>(rank) - 2; i >= 0; --i) {
-      if (++idx[i] < length[i]) break;
-      idx[i] = 0;
-    }
-  }
+  copy_block(values, info.shape, start, length, esize, t.data);
 }
 
 }  // namespace
+
+std::string tensor_slice_key(const std::string& name, const std::vector<int64_t>& start,
+                             const std::vector<int64_t>& length) {
+  if (start.size() != length.size()) throw Error("tensor_slice_key: " + name + ": start and length differ in rank");
+  std::string key;
+  ordered_unsigned(key, 0);
+  ordered_string(key, name);
+  ordered_unsigned(key, start.size());
+  for (size_t d = 0; d < start.size(); ++d) {
+    ordered_signed(key, start[d]);
+    ordered_signed(key, length[d]);
+  }
+  return key;
+}
 
 std::string dtype_name(int dtype) {
   switch (dtype) {
@@ -309,7 +379,7 @@ struct CheckpointReader::Impl {
   std::vector<VariableInfo> variables;
   std::map<std::string, size_t> by_name;
   int num_shards = 1;
-  std::map<std::string, tensorflow::BundleEntryProto> entries;  // V2
+  std::map<std::string, tensorflow::BundleEntryProto> entries;  // V2, partitions' slices included
   std::map<std::string, Tensor> v1_values;                      // V1: assembled on open
 
   std::string shard_path(int shard) const {
@@ -319,6 +389,9 @@ struct CheckpointReader::Impl {
   }
   void open_v2();
   void open_v1();
+  // A V2 entry's bytes from its shard, range-checked (CRCs are the caller's).
+  std::string entry_bytes(const tensorflow::BundleEntryProto& e, const std::string& name) const;
+  Tensor read_partitioned(const VariableInfo& info, const tensorflow::BundleEntryProto& e) const;
 };
 
 void CheckpointReader::Impl::open_v2() {
@@ -335,13 +408,14 @@ void CheckpointReader::Impl::open_v2() {
   num_shards = header.num_shards();
   for (size_t i = 1; i < table.size(); ++i) {
     const auto& [key, value] = table[i];
-    if (!key.empty() && key[0] == '\0') continue;  // a slice of a partitioned variable
+    const bool slice = !key.empty() && key[0] == '\0';  // a slice of a partitioned variable
+    const std::string what = slice ? "a partition slice's entry" : "the entry of '" + key + "'";
     tensorflow::BundleEntryProto e;
-    if (!e.ParseFromString(value)) throw DataError(index + ": the entry of '" + key + "' is not a BundleEntryProto");
+    if (!e.ParseFromString(value)) throw DataError(index + ": " + what + " is not a BundleEntryProto");
     if (e.shard_id() < 0 || e.shard_id() >= num_shards || e.offset() < 0 || e.size() < 0)
-      throw DataError(index + ": the entry of '" + key + "' names shard " + std::to_string(e.shard_id()) +
-                      ", offset " + std::to_string(e.offset()) + ", size " + std::to_string(e.size()));
-    variables.push_back({key, static_cast<int>(e.dtype()), to_shape(e.shape())});
+      throw DataError(index + ": " + what + " names shard " + std::to_string(e.shard_id()) + ", offset " +
+                      std::to_string(e.offset()) + ", size " + std::to_string(e.size()));
+    if (!slice) variables.push_back({key, static_cast<int>(e.dtype()), to_shape(e.shape())});
     entries.emplace(key, std::move(e));
   }
 }
@@ -400,6 +474,94 @@ void CheckpointReader::Impl::open_v1() {
   for (const auto& s : slices) copy_slice(s.data(), variables[by_name.at(s.data().name())], v1_values.at(s.data().name()), prefix);
 }
 
+std::string CheckpointReader::Impl::entry_bytes(const tensorflow::BundleEntryProto& e, const std::string& name) const {
+  const std::string file = shard_path(e.shard_id());
+  const auto fail = [&](const std::string& what) { throw DataError(file + ": variable '" + name + "': " + what); };
+  std::ifstream in(file, std::ios::binary);
+  if (!in) fail("cannot open the data file (is it beside " + prefix + ".index?)");
+  in.seekg(0, std::ios::end);
+  const auto file_size = static_cast<uint64_t>(in.tellg());
+  if (static_cast<uint64_t>(e.offset()) > file_size || static_cast<uint64_t>(e.size()) > file_size - e.offset())
+    fail("bytes " + std::to_string(e.offset()) + "+" + std::to_string(e.size()) + " run past the end of the file (" +
+         std::to_string(file_size) + " bytes): truncated?");
+  std::string bytes(static_cast<size_t>(e.size()), '\0');
+  in.seekg(e.offset());
+  in.read(bytes.data(), e.size());
+  if (!in) fail("read error");
+  return bytes;
+}
+
+// A partitioned variable (a PartitionedVariable saved by tf.train.Saver): its entry lists the
+// slices, each stored as an entry of its own under tensor_slice_key; assembled here, each
+// slice's CRC checked, and the slices must cover the tensor exactly once.
+Tensor CheckpointReader::Impl::read_partitioned(const VariableInfo& info, const tensorflow::BundleEntryProto& e) const {
+  const auto fail = [&](const std::string& what) {
+    throw DataError(prefix + ".index: variable '" + info.name + "' (partitioned): " + what);
+  };
+  const size_t esize = dtype_size(info.dtype);
+  if (info.dtype == kString || esize == 0) fail("dtype " + dtype_name(info.dtype) + " is not supported in slices");
+  const int64_t n = element_count(info.shape);
+  if (n < 0) fail("shape " + shape_string(info.shape) + " is too large");
+  const size_t rank = info.shape.size();
+  // The slices' extents add up to the tensor's before anything is allocated; then each value
+  // is marked as its slice is copied, so an overlap (which hides a gap) is found too.
+  struct Block {
+    std::vector<int64_t> start, length;
+    const tensorflow::BundleEntryProto* entry;
+  };
+  std::vector<Block> blocks;
+  int64_t covered = 0;
+  for (const auto& slice : e.slices()) {
+    if (static_cast<size_t>(slice.extent_size()) != rank)
+      fail("a slice of rank " + std::to_string(slice.extent_size()) + " in a tensor of rank " + std::to_string(rank));
+    Block b;
+    std::vector<int64_t> key_length;
+    for (size_t d = 0; d < rank; ++d) {
+      const auto& x = slice.extent(static_cast<int>(d));
+      const bool whole = x.has_length_case() != tensorflow::TensorSliceProto::Extent::kLength;
+      b.start.push_back(x.start());
+      b.length.push_back(whole ? info.shape[d] : x.length());
+      key_length.push_back(whole ? -1 : x.length());
+      if (b.start[d] < 0 || b.length[d] < 0 || b.start[d] > info.shape[d] || b.length[d] > info.shape[d] - b.start[d])
+        fail("a slice at " + shape_string(b.start) + " of " + shape_string(b.length) + " outside its shape " +
+             shape_string(info.shape));
+    }
+    const std::string desc = "the slice at " + shape_string(b.start) + " of " + shape_string(b.length);
+    auto it = entries.find(tensor_slice_key(info.name, b.start, key_length));
+    if (it == entries.end()) fail(desc + " is listed but has no entry in the index");
+    const auto& se = it->second;
+    if (static_cast<int>(se.dtype()) != info.dtype || to_shape(se.shape()) != b.length)
+      fail(desc + ": its entry holds " + dtype_name(se.dtype()) + " " + shape_string(to_shape(se.shape())));
+    if (static_cast<uint64_t>(se.size()) != static_cast<uint64_t>(element_count(b.length)) * esize)
+      fail(desc + ": " + std::to_string(se.size()) + " bytes for " + std::to_string(element_count(b.length)) + " values");
+    covered += element_count(b.length);
+    b.entry = &se;
+    blocks.push_back(std::move(b));
+  }
+  if (covered != n)
+    fail("its slices hold " + std::to_string(covered) + " of its " + std::to_string(n) +
+         " values (missing or overlapping slices)");
+  Tensor t;
+  t.dtype = info.dtype;
+  t.shape = info.shape;
+  t.data.assign(static_cast<size_t>(n) * esize, '\0');
+  std::vector<bool> seen(static_cast<size_t>(n), false);
+  for (const auto& b : blocks) {
+    const std::string bytes = entry_bytes(*b.entry, info.name);
+    if (crc32c::mask(crc32c::value(bytes.data(), bytes.size())) != b.entry->crc32c())
+      throw DataError(shard_path(b.entry->shard_id()) + ": variable '" + info.name + "': the slice at " +
+                      shape_string(b.start) + ": checksum mismatch (the data file is corrupt)");
+    for_each_run(info.shape, b.start, b.length, [&](int64_t at, int64_t, int64_t run) {
+      for (int64_t i = at; i < at + run; ++i) {
+        if (seen[i]) fail("two slices overlap");
+        seen[i] = true;
+      }
+    });
+    copy_block(bytes, info.shape, b.start, b.length, esize, t.data);
+  }
+  return t;
+}
+
 CheckpointReader::CheckpointReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
   impl_->prefix = resolve_checkpoint(path);
   if (exists_file(impl_->prefix + ".index")) impl_->open_v2();
@@ -425,9 +587,9 @@ Tensor CheckpointReader::read(const std::string& name) const {
   if (!info) throw Error(impl_->prefix + ": no variable '" + name + "' in this checkpoint");
   if (impl_->version == 1) return impl_->v1_values.at(name);
   const auto& e = impl_->entries.at(name);
+  if (e.slices_size() > 0) return impl_->read_partitioned(*info, e);
   const std::string file = impl_->shard_path(e.shard_id());
   const auto fail = [&](const std::string& what) { throw DataError(file + ": variable '" + name + "': " + what); };
-  if (e.slices_size() > 0) fail("a partitioned variable (saved in " + std::to_string(e.slices_size()) + " slices; not supported)");
   Tensor t;
   t.dtype = info->dtype;
   t.shape = info->shape;
@@ -436,17 +598,7 @@ Tensor CheckpointReader::read(const std::string& name) const {
   if (t.dtype != kString && dtype_size(t.dtype) == 0) fail("dtype " + dtype_name(t.dtype) + " is not supported");
   if (t.dtype != kString && static_cast<uint64_t>(e.size()) != static_cast<uint64_t>(n) * dtype_size(t.dtype))
     fail(std::to_string(e.size()) + " bytes for " + std::to_string(n) + " " + dtype_name(t.dtype) + " values");
-  std::ifstream in(file, std::ios::binary);
-  if (!in) fail("cannot open the data file (is it beside " + impl_->prefix + ".index?)");
-  in.seekg(0, std::ios::end);
-  const auto file_size = static_cast<uint64_t>(in.tellg());
-  if (static_cast<uint64_t>(e.offset()) > file_size || static_cast<uint64_t>(e.size()) > file_size - e.offset())
-    fail("bytes " + std::to_string(e.offset()) + "+" + std::to_string(e.size()) + " run past the end of the file (" +
-         std::to_string(file_size) + " bytes): truncated?");
-  std::string bytes(static_cast<size_t>(e.size()), '\0');
-  in.seekg(e.offset());
-  in.read(bytes.data(), e.size());
-  if (!in) fail("read error");
+  std::string bytes = impl_->entry_bytes(e, name);
   if (t.dtype != kString) {
     if (crc32c::mask(crc32c::value(bytes.data(), bytes.size())) != e.crc32c())
       fail("checksum mismatch: the data file is corrupt, or not the one written with this index");
@@ -528,6 +680,26 @@ void BundleWriter::add(const std::string& name, int dtype, const std::vector<int
   items_[name] = Item{dtype, shape, std::move(data), crc};
 }
 
+void BundleWriter::add_slice(const std::string& name, int dtype, const std::vector<int64_t>& full_shape,
+                             const std::vector<int64_t>& start, const std::vector<int64_t>& length, std::string data) {
+  if (start.size() != full_shape.size() || length.size() != full_shape.size())
+    throw Error("BundleWriter: '" + name + "': a slice's rank differs from " + shape_string(full_shape));
+  std::vector<int64_t> extent(full_shape.size());
+  for (size_t d = 0; d < full_shape.size(); ++d) {
+    extent[d] = length[d] == -1 ? full_shape[d] : length[d];
+    if (start[d] < 0 || extent[d] < 0 || start[d] + extent[d] > full_shape[d] || (length[d] == -1 && start[d] != 0))
+      throw Error("BundleWriter: '" + name + "': a slice at " + shape_string(start) + " of " + shape_string(length) +
+                  " outside " + shape_string(full_shape));
+  }
+  auto& full = items_[name];
+  if (!full.bytes.empty() || (!full.slices.empty() && (full.dtype != dtype || full.shape != full_shape)))
+    throw Error("BundleWriter: '" + name + "' added twice, or its slices differ in dtype or shape");
+  full.dtype = dtype;
+  full.shape = full_shape;
+  full.slices.emplace_back(start, length);
+  add(tensor_slice_key(name, start, length), dtype, extent, std::move(data));
+}
+
 void BundleWriter::add_string(const std::string& name, const std::string& value) {
   uint32_t crc = 0;
   std::string bytes = encode_strings({value}, &crc);
@@ -546,6 +718,17 @@ void BundleWriter::finish() {
     e.set_dtype(static_cast<tensorflow::DataType>(item.dtype));
     auto* shape = e.mutable_shape();  // present even for scalars, as TensorFlow writes it
     for (int64_t d : item.shape) shape->add_dim()->set_size(d);
+    if (!item.slices.empty()) {  // a partitioned variable: its slices, no bytes of its own
+      for (const auto& [start, length] : item.slices) {
+        auto* slice = e.add_slices();
+        for (size_t d = 0; d < start.size(); ++d) {
+          auto* x = slice->add_extent();  // a whole dimension: an empty extent
+          if (length[d] != -1) x->set_start(start[d]), x->set_length(length[d]);
+        }
+      }
+      table.emplace_back(name, e.SerializeAsString());
+      continue;
+    }
     e.set_offset(static_cast<int64_t>(data.size()));
     e.set_size(static_cast<int64_t>(item.bytes.size()));
     e.set_crc32c(crc32c::mask(item.crc));

@@ -81,7 +81,8 @@ class CheckpointReader {
   // Every variable, sorted by name (V2 partition slices are not listed on their own).
   const std::vector<VariableInfo>& variables() const;
   const VariableInfo* find(const std::string& name) const;
-  // A variable's value; the CRC-32C of V2 data is checked. Throws DataError naming the file
+  // A variable's value (a partitioned V2 variable assembled from its slices); the CRC-32C of
+  // V2 data is checked. Throws DataError naming the file
   // and the variable.
   Tensor read(const std::string& name) const;
   // tf.train.Checkpoint's object graph (empty for name-based checkpoints).
@@ -99,6 +100,13 @@ std::string resolve_checkpoint(const std::string& path);
 // e.g. an Orchard checkpoint or model_dir.
 bool is_tensorflow_checkpoint(const std::string& path);
 
+// The key of one slice of a variable, as TensorFlow's EncodeTensorNameSlice writes it in V1
+// files and for V2's partitioned variables: OrderedCode's number 0, the name, the rank, then
+// each dimension's start and length (-1: the whole dimension) as signed numbers. Every such key
+// starts with a zero byte, before any variable's name.
+std::string tensor_slice_key(const std::string& name, const std::vector<int64_t>& start,
+                             const std::vector<int64_t>& length);
+
 // Writes a V2 checkpoint (one shard) as TensorFlow's BundleWriter does; variables sorted by
 // name. finish() writes `P.data-00000-of-00001`, then `P.index` (each atomically).
 class BundleWriter {
@@ -106,14 +114,20 @@ class BundleWriter {
   explicit BundleWriter(std::string prefix);
   void add(const std::string& name, int dtype, const std::vector<int64_t>& shape, std::string data);
   void add_string(const std::string& name, const std::string& value);  // a scalar string
+  // One slice of a partitioned variable (BundleWriter::AddSlice): `data` holds the values of
+  // the block at `start` with `length` (-1: the whole dimension). The variable's entry lists
+  // its slices; each slice is an entry of its own under tensor_slice_key.
+  void add_slice(const std::string& name, int dtype, const std::vector<int64_t>& full_shape,
+                 const std::vector<int64_t>& start, const std::vector<int64_t>& length, std::string data);
   void finish();
 
  private:
   struct Item {
-    int dtype;
+    int dtype = 0;
     std::vector<int64_t> shape;
     std::string bytes;
-    uint32_t crc;
+    uint32_t crc = 0;
+    std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> slices;  // (start, length)
   };
   std::string prefix_;
   std::map<std::string, Item> items_;
