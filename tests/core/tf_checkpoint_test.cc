@@ -154,6 +154,22 @@ TEST(TfCheckpointReal, EstimatorDirectoryCheckpointStateAndInt64) {
   for (const auto& v : r.variables()) EXPECT_NO_THROW(r.read(v.name)) << v.name;
 }
 
+// A `checkpoint` file written by TensorFlow on Windows names its checkpoint with backslashes
+// (seen in a real downloaded model: "/tmp/speech_commands_train\\conv.ckpt-18000"); a
+// downloaded directory still opens, at the file of that name beside it.
+TEST(TfCheckpointDirectory, WindowsPathsInTheCheckpointFile) {
+  for (const std::string named : {"/tmp/speech_commands_train\\model.ckpt-1000", "C:\\Users\\me\\run\\model.ckpt-1000"}) {
+    TempDir dir;
+    for (const auto& e : fs::directory_iterator(kTf / "estimator_ckpt"))
+      if (e.path().filename().string().rfind("model.ckpt-1000", 0) == 0) fs::copy_file(e.path(), dir.file(e.path().filename().string()));
+    std::string text;  // a text proto: each backslash escaped, as TensorFlow writes it
+    for (char c : named) text += c == '\\' ? std::string("\\\\") : std::string(1, c);
+    write_bytes(dir.file("checkpoint"), "model_checkpoint_path: \"" + text + "\"\n");
+    const tf::CheckpointReader r(dir.path().string());
+    EXPECT_EQ(fs::path(r.prefix()).filename(), "model.ckpt-1000") << named;
+  }
+}
+
 TEST(TfCheckpointReal, ZooIndexWithoutItsDataShard) {
   // list_variables needs only the index: names, dtypes and shapes of the OD API zoo's model.
   const tf::CheckpointReader r((kTf / "ssd_mobilenet_v2_coco_2018_03_29" / "model.ckpt").string());

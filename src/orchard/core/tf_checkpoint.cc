@@ -327,8 +327,13 @@ std::string resolve_checkpoint(const std::string& path) {
       // Relative paths are relative to the directory; an absolute one may be from the machine
       // that trained it (a downloaded model): then its file name in this directory.
       std::string prefix = named.is_absolute() ? named.string() : (fs::path(p) / named).string();
-      if (!exists_file(prefix + ".index") && !exists_file(prefix))
-        prefix = (fs::path(p) / named.filename()).string();
+      if (!exists_file(prefix + ".index") && !exists_file(prefix)) {
+        // Its last component; TensorFlow on Windows writes backslashes ("C:\\train\\model.ckpt",
+        // "/tmp/train\\model.ckpt").
+        const std::string& named_path = state.model_checkpoint_path();
+        const size_t slash = named_path.find_last_of("/\\");
+        prefix = (fs::path(p) / (slash == std::string::npos ? named_path : named_path.substr(slash + 1))).string();
+      }
       if (!exists_file(prefix + ".index") && !exists_file(prefix))
         throw Error(state_file + " names " + state.model_checkpoint_path() + ", which is not in " + p);
       return prefix;
