@@ -37,14 +37,15 @@ void fuzz_pipeline_config(const std::string& text) {
   object_detection::protos::TrainEvalPipelineConfig config;
   detect::ConfigIssues issues;
   try {
-    config = detect::parse_pipeline_config(text, "fuzz.config", false, &issues);
+    config = detect::parse_pipeline_config(text, "fuzz.config", false, &issues, /*allow_unknown_fields=*/true);
   } catch (const orchard::Error&) {
     return;  // a syntax error
   }
   try {
+    detect::parse_pipeline_config(text, "fuzz.config", false);
     detect::parse_pipeline_config(text, "fuzz.config", true);
   } catch (const orchard::Error&) {
-    // strict mode rejects the unknown and unimplemented fields lenient mode warned about
+    // unknown fields (without --allow_unknown_fields), then strict mode's unimplemented ones
   }
   try {
     detect::validate_pipeline_config(config, "fuzz.config");

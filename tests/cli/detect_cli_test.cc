@@ -376,12 +376,20 @@ class DetectErrors : public ::testing::Test {
 TempDir* DetectErrors::root_ = nullptr;
 std::string DetectErrors::data_, DetectErrors::text_;
 
-TEST_F(DetectErrors, UnknownFieldsWarnOrFailWithStrict) {
-  const std::string cfg = replace(text_, "    num_classes: 3\n", "    num_classes: 3\n    frobnicate: 7\n");
+// As TensorFlow's parser: a field outside the schema is an error (a misspelling named with the
+// field meant), a warning with --allow_unknown_fields; --strict keeps it an error.
+TEST_F(DetectErrors, UnknownFieldsFailUnlessAllowed) {
+  const std::string cfg = replace(text_, "    num_classes: 3\n", "    num_classes: 3\n    frobnicate: 7\n    num_clases: 3\n");
   auto r = train_with(cfg);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "model.ssd.frobnicate (line")) << r.err;
+  EXPECT_TRUE(contains(r.err, "model.ssd.num_clases (line")) << r.err;
+  EXPECT_TRUE(contains(r.err, "(did you mean num_classes?)")) << r.err;
+  EXPECT_FALSE(fs::exists(root_->file("m/ckpt-2.pt"))) << "trained anyway";
+  r = train_with(cfg, {"--allow_unknown_fields"});
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "model.ssd.frobnicate")) << r.err;
-  r = train_with(cfg, {"--strict"});
+  r = train_with(cfg, {"--allow_unknown_fields", "--strict"});
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(contains(r.err, "model.ssd.frobnicate")) << r.err;
 }

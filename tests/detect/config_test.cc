@@ -168,21 +168,45 @@ TEST(PipelineConfig, OlderSampleWithRemovedFieldStillLoads) {
       replace(sample_text(), "depth_multiplier: 1.0\n",
               "depth_multiplier: 1.0\n      use_depthwise: true\n      batch_norm_trainable: true\n");
   ConfigIssues issues;
-  parse_pipeline_config(text, "old.config", /*strict=*/false, &issues);
+  // As TensorFlow, a field the schema no longer has is an error, unless --allow_unknown_fields.
+  expect_error([&] { parse_pipeline_config(text, "old.config", /*strict=*/false); },
+               {"old.config", "model.ssd.feature_extractor.batch_norm_trainable (line", "--allow_unknown_fields"});
+  parse_pipeline_config(text, "old.config", /*strict=*/false, &issues, /*allow_unknown_fields=*/true);
   EXPECT_EQ(issues.unknown, std::vector<std::string>{"model.ssd.feature_extractor.batch_norm_trainable (line " +
                                                      std::to_string(line_of(text, "batch_norm_trainable")) + ")"});
-  EXPECT_EQ(issues.unimplemented, std::vector<std::string>{"model.ssd.feature_extractor.use_depthwise"});
+  EXPECT_TRUE(issues.unimplemented.empty());  // the feature extractor's use_depthwise is implemented
 }
 
-TEST(PipelineConfig, UnknownFieldsWarnWithTheirPathsAndFailInStrictMode) {
+TEST(PipelineConfig, MisspeltFieldIsAnErrorWithTheClosestName) {
+  const std::string text = replace(sample_text(), "batch_size: 24", "batch_szie: 24");
+  const std::string line = std::to_string(line_of(text, "batch_szie"));
+  expect_error([&] { parse_pipeline_config(text, "my.config", /*strict=*/false); },
+               {"my.config", "train_config.batch_szie (line " + line + ") (did you mean batch_size?)"});
+  ConfigIssues issues;
+  LogCapture log;
+  const auto c = parse_pipeline_config(text, "my.config", false, &issues, /*allow_unknown_fields=*/true);
+  EXPECT_EQ(c.train_config().batch_size(), 32);  // the proto default: what the misspelling costs
+  EXPECT_NE(log.text().find("did you mean batch_size?"), std::string::npos) << log.text();
+}
+
+TEST(PipelineConfig, SyntaxErrorAtALineStartNamesTheLineBefore) {
+  // A value left out: the parser trips over the next line's first token.
+  const std::string text = "model {\n  ssd {\n    num_classes:\n    box_coder {\n    }\n  }\n}\n";
+  expect_error([&] { parse_pipeline_config(text, "bad.config", false); },
+               {"bad.config:3: after `num_classes:`", "(at line 4)"});
+}
+
+TEST(PipelineConfig, UnknownFieldsFailOrWarnWithTheirPaths) {
   std::string text = replace(sample_text(), "num_classes: 90", "num_classes: 90\n    foo_bar: 3");
   text = replace(text, "batch_norm {\n          train: true,",
                  "mystery { a: 1 b { c: 2 } }\n        batch_norm {\n          train: true,");
   text = replace(text, "ssd_random_crop {\n    }", "ssd_random_crop {\n    }\n    weird_aug: [1, 2]");
   text += "\nnot_a_section {\n  x: \"}\"\n}\n";
+  expect_error([&] { parse_pipeline_config(text, "my.config", /*strict=*/false); },
+               {"my.config", "fields not in the pipeline.config schema", "model.ssd.foo_bar (line", "not_a_section (line"});
   ConfigIssues issues;
   LogCapture log;
-  const auto c = parse_pipeline_config(text, "my.config", /*strict=*/false, &issues);
+  const auto c = parse_pipeline_config(text, "my.config", /*strict=*/false, &issues, /*allow_unknown_fields=*/true);
   EXPECT_EQ(c.model().ssd().num_classes(), 90);  // the rest still parses
   ASSERT_EQ(issues.unknown.size(), 4u);
   EXPECT_EQ(issues.unknown[0], "model.ssd.foo_bar (line " + std::to_string(line_of(text, "foo_bar")) + ")");

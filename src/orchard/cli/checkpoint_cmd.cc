@@ -77,7 +77,7 @@ MappedModel image_model(const std::string& arch, int64_t num_classes, const tf::
 }
 
 MappedModel detection_model(const std::string& config_path) {
-  const auto pipeline = detect::load_pipeline_config(config_path, /*strict=*/false);
+  const auto pipeline = detect::load_pipeline_config(config_path, /*strict=*/false, nullptr, /*allow_unknown_fields=*/true);
   detect::validate_pipeline_config(pipeline, config_path);
   auto task = std::make_shared<tasks::DetectionTask>(tasks::detection_config(pipeline, false));
   std::string type = pipeline.train_config().fine_tune_checkpoint_type();

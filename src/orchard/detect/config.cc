@@ -1,5 +1,6 @@
 #include "orchard/detect/config.h"
 
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/text_format.h>
@@ -31,7 +32,7 @@ const char* const kImplemented[] = {
     "model.ssd.feature_extractor.depth_multiplier",
     "model.ssd.feature_extractor.min_depth",
     "model.ssd.feature_extractor.pad_to_multiple=1",
-    "model.ssd.feature_extractor.use_depthwise=false",
+    "model.ssd.feature_extractor.use_depthwise",
     "model.ssd.box_coder.faster_rcnn_box_coder",
     "model.ssd.matcher.argmax_matcher.matched_threshold",
     "model.ssd.matcher.argmax_matcher.unmatched_threshold",
@@ -311,14 +312,56 @@ std::string enclosing_path(const std::string& text, int line, int column) {
   return join(names, ".");
 }
 
-// The field name in protobuf's unknown-field warning ('... has no field named "foo".').
-std::string unknown_field_name(const std::string& message) {
-  const std::string key = "has no field named \"";
-  size_t b = message.find(key);
+// The quoted text after `key` in a protobuf message ('Message type "a.B" has no field named
+// "foo".'), or "".
+std::string quoted_after(const std::string& message, const std::string& key) {
+  size_t b = message.find(key + "\"");
   if (b == std::string::npos) return "";
-  b += key.size();
+  b += key.size() + 1;
   size_t e = message.find('"', b);
   return e == std::string::npos ? "" : message.substr(b, e - b);
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The field of message type `type` whose name is closest to `name` (a misspelling: at most a
+// third of the name's letters differ), or "".
+std::string closest_field(const std::string& type, const std::string& name) {
+  const auto* d = pb::DescriptorPool::generated_pool()->FindMessageTypeByName(type);
+  if (!d) return "";
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, name.size() / 3) + 1;
+  for (int i = 0; i < d->field_count(); ++i) {
+    const size_t distance = edit_distance(name, d->field(i)->name());
+    if (distance < best_distance) best = d->field(i)->name(), best_distance = distance;
+  }
+  return best;
+}
+
+// The last line before `line` (zero-based) with something on it, and its number; -1 if none.
+std::pair<int, std::string> previous_content_line(const std::string& text, int line) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  for (int i = std::min<int>(line, static_cast<int>(lines.size())) - 1; i >= 0; --i) {
+    const auto& l = lines[i];
+    const size_t b = l.find_first_not_of(" \t\r");
+    if (b != std::string::npos && l[b] != '#') return {i, l.substr(b)};
+  }
+  return {-1, ""};
 }
 
 }  // namespace
@@ -334,22 +377,40 @@ void parse_text_proto(const std::string& text, const std::string& source_name, p
   if (!parser.Parse(&input, message)) {
     if (collector.errors.empty()) throw Error(source_name + ": cannot parse as " + message->GetTypeName());
     const auto& e = collector.errors.front();
-    throw Error(source_name + ":" + std::to_string(e.line + 1) + ":" + std::to_string(e.column + 1) + ": " + e.message);
+    std::string what = source_name + ":" + std::to_string(e.line + 1) + ":" + std::to_string(e.column + 1) + ": " + e.message;
+    // A token the parser did not expect at the start of a line: the mistake is most often at
+    // the end of the line before (a value left out, a brace not opened).
+    const std::string line_text = [&] {
+      std::istringstream in(text);
+      std::string l;
+      for (int i = 0; i <= e.line && std::getline(in, l); ++i) {}
+      return l;
+    }();
+    const size_t first = line_text.find_first_not_of(" \t");
+    if (first != std::string::npos && static_cast<int>(first) >= e.column && e.message.rfind("Expected", 0) == 0) {
+      const auto [prev_line, prev_text] = previous_content_line(text, e.line);
+      if (prev_line >= 0)
+        what = source_name + ":" + std::to_string(prev_line + 1) + ": after `" + prev_text + "`: " + e.message +
+               " (at line " + std::to_string(e.line + 1) + ")";
+    }
+    throw Error(what);
   }
   for (const auto& w : collector.warnings) {
-    const std::string field = unknown_field_name(w.message);
+    const std::string field = quoted_after(w.message, "has no field named ");
     const std::string at = " (line " + std::to_string(w.line + 1) + ")";
     if (field.empty()) {
       unknown->push_back(w.message + at);
       continue;
     }
     const std::string parent = enclosing_path(text, w.line, w.column);
-    unknown->push_back((parent.empty() ? field : parent + "." + field) + at);
+    const std::string suggestion = closest_field(quoted_after(w.message, "Message type "), field);
+    unknown->push_back((parent.empty() ? field : parent + "." + field) + at +
+                       (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)"));
   }
 }
 
 odp::TrainEvalPipelineConfig parse_pipeline_config(const std::string& text, const std::string& source_name, bool strict,
-                                                   ConfigIssues* issues) {
+                                                   ConfigIssues* issues, bool allow_unknown_fields) {
   odp::TrainEvalPipelineConfig config;
   ConfigIssues found;
   std::vector<std::string> unknown;
@@ -364,6 +425,11 @@ odp::TrainEvalPipelineConfig parse_pipeline_config(const std::string& text, cons
   }
   if (issues) *issues = found;
   if (found.unknown.empty() && found.unimplemented.empty()) return config;
+  // Fields outside the schema are errors, as TensorFlow's parser makes them: most often a
+  // misspelling whose value would otherwise be silently replaced by the default.
+  if (!found.unknown.empty() && !allow_unknown_fields && !strict)
+    throw Error(source_name + ": fields not in the pipeline.config schema: " + join(found.unknown, ", ") +
+                " (--allow_unknown_fields ignores them, e.g. for a config from a newer OD API)");
 
   std::vector<std::string> parts;
   if (!found.unknown.empty()) parts.push_back("fields not in the pipeline.config schema: " + join(found.unknown, ", "));
@@ -374,8 +440,9 @@ odp::TrainEvalPipelineConfig parse_pipeline_config(const std::string& text, cons
   return config;
 }
 
-odp::TrainEvalPipelineConfig load_pipeline_config(const std::string& path, bool strict, ConfigIssues* issues) {
-  return parse_pipeline_config(read_file(path), path, strict, issues);
+odp::TrainEvalPipelineConfig load_pipeline_config(const std::string& path, bool strict, ConfigIssues* issues,
+                                                  bool allow_unknown_fields) {
+  return parse_pipeline_config(read_file(path), path, strict, issues, allow_unknown_fields);
 }
 
 std::string pipeline_config_to_text(const odp::TrainEvalPipelineConfig& config) {

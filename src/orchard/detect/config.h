@@ -17,7 +17,8 @@
 namespace orchard::detect {
 
 struct ConfigIssues {
-  // Fields not in the schema, as "<path> (line <n>)", e.g. "model.ssd.foo (line 12)".
+  // Fields not in the schema, as "<path> (line <n>)", e.g. "model.ssd.foo (line 12)", then
+  // " (did you mean <field>?)" where a field of that message is spelt alike.
   std::vector<std::string> unknown;
   // Set fields Orchard parses but does not implement, by path without repeated indices, e.g.
   // "train_config.optimizer.use_moving_average". A set sub-message none of whose fields Orchard
@@ -26,15 +27,21 @@ struct ConfigIssues {
 };
 
 // Parses a pipeline.config in text format. Throws orchard::Error for a missing file or a syntax
-// error ("<file>:<line>:<column>: <what>"). Unknown and unimplemented fields: one spdlog warning
-// listing every path; with strict == true an orchard::Error listing them all instead. `issues`,
+// error ("<file>:<line>:<column>: <what>"; an unexpected token at the start of a line is
+// reported at the end of the line before, where the mistake usually is). Fields not in the
+// schema are an error, as in TensorFlow, each with its line and the closest known field ("did
+// you mean batch_size?"); with allow_unknown_fields (--allow_unknown_fields) they are warned
+// about instead. Set fields Orchard does not implement: one spdlog warning listing every path
+// (with the unknown ones); with strict == true an orchard::Error listing them all. `issues`,
 // when given, receives them either way.
 object_detection::protos::TrainEvalPipelineConfig load_pipeline_config(const std::string& path, bool strict,
-                                                                       ConfigIssues* issues = nullptr);
+                                                                       ConfigIssues* issues = nullptr,
+                                                                       bool allow_unknown_fields = false);
 // As load_pipeline_config, from text; `source_name` names it in messages.
 object_detection::protos::TrainEvalPipelineConfig parse_pipeline_config(const std::string& text,
                                                                         const std::string& source_name, bool strict,
-                                                                        ConfigIssues* issues = nullptr);
+                                                                        ConfigIssues* issues = nullptr,
+                                                                        bool allow_unknown_fields = false);
 
 // Text format, parseable by parse_pipeline_config and by TF (whose schema has eval_input_reader
 // optional: a config with more than one eval_input_reader is Orchard-only).

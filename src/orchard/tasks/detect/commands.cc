@@ -43,6 +43,7 @@ struct DetectFlags : RuntimeFlags {
   engine::CheckpointWatch watch;  // eval-only mode: --checkpoint_dir, --run_once, --max_eval_retries, ...
   // Orchard additions
   bool strict = false;
+  bool allow_unknown_fields = false;
   bool clean = false;
   // --save_checkpoints_steps, --save_checkpoints_secs (the Estimator's default), --max_to_keep,
   // --log_steps; each checkpoint is evaluated, as the Estimator's train_and_evaluate does.
@@ -66,7 +67,9 @@ struct DetectFlags : RuntimeFlags {
 
 void add_common_flags(FlagSet* c, DetectFlags& f) {
   c->add_option("--pipeline_config_path", f.pipeline_config_path, "pipeline.config (TF OD API text format)");
-  c->add_flag("--strict", f.strict, "Unknown or unimplemented pipeline.config fields are errors, not warnings");
+  c->add_flag("--strict", f.strict, "pipeline.config fields Orchard does not implement are errors, not warnings");
+  c->add_flag("--allow_unknown_fields", f.allow_unknown_fields,
+              "pipeline.config fields not in the schema (misspelt, or from a newer OD API) are warnings, not errors");
   c->add_option("--data_format", f.data_format, "channels_first | channels_last")->capture_default_str();
   add_host_flags(c, f);
   c->add_option("--num_preprocess_threads", f.num_preprocess_threads, "Input pipeline threads (0: all cores)");
@@ -125,7 +128,7 @@ Loaded load(const DetectFlags& f, const std::string& config_path) {
   if (f.data_format != "channels_first" && f.data_format != "channels_last")
     throw Error("--data_format must be channels_first or channels_last, not '" + f.data_format + "'");
   Loaded l;
-  l.pipeline = detect::load_pipeline_config(config_path, f.strict);
+  l.pipeline = detect::load_pipeline_config(config_path, f.strict, nullptr, f.allow_unknown_fields);
   detect::validate_pipeline_config(l.pipeline, config_path);
   l.config = tasks::detection_config(l.pipeline, f.data_format == "channels_last");
   l.config.input.max_image_pixels = f.max_image_pixels;
