@@ -54,6 +54,15 @@ TEST(TfCheckpointInspect, ListsValuesAndJson) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "a/.ATTRIBUTES/VARIABLE_VALUE <- a")) << r.out;
 
+  // The index alone (the data shard, which holds the object graph, not downloaded yet): keys,
+  // dtypes and shapes, and a warning (seen on the TF2 detection zoo's ckpt-0.index).
+  fs::create_directories(root.file("index_only"));
+  fs::copy_file(kTf / "half_plus_two_tf2" / "variables.index", root.file("index_only/variables.index"));
+  r = run({"checkpoint", "inspect", root.file("index_only/variables")}, root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "a/.ATTRIBUTES/VARIABLE_VALUE (float32) []")) << r.out;
+  EXPECT_TRUE(contains(r.err, "listed without their variable names")) << r.err;
+
   r = run({"checkpoint", "inspect", root.file("model.ckpt")}, root);
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(contains(r.err, "no TensorFlow checkpoint there")) << r.err;

@@ -202,7 +202,15 @@ void run_inspect(const InspectOptions& o) {
   if (!o.tensor.empty() && vars.empty()) throw Error(reader.prefix() + ": no variable '" + o.tensor + "'");
   out["variables"] = vars;
   out["num_values"] = total;
-  const auto tracked = reader.tracked_variables();
+  // TF2's object graph is a tensor in the data shard: without the shard (still downloading,
+  // or not fetched), the keys are listed without their variable names.
+  std::vector<tf::TrackedVariable> tracked;
+  try {
+    tracked = reader.tracked_variables();
+  } catch (const DataError& e) {
+    spdlog::warn("{}; the keys are listed without their variable names", e.what());
+    out["object_graph_error"] = e.what();
+  }
   if (!tracked.empty()) {
     nlohmann::json t = nlohmann::json::object();
     for (const auto& v : tracked) t[v.key] = v.full_name;
