@@ -167,12 +167,13 @@ INSTANTIATE_TEST_SUITE_P(ImageModels, ExportOnnx,
 struct DetectExportCase {
   std::string score_converter;
   int height, width;  // fixed_shape_resizer
+  bool ssdlite = false;  // convolutional_box_predictor.use_depthwise: depthwise 3x3 + BN + ReLU6, then 1x1 heads
 };
 
 class ExportOnnxDetect : public ::testing::TestWithParam<DetectExportCase> {};
 
 TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
-  const auto& [converter, height, width] = GetParam();
+  const auto& [converter, height, width, ssdlite] = GetParam();
   test::TempDir root;
   const std::string data = root.file("shapes"), dir = root.file("model");
   auto r = cli::run({"data", "shapes", "--task", "detection", "--out_dir", data, "--num_train", "4",
@@ -183,6 +184,7 @@ TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
   text = std::regex_replace(text, std::regex("score_converter: SIGMOID"), "score_converter: " + converter);
   text = std::regex_replace(text, std::regex("height: 96"), "height: " + std::to_string(height));
   text = std::regex_replace(text, std::regex("width: 96"), "width: " + std::to_string(width));
+  if (ssdlite) text = std::regex_replace(text, std::regex("kernel_size: 3"), "kernel_size: 3\n        use_depthwise: true");
   std::filesystem::create_directories(dir);
   atomic_write_file(dir + "/pipeline.config", text);
 
@@ -193,6 +195,7 @@ TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
   ASSERT_EQ(task.config().input.height, height);
   ASSERT_EQ(task.config().input.width, width);
   auto& model = *ssd.model();
+  ASSERT_EQ(model.options().depthwise_heads, ssdlite);
   torch::manual_seed(3);
   {
     // Random affine batch norms with one batch's statistics, random head biases.
@@ -256,10 +259,11 @@ TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ssd, ExportOnnxDetect,
-                         ::testing::Values(DetectExportCase{"SIGMOID", 96, 96}, DetectExportCase{"SOFTMAX", 128, 80}),
+                         ::testing::Values(DetectExportCase{"SIGMOID", 96, 96}, DetectExportCase{"SOFTMAX", 128, 80},
+                                           DetectExportCase{"SIGMOID", 96, 96, true}),
                          [](const auto& info) {
                            return info.param.score_converter + "_" + std::to_string(info.param.height) + "x" +
-                                  std::to_string(info.param.width);
+                                  std::to_string(info.param.width) + (info.param.ssdlite ? "_ssdlite" : "");
                          });
 
 TEST(ExportOnnxErrors, FormatAndArchitecture) {

@@ -241,8 +241,7 @@ TEST(PipelineConfig, SetButUnimplementedFieldsAreListed) {
   parse_pipeline_config(text, "my.config", /*strict=*/false, &issues);
   EXPECT_TRUE(issues.unknown.empty());
   EXPECT_EQ(issues.unimplemented,
-            (std::vector<std::string>{"model.ssd.box_predictor.convolutional_box_predictor.use_depthwise",
-                                      "train_config.data_augmentation_options.autoaugment_image",
+            (std::vector<std::string>{"train_config.data_augmentation_options.autoaugment_image",
                                       "train_config.optimizer.use_moving_average", "eval_config.metrics_set"}));
   expect_error([&] { parse_pipeline_config(text, "my.config", /*strict=*/true); },
                {"my.config", "set fields Orchard does not implement", "train_config.optimizer.use_moving_average"});

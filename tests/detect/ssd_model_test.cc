@@ -447,6 +447,63 @@ TEST(SsdMobileNetV2, FewerFeatureMapsAndDepthwiseExtras) {
   EXPECT_THROW(SsdMobileNetV2{o}, c10::Error);
 }
 
+// ssdlite_mobilenet_v2_coco: depthwise extra layers (feature_extractor.use_depthwise) and
+// depthwise heads (convolutional_box_predictor.use_depthwise, kernel_size 3): each head a 3x3
+// depthwise conv + BN + ReLU6 (slim.separable_conv2d without pointwise outputs, under the
+// predictor's arg scope), then a 1x1 conv with bias (ConvolutionalBoxHead/ClassHead).
+TEST(SsdMobileNetV2, SsdLiteDepthwiseHeads) {
+  SsdModelOptions o;
+  o.use_depthwise = true;
+  o.depthwise_heads = true;
+  o.kernel_size = 3;
+  SsdMobileNetV2 model(o);
+  const auto got = state_shapes(*model);
+  EXPECT_EQ(got.at("box_depthwise.0.0.weight"), "576,1,3,3");
+  EXPECT_EQ(got.at("box_depthwise.0.1.running_var"), "576");
+  EXPECT_EQ(got.at("class_depthwise.5.0.weight"), "128,1,3,3");
+  EXPECT_EQ(got.at("box_heads.0.weight"), "12,576,1,1");
+  EXPECT_EQ(got.at("class_heads.1.weight"), "546,1280,1,1");
+  // Parameters: the backbone, depthwise extras (1x1, 3x3 depthwise s2, 1x1; each with BN
+  // gamma and beta), per feature map two depthwise 3x3 convs with BN and the 1x1 heads.
+  const int64_t backbone = 3504872 - 1280 * 1000 - 1000;
+  const Sizes channels{576, 1280, 512, 256, 256, 128}, anchors{3, 6, 6, 6, 6, 6};
+  int64_t extras = 0;
+  for (size_t i = 2; i < 6; ++i) {
+    const int64_t in = channels[i - 1], out = channels[i], mid = out / 2;
+    extras += (in * mid + 2 * mid) + (mid * 9 + 2 * mid) + (mid * out + 2 * out);
+  }
+  int64_t heads = 0;
+  for (size_t i = 0; i < 6; ++i) heads += 2 * (channels[i] * 9 + 2 * channels[i]) + (channels[i] + 1) * anchors[i] * (4 + 91);
+  EXPECT_EQ(count_parameters(*model), backbone + extras + heads);
+  std::set<std::string> head_params;
+  for (const auto& p : model->named_parameters())
+    if (is_prediction_head_parameter(p.key())) head_params.insert(p.key());
+  EXPECT_EQ(head_params.size(), 6u * 2 * (1 + 2 + 2));  // depthwise weight, BN gamma + beta, 1x1 weight + bias
+  EXPECT_TRUE(head_params.count("class_depthwise.3.1.weight"));
+
+  // TensorFlow's names (the OD API's ssdlite_mobilenet_v2_coco checkpoint).
+  const auto tf = [&](const std::string& n) { return model->tf_name(n)->name; };
+  EXPECT_EQ(tf("box_depthwise.0.0.weight"), "BoxPredictor_0/BoxEncodingPredictor_depthwise/depthwise_weights");
+  EXPECT_EQ(model->tf_name("box_depthwise.0.0.weight")->layout, models::TfLayout::kDepthwise);
+  EXPECT_EQ(tf("class_depthwise.3.1.running_mean"), "BoxPredictor_3/ClassPredictor_depthwise/BatchNorm/moving_mean");
+  EXPECT_EQ(tf("class_depthwise.3.1.weight"), "BoxPredictor_3/ClassPredictor_depthwise/BatchNorm/gamma");
+  EXPECT_EQ(tf("box_heads.2.weight"), "BoxPredictor_2/BoxEncodingPredictor/weights");
+  EXPECT_EQ(tf("extras.0.1.0.weight"), "FeatureExtractor/MobilenetV2/layer_19_2_Conv2d_2_3x3_s2_512_depthwise/depthwise_weights");
+
+  // The class path runs through class_depthwise, the box path through box_depthwise.
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = torch::rand({1, 3, 128, 128}) * 2 - 1;
+  const auto before = model->forward(x);
+  EXPECT_EQ(before.sizes().vec(), (Sizes{1, 8 * 8 * 3 + (16 + 4 + 1 + 1 + 1) * 6, 4 + 91}));
+  model->named_buffers()["class_depthwise.0.1.running_mean"].fill_(-3);
+  const auto after = model->forward(x);
+  const int64_t map0 = 8 * 8 * 3;
+  EXPECT_TRUE(torch::equal(after.narrow(2, 0, 4), before.narrow(2, 0, 4)));  // boxes unchanged
+  EXPECT_GT((after.narrow(1, 0, map0).narrow(2, 4, 91) - before.narrow(1, 0, map0).narrow(2, 4, 91)).abs().max().item<double>(), 1e-4);
+  EXPECT_TRUE(torch::equal(after.narrow(1, map0, after.size(1) - map0), before.narrow(1, map0, before.size(1) - map0)));
+}
+
 TEST(SsdMobileNetV2, TruncatedNormalInitForExtrasAndHeads) {
   torch::manual_seed(3);
   SsdMobileNetV2 model(coco_options());

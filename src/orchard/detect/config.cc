@@ -51,6 +51,7 @@ const char* const kImplemented[] = {
     "model.ssd.box_predictor.convolutional_box_predictor.box_code_size",
     "model.ssd.box_predictor.convolutional_box_predictor.apply_sigmoid_to_scores=false",
     "model.ssd.box_predictor.convolutional_box_predictor.class_prediction_bias_init",
+    "model.ssd.box_predictor.convolutional_box_predictor.use_depthwise",
     "model.ssd.post_processing.batch_non_max_suppression.score_threshold",
     "model.ssd.post_processing.batch_non_max_suppression.iou_threshold",
     "model.ssd.post_processing.batch_non_max_suppression.max_detections_per_class",
@@ -492,6 +493,17 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
                 {"ssd_anchor_generator"}, &problems);
     check_oneof(ssd.box_predictor(), "box_predictor_oneof", "model.ssd.box_predictor", {"convolutional_box_predictor"},
                 &problems);
+    // SSDLite's depthwise heads and the extra layers run ReLU6, as the samples configure them.
+    for (const auto& [path, hyper] :
+         {std::pair{std::string("model.ssd.feature_extractor.conv_hyperparams"), &ssd.feature_extractor().conv_hyperparams()},
+          std::pair{std::string("model.ssd.box_predictor.convolutional_box_predictor.conv_hyperparams"),
+                    &ssd.box_predictor().convolutional_box_predictor().conv_hyperparams()}}) {
+      const bool used = path.find("box_predictor") == std::string::npos ||
+                        ssd.box_predictor().convolutional_box_predictor().use_depthwise();
+      if (used && hyper->activation() != odp::Hyperparams::RELU_6)
+        problems.push_back(path + ".activation " + odp::Hyperparams::Activation_Name(hyper->activation()) +
+                           " is not supported; Orchard implements RELU_6");
+    }
     check_oneof(ssd.loss().classification_loss(), "classification_loss", "model.ssd.loss.classification_loss",
                 {"weighted_sigmoid", "weighted_softmax"}, &problems);
     check_oneof(ssd.loss().localization_loss(), "localization_loss", "model.ssd.loss.localization_loss",

@@ -29,7 +29,9 @@ void truncated_normal_(torch::Tensor& w, double stddev) {
 }  // namespace
 
 bool is_prediction_head_parameter(const std::string& name) {
-  return name.rfind("box_heads.", 0) == 0 || name.rfind("class_heads.", 0) == 0;
+  for (const char* prefix : {"box_heads.", "class_heads.", "box_depthwise.", "class_depthwise."})
+    if (name.rfind(prefix, 0) == 0) return true;
+  return false;
 }
 
 SsdMobileNetV2Impl::SsdMobileNetV2Impl(const SsdModelOptions& o) : options_(o) {
@@ -80,18 +82,32 @@ SsdMobileNetV2Impl::SsdMobileNetV2Impl(const SsdModelOptions& o) : options_(o) {
 
   box_heads_ = register_module("box_heads", torch::nn::ModuleList());
   class_heads_ = register_module("class_heads", torch::nn::ModuleList());
+  if (o.depthwise_heads) {
+    box_depthwise_ = register_module("box_depthwise", torch::nn::ModuleList());
+    class_depthwise_ = register_module("class_depthwise", torch::nn::ModuleList());
+  }
+  // SSDLite: slim.separable_conv2d(num_outputs=None) under the predictor's arg scope, so a
+  // depthwise conv with its batch norm and ReLU6, no bias; the 1x1 conv after it predicts.
+  const int64_t head_kernel = o.depthwise_heads ? 1 : o.kernel_size;
   for (size_t i = 0; i < n; ++i) {
-    const int64_t a = o.anchors_per_location[i];
-    box_heads_->push_back(
-        torch::nn::Conv2d(torch::nn::Conv2dOptions(channels_[i], a * o.box_code_size, o.kernel_size)));
-    class_heads_->push_back(
-        torch::nn::Conv2d(torch::nn::Conv2dOptions(channels_[i], a * (o.num_classes + 1), o.kernel_size)));
+    const int64_t a = o.anchors_per_location[i], c = channels_[i];
+    if (o.depthwise_heads) {
+      for (auto* list : {&box_depthwise_, &class_depthwise_})
+        (*list)->push_back(ConvNormActivation(ConvNormActivationOptions(c, c, o.kernel_size)
+                                                  .groups(c)
+                                                  .tf_same_padding(true)
+                                                  .bn_momentum(o.head_bn_momentum)
+                                                  .bn_eps(o.head_bn_eps)));
+    }
+    box_heads_->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(c, a * o.box_code_size, head_kernel)));
+    class_heads_->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(c, a * (o.num_classes + 1), head_kernel)));
   }
 
   // The backbone keeps torchvision's initialisation; the layers TF builds with
   // conv_hyperparams get its truncated normal (BN: gamma 1, beta 0 as the backbone's).
   torch::NoGradGuard no_grad;
-  for (auto* list : {&extras_, &box_heads_, &class_heads_}) {
+  for (auto* list : {&extras_, &box_heads_, &class_heads_, &box_depthwise_, &class_depthwise_}) {
+    if (!*list) continue;
     for (auto& m : (*list)->modules(/*include_self=*/false)) {
       if (auto* c = m->as<torch::nn::Conv2d>()) {
         truncated_normal_(c->weight, o.init_stddev);
@@ -116,6 +132,16 @@ std::optional<models::TfName> SsdMobileNetV2Impl::tf_name(const std::string& nam
   char kind[16] = {0};
   if (std::sscanf(name.c_str(), "%15[a-z_].%d%n", kind, &i, &consumed) != 2 || i < 0) throw bad();
   const std::string head = kind;
+  if (head == "box_depthwise" || head == "class_depthwise") {
+    const std::string scope = "BoxPredictor_" + std::to_string(i) +
+                              (head == "box_depthwise" ? "/BoxEncodingPredictor_depthwise" : "/ClassPredictor_depthwise");
+    const std::string module = name.substr(0, dot);
+    if (module.size() > 2 && module.compare(module.size() - 2, 2, ".0") == 0) {
+      if (field != "weight") throw bad();
+      return models::TfName{scope + "/depthwise_weights", models::TfLayout::kDepthwise};
+    }
+    return models::tf_batch_norm_name(scope, field);
+  }
   if (head == "box_heads" || head == "class_heads") {
     const std::string scope = "BoxPredictor_" + std::to_string(i) +
                               (head == "box_heads" ? "/BoxEncodingPredictor/" : "/ClassPredictor/");
@@ -164,12 +190,15 @@ torch::Tensor SsdMobileNetV2Impl::forward(const torch::Tensor& images) {
   std::vector<torch::Tensor> boxes, classes;
   for (size_t i = 0; i < maps.size(); ++i) {
     // [B, A * code, H, W] -> [B, H, W, A * code] -> [B, H * W * A, code].
-    const auto box = conv2d_tf_same(*box_heads_[i]->as<torch::nn::Conv2d>(), maps[i]);
+    const auto box_in =
+        options_.depthwise_heads ? box_depthwise_[i]->as<ConvNormActivationImpl>()->forward(maps[i]) : maps[i];
+    const auto box = conv2d_tf_same(*box_heads_[i]->as<torch::nn::Conv2d>(), box_in);
     const int64_t anchors = maps[i].size(2) * maps[i].size(3) * options_.anchors_per_location[i];
     boxes.push_back(box.permute({0, 2, 3, 1}).reshape({batch, anchors, options_.box_code_size}));
     auto x = maps[i];
     if (options_.use_dropout)
       x = F::dropout(x, F::DropoutFuncOptions().p(1 - options_.dropout_keep_probability).training(is_training()));
+    if (options_.depthwise_heads) x = class_depthwise_[i]->as<ConvNormActivationImpl>()->forward(x);
     const auto cls = conv2d_tf_same(*class_heads_[i]->as<torch::nn::Conv2d>(), x);
     classes.push_back(cls.permute({0, 2, 3, 1}).reshape({batch, anchors, options_.num_classes + 1}));
   }

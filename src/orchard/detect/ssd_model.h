@@ -8,7 +8,8 @@
 //   2..5  extra layers: 1x1 conv to depth/2, then 3x3 stride-2 conv ('SAME') to depth, each
 //         conv + BN + ReLU6, depth 512, 256, 256, 128 -> [B, 512, 5, 5] ... [B, 128, 1, 1].
 // Each feature map gets a box head and a class head: one kernel_size x kernel_size conv with
-// bias ('SAME'), no BN and no activation.
+// bias ('SAME'), no BN and no activation; SSDLite's (convolutional_box_predictor.use_depthwise)
+// are a kernel_size x kernel_size depthwise conv + BN + ReLU6, then a 1x1 conv with bias.
 //
 // Parameter (and buffer) names:
 //   backbone.features.*        MobileNetV2 without its classifier, with torchvision's names: a
@@ -24,8 +25,10 @@
 //                              extras.K.2 pointwise 1x1).
 //   box_heads.N.{weight,bias}  the box prediction head of feature map N.
 //   class_heads.N.{weight,bias} the class prediction head of feature map N.
-// "The box and class prediction heads" are exactly the parameters under box_heads. and
-// class_heads. (is_prediction_head_parameter): fine_tune_checkpoint_type "detection"
+//   box_depthwise.N.{0,1}.*, class_depthwise.N.{0,1}.*  SSDLite's depthwise conv and its BN
+//                              before box_heads.N / class_heads.N (then 1x1).
+// "The box and class prediction heads" are exactly the parameters under box_heads.,
+// class_heads., box_depthwise. and class_depthwise. (is_prediction_head_parameter): fine_tune_checkpoint_type "detection"
 // restores everything else.
 #pragma once
 
@@ -71,10 +74,15 @@ struct SsdModelOptions {
   double bn_momentum = 0.0003, bn_eps = 0.001;  // TF batch_norm decay 0.9997, epsilon 0.001
   double init_stddev = 0.03;                    // truncated_normal_initializer (extras and heads)
   bool use_depthwise = false;                   // the feature extractor's: separable 3x3 convs in the extra layers
+  // convolutional_box_predictor.use_depthwise (SSDLite): each head a depthwise
+  // kernel_size x kernel_size conv + BN + ReLU6, then a 1x1 conv.
+  bool depthwise_heads = false;
+  double head_bn_momentum = 0.0003, head_bn_eps = 0.001;  // the box predictor's conv_hyperparams
 };
 
 // True for the parameters of the box and class prediction heads ("box_heads.*",
-// "class_heads.*"), the ones a "detection" fine-tune checkpoint does not restore.
+// "class_heads.*", SSDLite's "box_depthwise.*", "class_depthwise.*"), the ones a "detection"
+// fine-tune checkpoint does not restore.
 bool is_prediction_head_parameter(const std::string& name);
 
 class SsdMobileNetV2Impl : public torch::nn::Module {
@@ -101,7 +109,8 @@ class SsdMobileNetV2Impl : public torch::nn::Module {
   // `backbone_scope` ("FeatureExtractor/MobilenetV2"; "MobilenetV2" for a TF-Slim
   // classification checkpoint), extras.<j> "layer_19_1_Conv2d_<j+2>_1x1_<depth/2>" and
   // "layer_19_2_Conv2d_<j+2>_3x3_s2_<depth>" (+ "_depthwise"), box_heads.<i> / class_heads.<i>
-  // "BoxPredictor_<i>/BoxEncodingPredictor" / "ClassPredictor".
+  // "BoxPredictor_<i>/BoxEncodingPredictor" / "ClassPredictor", box_depthwise.<i> /
+  // class_depthwise.<i> the same + "_depthwise" (depthwise_weights, BatchNorm).
   std::optional<models::TfName> tf_name(const std::string& name,
                                         const std::string& backbone_scope = "FeatureExtractor/MobilenetV2") const;
 
@@ -113,6 +122,7 @@ class SsdMobileNetV2Impl : public torch::nn::Module {
   torch::nn::ModuleList extras_{nullptr};
   torch::nn::ModuleList box_heads_{nullptr};
   torch::nn::ModuleList class_heads_{nullptr};
+  torch::nn::ModuleList box_depthwise_{nullptr}, class_depthwise_{nullptr};  // SSDLite
 };
 TORCH_MODULE(SsdMobileNetV2);
 

@@ -474,9 +474,17 @@ void export_detection_onnx(detect::SsdMobileNetV2Impl& model, const at::Tensor& 
     num_anchors += a;
     for (auto [head, outputs] : {std::pair{"box_heads.", &boxes}, std::pair{"class_heads.", &classes}}) {
       const std::string name = head + std::to_string(i);
+      std::string in = maps[i];
+      // SSDLite: the depthwise conv + BN + ReLU6 before the 1x1 head.
+      const std::string depthwise = std::string(head == std::string("box_heads.") ? "box_depthwise." : "class_depthwise.") +
+                                    std::to_string(i);
+      if (modules.has(depthwise)) {
+        auto& cna = modules.get<models::ConvNormActivationImpl>(depthwise);
+        in = g.relu6(g.conv_bn(depthwise, *cna.conv, *cna.bn, in, same_pads(h, w, cna.conv->options)));
+      }
       auto& conv = modules.get<torch::nn::Conv2dImpl>(name);
       const int64_t code = conv.options.out_channels() / mo.anchors_per_location[i];
-      g.conv(name, conv.options, conv.weight, conv.bias, maps[i], same_pads(h, w, conv.options));
+      g.conv(name, conv.options, conv.weight, conv.bias, in, same_pads(h, w, conv.options));
       GraphBuilder::ints(g.node("Transpose", {name}, name + ".nhwc"), "perm", {0, 2, 3, 1});
       g.node("Reshape", {name + ".nhwc", g.int64s(name + ".shape", {-1, a, code})}, name + ".flat");
       outputs->push_back(name + ".flat");

@@ -41,6 +41,11 @@ ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& p
   c.model.use_dropout = predictor.use_dropout();
   c.model.dropout_keep_probability = predictor.dropout_keep_probability();
   c.model.class_prediction_bias_init = predictor.class_prediction_bias_init();
+  c.model.depthwise_heads = predictor.use_depthwise();
+  if (predictor.conv_hyperparams().has_batch_norm()) {
+    c.model.head_bn_momentum = 1.0 - predictor.conv_hyperparams().batch_norm().decay();
+    c.model.head_bn_eps = predictor.conv_hyperparams().batch_norm().epsilon();
+  }
 
   const auto& ag = ssd.anchor_generator().ssd_anchor_generator();
   c.anchors.num_layers = ag.num_layers();
