@@ -208,5 +208,50 @@ TEST(TfCheckpointImportWeights, SlimNetworksBecomeTheirSlimVariants) {
   }
 }
 
+// classify train --pretrained_filepath (Model Garden's flag) with a TensorFlow checkpoint: the
+// backbone comes from it through the model's TensorFlow names, the classifier is new.
+TEST(TfCheckpointClassify, PretrainedFilepathFineTunesTheBackbone) {
+  test::TempDir root;
+  models::ModelConfig c;
+  c.arch = "mobilenet_v2_slim";
+  c.num_classes = 11;
+  auto source = models::build_model(c);
+  models::write_tf_checkpoint(root.file("slim/model.ckpt"), *source, models::tf_name_map(c.arch), 1);
+  const auto train = [&](const std::string& model, const std::string& dir) {
+    // LR 0: the parameters stay what the fine-tune start gave them.
+    return run({"classify", "train", "--use_synthetic_data", "--model", model, "--num_classes", "5", "--image_size",
+                "32", "--batch_size", "8", "--train_steps", "1", "--base_learning_rate", "0", "--model_dir",
+                root.file(dir), "--enable_checkpoint_and_export", "--num_train_examples", "64",
+                "--pretrained_filepath", root.file("slim/model.ckpt")},
+               root);
+  };
+  auto r = train(c.arch, "tuned");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "fine-tuning from the backbone of")) << r.err;
+  models::ModelConfig tc = c;
+  tc.num_classes = 5;
+  auto tuned = models::build_model(tc);
+  train::RestoreOptions ro;
+  ro.load_optimizer = false;
+  ro.load_rng = false;
+  train::restore_checkpoint(train::CheckpointManager(root.file("tuned")).latest(), *tuned, nullptr, ro);
+  auto from = source->named_parameters();
+  int compared = 0;
+  for (const auto& p : tuned->named_parameters()) {
+    if (p.key().rfind("classifier.", 0) == 0) {
+      EXPECT_EQ(p.value().size(0), 5) << p.key();
+      continue;
+    }
+    EXPECT_TRUE(torch::equal(p.value(), from[p.key()])) << p.key();
+    ++compared;
+  }
+  EXPECT_GT(compared, 100);
+
+  // A model without TensorFlow names cannot take it; the error names the flag.
+  r = train("resnet_tiny", "tiny");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.err, "--pretrained_filepath")) << r.err;
+}
+
 }  // namespace
 }  // namespace orchard::cli

@@ -284,7 +284,7 @@ TEST(PipelineConfig, ValidateNamesEveryUnsupportedChoice) {
   std::string text = replace(sample_text(), "num_classes: 90", "num_classes: 0");
   text = replace(text, "fixed_shape_resizer {\n        height: 300\n        width: 300\n      }",
                  "keep_aspect_ratio_resizer {\n        min_dimension: 600\n      }");
-  text = replace(text, "weighted_sigmoid {", "weighted_sigmoid_focal {");
+  text = replace(text, "weighted_sigmoid {", "weighted_logits_softmax {");
   text = replace(text,
                  "exponential_decay_learning_rate {\n          initial_learning_rate: 0.004\n"
                  "          decay_steps: 800720\n          decay_factor: 0.95\n        }",
@@ -295,8 +295,8 @@ TEST(PipelineConfig, ValidateNamesEveryUnsupportedChoice) {
                {"my.config: ", "model.ssd.num_classes must be > 0 (got 0)",
                 "model.ssd.image_resizer.keep_aspect_ratio_resizer is not supported; Orchard implements "
                 "fixed_shape_resizer",
-                "model.ssd.loss.classification_loss.weighted_sigmoid_focal is not supported; Orchard implements "
-                "weighted_sigmoid or weighted_softmax",
+                "model.ssd.loss.classification_loss.weighted_logits_softmax is not supported; Orchard implements "
+                "weighted_sigmoid or weighted_softmax or weighted_sigmoid_focal",
                 "train_config.optimizer.rms_prop_optimizer.learning_rate is not set",
                 "train_config.fine_tune_checkpoint_type 'segmentation' is not supported"});
 }

@@ -95,6 +95,51 @@ TEST(SsdLoss, HandComputedValues) {
   EXPECT_NEAR(l.at("classification_loss").item<double>(), 3 * 2 * std::log1p(std::exp(-2.0)), 1e-5);
 }
 
+// weighted_sigmoid_focal as the OD API's SigmoidFocalClassificationLoss computes it, per column:
+// sigmoid CE(x, y) * (1 - p_t)^gamma * (y alpha + (1 - y)(1 - alpha)), p_t = y p + (1 - y)(1 - p);
+// with encode_background_as_zeros an unmatched anchor's targets are all 0 (SSDMetaArch's
+// unmatched_class_label), the background column's too.
+TEST(SsdLoss, SigmoidFocalAndBackgroundAsZerosHandComputed) {
+  TwoAnchors f;  // anchor 0 matched (class 1): logits [0, 2]; anchor 1 unmatched: [1, -1]
+  const auto focal = [](double x, double y, double gamma, double alpha) {
+    const double p = 1 / (1 + std::exp(-x)), pt = y * p + (1 - y) * (1 - p);
+    return sigmoid_ce(x, y) * std::pow(1 - pt, gamma) * (alpha < 0 ? 1 : y * alpha + (1 - y) * (1 - alpha));
+  };
+  const auto loss = [&](SsdLossOptions o) {
+    o.miner.enabled = false;
+    return ssd_loss(f.encodings, f.logits, f.anchors, f.gt_boxes, f.gt_classes, o).at("classification_loss").item<double>();
+  };
+  for (const double alpha : {-1.0, 0.25})
+    for (const bool zeros : {false, true}) {
+      SsdLossOptions o;
+      o.classification = ClassificationLoss::kWeightedSigmoidFocal;
+      o.focal_alpha = static_cast<float>(alpha);
+      o.encode_background_as_zeros = zeros;
+      const double background = zeros ? 0 : 1;  // anchor 1's target on the background column
+      EXPECT_NEAR(loss(o), focal(0, 0, 2, alpha) + focal(2, 1, 2, alpha) + focal(1, background, 2, alpha) + focal(-1, 0, 2, alpha),
+                  1e-6)
+          << alpha << " " << zeros;
+    }
+  SsdLossOptions o;
+  o.classification = ClassificationLoss::kWeightedSigmoidFocal;
+  o.focal_alpha = 0.25f;
+  EXPECT_NEAR(loss(o), 0.15307404457226714, 1e-6);  // worked in double precision
+  o.encode_background_as_zeros = true;
+  EXPECT_NEAR(loss(o), 0.673810757753689, 1e-6);
+  // gamma 0 without alpha is the plain sigmoid loss.
+  o.focal_gamma = 0;
+  o.focal_alpha = -1;
+  SsdLossOptions plain;
+  plain.encode_background_as_zeros = true;
+  EXPECT_NEAR(loss(o), loss(plain), 1e-6);
+  EXPECT_NEAR(loss(plain), sigmoid_ce(0, 0) + sigmoid_ce(2, 1) + sigmoid_ce(1, 0) + sigmoid_ce(-1, 0), 1e-6);
+  // Softmax: an all-zeros target adds nothing; the matched anchor's -log softmax([0, 2])[1] remains.
+  SsdLossOptions softmax;
+  softmax.classification = ClassificationLoss::kWeightedSoftmax;
+  softmax.encode_background_as_zeros = true;
+  EXPECT_NEAR(loss(softmax), std::log1p(std::exp(-2.0)), 1e-6);
+}
+
 TEST(SsdLoss, NormalisedByMatchesAcrossTheBatch) {
   TwoAnchors f;
   const auto anchors = f.anchors;

@@ -62,6 +62,7 @@ const char* const kImplemented[] = {
     "model.ssd.encode_background_as_zeros",
     "model.ssd.loss.classification_loss.weighted_sigmoid",
     "model.ssd.loss.classification_loss.weighted_softmax",
+    "model.ssd.loss.classification_loss.weighted_sigmoid_focal",
     "model.ssd.loss.localization_loss.weighted_smooth_l1",
     "model.ssd.loss.hard_example_miner",
     "model.ssd.loss.classification_weight",
@@ -505,7 +506,7 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
                            " is not supported; Orchard implements RELU_6");
     }
     check_oneof(ssd.loss().classification_loss(), "classification_loss", "model.ssd.loss.classification_loss",
-                {"weighted_sigmoid", "weighted_softmax"}, &problems);
+                {"weighted_sigmoid", "weighted_softmax", "weighted_sigmoid_focal"}, &problems);
     check_oneof(ssd.loss().localization_loss(), "localization_loss", "model.ssd.loss.localization_loss",
                 {"weighted_smooth_l1"}, &problems);
   }

@@ -126,16 +126,35 @@ std::map<std::string, at::Tensor> ssd_loss(const at::Tensor& box_encodings, cons
   const auto loc_losses = ((0.5 * quadratic * quadratic + delta * linear) * reg_weights.unsqueeze(2)).sum(2);
 
   at::Tensor cls_losses;
-  if (o.classification == ClassificationLoss::kWeightedSigmoid) {
+  if (o.classification != ClassificationLoss::kWeightedSoftmax) {
     // Sigmoid cross entropy with a one-hot target is softplus(x) off the target column and
     // softplus(-x) on it: negate the target logit instead of building one-hot targets and
-    // the composite BCE (several times slower at [32, 1917, 91]).
+    // the composite BCE (several times slower at [32, 1917, 91]). With the background
+    // encoded as zeros an unmatched anchor has no target column.
     const auto target = cls_targets.unsqueeze(2);
-    const auto signed_logits = class_logits.scatter(2, target, -class_logits.gather(2, target));
-    cls_losses = at::softplus(signed_logits).sum(2) * cls_weights;
+    auto on_target = -class_logits.gather(2, target);
+    if (o.encode_background_as_zeros) on_target = at::where(target > 0, on_target, -on_target);
+    const auto signed_logits = class_logits.scatter(2, target, on_target);  // s: x off target, -x on it
+    auto per_column = at::softplus(signed_logits);
+    if (o.classification == ClassificationLoss::kWeightedSigmoidFocal) {
+      // p_t = sigmoid(-s), so (1 - p_t)^gamma = sigmoid(s)^gamma.
+      per_column = per_column * at::sigmoid(signed_logits).pow(o.focal_gamma);
+      if (o.focal_alpha >= 0) {
+        // alpha on the target columns, 1 - alpha elsewhere.
+        auto alpha = at::full_like(per_column, 1.0f - o.focal_alpha);
+        const auto on = o.encode_background_as_zeros ? (target > 0).to(per_column.scalar_type()) * o.focal_alpha +
+                                                           (target == 0).to(per_column.scalar_type()) * (1.0f - o.focal_alpha)
+                                                     : at::full_like(target, o.focal_alpha, per_column.options());
+        alpha = alpha.scatter(2, target, on);
+        per_column = per_column * alpha;
+      }
+    }
+    cls_losses = per_column.sum(2) * cls_weights;
   } else {
     const auto log_p = at::log_softmax(class_logits, 2);
     cls_losses = -log_p.gather(2, cls_targets.unsqueeze(2)).squeeze(2) * cls_weights;
+    // An all-zeros target contributes nothing to a softmax cross entropy.
+    if (o.encode_background_as_zeros) cls_losses = cls_losses * (cls_targets > 0).to(cls_losses.scalar_type());
   }
 
   at::Tensor loc_sum, cls_sum;

@@ -33,6 +33,10 @@ SsdTargets assign_targets(const at::Tensor& anchors, const at::Tensor& gt_boxes,
 enum class ClassificationLoss {
   kWeightedSigmoid,  // sigmoid cross entropy on one-hot targets over all num_classes + 1 columns
   kWeightedSoftmax,  // softmax cross entropy with the class index
+  // SigmoidFocalClassificationLoss: each column's sigmoid cross entropy times
+  // alpha_t (1 - p_t)^gamma, p_t the probability of its target, alpha_t alpha on target
+  // columns and 1 - alpha off them (no alpha: 1).
+  kWeightedSigmoidFocal,
 };
 
 // What the miner ranks anchors by.
@@ -52,6 +56,11 @@ struct HardExampleMinerOptions {
 
 struct SsdLossOptions {
   ClassificationLoss classification = ClassificationLoss::kWeightedSigmoid;
+  float focal_gamma = 2.0f;  // weighted_sigmoid_focal's gamma
+  float focal_alpha = -1.0f;  // weighted_sigmoid_focal's alpha; < 0: unset (no alpha weighting)
+  // model.ssd.encode_background_as_zeros: an unmatched anchor's target is all zeros (the
+  // background column too) rather than one-hot on the background column.
+  bool encode_background_as_zeros = false;
   float smooth_l1_delta = 1.0f;
   float classification_weight = 1.0f;
   float localization_weight = 1.0f;

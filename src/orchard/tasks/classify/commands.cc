@@ -13,6 +13,7 @@
 #include "orchard/core/tfrecord.h"
 #include "orchard/data/preprocess.h"
 #include "orchard/data/tools.h"
+#include "orchard/models/registry.h"
 #include "orchard/train/schedule.h"
 #include "orchard/tasks/classify/classification.h"
 #include "orchard/tasks/command_support.h"
@@ -55,6 +56,7 @@ struct ClassifyFlags : RuntimeFlags {
   bool single_l2_loss_op = false;
   std::string data_format;  // "" -> channels_first on GPU, channels_last on CPU (as the seed)
   bool training_dataset_cache = false;
+  std::string pretrained_filepath;  // Model Garden's Keras flag: start from a checkpoint's backbone
   int datasets_num_private_threads = 0;
   std::string profile_steps;
   // Orchard additions
@@ -85,7 +87,9 @@ struct ClassifyFlags : RuntimeFlags {
 };
 
 void add_model_flags(FlagSet* c, ClassifyFlags& f) {
-  c->add_option("--model", f.model, "Registered model name (resnet18..152, *_small, resnet_tiny, inception_v3)")
+  c->add_option("--model", f.model,
+                "Registered model name (resnet18..152, *_small, resnet_tiny, mobilenet_v2, inception_v3; TensorFlow's: "
+                "resnet_v1_50/101/152, resnet50_garden, inception_v3_slim, mobilenet_v2_slim)")
       ->capture_default_str();
   c->add_option("--num_classes", f.num_classes, "Classes (0: lines of data_dir/labels.txt, else 1000)");
   c->add_option("--width", f.width, "Base width override (0: the model's own)");
@@ -106,6 +110,10 @@ void add_train_flags(FlagSet* c, ClassifyFlags& f) {
   c->add_option("--train_steps", f.train_steps, "Cap on the total number of steps (0: none)");
   c->add_flag("--use_synthetic_data", f.use_synthetic_data, "Random images instead of the data (throughput)");
   c->add_flag("--skip_eval", f.skip_eval, "Train only");
+  c->add_option("--pretrained_filepath", f.pretrained_filepath,
+                "Start from a checkpoint's backbone (classifier re-initialised; only when model_dir has no "
+                "checkpoint yet): an Orchard checkpoint or model_dir, or a TensorFlow checkpoint for the models with "
+                "TensorFlow names (resnet_v1_50/101/152, resnet50_garden, inception_v3_slim, mobilenet_v2_slim, ...)");
   add_runtime_flags(c, f);
   c->add_option("--loss_scale", f.loss_scale, "fp16 loss scale (number or 'dynamic')");
   c->add_option("--steps_per_loop", f.steps_per_loop, "Steps per host loop (0: one epoch)");
@@ -351,7 +359,15 @@ void run_train(ClassifyFlags f) {
 
   // The configuration is the single truth: save it next to the run, once the newest
   // checkpoint (if any) has been restored, so a mismatched restart overwrites nothing.
-  topt.on_start = [&](int64_t) {
+  topt.on_start = [&](int64_t step) {
+    if (step == 0 && !f.pretrained_filepath.empty()) {
+      const auto r = train::restore_part(
+          f.pretrained_filepath, "--pretrained_filepath", *task.module(),
+          [](const std::string& name) { return name.rfind("fc.", 0) == 0 || name.rfind("classifier.", 0) == 0; }, {},
+          models::tf_name_map(tcfg.model.arch));
+      spdlog::info("fine-tuning from the backbone of {} ({} variables; classifier re-initialised)", r.path,
+                   r.restored.size());
+    }
     if (!rt.chief) return;
     atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, tcfg).dump(2) + "\n");
     const std::string labels = (fs::path(f.data_dir) / "labels.txt").string();

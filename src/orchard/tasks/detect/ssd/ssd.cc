@@ -78,6 +78,13 @@ ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& p
   c.loss.classification = loss.classification_loss().has_weighted_softmax()
                               ? detect::ClassificationLoss::kWeightedSoftmax
                               : detect::ClassificationLoss::kWeightedSigmoid;
+  if (loss.classification_loss().has_weighted_sigmoid_focal()) {
+    const auto& focal = loss.classification_loss().weighted_sigmoid_focal();
+    c.loss.classification = detect::ClassificationLoss::kWeightedSigmoidFocal;
+    c.loss.focal_gamma = focal.gamma();
+    c.loss.focal_alpha = focal.has_alpha() ? focal.alpha() : -1.0f;
+  }
+  c.loss.encode_background_as_zeros = ssd.encode_background_as_zeros();
   if (loss.localization_loss().has_weighted_smooth_l1())
     c.loss.smooth_l1_delta = loss.localization_loss().weighted_smooth_l1().delta();
   c.loss.classification_weight = loss.classification_weight();
