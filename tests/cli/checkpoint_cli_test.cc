@@ -22,6 +22,16 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kTf = fs::path(ORCHARD_TEST_FIXTURES) / "tf";
 
+// The model `config` describes, with the weights of model_dir's newest checkpoint.
+models::ImageModel load_model_dir(const models::ModelConfig& config, const std::string& model_dir) {
+  auto model = models::build_model(config);
+  train::RestoreOptions ro;
+  ro.load_optimizer = false;
+  ro.load_rng = false;
+  train::restore_checkpoint(train::CheckpointManager(model_dir).latest(), *model, nullptr, ro);
+  return model;
+}
+
 TEST(TfCheckpointInspect, ListsValuesAndJson) {
   test::TempDir root;
   const std::string v1 = (kTf / "half_plus_two_v1" / "export-00000-of-00001").string();
@@ -108,11 +118,7 @@ TEST(TfCheckpointImportWeights, ResNet50GardenBecomesAModelDir) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "imported resnet50_garden (7 classes)")) << r.err;
   EXPECT_TRUE(contains(r.err, "1 TensorFlow variables not used (e.g. global_step)")) << r.err;
-  auto restored = models::build_model(c);
-  train::RestoreOptions ro;
-  ro.load_optimizer = false;
-  ro.load_rng = false;
-  train::restore_checkpoint(train::CheckpointManager(root.file("imported")).latest(), *restored, nullptr, ro);
+  auto restored = load_model_dir(c, root.file("imported"));
   auto want = source->named_parameters();
   for (const auto& p : restored->named_parameters()) EXPECT_TRUE(torch::equal(p.value(), want[p.key()])) << p.key();
   auto want_buffers = source->named_buffers();
@@ -186,15 +192,10 @@ TEST(TfCheckpointImportWeights, SlimNetworksBecomeTheirSlimVariants) {
 
     // The imported model computes what the source computes; the torchvision-padded network
     // with the same weights does not (the padding and the pools differ).
-    auto restored = models::build_model(c);
-    train::RestoreOptions ro;
-    ro.load_optimizer = false;
-    ro.load_rng = false;
-    train::restore_checkpoint(train::CheckpointManager(root.file("imported")).latest(), *restored, nullptr, ro);
+    auto restored = load_model_dir(c, root.file("imported"));
     models::ModelConfig torchvision = c;
     torchvision.arch = tf_arch;
-    auto other = models::build_model(torchvision);
-    train::restore_checkpoint(train::CheckpointManager(root.file("imported")).latest(), *other, nullptr, ro);
+    auto other = load_model_dir(torchvision, root.file("imported"));
     source->eval(), restored->eval(), other->eval();
     torch::NoGradGuard no_grad;
     // Two images unlike each other (noise images alike pool to nearly the same features).
@@ -230,11 +231,7 @@ TEST(TfCheckpointClassify, PretrainedFilepathFineTunesTheBackbone) {
   EXPECT_TRUE(contains(r.err, "fine-tuning from the backbone of")) << r.err;
   models::ModelConfig tc = c;
   tc.num_classes = 5;
-  auto tuned = models::build_model(tc);
-  train::RestoreOptions ro;
-  ro.load_optimizer = false;
-  ro.load_rng = false;
-  train::restore_checkpoint(train::CheckpointManager(root.file("tuned")).latest(), *tuned, nullptr, ro);
+  auto tuned = load_model_dir(tc, root.file("tuned"));
   auto from = source->named_parameters();
   int compared = 0;
   for (const auto& p : tuned->named_parameters()) {
