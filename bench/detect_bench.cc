@@ -6,7 +6,7 @@
 //                config's batch_non_max_suppression (1e-8, IoU 0.6, 100 per class, 100 total)
 //   loss         detect::ssd_loss forward + backward on fixed model outputs [B, 1917, 95]:
 //                target assignment, smooth L1 + sigmoid cross entropy, hard example mining
-//   model        SsdMobileNetV2 forward + backward, loss = sum of the outputs squared
+//   model        SsdModel forward + backward, loss = sum of the outputs squared
 //   train        DetectionTask: forward + loss (with the miner, L2) + backward + the config's
 //                optimizer step (RMSProp), split into phases
 //   eval         forward (eval mode, no grad) + DetectionTask::postprocess

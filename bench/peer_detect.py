@@ -153,7 +153,7 @@ def ssd_loss(outputs, anchors, gt_boxes, gt_classes):
     return loc.reshape(-1)[index].sum() / normalizer, cls.reshape(-1)[index].sum() / normalizer
 
 
-# ---- model: the same layers and shapes as orchard::detect::SsdMobileNetV2
+# ---- model: the same layers and shapes as orchard::detect::SsdModel
 
 def conv_tf_same(conv, x):
     """TF 'SAME' padding (the odd pixel at the bottom/right), as Orchard's conv2d_tf_same."""
@@ -178,7 +178,7 @@ class ConvBnRelu6(nn.Module):
         return F.relu6(self.bn(conv_tf_same(self.conv, x)))
 
 
-class SsdMobileNetV2(nn.Module):
+class SsdModel(nn.Module):
     def __init__(self, num_classes=NUM_CLASSES):
         super().__init__()
         self.num_classes = num_classes
@@ -296,7 +296,7 @@ def main():
             r["check"] = {"localization_loss": float(out["l"][0]), "classification_loss": float(out["l"][1])}
             emit(impl, "loss", a.batch, "batch", 1, T, loss_warmup, r)
         elif what == "model":
-            model = SsdMobileNetV2().train()
+            model = SsdModel().train()
             for bs in (int(b) for b in a.model_batches.split(",")):
                 images = torch.rand(bs, 3, 300, 300) * 2 - 1
                 out = {}
@@ -316,7 +316,7 @@ def main():
                 r["check"] = {"output_shape": out["shape"], "params": sum(p.numel() for p in model.parameters())}
                 emit(impl, "model", bs, "image", bs, T, a.warmup, r)
         elif what == "train":
-            model = SsdMobileNetV2().train()
+            model = SsdModel().train()
             # ssd_mobilenet_v2_coco.config: rms_prop_optimizer, lr 0.004, decay 0.9, momentum 0.9, eps 1.0.
             optimizer = torch.optim.RMSprop(model.parameters(), lr=0.004, alpha=0.9, eps=1.0, momentum=0.9)
             l2_params = [p for p in model.parameters() if p.dim() == 4]
@@ -345,7 +345,7 @@ def main():
             r["check"] = {"total_loss": out["total"]}
             emit(impl, "train", a.batch, "image", a.batch, T, a.warmup, r)
         elif what == "eval":
-            model = SsdMobileNetV2().eval()
+            model = SsdModel().eval()
             images = torch.rand(a.batch, 3, 300, 300) * 2 - 1
             out = {}
 

@@ -347,6 +347,57 @@ TEST_F(DetectTrain, TensorFlowCheckpointsOutAndIn) {
   EXPECT_TRUE(contains(r.err, "TensorFlow variables have another shape than the model's: MobilenetV2/")) << r.err;
 }
 
+// One shapes run per feature-extractor family beside DetectTrain's ssd_mobilenet_v2: the
+// shapes config with the family's feature extractor (and its heads/anchors), trained from
+// scratch; it must learn the set to a useful AP50.
+struct FamilyCase {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> edits;  // config text replacements, in order
+  int steps;
+  double min_ap50;
+};
+
+class DetectFamily : public ::testing::TestWithParam<FamilyCase> {
+ protected:
+  static void SetUpTestSuite() {
+    one_thread_per_process();
+    root_ = new TempDir();
+    data_ = root_->file("shapes");
+    auto r = run({"data", "shapes", "--task", "detection", "--out_dir", data_, "--num_train", "2000",
+                  "--num_validation", "200", "--seed", "5"},
+                 *root_);
+    ASSERT_EQ(r.rc, 0) << r.err;
+  }
+  static void TearDownTestSuite() { delete root_; }
+  static TempDir* root_;
+  static std::string data_;
+};
+TempDir* DetectFamily::root_ = nullptr;
+std::string DetectFamily::data_;
+
+TEST_P(DetectFamily, LearnsTheShapesSet) {
+  const FamilyCase& c = GetParam();
+  std::string text = read_file((fs::path(data_) / "pipeline.config").string());
+  for (const auto& [from, to] : c.edits) text = replace(text, from, to);
+  const std::string cfg = root_->file(c.name + ".config"), stats = root_->file(c.name + ".json");
+  atomic_write_file(cfg, text);
+  auto r = run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", root_->file(c.name),
+                "--num_train_steps", std::to_string(c.steps), "--save_checkpoints_steps", std::to_string(c.steps),
+                "--log_steps", "100", "--seed", "1", "--stats_file", stats, "--num_preprocess_threads", "1", "--strict"},
+               *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "detect: " + c.name + " (3 classes")) << r.err;
+  const json s = json::parse(test::read_bytes(stats));
+  const double ap50 = s.at("eval_DetectionBoxes_Precision/mAP@.50IOU").get<double>();
+  std::cout << c.name << ": AP50 " << ap50 << " after " << c.steps << " steps\n";
+  EXPECT_GE(ap50, c.min_ap50) << s.dump(2);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ssd, DetectFamily,
+    ::testing::Values(FamilyCase{"ssd_mobilenet_v1", {{"\"ssd_mobilenet_v2\"", "\"ssd_mobilenet_v1\""}}, 600, 0.45}),
+    [](const auto& info) { return info.param.name; });
+
 class DetectErrors : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

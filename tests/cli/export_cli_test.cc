@@ -168,12 +168,13 @@ struct DetectExportCase {
   std::string score_converter;
   int height, width;  // fixed_shape_resizer
   bool ssdlite = false;  // convolutional_box_predictor.use_depthwise: depthwise 3x3 + BN + ReLU6, then 1x1 heads
+  std::string feature_extractor = "ssd_mobilenet_v2";
 };
 
 class ExportOnnxDetect : public ::testing::TestWithParam<DetectExportCase> {};
 
 TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
-  const auto& [converter, height, width, ssdlite] = GetParam();
+  const auto& [converter, height, width, ssdlite, feature_extractor] = GetParam();
   test::TempDir root;
   const std::string data = root.file("shapes"), dir = root.file("model");
   auto r = cli::run({"data", "shapes", "--task", "detection", "--out_dir", data, "--num_train", "4",
@@ -185,6 +186,7 @@ TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
   text = std::regex_replace(text, std::regex("height: 96"), "height: " + std::to_string(height));
   text = std::regex_replace(text, std::regex("width: 96"), "width: " + std::to_string(width));
   if (ssdlite) text = std::regex_replace(text, std::regex("kernel_size: 3"), "kernel_size: 3\n        use_depthwise: true");
+  text = std::regex_replace(text, std::regex("\"ssd_mobilenet_v2\""), "\"" + feature_extractor + "\"");
   std::filesystem::create_directories(dir);
   atomic_write_file(dir + "/pipeline.config", text);
 
@@ -196,6 +198,7 @@ TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
   ASSERT_EQ(task.config().input.width, width);
   auto& model = *ssd.model();
   ASSERT_EQ(model.options().depthwise_heads, ssdlite);
+  ASSERT_EQ(model.options().feature_extractor, feature_extractor);
   torch::manual_seed(3);
   {
     // Random affine batch norms with one batch's statistics, random head biases.
@@ -260,10 +263,12 @@ TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
 
 INSTANTIATE_TEST_SUITE_P(Ssd, ExportOnnxDetect,
                          ::testing::Values(DetectExportCase{"SIGMOID", 96, 96}, DetectExportCase{"SOFTMAX", 128, 80},
-                                           DetectExportCase{"SIGMOID", 96, 96, true}),
+                                           DetectExportCase{"SIGMOID", 96, 96, true},
+                                           DetectExportCase{"SIGMOID", 112, 80, false, "ssd_mobilenet_v1"}),
                          [](const auto& info) {
                            return info.param.score_converter + "_" + std::to_string(info.param.height) + "x" +
-                                  std::to_string(info.param.width) + (info.param.ssdlite ? "_ssdlite" : "");
+                                  std::to_string(info.param.width) + (info.param.ssdlite ? "_ssdlite" : "") + "_" +
+                                  info.param.feature_extractor;
                          });
 
 TEST(ExportOnnxErrors, FormatAndArchitecture) {

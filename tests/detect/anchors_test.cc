@@ -104,5 +104,59 @@ TEST(SsdAnchors, RejectsInconsistentOptions) {
   EXPECT_THROW(generate_ssd_anchors(s, kSsd300Maps, 300, 300), Error);
 }
 
+// multiscale_anchor_generator, worked by hand from MultiscaleGridAnchorGenerator and
+// grid_anchor_generator.tile_anchors: a 64x64 image, levels 3..4 (strides 8, 16; base sizes 32,
+// 64 at anchor_scale 4), 2 scales per octave (1, sqrt 2), aspect ratios 1, 2, 0.5.
+TEST(MultiscaleAnchors, HandComputedBoxes) {
+  MultiscaleAnchorOptions o;
+  o.min_level = 3;
+  o.max_level = 4;
+  EXPECT_EQ(anchors_per_location(o), 6);
+  const auto a = generate_multiscale_anchors(o, {{8, 8}, {4, 4}}, 64, 64);
+  ASSERT_EQ(a.sizes().vec(), (std::vector<int64_t>{(64 + 16) * 6, 4}));
+  const auto box = [&](int64_t i) { return std::vector<float>(a[i].data_ptr<float>(), a[i].data_ptr<float>() + 4); };
+  const auto near = [](const std::vector<float>& got, const std::vector<double>& want) {
+    for (size_t k = 0; k < 4; ++k) EXPECT_NEAR(got[k], want[k], 1e-6) << k;
+  };
+  // Cell (0, 0) of level 3: centre (4, 4) pixels (offset half a stride: 64 % 8 == 0).
+  near(box(0), {(4 - 16) / 64.0, (4 - 16) / 64.0, (4 + 16) / 64.0, (4 + 16) / 64.0});  // aspect 1, scale 1: 32x32
+  const double r2 = std::sqrt(2.0);
+  near(box(1), {(4 - 16 * r2) / 64, (4 - 16 * r2) / 64, (4 + 16 * r2) / 64, (4 + 16 * r2) / 64});  // scale sqrt 2
+  // aspect 2 (width / height), scale 1: height 32 / sqrt 2, width 32 sqrt 2.
+  near(box(2), {(4 - 16 / r2) / 64, (4 - 16 * r2) / 64, (4 + 16 / r2) / 64, (4 + 16 * r2) / 64});
+  // aspect 0.5, scale sqrt 2: height 32 sqrt 2 * sqrt 2 = 64, width 32.
+  near(box(5), {(4 - 32) / 64.0, (4 - 16) / 64.0, (4 + 32) / 64.0, (4 + 16) / 64.0});
+  // Cell (0, 1): the next 6 anchors move 8 pixels right; cell (1, 0) is 8 rows of 6 later.
+  near(box(6), {(4 - 16) / 64.0, (12 - 16) / 64.0, (4 + 16) / 64.0, (12 + 16) / 64.0});
+  near(box(48), {(12 - 16) / 64.0, (4 - 16) / 64.0, (12 + 16) / 64.0, (4 + 16) / 64.0});
+  // Level 4 starts after 64 cells: centre (8, 8), base 64.
+  near(box(64 * 6), {(8 - 32) / 64.0, (8 - 32) / 64.0, (8 + 32) / 64.0, (8 + 32) / 64.0});
+
+  // A side that is not a multiple of the stride gets no offset: 100 % 8 != 0 (rows), 64 % 8 == 0.
+  const auto b = generate_multiscale_anchors(o, {{13, 8}, {7, 4}}, 100, 64);
+  near(std::vector<float>(b[0].data_ptr<float>(), b[0].data_ptr<float>() + 4),
+       {(0 - 16) / 100.0, (4 - 16) / 64.0, (0 + 16) / 100.0, (4 + 16) / 64.0});
+  // In pixels without normalize_coordinates.
+  o.normalize_coordinates = false;
+  const auto p = generate_multiscale_anchors(o, {{8, 8}, {4, 4}}, 64, 64);
+  EXPECT_TRUE(at::allclose(p, a * 64));
+}
+
+// The RetinaNet configs (ssd_resnet50_v1_fpn_640x640: levels 3..7, 9 or 6 anchors per cell).
+TEST(MultiscaleAnchors, RetinaNet640CountsAndErrors) {
+  MultiscaleAnchorOptions o;  // the defaults: levels 3..7, scale 4, 2 per octave, 1/2/0.5
+  const std::vector<std::pair<int64_t, int64_t>> maps{{80, 80}, {40, 40}, {20, 20}, {10, 10}, {5, 5}};
+  const auto a = generate_multiscale_anchors(o, maps, 640, 640);
+  EXPECT_EQ(a.size(0), (6400 + 1600 + 400 + 100 + 25) * 6);
+  // The largest anchor: level 7, scale sqrt 2, aspect 0.5: 128 * 4 * sqrt 2 * sqrt 2 = 1024 high.
+  EXPECT_NEAR((a.select(1, 2) - a.select(1, 0)).max().item<double>(), 1024.0 / 640, 1e-5);
+  EXPECT_THROW(generate_multiscale_anchors(o, {maps.begin(), maps.end() - 1}, 640, 640), Error);
+  o.scales_per_octave = 0;
+  EXPECT_THROW(generate_multiscale_anchors(o, maps, 640, 640), Error);
+  o.scales_per_octave = 2;
+  o.max_level = 2;
+  EXPECT_THROW(generate_multiscale_anchors(o, maps, 640, 640), Error);
+}
+
 }  // namespace
 }  // namespace orchard::detect

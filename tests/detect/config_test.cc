@@ -148,7 +148,7 @@ TEST(PipelineConfig, SampleSsdMobilenetV2Values) {
   validate_pipeline_config(c, kSample);  // no throw
 }
 
-TEST(PipelineConfig, SampleSsdMobilenetV1ParsesButIsNotSupported) {
+TEST(PipelineConfig, SampleSsdMobilenetV1ParsesAndValidatesButAnotherExtractorDoesNot) {
   // The v1 sample differs from the v2 one in these lines (and min_negatives_per_image: 0).
   std::string v1 = replace(sample_text(), "type: 'ssd_mobilenet_v2'", "type: 'ssd_mobilenet_v1'");
   v1 = replace(v1, "fine_tune_checkpoint_type:  \"detection\"", "from_detection_checkpoint: true");
@@ -156,9 +156,11 @@ TEST(PipelineConfig, SampleSsdMobilenetV1ParsesButIsNotSupported) {
   ConfigIssues issues;
   const auto c = parse_pipeline_config(v1, "v1.config", /*strict=*/true, &issues);
   EXPECT_TRUE(c.train_config().from_detection_checkpoint());
-  expect_error([&] { validate_pipeline_config(c, "v1.config"); },
-               {"v1.config", "model.ssd.feature_extractor.type 'ssd_mobilenet_v1' is not supported",
-                "Orchard implements ssd_mobilenet_v2"});
+  validate_pipeline_config(c, "v1.config");  // no throw
+  const std::string v3 = replace(v1, "type: 'ssd_mobilenet_v1'", "type: 'ssd_mobilenet_v3_large'");
+  expect_error([&] { validate_pipeline_config(parse_pipeline_config(v3, "v3.config", true, &issues), "v3.config"); },
+               {"v3.config", "model.ssd.feature_extractor.type 'ssd_mobilenet_v3_large' is not supported",
+                "Orchard implements ssd_mobilenet_v2 and ssd_mobilenet_v1"});
 }
 
 TEST(PipelineConfig, OlderSampleWithRemovedFieldStillLoads) {

@@ -275,9 +275,9 @@ TEST(MobileNetV2, MinDepthAndUnscaledLastLayer) {
 
 SsdModelOptions coco_options() { return SsdModelOptions{}; }
 
-TEST(SsdMobileNetV2, OutputShapeAndFeatureMapsAt300) {
+TEST(SsdModel, OutputShapeAndFeatureMapsAt300) {
   torch::manual_seed(0);
-  SsdMobileNetV2 model(coco_options());
+  SsdModel model(coco_options());
   const std::vector<std::pair<int64_t, int64_t>> want{{19, 19}, {10, 10}, {5, 5}, {3, 3}, {2, 2}, {1, 1}};
   EXPECT_EQ(model->feature_map_sizes(300, 300), want);
   EXPECT_EQ(model->feature_map_channels(), (Sizes{576, 1280, 512, 256, 256, 128}));
@@ -293,10 +293,10 @@ TEST(SsdMobileNetV2, OutputShapeAndFeatureMapsAt300) {
   EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
 }
 
-TEST(SsdMobileNetV2, FeatureMapSizesMatchForwardAtOtherSizes) {
+TEST(SsdModel, FeatureMapSizesMatchForwardAtOtherSizes) {
   SsdModelOptions o;
   o.num_classes = 3;
-  SsdMobileNetV2 model(o);
+  SsdModel model(o);
   model->eval();
   torch::NoGradGuard no_grad;
   for (const auto& [h, w] : std::vector<std::pair<int64_t, int64_t>>{{320, 320}, {128, 96}, {33, 65}}) {
@@ -316,8 +316,8 @@ TEST(SsdMobileNetV2, FeatureMapSizesMatchForwardAtOtherSizes) {
 }
 
 // Hand-worked parameter count of ssd_mobilenet_v2_coco (90 classes, depth 1).
-TEST(SsdMobileNetV2, ParameterCountForCoco) {
-  SsdMobileNetV2 model(coco_options());
+TEST(SsdModel, ParameterCountForCoco) {
+  SsdModel model(coco_options());
   const int64_t backbone = 3504872 - 1280 * 1000 - 1000;  // torchvision's, without the classifier
   // Extras: 1x1 to depth/2 and 3x3 s2 to depth, no bias, BN gamma + beta.
   const int64_t extras = (1280 * 256 + 2 * 256) + (256 * 512 * 9 + 2 * 512) + (512 * 128 + 2 * 128) +
@@ -331,8 +331,70 @@ TEST(SsdMobileNetV2, ParameterCountForCoco) {
   EXPECT_EQ(backbone + extras + heads, 6'066'431);  // 2,223,872 + 2,289,024 + 1,553,535
 }
 
-TEST(SsdMobileNetV2, NamesBackboneExtrasHeads) {
-  SsdMobileNetV2 model(coco_options());
+// ssd_mobilenet_v1 (SSDMobileNetV1FeatureExtractor): feature maps from Conv2d_11_pointwise
+// and Conv2d_13_pointwise, then the same extra layers. The OD API's
+// ssd_mobilenet_v1_feature_extractor_test expects at 300x300 (depth 1): [19,19,512],
+// [10,10,1024], [5,5,512], [3,3,256], [2,2,256], [1,1,128].
+TEST(SsdModel, MobileNetV1FeatureMapsAndParameterCount) {
+  SsdModelOptions o;
+  o.feature_extractor = "ssd_mobilenet_v1";
+  SsdModel model(o);
+  EXPECT_EQ(model->feature_map_channels(), (Sizes{512, 1024, 512, 256, 256, 128}));
+  EXPECT_EQ(model->base_layers(), (Sizes{11, 13}));
+  EXPECT_TRUE(model->base_endpoints().empty());
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto maps = model->feature_maps(torch::rand({1, 3, 300, 300}) * 2 - 1);
+  const std::vector<std::pair<int64_t, int64_t>> want{{19, 19}, {10, 10}, {5, 5}, {3, 3}, {2, 2}, {1, 1}};
+  EXPECT_EQ(model->feature_map_sizes(300, 300), want);
+  ASSERT_EQ(maps.size(), 6u);
+  for (size_t i = 0; i < 6; ++i)
+    EXPECT_EQ(maps[i].sizes().vec(), (Sizes{1, model->feature_map_channels()[i], want[i].first, want[i].second})) << i;
+  // Backbone: TF-Slim's MobileNetV1 without its logits, 3,206,976 parameters (Keras' MobileNet
+  // summary: 4,231,976 trainable with the 1000-class classifier, 1024 * 1000 + 1000 of them);
+  // conv 3x3x3x32 and per separable layer 9 * in + in * out weights, BN gamma and beta.
+  const Sizes depths{32, 64, 128, 128, 256, 256, 512, 512, 512, 512, 512, 512, 1024, 1024};
+  int64_t backbone = 27 * 32 + 2 * 32;
+  for (size_t i = 1; i < depths.size(); ++i)
+    backbone += 9 * depths[i - 1] + 2 * depths[i - 1] + depths[i - 1] * depths[i] + 2 * depths[i];
+  EXPECT_EQ(backbone, 3'206'976);
+  const int64_t extras = (1024 * 256 + 2 * 256) + (256 * 512 * 9 + 2 * 512) + (512 * 128 + 2 * 128) +
+                         (128 * 256 * 9 + 2 * 256) + (256 * 128 + 2 * 128) + (128 * 256 * 9 + 2 * 256) +
+                         (256 * 64 + 2 * 64) + (64 * 128 * 9 + 2 * 128);
+  int64_t heads = 0;
+  const Sizes channels{512, 1024, 512, 256, 256, 128}, anchors{3, 6, 6, 6, 6, 6};
+  for (size_t i = 0; i < 6; ++i) heads += (channels[i] + 1) * anchors[i] * (4 + 91);
+  // The zoo's ssd_mobilenet_v1_coco_2018_01_28 holds 6,845,184 values: these, 2 x 12,672
+  // moving statistics and global_step.
+  EXPECT_EQ(count_parameters(*model), backbone + extras + heads);
+  EXPECT_EQ(backbone + extras + heads + 2 * 12'672 + 1, 6'845'184);
+  EXPECT_EQ(model->forward(torch::zeros({1, 3, 300, 300})).sizes().vec(), (Sizes{1, 1917, 95}));
+}
+
+// ssd_mobilenet_v1_0.75_depth_300x300_coco14_sync: depth_multiplier 0.75, min_depth 16; TF-Slim's
+// depth() is max(int(d * 0.75), 16) (no rounding to 8, unlike MobileNetV2).
+TEST(SsdModel, MobileNetV1DepthMultiplier) {
+  SsdModelOptions o;
+  o.feature_extractor = "ssd_mobilenet_v1";
+  o.depth_multiplier = 0.75;
+  o.min_depth = 16;
+  SsdModel model(o);
+  EXPECT_EQ(model->feature_map_channels(), (Sizes{384, 768, 384, 192, 192, 96}));
+  const auto got = state_shapes(*model);
+  EXPECT_EQ(got.at("backbone.features.0.0.weight"), "24,3,3,3");
+  EXPECT_EQ(got.at("backbone.features.1.0.0.weight"), "24,1,3,3");
+  EXPECT_EQ(got.at("backbone.features.1.1.0.weight"), "48,24,1,1");
+  EXPECT_EQ(got.at("extras.0.0.0.weight"), "192,768,1,1");
+  EXPECT_EQ(got.at("extras.3.0.0.weight"), "48,192,1,1");
+  o.depth_multiplier = 0.25;
+  o.min_depth = 16;
+  EXPECT_EQ(SsdModel(o)->feature_map_channels()[5], 32);
+  o.feature_extractor = "ssd_mobilenet_v9";
+  EXPECT_THROW(SsdModel{o}, c10::Error);
+}
+
+TEST(SsdModel, NamesBackboneExtrasHeads) {
+  SsdModel model(coco_options());
   const auto fixture = read_fixture();
   const auto got = state_shapes(*model);
   // The backbone is torchvision's features.* under "backbone.".
@@ -368,10 +430,10 @@ TEST(SsdMobileNetV2, NamesBackboneExtrasHeads) {
   EXPECT_EQ(heads, 24);
 }
 
-TEST(SsdMobileNetV2, PredictionHeadsAreExactlyTheBoxAndClassConvs) {
+TEST(SsdModel, PredictionHeadsAreExactlyTheBoxAndClassConvs) {
   SsdModelOptions o;
   o.class_prediction_bias_init = -4.6;
-  SsdMobileNetV2 model(o);
+  SsdModel model(o);
   std::set<std::string> heads, want;
   for (const auto& p : model->named_parameters())
     if (is_prediction_head_parameter(p.key())) heads.insert(p.key());
@@ -398,12 +460,12 @@ TEST(SsdMobileNetV2, PredictionHeadsAreExactlyTheBoxAndClassConvs) {
   }
 }
 
-TEST(SsdMobileNetV2, DepthMultiplierAndMinDepth) {
+TEST(SsdModel, DepthMultiplierAndMinDepth) {
   SsdModelOptions o;
   o.depth_multiplier = 0.5;
   o.min_depth = 16;
   o.num_classes = 5;
-  SsdMobileNetV2 model(o);
+  SsdModel model(o);
   // TF: mobilenet_base scales layer_19 too (640); extras int(d * 0.5), at least 16.
   EXPECT_EQ(model->feature_map_channels(), (Sizes{288, 640, 256, 128, 128, 64}));
   const auto got = state_shapes(*model);
@@ -414,7 +476,7 @@ TEST(SsdMobileNetV2, DepthMultiplierAndMinDepth) {
 
   o.depth_multiplier = 0.25;
   o.min_depth = 96;
-  SsdMobileNetV2 narrow(o);
+  SsdModel narrow(o);
   const auto& c = narrow->feature_map_channels();
   EXPECT_EQ(c[2], 128);  // 512 * 0.25
   EXPECT_EQ(c[3], 96);   // 256 * 0.25 = 64 -> 96
@@ -426,12 +488,12 @@ TEST(SsdMobileNetV2, DepthMultiplierAndMinDepth) {
             (Sizes{1, 6 * 6 * 3 + (9 + 4 + 1 + 1 + 1) * 6, 4 + 6}));
 }
 
-TEST(SsdMobileNetV2, FewerFeatureMapsAndDepthwiseExtras) {
+TEST(SsdModel, FewerFeatureMapsAndDepthwiseExtras) {
   SsdModelOptions o;
   o.anchors_per_location = {3, 6, 6};
   o.use_depthwise = true;
   o.kernel_size = 3;
-  SsdMobileNetV2 model(o);
+  SsdModel model(o);
   const auto got = state_shapes(*model);
   EXPECT_EQ(got.at("extras.0.1.0.weight"), "256,1,3,3");  // depthwise 3x3 s2
   EXPECT_EQ(got.at("extras.0.2.0.weight"), "512,256,1,1");
@@ -442,21 +504,21 @@ TEST(SsdMobileNetV2, FewerFeatureMapsAndDepthwiseExtras) {
   torch::NoGradGuard no_grad;
   EXPECT_EQ(model->forward(torch::zeros({1, 3, 300, 300})).sizes().vec(), (Sizes{1, 1083 + 600 + 150, 95}));
   o.anchors_per_location = {};
-  EXPECT_THROW(SsdMobileNetV2{o}, c10::Error);
+  EXPECT_THROW(SsdModel{o}, c10::Error);
   o.anchors_per_location = {1, 1, 1, 1, 1, 1, 1};
-  EXPECT_THROW(SsdMobileNetV2{o}, c10::Error);
+  EXPECT_THROW(SsdModel{o}, c10::Error);
 }
 
 // ssdlite_mobilenet_v2_coco: depthwise extra layers (feature_extractor.use_depthwise) and
 // depthwise heads (convolutional_box_predictor.use_depthwise, kernel_size 3): each head a 3x3
 // depthwise conv + BN + ReLU6 (slim.separable_conv2d without pointwise outputs, under the
 // predictor's arg scope), then a 1x1 conv with bias (ConvolutionalBoxHead/ClassHead).
-TEST(SsdMobileNetV2, SsdLiteDepthwiseHeads) {
+TEST(SsdModel, SsdLiteDepthwiseHeads) {
   SsdModelOptions o;
   o.use_depthwise = true;
   o.depthwise_heads = true;
   o.kernel_size = 3;
-  SsdMobileNetV2 model(o);
+  SsdModel model(o);
   const auto got = state_shapes(*model);
   EXPECT_EQ(got.at("box_depthwise.0.0.weight"), "576,1,3,3");
   EXPECT_EQ(got.at("box_depthwise.0.1.running_var"), "576");
@@ -504,9 +566,9 @@ TEST(SsdMobileNetV2, SsdLiteDepthwiseHeads) {
   EXPECT_TRUE(torch::equal(after.narrow(1, map0, after.size(1) - map0), before.narrow(1, map0, before.size(1) - map0)));
 }
 
-TEST(SsdMobileNetV2, TruncatedNormalInitForExtrasAndHeads) {
+TEST(SsdModel, TruncatedNormalInitForExtrasAndHeads) {
   torch::manual_seed(3);
-  SsdMobileNetV2 model(coco_options());
+  SsdModel model(coco_options());
   for (const std::string name : {"extras.0.1.0.weight", "class_heads.1.weight", "box_heads.1.weight"}) {
     const auto w = model->named_parameters()[name];
     EXPECT_LE(w.abs().max().item<double>(), 0.06 + 1e-7) << name;
@@ -520,7 +582,7 @@ TEST(SsdMobileNetV2, TruncatedNormalInitForExtrasAndHeads) {
     }
 }
 
-TEST(SsdMobileNetV2, TfSamePaddingPutsTheOddPixelBottomRight) {
+TEST(SsdModel, TfSamePaddingPutsTheOddPixelBottomRight) {
   torch::nn::Conv2d conv(torch::nn::Conv2dOptions(1, 1, 3).stride(2).bias(false));
   torch::NoGradGuard no_grad;
   conv->weight.fill_(1);
@@ -541,7 +603,7 @@ TEST(SsdMobileNetV2, TfSamePaddingPutsTheOddPixelBottomRight) {
 // libtorch 1.13's CPU bf16 convolution gives a wrong, call-to-call varying weight gradient
 // (sometimes NaN) when the stride exceeds a padded input: the 1x1 maps of the SSD's last
 // extra layers at 96x96 under --dtype bf16. conv2d_tf_same pads those inputs itself.
-TEST(SsdMobileNetV2, TfSameBf16WeightGradientMatchesFloat32WhereTheStrideExceedsTheInput) {
+TEST(SsdModel, TfSameBf16WeightGradientMatchesFloat32WhereTheStrideExceedsTheInput) {
   torch::manual_seed(11);
   torch::nn::Conv2d conv(torch::nn::Conv2dOptions(22, 44, 3).stride(2).bias(false));
   const auto x = torch::randn({32, 22, 1, 1});
@@ -563,11 +625,11 @@ TEST(SsdMobileNetV2, TfSameBf16WeightGradientMatchesFloat32WhereTheStrideExceeds
   }
 }
 
-TEST(SsdMobileNetV2, ChannelsLastGivesTheSameOutput) {
+TEST(SsdModel, ChannelsLastGivesTheSameOutput) {
   torch::manual_seed(4);
   SsdModelOptions o;
   o.num_classes = 7;
-  SsdMobileNetV2 model(o);
+  SsdModel model(o);
   model->eval();
   torch::NoGradGuard no_grad;
   const auto x = torch::rand({2, 3, 160, 160}) * 2 - 1;
@@ -582,12 +644,12 @@ TEST(SsdMobileNetV2, ChannelsLastGivesTheSameOutput) {
   EXPECT_TRUE(torch::allclose(c, d, 1e-4, 1e-5)) << (c - d).abs().max();
 }
 
-TEST(SsdMobileNetV2, BackwardReachesEveryParameter) {
+TEST(SsdModel, BackwardReachesEveryParameter) {
   torch::manual_seed(5);
   SsdModelOptions o;
   o.num_classes = 3;
   o.use_dropout = true;
-  SsdMobileNetV2 model(o);
+  SsdModel model(o);
   model->train();
   const auto y = model->forward(torch::rand({2, 3, 96, 96}).contiguous(at::MemoryFormat::ChannelsLast));
   (y.pow(2).mean()).backward();
@@ -603,10 +665,10 @@ TEST(SsdMobileNetV2, BackwardReachesEveryParameter) {
   for (const auto& p : net->named_parameters()) ASSERT_TRUE(p.value().grad().defined()) << p.key();
 }
 
-TEST(SsdMobileNetV2, EveryBatchNormGoesThroughTheOverride) {
+TEST(SsdModel, EveryBatchNormGoesThroughTheOverride) {
   SsdModelOptions o;
   o.num_classes = 2;
-  SsdMobileNetV2 model(o);
+  SsdModel model(o);
   int bns = 0;
   for (const auto& m : model->modules(false))
     if (m->as<torch::nn::BatchNorm2d>()) ++bns;

@@ -125,7 +125,7 @@ detect::SsdModelOptions zoo_ssd_options() {
 }
 
 TEST(TfNameMaps, SsdMatchesTheModelZoosCheckpointByNameAndShape) {
-  detect::SsdMobileNetV2 model(zoo_ssd_options());
+  detect::SsdModel model(zoo_ssd_options());
   const TfNameMap map = [&](const std::string& n) { return model->tf_name(n); };
   expect_complete_and_distinct(*model, map);
   const tf::CheckpointReader zoo((kTf / "ssd_mobilenet_v2_coco_2018_03_29" / "model.ckpt").string());
@@ -137,10 +137,35 @@ TEST(TfNameMaps, SsdMatchesTheModelZoosCheckpointByNameAndShape) {
   // A classification checkpoint of the backbone: TF-Slim's MobilenetV2/ scope.
   EXPECT_EQ(model->tf_name("backbone.features.0.0.weight", "MobilenetV2")->name, "MobilenetV2/Conv/weights");
   // The sample config's model (no depthwise extras, 1x1 predictor) differs and says where.
-  detect::SsdMobileNetV2 sample(detect::SsdModelOptions{});
+  detect::SsdModel sample(detect::SsdModelOptions{});
   const TfMapping other =
       match_tf_checkpoint(zoo, *sample, [&](const std::string& n) { return sample->tf_name(n); });
   EXPECT_GT(other.count(TfMatch::kShapeMismatch), 0);
+}
+
+// ssd_mobilenet_v1_coco_2018_01_28 (its pipeline.config: 90 classes, 1x1 predictor, no
+// depthwise extras): every one of the zoo checkpoint's 199 variables by name and shape.
+TEST(TfNameMaps, SsdMobileNetV1MatchesTheModelZoosCheckpointByNameAndShape) {
+  detect::SsdModelOptions o;
+  o.feature_extractor = "ssd_mobilenet_v1";
+  detect::SsdModel model(o);
+  const TfNameMap map = [&](const std::string& n) { return model->tf_name(n); };
+  expect_complete_and_distinct(*model, map);
+  const tf::CheckpointReader zoo((kTf / "ssd_mobilenet_v1_coco_2018_01_28" / "model.ckpt").string());
+  const TfMapping m = match_tf_checkpoint(zoo, *model, map);
+  EXPECT_EQ(m.count(TfMatch::kMatched), 199);
+  EXPECT_EQ(m.count(TfMatch::kMissing), 0);
+  EXPECT_EQ(m.count(TfMatch::kShapeMismatch), 0);
+  EXPECT_EQ(m.unused, std::vector<std::string>{"global_step"});
+  EXPECT_EQ(model->tf_name("backbone.features.13.0.0.weight")->name,
+            "FeatureExtractor/MobilenetV1/Conv2d_13_depthwise/depthwise_weights");
+  EXPECT_EQ(model->tf_name("backbone.features.13.0.0.weight")->layout, TfLayout::kDepthwise);
+  EXPECT_EQ(model->tf_name("extras.0.1.0.weight")->name,
+            "FeatureExtractor/MobilenetV1/Conv2d_13_pointwise_2_Conv2d_2_3x3_s2_512/weights");
+  // A TF-Slim classification checkpoint (mobilenet_v1_1.0_224.ckpt): the MobilenetV1/ scope.
+  EXPECT_EQ(model->tf_name("backbone.features.0.1.weight", "MobilenetV1")->name, "MobilenetV1/Conv2d_0/BatchNorm/gamma");
+  EXPECT_THROW(model->tf_name("backbone.features.14.0.0.weight"), std::invalid_argument);
+  EXPECT_THROW(model->tf_name("backbone.features.3.2.0.weight"), std::invalid_argument);
 }
 
 TEST(TfNameMaps, MobileNetV2AndInceptionV3FollowTfSlim) {
@@ -334,7 +359,7 @@ void expect_same_variables(torch::nn::Module& a, torch::nn::Module& b, const std
 TEST(TfWeights, WriteThenRestoreGivesEveryVariableBack) {
   test::TempDir dir;
   {
-    detect::SsdMobileNetV2 a(zoo_ssd_options()), b(zoo_ssd_options());
+    detect::SsdModel a(zoo_ssd_options()), b(zoo_ssd_options());
     randomize(*a, 1);
     randomize(*b, 2);
     const TfNameMap map = [&](const std::string& n) { return a->tf_name(n); };

@@ -40,7 +40,7 @@ TEST(MetaArchitectures, TheModelOneofCasePicksTheRegisteredParser) {
             "meta-architecture 'ssd' is registered twice");
 }
 
-TEST(MetaArchitectures, SsdMobileNetV2CocoBuildsThroughTheTask) {
+TEST(MetaArchitectures, SsdModelCocoBuildsThroughTheTask) {
   const auto pipeline = detect::load_pipeline_config(kCoco, /*strict=*/false);
   const auto config = detection_config(pipeline, /*channels_last=*/false);
   EXPECT_EQ(config.num_classes, 90);

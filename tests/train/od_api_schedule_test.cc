@@ -9,7 +9,7 @@
 namespace orchard::train {
 namespace {
 
-TEST(LearningSchedules, ExponentialDecayAsSsdMobileNetV2Coco) {
+TEST(LearningSchedules, ExponentialDecayAsSsdModelCoco) {
   // The sample config: initial 0.004, decay_steps 800720, decay_factor 0.95, staircase.
   ExponentialDecay c;
   c.initial_learning_rate = 0.004;

@@ -122,4 +122,66 @@ at::Tensor generate_ssd_anchors(const SsdAnchorOptions& o,
   return torch::from_blob(out.data(), {n, 4}, at::kFloat).clone();
 }
 
+int64_t anchors_per_location(const MultiscaleAnchorOptions& o) {
+  return static_cast<int64_t>(o.aspect_ratios.size()) * o.scales_per_octave;
+}
+
+at::Tensor generate_multiscale_anchors(const MultiscaleAnchorOptions& o,
+                                       const std::vector<std::pair<int64_t, int64_t>>& feature_map_sizes,
+                                       int64_t image_height, int64_t image_width) {
+  if (o.min_level < 0 || o.max_level < o.min_level || o.max_level > 30)
+    throw Error("multiscale_anchor_generator: need 0 <= min_level <= max_level, got min_level " +
+                std::to_string(o.min_level) + ", max_level " + std::to_string(o.max_level));
+  if (o.scales_per_octave < 1) throw Error("multiscale_anchor_generator.scales_per_octave must be >= 1");
+  if (o.aspect_ratios.empty()) throw Error("multiscale_anchor_generator.aspect_ratios must not be empty");
+  for (float a : o.aspect_ratios)
+    if (!(a > 0)) throw Error("multiscale_anchor_generator.aspect_ratios must be positive");
+  if (!(o.anchor_scale > 0)) throw Error("multiscale_anchor_generator.anchor_scale must be positive");
+  const size_t levels = static_cast<size_t>(o.max_level - o.min_level + 1);
+  if (feature_map_sizes.size() != levels)
+    throw Error("multiscale anchors: " + std::to_string(feature_map_sizes.size()) + " feature maps for levels " +
+                std::to_string(o.min_level) + ".." + std::to_string(o.max_level));
+  if (image_height <= 0 || image_width <= 0) throw Error("multiscale anchors: image size must be positive");
+  if (o.normalize_coordinates && (image_height == 1 || image_width == 1))
+    throw Error("multiscale anchors: cannot normalise the coordinates of a 1-pixel image side");
+
+  // float32 throughout, as the TF graph computes them; normalised by multiplying with 1 / size
+  // (box_list_ops.to_normalized_coordinates).
+  const float y_norm = o.normalize_coordinates ? 1.0f / static_cast<float>(image_height) : 1.0f;
+  const float x_norm = o.normalize_coordinates ? 1.0f / static_cast<float>(image_width) : 1.0f;
+  std::vector<float> heights, widths;  // per anchor of a cell, in pixels before the level's base
+  for (float aspect : o.aspect_ratios) {
+    const float ratio_sqrt = std::sqrt(aspect);
+    for (int i = 0; i < o.scales_per_octave; ++i) {
+      const auto scale = static_cast<float>(std::pow(2.0, static_cast<double>(i) / o.scales_per_octave));
+      heights.push_back(scale / ratio_sqrt);
+      widths.push_back(scale * ratio_sqrt);
+    }
+  }
+  std::vector<float> out;
+  for (size_t k = 0; k < levels; ++k) {
+    const int level = o.min_level + static_cast<int>(k);
+    const auto [grid_h, grid_w] = feature_map_sizes[k];
+    if (grid_h <= 0 || grid_w <= 0) throw Error("multiscale anchors: feature map sizes must be positive");
+    const int64_t stride = int64_t{1} << level;
+    const auto base = static_cast<float>(static_cast<double>(stride) * o.anchor_scale);
+    const float offset_y = image_height % stride == 0 || image_height == 1 ? stride / 2.0f : 0.0f;
+    const float offset_x = image_width % stride == 0 || image_width == 1 ? stride / 2.0f : 0.0f;
+    out.reserve(out.size() + static_cast<size_t>(grid_h * grid_w) * heights.size() * 4);
+    for (int64_t y = 0; y < grid_h; ++y) {
+      const float cy = static_cast<float>(y) * static_cast<float>(stride) + offset_y;
+      for (int64_t x = 0; x < grid_w; ++x) {
+        const float cx = static_cast<float>(x) * static_cast<float>(stride) + offset_x;
+        for (size_t a = 0; a < heights.size(); ++a) {
+          const float h = heights[a] * base, w = widths[a] * base;
+          out.insert(out.end(), {(cy - 0.5f * h) * y_norm, (cx - 0.5f * w) * x_norm, (cy + 0.5f * h) * y_norm,
+                                 (cx + 0.5f * w) * x_norm});
+        }
+      }
+    }
+  }
+  const auto n = static_cast<int64_t>(out.size() / 4);
+  return torch::from_blob(out.data(), {n, 4}, at::kFloat).clone();
+}
+
 }  // namespace orchard::detect

@@ -55,4 +55,30 @@ at::Tensor generate_ssd_anchors(const SsdAnchorOptions& options,
                                 const std::vector<std::pair<int64_t, int64_t>>& feature_map_sizes,
                                 int64_t image_height, int64_t image_width);
 
+// The OD API's multiscale_anchor_generator (MultiscaleGridAnchorGenerator, the RetinaNet/FPN
+// configs): per level l in [min_level, max_level] a grid of stride 2^l, anchors of base size
+// 2^l * anchor_scale pixels, scales 2^(i / scales_per_octave) (i < scales_per_octave) and the
+// aspect ratios.
+struct MultiscaleAnchorOptions {
+  int min_level = 3;
+  int max_level = 7;
+  float anchor_scale = 4.0f;
+  std::vector<float> aspect_ratios{1.0f, 2.0f, 0.5f};
+  int scales_per_octave = 2;
+  bool normalize_coordinates = true;
+};
+
+// aspect_ratios x scales_per_octave.
+int64_t anchors_per_location(const MultiscaleAnchorOptions& options);
+
+// All anchors, [num_anchors, 4] float32 (ymin, xmin, ymax, xmax), for one feature map per level
+// (min_level first) of an image_height x image_width input; normalised by the image size
+// (normalize_coordinates) or in pixels. A level's anchor centres are offset by half its stride
+// when the image side is a multiple of the stride, else 0, as the OD API does. Within a cell
+// the anchors go aspect ratio by aspect ratio, the scales within each (ops.meshgrid's order);
+// cells and levels as generate_ssd_anchors. Throws orchard::Error on inconsistent options.
+at::Tensor generate_multiscale_anchors(const MultiscaleAnchorOptions& options,
+                                       const std::vector<std::pair<int64_t, int64_t>>& feature_map_sizes,
+                                       int64_t image_height, int64_t image_width);
+
 }  // namespace orchard::detect

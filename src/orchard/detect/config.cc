@@ -481,9 +481,10 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
     const odp::Ssd& ssd = config.model().ssd();
     if (ssd.num_classes() <= 0)
       problems.push_back("model.ssd.num_classes must be > 0 (got " + std::to_string(ssd.num_classes()) + ")");
-    if (ssd.feature_extractor().type() != "ssd_mobilenet_v2")
-      problems.push_back("model.ssd.feature_extractor.type '" + ssd.feature_extractor().type() +
-                         "' is not supported; Orchard implements ssd_mobilenet_v2");
+    const std::string& type = ssd.feature_extractor().type();
+    if (type != "ssd_mobilenet_v2" && type != "ssd_mobilenet_v1")
+      problems.push_back("model.ssd.feature_extractor.type '" + type +
+                         "' is not supported; Orchard implements ssd_mobilenet_v2 and ssd_mobilenet_v1");
     check_oneof(ssd.image_resizer(), "image_resizer_oneof", "model.ssd.image_resizer", {"fixed_shape_resizer"},
                 &problems);
     check_oneof(ssd.box_coder(), "box_coder_oneof", "model.ssd.box_coder", {"faster_rcnn_box_coder"}, &problems);

@@ -14,19 +14,37 @@ namespace {
 
 namespace F = torch::nn::functional;
 
-// TF's feature_map_layout for ssd_mobilenet_v2.
-const char* const kFromLayer[] = {"layer_15/expansion_output", "layer_19"};
+using models::truncated_normal_;
+
+// TF's feature_map_layout of each feature extractor: the base layers taken as the first two
+// feature maps, and the depths of the extra layers (the same for v1 and v2).
+struct Layout {
+  const char* type;
+  const char* scope;          // TF-Slim's scope of the base network
+  const char* from_layer[2];  // feature_map_layout's from_layer
+};
+constexpr Layout kLayouts[] = {
+    {"ssd_mobilenet_v2", "MobilenetV2", {"layer_15/expansion_output", "layer_19"}},
+    {"ssd_mobilenet_v1", "MobilenetV1", {"Conv2d_11_pointwise", "Conv2d_13_pointwise"}},
+};
 constexpr int64_t kLayerDepth[] = {-1, -1, 512, 256, 256, 128};
 constexpr size_t kMaxFeatureMaps = 6;
 
-// TF's truncated_normal_initializer: N(0, stddev) with values beyond 2 stddev redrawn (so the
-// result's stddev is about 0.88 stddev). Sampled by inverting the normal CDF on the kept range.
-void truncated_normal_(torch::Tensor& w, double stddev) {
-  const double lo = 0.5 * std::erfc(2.0 / std::sqrt(2.0));  // P(z < -2)
-  w.uniform_(2 * lo - 1, 1 - 2 * lo).erfinv_().mul_(stddev * std::sqrt(2.0)).clamp_(-2 * stddev, 2 * stddev);
+const Layout& layout_of(const std::string& type) {
+  for (const Layout& l : kLayouts)
+    if (type == l.type) return l;
+  TORCH_CHECK(false, "SSD feature extractor '", type, "' is not one of ssd_mobilenet_v2, ssd_mobilenet_v1");
 }
 
 }  // namespace
+
+bool is_ssd_mobilenet_feature_extractor(const std::string& type) {
+  for (const Layout& l : kLayouts)
+    if (type == l.type) return true;
+  return false;
+}
+
+std::string SsdModelImpl::backbone_scope() const { return layout_of(options_.feature_extractor).scope; }
 
 bool is_prediction_head_parameter(const std::string& name) {
   for (const char* prefix : {"box_heads.", "class_heads.", "box_depthwise.", "class_depthwise."})
@@ -34,9 +52,10 @@ bool is_prediction_head_parameter(const std::string& name) {
   return false;
 }
 
-SsdMobileNetV2Impl::SsdMobileNetV2Impl(const SsdModelOptions& o) : options_(o) {
+SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
   const size_t n = o.anchors_per_location.size();
-  TORCH_CHECK(n >= 1 && n <= kMaxFeatureMaps, "SSD MobileNetV2 has 1 to ", kMaxFeatureMaps,
+  const Layout& layout = layout_of(o.feature_extractor);
+  TORCH_CHECK(n >= 1 && n <= kMaxFeatureMaps, "SSD MobileNet has 1 to ", kMaxFeatureMaps,
               " feature maps; anchors_per_location has ", n, " entries");
   TORCH_CHECK(o.num_classes >= 1, "SSD num_classes must be >= 1, got ", o.num_classes);
   TORCH_CHECK(o.box_code_size >= 1 && o.kernel_size >= 1, "SSD box_code_size and kernel_size must be >= 1");
@@ -45,20 +64,35 @@ SsdMobileNetV2Impl::SsdMobileNetV2Impl(const SsdModelOptions& o) : options_(o) {
               "SSD dropout_keep_probability must be in (0, 1], got ", o.dropout_keep_probability);
   for (int64_t a : o.anchors_per_location) TORCH_CHECK(a >= 1, "SSD anchors_per_location must be >= 1, got ", a);
 
-  // TF: mobilenet_base with min_depth from the arg scope and the last layer scaled too;
-  // batch norm from training_scope(bn_decay=0.9997) with slim's epsilon 0.001.
-  MobileNetV2Options bo;
-  bo.width_mult = o.depth_multiplier;
-  bo.min_depth = o.min_depth;
-  bo.finegrain_classification_mode = false;
-  bo.include_top = false;
-  bo.bn_momentum = o.bn_momentum;
-  bo.bn_eps = o.bn_eps;
-  bo.tf_same_padding = true;  // use_explicit_padding false: TF 'SAME'
-  backbone_ = register_module("backbone", MobileNetV2(bo));
-  for (size_t i = 0; i < std::min<size_t>(n, 2); ++i) {
-    base_endpoints_.push_back(parse_mobilenet_v2_endpoint(kFromLayer[i]));
-    channels_.push_back(backbone_->endpoint_channels(base_endpoints_.back()));
+  if (o.feature_extractor == "ssd_mobilenet_v2") {
+    // TF: mobilenet_base with min_depth from the arg scope and the last layer scaled too;
+    // batch norm from training_scope(bn_decay=0.9997) with slim's epsilon 0.001.
+    MobileNetV2Options bo;
+    bo.width_mult = o.depth_multiplier;
+    bo.min_depth = o.min_depth;
+    bo.finegrain_classification_mode = false;
+    bo.include_top = false;
+    bo.bn_momentum = o.bn_momentum;
+    bo.bn_eps = o.bn_eps;
+    bo.tf_same_padding = true;  // use_explicit_padding false: TF 'SAME'
+    backbone_ = register_module("backbone", MobileNetV2(bo));
+    for (size_t i = 0; i < std::min<size_t>(n, 2); ++i) {
+      base_endpoints_.push_back(parse_mobilenet_v2_endpoint(layout.from_layer[i]));
+      channels_.push_back(backbone_->endpoint_channels(base_endpoints_.back()));
+    }
+  } else {
+    // TF: mobilenet_v1_base(final_endpoint='Conv2d_13_pointwise', min_depth, depth_multiplier)
+    // under mobilenet_v1_arg_scope (batch norm decay 0.9997, epsilon 0.001, as the configs).
+    models::MobileNetV1Options bo;
+    bo.depth_multiplier = o.depth_multiplier;
+    bo.min_depth = o.min_depth;
+    bo.bn_momentum = o.bn_momentum;
+    bo.bn_eps = o.bn_eps;
+    backbone_v1_ = register_module("backbone", models::MobileNetV1(bo));
+    for (size_t i = 0; i < std::min<size_t>(n, 2); ++i) {
+      base_layers_.push_back(models::parse_mobilenet_v1_endpoint(layout.from_layer[i]));
+      channels_.push_back(backbone_v1_->layer_channels(base_layers_.back()));
+    }
   }
 
   // feature_map_generators.get_depth_fn.
@@ -121,10 +155,15 @@ SsdMobileNetV2Impl::SsdMobileNetV2Impl(const SsdModelOptions& o) : options_(o) {
   for (size_t i = 0; i < n; ++i) class_heads_[i]->as<torch::nn::Conv2d>()->bias.fill_(o.class_prediction_bias_init);
 }
 
-std::optional<models::TfName> SsdMobileNetV2Impl::tf_name(const std::string& name,
+std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
                                                           const std::string& backbone_scope) const {
-  const auto bad = [&] { return std::invalid_argument("not an SSD MobileNetV2 variable: '" + name + "'"); };
-  if (name.rfind("backbone.", 0) == 0) return models::mobilenet_v2_tf_name(name.substr(9), backbone_scope);
+  const auto bad = [&] { return std::invalid_argument("not an SSD MobileNet variable: '" + name + "'"); };
+  const std::string feature_extractor_scope = "FeatureExtractor/" + this->backbone_scope();
+  if (name.rfind("backbone.", 0) == 0) {
+    const std::string scope = backbone_scope.empty() ? feature_extractor_scope : backbone_scope;
+    return backbone_v1_ ? models::mobilenet_v1_tf_name(name.substr(9), scope)
+                        : models::mobilenet_v2_tf_name(name.substr(9), scope);
+  }
   const size_t dot = name.rfind('.');
   if (dot == std::string::npos) throw bad();
   const std::string field = name.substr(dot + 1);
@@ -156,7 +195,7 @@ std::optional<models::TfName> SsdMobileNetV2Impl::tf_name(const std::string& nam
   const auto depth = [&](double d) {
     return std::max(static_cast<int64_t>(d * options_.depth_multiplier), options_.min_depth);
   };
-  const std::string base = "FeatureExtractor/MobilenetV2/layer_19_";
+  const std::string base = feature_extractor_scope + "/" + layout_of(options_.feature_extractor).from_layer[1] + "_";
   std::string scope;
   models::TfLayout layout = models::TfLayout::kConv;
   if (j == 0) {
@@ -176,15 +215,15 @@ std::optional<models::TfName> SsdMobileNetV2Impl::tf_name(const std::string& nam
   return models::tf_batch_norm_name(scope, field);
 }
 
-std::vector<torch::Tensor> SsdMobileNetV2Impl::feature_maps(const torch::Tensor& images) {
-  TORCH_CHECK(images.dim() == 4 && images.size(1) == 3, "SSD MobileNetV2 expects images [B, 3, H, W], got ",
+std::vector<torch::Tensor> SsdModelImpl::feature_maps(const torch::Tensor& images) {
+  TORCH_CHECK(images.dim() == 4 && images.size(1) == 3, "SSD MobileNet expects images [B, 3, H, W], got ",
               images.sizes());
-  auto maps = backbone_->endpoints(images, base_endpoints_);
+  auto maps = backbone_v1_ ? backbone_v1_->endpoints(images, base_layers_) : backbone_->endpoints(images, base_endpoints_);
   for (const auto& layer : *extras_) maps.push_back(layer->as<torch::nn::Sequential>()->forward(maps.back()));
   return maps;
 }
 
-torch::Tensor SsdMobileNetV2Impl::forward(const torch::Tensor& images) {
+torch::Tensor SsdModelImpl::forward(const torch::Tensor& images) {
   const auto maps = feature_maps(images);
   const int64_t batch = images.size(0);
   std::vector<torch::Tensor> boxes, classes;
@@ -205,10 +244,11 @@ torch::Tensor SsdMobileNetV2Impl::forward(const torch::Tensor& images) {
   return torch::cat({torch::cat(boxes, 1), torch::cat(classes, 1)}, 2);
 }
 
-std::vector<std::pair<int64_t, int64_t>> SsdMobileNetV2Impl::feature_map_sizes(int64_t height, int64_t width) const {
+std::vector<std::pair<int64_t, int64_t>> SsdModelImpl::feature_map_sizes(int64_t height, int64_t width) const {
   TORCH_CHECK(height >= 1 && width >= 1, "SSD input size must be positive, got ", height, "x", width);
   // Every stride-2 layer (torchvision's 3x3 with padding 1, or TF 'SAME') gives ceil(x / 2):
-  // four before layer_15's expansion (stride 16), one per later feature map.
+  // four before layer_15's expansion (V2) or Conv2d_11_pointwise (V1), at stride 16, one per
+  // later feature map.
   const auto half = [](int64_t x) { return (x + 1) / 2; };
   for (int i = 0; i < 4; ++i) {
     height = half(height);

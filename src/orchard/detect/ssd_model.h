@@ -1,10 +1,15 @@
-// SSD with a MobileNetV2 feature extractor: the TF Object Detection API's ssd_mobilenet_v2
-// (SSDMobileNetV2FeatureExtractor + multi_resolution_feature_maps + ConvolutionalBoxPredictor,
-// as in ssd_mobilenet_v2_coco.config).
+// SSD with a MobileNet feature extractor: the TF Object Detection API's ssd_mobilenet_v2
+// (SSDMobileNetV2FeatureExtractor, as in ssd_mobilenet_v2_coco.config) and ssd_mobilenet_v1
+// (SSDMobileNetV1FeatureExtractor, ssd_mobilenet_v1_coco.config), each with
+// multi_resolution_feature_maps and a ConvolutionalBoxPredictor.
 //
-// Feature maps (300x300 input, depth_multiplier 1):
+// Feature maps (300x300 input, depth_multiplier 1), ssd_mobilenet_v2:
 //   0  MobileNetV2 layer_15/expansion_output  [B,  576, 19, 19]  (backbone features[14].conv[0])
 //   1  MobileNetV2 layer_19                   [B, 1280, 10, 10]  (backbone features[18])
+// ssd_mobilenet_v1:
+//   0  MobileNetV1 Conv2d_11_pointwise        [B,  512, 19, 19]  (backbone features[11])
+//   1  MobileNetV1 Conv2d_13_pointwise        [B, 1024, 10, 10]  (backbone features[13])
+// then both:
 //   2..5  extra layers: 1x1 conv to depth/2, then 3x3 stride-2 conv ('SAME') to depth, each
 //         conv + BN + ReLU6, depth 512, 256, 256, 128 -> [B, 512, 5, 5] ... [B, 128, 1, 1].
 // Each feature map gets a box head and a class head: one kernel_size x kernel_size conv with
@@ -14,11 +19,13 @@
 // Parameter (and buffer) names:
 //   backbone.features.*        MobileNetV2 without its classifier, with torchvision's names: a
 //                              torchvision state dict's or a classification checkpoint's
-//                              features.* load under the prefix "backbone.". Its stride-2
+//                              features.* load under the prefix "backbone.". (ssd_mobilenet_v1:
+//                              models::MobileNetV1's names.) Its stride-2
 //                              convolutions are padded as TF's 'SAME' (the OD API's
 //                              use_explicit_padding false), as the zoo's checkpoints expect.
 //   TensorFlow names            tf_name(): the OD API's (FeatureExtractor/MobilenetV2/...,
-//                              BoxPredictor_N/...), for its checkpoints in and out.
+//                              FeatureExtractor/MobilenetV1/..., BoxPredictor_N/...), for its
+//                              checkpoints in and out.
 //   extras.K.*                 the extra layer making feature map K + 2: extras.K.0.{0,1} the
 //                              1x1 conv and its BN, extras.K.1.{0,1} the 3x3 stride-2 conv and
 //                              its BN (use_depthwise: extras.K.1 depthwise 3x3 stride 2,
@@ -40,6 +47,7 @@
 #include <utility>
 #include <vector>
 
+#include "orchard/models/mobilenet_v1.h"
 #include "orchard/models/mobilenet_v2.h"
 
 namespace orchard::detect {
@@ -59,7 +67,11 @@ using models::MobileNetV2Impl;
 using models::MobileNetV2Options;
 using models::parse_mobilenet_v2_endpoint;
 
+// The feature extractors (feature_extractor.type) this model builds.
+bool is_ssd_mobilenet_feature_extractor(const std::string& type);
+
 struct SsdModelOptions {
+  std::string feature_extractor = "ssd_mobilenet_v2";  // or "ssd_mobilenet_v1"
   int64_t num_classes = 90;  // without background; class outputs have num_classes + 1 columns (0 = background)
   double depth_multiplier = 1.0;
   int64_t min_depth = 16;
@@ -85,9 +97,9 @@ struct SsdModelOptions {
 // fine-tune checkpoint does not restore.
 bool is_prediction_head_parameter(const std::string& name);
 
-class SsdMobileNetV2Impl : public torch::nn::Module {
+class SsdModelImpl : public torch::nn::Module {
  public:
-  explicit SsdMobileNetV2Impl(const SsdModelOptions& options);
+  explicit SsdModelImpl(const SsdModelOptions& options);
   // images [B, 3, H, W] float32 (channels_last welcome), already scaled to [-1, 1] as TF's
   // MobileNet preprocessing does (2/255 * x - 1). Returns [B, A, box_code_size + num_classes + 1]
   // float32: per anchor the box encodings (ty, tx, th, tw) then the class logits (column
@@ -102,8 +114,13 @@ class SsdMobileNetV2Impl : public torch::nn::Module {
   // Channels of each feature map (576, 1280, 512, 256, 256, 128 at depth_multiplier 1).
   const std::vector<int64_t>& feature_map_channels() const { return channels_; }
   const SsdModelOptions& options() const { return options_; }
-  // The backbone endpoints taken as the first feature maps (layer_15/expansion_output, layer_19).
+  // ssd_mobilenet_v2: the backbone endpoints taken as the first feature maps
+  // (layer_15/expansion_output, layer_19); empty for ssd_mobilenet_v1.
   const std::vector<MobileNetV2Endpoint>& base_endpoints() const { return base_endpoints_; }
+  // ssd_mobilenet_v1: the backbone layers taken as the first feature maps (11, 13).
+  const std::vector<int64_t>& base_layers() const { return base_layers_; }
+  // TF-Slim's scope of the backbone: "MobilenetV2" or "MobilenetV1".
+  std::string backbone_scope() const;
 
   // The TF OD API's name of a variable (ssd_mobilenet_v2_coco's model.ckpt): backbone.* under
   // `backbone_scope` ("FeatureExtractor/MobilenetV2"; "MobilenetV2" for a TF-Slim
@@ -111,19 +128,21 @@ class SsdMobileNetV2Impl : public torch::nn::Module {
   // "layer_19_2_Conv2d_<j+2>_3x3_s2_<depth>" (+ "_depthwise"), box_heads.<i> / class_heads.<i>
   // "BoxPredictor_<i>/BoxEncodingPredictor" / "ClassPredictor", box_depthwise.<i> /
   // class_depthwise.<i> the same + "_depthwise" (depthwise_weights, BatchNorm).
-  std::optional<models::TfName> tf_name(const std::string& name,
-                                        const std::string& backbone_scope = "FeatureExtractor/MobilenetV2") const;
+  // `backbone_scope` empty: "FeatureExtractor/" + backbone_scope().
+  std::optional<models::TfName> tf_name(const std::string& name, const std::string& backbone_scope = "") const;
 
  private:
   SsdModelOptions options_;
   std::vector<MobileNetV2Endpoint> base_endpoints_;
+  std::vector<int64_t> base_layers_;
   std::vector<int64_t> channels_;
   MobileNetV2 backbone_{nullptr};
+  models::MobileNetV1 backbone_v1_{nullptr};
   torch::nn::ModuleList extras_{nullptr};
   torch::nn::ModuleList box_heads_{nullptr};
   torch::nn::ModuleList class_heads_{nullptr};
   torch::nn::ModuleList box_depthwise_{nullptr}, class_depthwise_{nullptr};  // SSDLite
 };
-TORCH_MODULE(SsdMobileNetV2);
+TORCH_MODULE(SsdModel);
 
 }  // namespace orchard::detect

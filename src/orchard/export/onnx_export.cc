@@ -280,18 +280,48 @@ class InceptionWriter {
 // Written as far as the deepest of `wanted` (TF-Slim's endpoints); returns their outputs.
 Pads same_pads(int64_t h, int64_t w, const torch::nn::detail::ConvNdOptions<2>& o);
 
+// The models::ConvNormActivation `name` on x, an h x w map (TF 'SAME' padding depends on it);
+// h and w become the output's size.
+std::string conv_bn_relu6(GraphBuilder& g, const ModuleIndex& modules, const std::string& name, const std::string& x,
+                          int64_t& h, int64_t& w) {
+  auto& cna = modules.get<models::ConvNormActivationImpl>(name);
+  const auto& o = cna.conv->options;
+  const Pads pads = cna.options.tf_same_padding() ? same_pads(h, w, o) : GraphBuilder::symmetric_pads(name, o);
+  h = (h + pads[0] + pads[2] - ((*o.kernel_size())[0] - 1) * (*o.dilation())[0] - 1) / (*o.stride())[0] + 1;
+  w = (w + pads[1] + pads[3] - ((*o.kernel_size())[1] - 1) * (*o.dilation())[1] - 1) / (*o.stride())[1] + 1;
+  return g.relu6(g.conv_bn(name, *cna.conv, *cna.bn, x, pads));
+}
+
+// MobileNetV1's features under `prefix` (models::MobileNetV1): features.0, then features.N.0
+// (depthwise) and features.N.1 (pointwise), each conv-BN-ReLU6; returns the outputs of `layers`.
+std::vector<std::string> mobilenet_v1_features(GraphBuilder& g, const ModuleIndex& modules, const std::string& prefix,
+                                               const std::string& input, int64_t height, int64_t width,
+                                               const std::vector<int64_t>& layers) {
+  const int64_t deepest = layers.empty() ? 0 : *std::max_element(layers.begin(), layers.end());
+  std::vector<std::string> outputs;
+  std::string x = input;
+  for (int64_t i = 0; i <= deepest; ++i) {
+    const std::string layer = prefix + "features." + std::to_string(i);
+    if (i == 0) {
+      x = conv_bn_relu6(g, modules, layer, x, height, width);
+    } else {
+      x = conv_bn_relu6(g, modules, layer + ".0", x, height, width);
+      x = conv_bn_relu6(g, modules, layer + ".1", x, height, width);
+    }
+    outputs.push_back(x);
+  }
+  std::vector<std::string> result;
+  for (int64_t l : layers) result.push_back(outputs.at(static_cast<size_t>(l)));
+  return result;
+}
+
 // `height` x `width`: the input's size (TF 'SAME' convolutions are padded for the size each sees).
 std::vector<std::string> mobilenet_v2_features(GraphBuilder& g, const ModuleIndex& modules, const std::string& prefix,
                                                const std::string& input, int64_t height, int64_t width,
                                                const std::vector<models::MobileNetV2Endpoint>& wanted) {
   int64_t h_in = height, w_in = width;
   auto conv_bn_relu6 = [&](const std::string& p, const std::string& x) {
-    auto& cna = modules.get<models::ConvNormActivationImpl>(p);
-    const auto& o = cna.conv->options;
-    const Pads pads = cna.options.tf_same_padding() ? same_pads(h_in, w_in, o) : GraphBuilder::symmetric_pads(p, o);
-    h_in = (h_in + pads[0] + pads[2] - ((*o.kernel_size())[0] - 1) * (*o.dilation())[0] - 1) / (*o.stride())[0] + 1;
-    w_in = (w_in + pads[1] + pads[3] - ((*o.kernel_size())[1] - 1) * (*o.dilation())[1] - 1) / (*o.stride())[1] + 1;
-    return g.relu6(g.conv_bn(p, *cna.conv, *cna.bn, x, pads));
+    return orchard::exporting::conv_bn_relu6(g, modules, p, x, h_in, w_in);
   };
   int64_t deepest = 0;
   for (const auto& e : wanted) deepest = std::max(deepest, e.index);
@@ -425,7 +455,7 @@ void export_onnx(models::ImageModelImpl& model, const OnnxExportOptions& options
   save_model(proto, path);
 }
 
-void export_detection_onnx(detect::SsdMobileNetV2Impl& model, const at::Tensor& anchors,
+void export_detection_onnx(detect::SsdModelImpl& model, const at::Tensor& anchors,
                            const DetectionOnnxOptions& options, const std::string& path) {
   torch::NoGradGuard no_grad;
   if (options.score_converter != "SIGMOID" && options.score_converter != "SOFTMAX" &&
@@ -435,7 +465,7 @@ void export_detection_onnx(detect::SsdMobileNetV2Impl& model, const at::Tensor& 
   if (mo.box_code_size != 4) throw Error("ONNX export: the box coder needs box_code_size 4");
   onnx::ModelProto proto;
   auto* graph = proto.mutable_graph();
-  graph->set_name("ssd_mobilenet_v2");
+  graph->set_name(mo.feature_extractor);
   GraphBuilder g(graph);
   std::string x = begin_model(proto, g, options.height, options.width, options.include_preprocessing, options.scale,
                               options.offset);
@@ -446,21 +476,15 @@ void export_detection_onnx(detect::SsdMobileNetV2Impl& model, const at::Tensor& 
   // Feature maps: the backbone's endpoints, then the extra layers (TF 'SAME' stride-2 convs,
   // padded for the size each one sees).
   std::vector<std::string> maps =
-      mobilenet_v2_features(g, modules, "backbone.", x, options.height, options.width, model.base_endpoints());
+      model.base_layers().empty()
+          ? mobilenet_v2_features(g, modules, "backbone.", x, options.height, options.width, model.base_endpoints())
+          : mobilenet_v1_features(g, modules, "backbone.", x, options.height, options.width, model.base_layers());
   for (size_t k = 0; maps.size() < n; ++k) {
     const std::string layer = "extras." + std::to_string(k);
     auto [h, w] = sizes[maps.size() - 1];
     x = maps.back();
-    for (int j = 0; modules.has(layer + "." + std::to_string(j)); ++j) {
-      const std::string name = layer + "." + std::to_string(j);
-      auto& cna = modules.get<models::ConvNormActivationImpl>(name);
-      const auto& o = cna.conv->options;
-      const Pads pads =
-          cna.options.tf_same_padding() ? same_pads(h, w, o) : GraphBuilder::symmetric_pads(name, o);
-      x = g.relu6(g.conv_bn(name, *cna.conv, *cna.bn, x, pads));
-      h = (h + pads[0] + pads[2] - ((*o.kernel_size())[0] - 1) * (*o.dilation())[0] - 1) / (*o.stride())[0] + 1;
-      w = (w + pads[1] + pads[3] - ((*o.kernel_size())[1] - 1) * (*o.dilation())[1] - 1) / (*o.stride())[1] + 1;
-    }
+    for (int j = 0; modules.has(layer + "." + std::to_string(j)); ++j)
+      x = conv_bn_relu6(g, modules, layer + "." + std::to_string(j), x, h, w);
     maps.push_back(x);
   }
 

@@ -17,7 +17,7 @@ namespace at {
 class Tensor;
 }
 namespace orchard::detect {
-class SsdMobileNetV2Impl;
+class SsdModelImpl;
 }
 
 namespace orchard::exporting {
@@ -58,7 +58,7 @@ struct DetectionOnnxOptions {
 };
 
 // `anchors` [A, 4]: the task's anchors for height x width. Writes `path` atomically.
-void export_detection_onnx(detect::SsdMobileNetV2Impl& model, const at::Tensor& anchors,
+void export_detection_onnx(detect::SsdModelImpl& model, const at::Tensor& anchors,
                            const DetectionOnnxOptions& options, const std::string& path);
 
 }  // namespace orchard::exporting

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 #include <utility>
@@ -95,6 +96,12 @@ torch::Tensor conv2d_tf_same(torch::nn::Conv2dImpl& conv, const torch::Tensor& x
   if (begin[0] == end[0] && begin[1] == end[1] && !stride_past_input)
     return F::conv2d(x, conv.weight, options.padding(torch::ExpandingArray<2>({begin[0], begin[1]})));
   return F::conv2d(F::pad(x, F::PadFuncOptions({begin[1], end[1], begin[0], end[0]})), conv.weight, options);
+}
+
+void truncated_normal_(torch::Tensor& w, double stddev) {
+  // Sampled by inverting the normal CDF on the kept range.
+  const double lo = 0.5 * std::erfc(2.0 / std::sqrt(2.0));  // P(z < -2)
+  w.uniform_(2 * lo - 1, 1 - 2 * lo).erfinv_().mul_(stddev * std::sqrt(2.0)).clamp_(-2 * stddev, 2 * stddev);
 }
 
 int64_t make_divisible(double v, int64_t divisor, int64_t min_value) {

@@ -38,6 +38,10 @@ torch::Tensor conv2d_tf_same(torch::nn::Conv2dImpl& conv, const torch::Tensor& x
 // more `divisor` if rounding lost over 10% of v: TF-Slim's and torchvision's _make_divisible.
 int64_t make_divisible(double v, int64_t divisor, int64_t min_value);
 
+// TF's truncated_normal_initializer in place: N(0, stddev) with values beyond 2 stddev redrawn
+// (so the result's stddev is about 0.88 stddev).
+void truncated_normal_(torch::Tensor& w, double stddev);
+
 struct ConvNormActivationOptions {
   ConvNormActivationOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}

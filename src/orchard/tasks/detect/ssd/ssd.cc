@@ -21,6 +21,7 @@ ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& p
   ParsedModel parsed;
   parsed.num_classes = ssd.num_classes();
   const auto& fe = ssd.feature_extractor();
+  c.model.feature_extractor = fe.type();
   c.model.depth_multiplier = fe.depth_multiplier();
   c.model.min_depth = fe.min_depth();
   c.model.use_depthwise = fe.use_depthwise();
@@ -127,7 +128,7 @@ SsdMetaArchitecture::SsdMetaArchitecture(const SsdConfig& config, int64_t num_cl
     : config_(config), input_(input) {
   config_.model.num_classes = num_classes;
   config_.model.anchors_per_location = detect::anchors_per_location(config_.anchors);
-  model_ = detect::SsdMobileNetV2(config_.model);
+  model_ = detect::SsdModel(config_.model);
   const int64_t h = input.height, w = input.width;
   anchors_ = detect::generate_ssd_anchors(config_.anchors, model_->feature_map_sizes(h, w), h, w);
 }
@@ -136,9 +137,9 @@ std::shared_ptr<torch::nn::Module> SsdMetaArchitecture::module() { return model_
 
 models::TfNameMap SsdMetaArchitecture::tf_name_map(const std::string& checkpoint_type) const {
   // The OD API restores a classification checkpoint into the feature extractor by its names
-  // without the "FeatureExtractor/" scope (TF-Slim's MobilenetV2/...).
-  const std::string scope = checkpoint_type == "classification" ? "MobilenetV2" : "FeatureExtractor/MobilenetV2";
-  const detect::SsdMobileNetV2 model = model_;
+  // without the "FeatureExtractor/" scope (TF-Slim's MobilenetV2/..., MobilenetV1/...).
+  const std::string scope = checkpoint_type == "classification" ? model_->backbone_scope() : "";
+  const detect::SsdModel model = model_;
   return [model, scope](const std::string& name) { return model->tf_name(name, scope); };
 }
 

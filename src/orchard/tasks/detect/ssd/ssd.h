@@ -1,4 +1,5 @@
-// The OD API's `ssd` meta-architecture with the ssd_mobilenet_v2 feature extractor: anchors
+// The OD API's `ssd` meta-architecture with the ssd_mobilenet_v2 or ssd_mobilenet_v1 feature
+// extractor: anchors
 // from ssd_anchor_generator, ConvolutionalBoxPredictor heads, argmax matching, the SSD loss
 // with hard example mining, and batch non-max suppression (orchard/detect).
 #pragma once
@@ -27,7 +28,7 @@ struct SsdConfig : MetaArchitectureConfig {
 class SsdMetaArchitecture : public MetaArchitecture {
  public:
   SsdMetaArchitecture(const SsdConfig& config, int64_t num_classes, const data::DetectionInputOptions& input);
-  std::string name() const override { return "ssd_mobilenet_v2"; }
+  std::string name() const override { return config_.model.feature_extractor; }
   std::shared_ptr<torch::nn::Module> module() override;
   // -> [B, A, box_code_size + num_classes + 1]: box codes, then class logits (column 0 the
   // background), per anchor.
@@ -42,13 +43,13 @@ class SsdMetaArchitecture : public MetaArchitecture {
   void export_onnx(const std::string& path, bool include_preprocessing) override;
 
   const SsdConfig& config() const { return config_; }
-  detect::SsdMobileNetV2& model() { return model_; }
+  detect::SsdModel& model() { return model_; }
   const at::Tensor& anchors() const { return anchors_; }  // [A, 4] for the configured input size
 
  private:
   SsdConfig config_;
   data::DetectionInputOptions input_;
-  detect::SsdMobileNetV2 model_{nullptr};
+  detect::SsdModel model_{nullptr};
   at::Tensor anchors_;
 };
 

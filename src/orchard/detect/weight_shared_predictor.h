@@ -1,0 +1,70 @@
+// The OD API's WeightSharedConvolutionalBoxPredictor (predictors/convolutional_box_predictor.py,
+// the RetinaNet / FPN configs' weight_shared_convolutional_box_predictor): one box tower and one
+// class tower of num_layers_before_predictor kernel_size x kernel_size convolutions (depth
+// channels, ReLU6) whose weights every feature map shares; with batch norm each tower conv has
+// no bias and a batch norm per feature map (TF: conv2d_<i>/BatchNorm/feature_<level>), without
+// it a bias. Then one shared box head and one shared class head (kernel_size, with bias; the
+// class head's bias starts at class_prediction_bias_init). share_prediction_tower: the class
+// path reuses the box tower.
+//
+// Module names:
+//   box_tower.<i>.weight (.bias without batch norm), box_tower_bn.<i>.<level>.*
+//   class_tower.<i>..., class_tower_bn.<i>.<level>.* (absent with share_prediction_tower)
+//   box_head.{weight,bias}, class_head.{weight,bias}: the prediction heads
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/pimpl.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "orchard/models/tf_names.h"
+
+namespace orchard::detect {
+
+struct WeightSharedPredictorOptions {
+  int64_t in_channels = 256;  // every feature map's (the OD API adds a projection otherwise; not here)
+  int64_t num_levels = 5;
+  int64_t anchors_per_location = 6;  // the same at every level
+  int64_t num_class_slots = 91;      // num_classes + 1 (background)
+  int64_t box_code_size = 4;
+  int64_t depth = 256;
+  int64_t num_layers_before_predictor = 4;
+  int64_t kernel_size = 3;
+  bool apply_batch_norm = true;
+  bool share_prediction_tower = false;
+  bool use_dropout = false;
+  double dropout_keep_probability = 0.8;
+  double class_prediction_bias_init = 0.0;
+  double bn_momentum = 0.003, bn_eps = 0.001;  // the predictor's conv_hyperparams (decay 0.997)
+  double init_stddev = 0.01;                   // random_normal_initializer of the samples
+  bool truncated_init = false;                 // truncated_normal_initializer instead
+};
+
+class WeightSharedPredictorImpl : public torch::nn::Module {
+ public:
+  explicit WeightSharedPredictorImpl(const WeightSharedPredictorOptions& options);
+  // maps: [B, in_channels, H_l, W_l] per level -> [B, sum H_l W_l A, box_code_size + num_class_slots]
+  // (box codes, then class logits), anchors in the anchor generators' order.
+  torch::Tensor forward(const std::vector<torch::Tensor>& maps);
+  const WeightSharedPredictorOptions& options() const { return options_; }
+  // The OD API's name of a variable under this module (without the module's own prefix):
+  // "WeightSharedConvolutionalBoxPredictor/..." .
+  std::optional<models::TfName> tf_name(const std::string& name) const;
+
+ private:
+  torch::Tensor tower(torch::nn::ModuleList& convs, torch::nn::ModuleList& norms, const torch::Tensor& x,
+                      size_t level);
+
+  WeightSharedPredictorOptions options_;
+  torch::nn::ModuleList box_tower_{nullptr}, box_tower_bn_{nullptr};
+  torch::nn::ModuleList class_tower_{nullptr}, class_tower_bn_{nullptr};
+  torch::nn::Conv2d box_head_{nullptr}, class_head_{nullptr};
+};
+TORCH_MODULE(WeightSharedPredictor);
+
+}  // namespace orchard::detect
