@@ -393,6 +393,128 @@ TEST(SsdModel, MobileNetV1DepthMultiplier) {
   EXPECT_THROW(SsdModel{o}, c10::Error);
 }
 
+// WeightSharedConvolutionalBoxPredictor worked by hand: 2 levels, 2 input channels, one tower
+// layer of depth 2 with 1x1 kernels, 1 anchor per location, box_code_size 1, 2 class slots.
+TEST(WeightSharedPredictor, HandWorkedValuesAndSharing) {
+  WeightSharedPredictorOptions o;
+  o.in_channels = 2;
+  o.num_levels = 2;
+  o.anchors_per_location = 1;
+  o.num_class_slots = 2;
+  o.box_code_size = 1;
+  o.depth = 2;
+  o.num_layers_before_predictor = 1;
+  o.kernel_size = 1;
+  o.apply_batch_norm = false;  // tower convs with biases
+  o.class_prediction_bias_init = -4.6;
+  WeightSharedPredictor p(o);
+  const auto params = p->named_parameters();
+  EXPECT_EQ(params.size(), 2u * 2 + 2 + 2);  // two towers (weight, bias), two heads (weight, bias)
+  EXPECT_TRUE(torch::allclose(params["class_head.bias"], torch::full({2}, -4.6)));
+  torch::NoGradGuard no_grad;
+  // Box tower: h = relu6(W x + b) with W = [[1, 2], [-1, 1]], b = [0.5, 0]; box head: [1, -1] h + 0.25.
+  params["box_tower.0.weight"].copy_(torch::tensor({1.f, 2.f, -1.f, 1.f}).view({2, 2, 1, 1}));
+  params["box_tower.0.bias"].copy_(torch::tensor({0.5f, 0.f}));
+  params["box_head.weight"].copy_(torch::tensor({1.f, -1.f}).view({1, 2, 1, 1}));
+  params["box_head.bias"].fill_(0.25);
+  // Class tower: identity, no bias; class head: [[1, 0], [0, 1]] h + bias.
+  params["class_tower.0.weight"].copy_(torch::eye(2).view({2, 2, 1, 1}));
+  params["class_tower.0.bias"].zero_();
+  params["class_head.weight"].copy_(torch::eye(2).view({2, 2, 1, 1}));
+  params["class_head.bias"].copy_(torch::tensor({0.f, 1.f}));
+  // Level 0: one cell x = (1, 3): box tower (7.5 -> 6 by ReLU6, 2) -> 6 - 2 + 0.25 = 4.25; class (1, 3) + (0, 1).
+  // Level 1: two cells x = (2, -1), (0, 0): tower (0.5, 0) -> 0.75; (0.5, 0) -> 0.75; class (2, 0 -> 1), (0, 1).
+  const auto level0 = torch::tensor({1.f, 3.f}).view({1, 2, 1, 1});
+  const auto level1 = torch::tensor({2.f, 0.f, -1.f, 0.f}).view({1, 2, 1, 2});
+  const auto out = p->forward({level0, level1});
+  ASSERT_EQ(out.sizes().vec(), (Sizes{1, 3, 3}));
+  const auto want = torch::tensor({4.25f, 1.f, 4.f, 0.75f, 2.f, 1.f, 0.75f, 0.f, 1.f}).view({1, 3, 3});
+  EXPECT_TRUE(torch::allclose(out, want)) << out;
+  // The same weights at every level: swapping the maps swaps the predictions.
+  const auto swapped = p->forward({level1, level0});
+  EXPECT_TRUE(torch::allclose(swapped.narrow(1, 0, 2), out.narrow(1, 1, 2)));
+  // With batch norm: no tower bias, one batch norm per level (TF: conv2d_0/BatchNorm/feature_<l>).
+  o.apply_batch_norm = true;
+  o.share_prediction_tower = true;
+  WeightSharedPredictor bn(o);
+  const auto names = state_shapes(*bn);
+  EXPECT_EQ(names.count("box_tower.0.bias"), 0u);
+  EXPECT_EQ(names.count("box_tower_bn.0.1.running_mean"), 1u);
+  EXPECT_EQ(names.count("class_tower.0.weight"), 0u);  // shared tower
+  EXPECT_EQ(bn->tf_name("box_tower_bn.0.1.weight")->name,
+            "WeightSharedConvolutionalBoxPredictor/PredictionTower/conv2d_0/BatchNorm/feature_1/gamma");
+  EXPECT_EQ(p->tf_name("class_tower.0.bias")->name,
+            "WeightSharedConvolutionalBoxPredictor/ClassPredictionTower/conv2d_0/biases");
+  EXPECT_EQ(p->tf_name("box_head.weight")->name, "WeightSharedConvolutionalBoxPredictor/BoxPredictor/weights");
+  EXPECT_EQ(p->tf_name("class_head.bias")->name, "WeightSharedConvolutionalBoxPredictor/ClassPredictor/biases");
+}
+
+// ssd_mobilenet_v1_fpn_shared_box_predictor_640x640_coco14_sync: MobileNetV1 to
+// Conv2d_13_pointwise, FPN levels 3..7 (Conv2d_5/11/13_pointwise, then bottom_up_Conv2d_14/15),
+// depth 256; weight-shared predictor depth 256, 4 layers, kernel 3, 6 anchors (2 scales x 3
+// aspect ratios), 91 class slots. Count from the OD API's definitions
+// (ssd_mobilenet_v1_fpn_feature_extractor.py, feature_map_generators.fpn_top_down_feature_maps,
+// WeightSharedConvolutionalBoxPredictor), BN gamma + beta.
+TEST(SsdModel, MobileNetV1FpnWithWeightSharedPredictor) {
+  SsdModelOptions o;
+  o.feature_extractor = "ssd_mobilenet_v1";
+  o.fpn.enabled = true;
+  o.anchors_per_location = {6, 6, 6, 6, 6};
+  WeightSharedPredictorOptions ws;
+  ws.depth = 256;
+  ws.num_layers_before_predictor = 4;
+  ws.kernel_size = 3;
+  o.weight_shared = ws;
+  SsdModel model(o);
+  const std::vector<std::pair<int64_t, int64_t>> want{{80, 80}, {40, 40}, {20, 20}, {10, 10}, {5, 5}};
+  EXPECT_EQ(model->feature_map_sizes(640, 640), want);
+  EXPECT_EQ(model->feature_map_channels(), (Sizes{256, 256, 256, 256, 256}));
+  const int64_t backbone = 3'206'976;
+  const int64_t fpn = (256 * 256 + 256) + (512 * 256 + 256) + (1024 * 256 + 256)  // projection_1..3 (bias)
+                      + 2 * (9 * 256 * 256 + 2 * 256)                            // smoothing_1, 2
+                      + 2 * (9 * 256 * 256 + 2 * 256);                           // bottom_up_Conv2d_14, 15
+  const int64_t towers = 2 * 4 * (9 * 256 * 256 + 5 * 2 * 256);                   // per-level BN
+  const int64_t heads = (9 * 256 * 24 + 24) + (9 * 256 * 546 + 546);
+  EXPECT_EQ(count_parameters(*model), backbone + fpn + towers + heads);
+  const auto got = state_shapes(*model);
+  EXPECT_EQ(got.at("fpn.projection.2.weight"), "256,1024,1,1");
+  EXPECT_EQ(got.at("predictor.class_head.weight"), "546,256,3,3");
+  EXPECT_EQ(model->tf_name("fpn.projection.2.bias")->name, "FeatureExtractor/MobilenetV1/fpn/projection_3/biases");
+  EXPECT_EQ(model->tf_name("fpn.smoothing.0.1.running_var")->name,
+            "FeatureExtractor/MobilenetV1/fpn/smoothing_1/BatchNorm/moving_variance");
+  EXPECT_EQ(model->tf_name("bottom_up.1.0.weight")->name, "FeatureExtractor/MobilenetV1/fpn/bottom_up_Conv2d_15/weights");
+  EXPECT_EQ(model->tf_name("predictor.box_tower.3.weight")->name,
+            "WeightSharedConvolutionalBoxPredictor/BoxPredictionTower/conv2d_3/weights");
+  EXPECT_TRUE(is_prediction_head_parameter("predictor.class_head.bias"));
+  EXPECT_FALSE(is_prediction_head_parameter("predictor.class_tower.0.weight"));
+  // Every variable has a distinct TF name.
+  std::set<std::string> seen;
+  for (const auto& p : model->named_parameters()) EXPECT_TRUE(seen.insert(model->tf_name(p.key())->name).second) << p.key();
+
+  // A small one runs forward and backward (128x128: levels 16x16 .. 1x1).
+  o.depth_multiplier = 0.25;
+  o.fpn.additional_layer_depth = 64;
+  ws.depth = 32;
+  ws.num_layers_before_predictor = 2;
+  o.weight_shared = ws;
+  o.num_classes = 3;
+  SsdModel small(o);
+  EXPECT_EQ(small->feature_map_channels()[0], 16);  // depth(64) = max(int(64 * 0.25), 16)
+  const auto y = small->forward(torch::rand({2, 3, 128, 128}) * 2 - 1);
+  EXPECT_EQ(y.sizes().vec(), (Sizes{2, (256 + 64 + 16 + 4 + 1) * 6, 4 + 4}));
+  y.sum().backward();
+  for (const auto& p : small->named_parameters()) {
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+  }
+  // MobileNetV2's FPN takes layer_7, layer_14, layer_19 (bottom_up_Conv2d_20, 21).
+  o.feature_extractor = "ssd_mobilenet_v2";
+  SsdModel v2(o);
+  v2->eval();
+  EXPECT_EQ(v2->tf_name("bottom_up.0.1.weight")->name,
+            "FeatureExtractor/MobilenetV2/fpn/bottom_up_Conv2d_20/BatchNorm/gamma");
+  EXPECT_EQ(v2->forward(torch::zeros({1, 3, 128, 128})).size(1), (256 + 64 + 16 + 4 + 1) * 6);
+}
+
 TEST(SsdModel, NamesBackboneExtrasHeads) {
   SsdModel model(coco_options());
   const auto fixture = read_fixture();

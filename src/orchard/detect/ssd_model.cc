@@ -22,11 +22,16 @@ struct Layout {
   const char* type;
   const char* scope;          // TF-Slim's scope of the base network
   const char* from_layer[2];  // feature_map_layout's from_layer
+  const char* fpn_blocks[4];  // the FPN extractor's feature_blocks: levels 2..5
+  int fpn_bottom_up_first;    // TF's number of the first bottom_up_Conv2d_N
 };
 constexpr Layout kLayouts[] = {
-    {"ssd_mobilenet_v2", "MobilenetV2", {"layer_15/expansion_output", "layer_19"}},
-    {"ssd_mobilenet_v1", "MobilenetV1", {"Conv2d_11_pointwise", "Conv2d_13_pointwise"}},
+    {"ssd_mobilenet_v2", "MobilenetV2", {"layer_15/expansion_output", "layer_19"},
+     {"layer_4", "layer_7", "layer_14", "layer_19"}, 20},
+    {"ssd_mobilenet_v1", "MobilenetV1", {"Conv2d_11_pointwise", "Conv2d_13_pointwise"},
+     {"Conv2d_3_pointwise", "Conv2d_5_pointwise", "Conv2d_11_pointwise", "Conv2d_13_pointwise"}, 14},
 };
+constexpr int kFpnBaseMaxLevel = 5;  // the base network's coarsest FPN level (stride 32)
 constexpr int64_t kLayerDepth[] = {-1, -1, 512, 256, 256, 128};
 constexpr size_t kMaxFeatureMaps = 6;
 
@@ -47,7 +52,8 @@ bool is_ssd_mobilenet_feature_extractor(const std::string& type) {
 std::string SsdModelImpl::backbone_scope() const { return layout_of(options_.feature_extractor).scope; }
 
 bool is_prediction_head_parameter(const std::string& name) {
-  for (const char* prefix : {"box_heads.", "class_heads.", "box_depthwise.", "class_depthwise."})
+  for (const char* prefix : {"box_heads.", "class_heads.", "box_depthwise.", "class_depthwise.",
+                             "predictor.box_head.", "predictor.class_head."})
     if (name.rfind(prefix, 0) == 0) return true;
   return false;
 }
@@ -55,14 +61,30 @@ bool is_prediction_head_parameter(const std::string& name) {
 SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
   const size_t n = o.anchors_per_location.size();
   const Layout& layout = layout_of(o.feature_extractor);
-  TORCH_CHECK(n >= 1 && n <= kMaxFeatureMaps, "SSD MobileNet has 1 to ", kMaxFeatureMaps,
-              " feature maps; anchors_per_location has ", n, " entries");
+  TORCH_CHECK(n >= 1, "SSD needs at least one feature map; anchors_per_location is empty");
   TORCH_CHECK(o.num_classes >= 1, "SSD num_classes must be >= 1, got ", o.num_classes);
   TORCH_CHECK(o.box_code_size >= 1 && o.kernel_size >= 1, "SSD box_code_size and kernel_size must be >= 1");
   TORCH_CHECK(o.depth_multiplier > 0, "SSD depth_multiplier must be positive, got ", o.depth_multiplier);
   TORCH_CHECK(!o.use_dropout || (o.dropout_keep_probability > 0 && o.dropout_keep_probability <= 1),
               "SSD dropout_keep_probability must be in (0, 1], got ", o.dropout_keep_probability);
   for (int64_t a : o.anchors_per_location) TORCH_CHECK(a >= 1, "SSD anchors_per_location must be >= 1, got ", a);
+  const SsdFpnOptions& fpn = o.fpn;
+  // The base network's maps: feature_map_layout's two layers, or the FPN's levels up to 5.
+  std::vector<std::string> from;
+  if (fpn.enabled) {
+    TORCH_CHECK(fpn.min_level >= 2 && fpn.min_level <= kFpnBaseMaxLevel && fpn.max_level >= fpn.min_level &&
+                    fpn.max_level <= 12,
+                "SSD FPN levels must satisfy 2 <= min_level <= 5, min_level <= max_level <= 12; got ",
+                fpn.min_level, "..", fpn.max_level);
+    TORCH_CHECK(static_cast<int>(n) == fpn.max_level - fpn.min_level + 1, "SSD FPN levels ", fpn.min_level, "..",
+                fpn.max_level, " need ", fpn.max_level - fpn.min_level + 1, " anchor layers, got ", n);
+    for (int level = fpn.min_level; level <= std::min(fpn.max_level, kFpnBaseMaxLevel); ++level)
+      from.push_back(layout.fpn_blocks[level - 2]);
+  } else {
+    TORCH_CHECK(n <= kMaxFeatureMaps, "SSD MobileNet has 1 to ", kMaxFeatureMaps, " feature maps; anchors_per_location has ",
+                n, " entries");
+    for (size_t i = 0; i < std::min<size_t>(n, 2); ++i) from.push_back(layout.from_layer[i]);
+  }
 
   if (o.feature_extractor == "ssd_mobilenet_v2") {
     // TF: mobilenet_base with min_depth from the arg scope and the last layer scaled too;
@@ -76,8 +98,8 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     bo.bn_eps = o.bn_eps;
     bo.tf_same_padding = true;  // use_explicit_padding false: TF 'SAME'
     backbone_ = register_module("backbone", MobileNetV2(bo));
-    for (size_t i = 0; i < std::min<size_t>(n, 2); ++i) {
-      base_endpoints_.push_back(parse_mobilenet_v2_endpoint(layout.from_layer[i]));
+    for (const auto& layer : from) {
+      base_endpoints_.push_back(parse_mobilenet_v2_endpoint(layer));
       channels_.push_back(backbone_->endpoint_channels(base_endpoints_.back()));
     }
   } else {
@@ -89,8 +111,8 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     bo.bn_momentum = o.bn_momentum;
     bo.bn_eps = o.bn_eps;
     backbone_v1_ = register_module("backbone", models::MobileNetV1(bo));
-    for (size_t i = 0; i < std::min<size_t>(n, 2); ++i) {
-      base_layers_.push_back(models::parse_mobilenet_v1_endpoint(layout.from_layer[i]));
+    for (const auto& layer : from) {
+      base_layers_.push_back(models::parse_mobilenet_v1_endpoint(layer));
       channels_.push_back(backbone_v1_->layer_channels(base_layers_.back()));
     }
   }
@@ -100,18 +122,55 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
   const auto conv = [&](int64_t in, int64_t out, int64_t k) {
     return ConvNormActivationOptions(in, out, k).bn_momentum(o.bn_momentum).bn_eps(o.bn_eps);
   };
-  extras_ = register_module("extras", torch::nn::ModuleList());
-  for (size_t i = 2; i < n; ++i) {
-    const int64_t in = channels_.back(), mid = depth(kLayerDepth[i] / 2.0), out = depth(kLayerDepth[i]);
-    torch::nn::Sequential layer(ConvNormActivation(conv(in, mid, 1)));
-    if (o.use_depthwise) {
-      layer->push_back(ConvNormActivation(conv(mid, mid, 3).stride(2).groups(mid).tf_same_padding(true)));
-      layer->push_back(ConvNormActivation(conv(mid, out, 1)));
-    } else {
-      layer->push_back(ConvNormActivation(conv(mid, out, 3).stride(2).tf_same_padding(true)));
+  if (fpn.enabled) {
+    // SSDMobileNetV{1,2}FpnFeatureExtractor: fpn_top_down_feature_maps over the base maps, then
+    // bottom_up_Conv2d_N (3x3 stride 2, 'SAME', BN + ReLU6) from the coarsest top-down map.
+    const int64_t d = depth(static_cast<double>(fpn.additional_layer_depth));
+    FpnOptions fo;
+    fo.in_channels = channels_;
+    fo.depth = d;
+    fo.bn_momentum = o.bn_momentum;
+    fo.bn_eps = o.bn_eps;
+    fpn_ = register_module("fpn", FpnTopDown(fo));
+    channels_.assign(channels_.size(), d);
+    bottom_up_ = register_module("bottom_up", torch::nn::ModuleList());
+    for (int level = kFpnBaseMaxLevel + 1; level <= fpn.max_level; ++level) {
+      bottom_up_->push_back(ConvNormActivation(conv(d, d, 3).stride(2).tf_same_padding(true)));
+      channels_.push_back(d);
     }
-    extras_->push_back(layer);
-    channels_.push_back(out);
+  } else {
+    extras_ = register_module("extras", torch::nn::ModuleList());
+    for (size_t i = 2; i < n; ++i) {
+      const int64_t in = channels_.back(), mid = depth(kLayerDepth[i] / 2.0), out = depth(kLayerDepth[i]);
+      torch::nn::Sequential layer(ConvNormActivation(conv(in, mid, 1)));
+      if (o.use_depthwise) {
+        layer->push_back(ConvNormActivation(conv(mid, mid, 3).stride(2).groups(mid).tf_same_padding(true)));
+        layer->push_back(ConvNormActivation(conv(mid, out, 1)));
+      } else {
+        layer->push_back(ConvNormActivation(conv(mid, out, 3).stride(2).tf_same_padding(true)));
+      }
+      extras_->push_back(layer);
+      channels_.push_back(out);
+    }
+  }
+
+  if (o.weight_shared) {
+    WeightSharedPredictorOptions po = *o.weight_shared;
+    for (size_t i = 0; i < n; ++i) {
+      TORCH_CHECK(channels_[i] == channels_[0], "weight_shared_convolutional_box_predictor needs feature maps of one "
+                  "depth; map ", i, " has ", channels_[i], " channels, map 0 ", channels_[0]);
+      TORCH_CHECK(o.anchors_per_location[i] == o.anchors_per_location[0],
+                  "weight_shared_convolutional_box_predictor needs the same number of anchors per location on "
+                  "every feature map");
+    }
+    po.in_channels = channels_[0];
+    po.num_levels = static_cast<int64_t>(n);
+    po.anchors_per_location = o.anchors_per_location[0];
+    po.num_class_slots = o.num_classes + 1;
+    po.box_code_size = o.box_code_size;
+    predictor_ = register_module("predictor", WeightSharedPredictor(po));
+    init_extra_layers_(o.init_stddev);
+    return;
   }
 
   box_heads_ = register_module("box_heads", torch::nn::ModuleList());
@@ -137,22 +196,30 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     class_heads_->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(c, a * (o.num_classes + 1), head_kernel)));
   }
 
-  // The backbone keeps torchvision's initialisation; the layers TF builds with
-  // conv_hyperparams get its truncated normal (BN: gamma 1, beta 0 as the backbone's).
+  init_extra_layers_(o.init_stddev);
   torch::NoGradGuard no_grad;
-  for (auto* list : {&extras_, &box_heads_, &class_heads_, &box_depthwise_, &class_depthwise_}) {
-    if (!*list) continue;
-    for (auto& m : (*list)->modules(/*include_self=*/false)) {
-      if (auto* c = m->as<torch::nn::Conv2d>()) {
-        truncated_normal_(c->weight, o.init_stddev);
+  for (size_t i = 0; i < n; ++i) class_heads_[i]->as<torch::nn::Conv2d>()->bias.fill_(o.class_prediction_bias_init);
+}
+
+void SsdModelImpl::init_extra_layers_(double stddev) {
+  // The backbone keeps its own initialisation; the layers TF builds with conv_hyperparams get
+  // its truncated normal (BN: gamma 1, beta 0 as the backbone's).
+  torch::NoGradGuard no_grad;
+  std::vector<std::shared_ptr<torch::nn::Module>> layers;
+  for (const auto* list : {&extras_, &box_heads_, &class_heads_, &box_depthwise_, &class_depthwise_, &bottom_up_})
+    if (!list->is_empty()) layers.push_back(list->ptr());
+  if (!fpn_.is_empty()) layers.push_back(fpn_.ptr());
+  for (const auto& m : layers) {
+    for (auto& child : m->modules(/*include_self=*/false)) {
+      if (auto* c = child->as<torch::nn::Conv2d>()) {
+        truncated_normal_(c->weight, stddev);
         if (c->bias.defined()) c->bias.zero_();
-      } else if (auto* b = m->as<torch::nn::BatchNorm2d>()) {
+      } else if (auto* b = child->as<torch::nn::BatchNorm2d>()) {
         b->weight.fill_(1);
         b->bias.zero_();
       }
     }
   }
-  for (size_t i = 0; i < n; ++i) class_heads_[i]->as<torch::nn::Conv2d>()->bias.fill_(o.class_prediction_bias_init);
 }
 
 std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
@@ -164,10 +231,22 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
     return backbone_v1_ ? models::mobilenet_v1_tf_name(name.substr(9), scope)
                         : models::mobilenet_v2_tf_name(name.substr(9), scope);
   }
+  if (predictor_ && name.rfind("predictor.", 0) == 0) return predictor_->tf_name(name.substr(10));
+  if (fpn_ && name.rfind("fpn.", 0) == 0) return fpn_->tf_name(name.substr(4), feature_extractor_scope + "/fpn");
+  int j = -1, used = 0;
+  if (bottom_up_ && std::sscanf(name.c_str(), "bottom_up.%d%n", &j, &used) == 1 && j >= 0) {
+    const std::string scope = feature_extractor_scope + "/fpn/bottom_up_Conv2d_" +
+                              std::to_string(layout_of(options_.feature_extractor).fpn_bottom_up_first + j);
+    const std::string rest = name.substr(static_cast<size_t>(used));
+    if (rest == ".0.weight") return models::TfName{scope + "/weights", models::TfLayout::kConv};
+    if (rest.rfind(".1.", 0) == 0) return models::tf_batch_norm_name(scope, rest.substr(3));
+    throw bad();
+  }
   const size_t dot = name.rfind('.');
   if (dot == std::string::npos) throw bad();
   const std::string field = name.substr(dot + 1);
-  int i = -1, j = -1, consumed = 0;
+  int i = -1, consumed = 0;
+  j = -1;
   char kind[16] = {0};
   if (std::sscanf(name.c_str(), "%15[a-z_].%d%n", kind, &i, &consumed) != 2 || i < 0) throw bad();
   const std::string head = kind;
@@ -219,12 +298,18 @@ std::vector<torch::Tensor> SsdModelImpl::feature_maps(const torch::Tensor& image
   TORCH_CHECK(images.dim() == 4 && images.size(1) == 3, "SSD MobileNet expects images [B, 3, H, W], got ",
               images.sizes());
   auto maps = backbone_v1_ ? backbone_v1_->endpoints(images, base_layers_) : backbone_->endpoints(images, base_endpoints_);
+  if (fpn_) {
+    maps = fpn_->forward(maps);
+    for (const auto& layer : *bottom_up_) maps.push_back(layer->as<ConvNormActivationImpl>()->forward(maps.back()));
+    return maps;
+  }
   for (const auto& layer : *extras_) maps.push_back(layer->as<torch::nn::Sequential>()->forward(maps.back()));
   return maps;
 }
 
 torch::Tensor SsdModelImpl::forward(const torch::Tensor& images) {
   const auto maps = feature_maps(images);
+  if (predictor_) return predictor_->forward(maps);
   const int64_t batch = images.size(0);
   std::vector<torch::Tensor> boxes, classes;
   for (size_t i = 0; i < maps.size(); ++i) {
@@ -250,7 +335,7 @@ std::vector<std::pair<int64_t, int64_t>> SsdModelImpl::feature_map_sizes(int64_t
   // four before layer_15's expansion (V2) or Conv2d_11_pointwise (V1), at stride 16, one per
   // later feature map.
   const auto half = [](int64_t x) { return (x + 1) / 2; };
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < (options_.fpn.enabled ? options_.fpn.min_level : 4); ++i) {
     height = half(height);
     width = half(width);
   }

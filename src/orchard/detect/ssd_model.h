@@ -34,9 +34,11 @@
 //   class_heads.N.{weight,bias} the class prediction head of feature map N.
 //   box_depthwise.N.{0,1}.*, class_depthwise.N.{0,1}.*  SSDLite's depthwise conv and its BN
 //                              before box_heads.N / class_heads.N (then 1x1).
+//   fpn.*, bottom_up.<j>.{0,1}.* the FPN (SsdFpnOptions); predictor.* the weight-shared box
+//                              predictor (detect/weight_shared_predictor.h) instead of the heads.
 // "The box and class prediction heads" are exactly the parameters under box_heads.,
-// class_heads., box_depthwise. and class_depthwise. (is_prediction_head_parameter): fine_tune_checkpoint_type "detection"
-// restores everything else.
+// class_heads., box_depthwise., class_depthwise., predictor.box_head. and predictor.class_head.
+// (is_prediction_head_parameter): fine_tune_checkpoint_type "detection" restores everything else.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -47,6 +49,8 @@
 #include <utility>
 #include <vector>
 
+#include "orchard/detect/fpn.h"
+#include "orchard/detect/weight_shared_predictor.h"
 #include "orchard/models/mobilenet_v1.h"
 #include "orchard/models/mobilenet_v2.h"
 
@@ -70,8 +74,24 @@ using models::parse_mobilenet_v2_endpoint;
 // The feature extractors (feature_extractor.type) this model builds.
 bool is_ssd_mobilenet_feature_extractor(const std::string& type);
 
+// The FPN feature extractors (ssd_mobilenet_v1_fpn, ssd_mobilenet_v2_fpn): feature maps at
+// levels min_level..max_level (stride 2^level), the base network's maps of levels up to 5 through
+// the top-down pathway (detect/fpn.h), the levels above by 3x3 stride-2 conv + BN + ReLU6 layers
+// on the coarsest (TF fpn/bottom_up_Conv2d_<14|20 + j>), every map depth(additional_layer_depth)
+// channels.
+struct SsdFpnOptions {
+  bool enabled = false;
+  int min_level = 3, max_level = 7;
+  int64_t additional_layer_depth = 256;
+};
+
 struct SsdModelOptions {
-  std::string feature_extractor = "ssd_mobilenet_v2";  // or "ssd_mobilenet_v1"
+  std::string feature_extractor = "ssd_mobilenet_v2";  // or "ssd_mobilenet_v1": the base network
+  SsdFpnOptions fpn;
+  // weight_shared_convolutional_box_predictor; unset: convolutional_box_predictor. Its
+  // in_channels, num_levels, anchors_per_location, num_class_slots and box_code_size are the
+  // model's.
+  std::optional<WeightSharedPredictorOptions> weight_shared;
   int64_t num_classes = 90;  // without background; class outputs have num_classes + 1 columns (0 = background)
   double depth_multiplier = 1.0;
   int64_t min_depth = 16;
@@ -132,6 +152,8 @@ class SsdModelImpl : public torch::nn::Module {
   std::optional<models::TfName> tf_name(const std::string& name, const std::string& backbone_scope = "") const;
 
  private:
+  void init_extra_layers_(double stddev);
+
   SsdModelOptions options_;
   std::vector<MobileNetV2Endpoint> base_endpoints_;
   std::vector<int64_t> base_layers_;
@@ -142,6 +164,9 @@ class SsdModelImpl : public torch::nn::Module {
   torch::nn::ModuleList box_heads_{nullptr};
   torch::nn::ModuleList class_heads_{nullptr};
   torch::nn::ModuleList box_depthwise_{nullptr}, class_depthwise_{nullptr};  // SSDLite
+  FpnTopDown fpn_{nullptr};
+  torch::nn::ModuleList bottom_up_{nullptr};  // FPN levels above 5
+  WeightSharedPredictor predictor_{nullptr};
 };
 TORCH_MODULE(SsdModel);
 

@@ -131,7 +131,10 @@ std::optional<models::TfName> WeightSharedPredictorImpl::tf_name(const std::stri
     throw bad();
   }
   if (std::sscanf(module.c_str() + consumed, ".%d", &level) != 1 || level < 0) throw bad();
-  return models::tf_batch_norm_name(tower + "/BatchNorm/feature_" + std::to_string(level), field);
+  // TF: slim.batch_norm(scope='<tower>/conv2d_<i>/BatchNorm/feature_<level>').
+  auto bn = models::tf_batch_norm_name(tower, field);
+  if (bn) bn->name.replace(tower.size(), 11, "/BatchNorm/feature_" + std::to_string(level) + "/");
+  return bn;
 }
 
 }  // namespace orchard::detect

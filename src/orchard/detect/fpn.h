@@ -1,0 +1,46 @@
+// The OD API's feature pyramid top-down pathway (feature_map_generators.fpn_top_down_feature_maps,
+// used by the ssd_*_fpn feature extractors): the coarsest base feature map is projected to
+// `depth` channels by a 1x1 convolution with bias (no batch norm, no activation); each finer one
+// is the 2x nearest-neighbour upsampling of the level above plus the 1x1 projection of its base
+// map, then smoothed by a 3x3 convolution + batch norm + ReLU6 (the conv_hyperparams).
+//
+// Module names (k = 0 for the finest base map):
+//   projection.<k>.{weight,bias}   TF fpn/projection_<k+1>
+//   smoothing.<k>.{0,1}.*          TF fpn/smoothing_<k+1> (every level but the coarsest)
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/pimpl.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "orchard/models/tf_names.h"
+
+namespace orchard::detect {
+
+struct FpnOptions {
+  std::vector<int64_t> in_channels;  // of the base feature maps, finest first
+  int64_t depth = 256;
+  double bn_momentum = 0.003, bn_eps = 0.001;
+};
+
+class FpnTopDownImpl : public torch::nn::Module {
+ public:
+  explicit FpnTopDownImpl(const FpnOptions& options);
+  // base maps, finest first, each half the size (rounded up) of the one before -> the
+  // top-down maps, finest first, each `depth` channels at its base map's size (an upsampled map
+  // larger than the finer base map, from an odd size, is cropped at the bottom/right).
+  std::vector<torch::Tensor> forward(const std::vector<torch::Tensor>& base);
+  // TF's name under "<scope>/fpn/" of a variable named without the module's prefix.
+  std::optional<models::TfName> tf_name(const std::string& name, const std::string& fpn_scope) const;
+
+ private:
+  FpnOptions options_;
+  torch::nn::ModuleList projection_{nullptr}, smoothing_{nullptr};
+};
+TORCH_MODULE(FpnTopDown);
+
+}  // namespace orchard::detect
