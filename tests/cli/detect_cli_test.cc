@@ -395,7 +395,53 @@ TEST_P(DetectFamily, LearnsTheShapesSet) {
 
 INSTANTIATE_TEST_SUITE_P(
     Ssd, DetectFamily,
-    ::testing::Values(FamilyCase{"ssd_mobilenet_v1", {{"\"ssd_mobilenet_v2\"", "\"ssd_mobilenet_v1\""}}, 600, 0.45}),
+    ::testing::Values(
+        FamilyCase{"ssd_mobilenet_v1", {{"\"ssd_mobilenet_v2\"", "\"ssd_mobilenet_v1\""}}, 600, 0.45},
+        // RetinaNet's layout on MobileNetV1 (ssd_mobilenet_v1_fpn_shared_box_predictor): FPN levels
+        // 3..6, weight-shared predictor, multiscale anchors, focal loss without hard example mining.
+        FamilyCase{"ssd_mobilenet_v1_fpn",
+                   {{"\"ssd_mobilenet_v2\"",
+                     "\"ssd_mobilenet_v1_fpn\"\n      fpn {\n        min_level: 3\n        max_level: 6\n"
+                     "        additional_layer_depth: 64\n      }"},
+                    {R"(convolutional_box_predictor {
+        min_depth: 0
+        max_depth: 0
+        num_layers_before_predictor: 0
+        use_dropout: false
+        dropout_keep_probability: 0.8
+        kernel_size: 3
+        box_code_size: 4
+        apply_sigmoid_to_scores: false
+)",
+                     R"(weight_shared_convolutional_box_predictor {
+        depth: 64
+        num_layers_before_predictor: 2
+        kernel_size: 3
+        class_prediction_bias_init: -4.6
+)"},
+                    {R"(ssd_anchor_generator {
+        num_layers: 6
+        min_scale: 0.15
+        max_scale: 0.95
+)",
+                     R"(multiscale_anchor_generator {
+        min_level: 3
+        max_level: 6
+        anchor_scale: 3.0
+        scales_per_octave: 2
+)"},
+                    {"        reduce_boxes_in_lowest_layer: false\n", ""},
+                    {"weighted_sigmoid {\n        }", "weighted_sigmoid_focal {\n          alpha: 0.25\n          gamma: 2.0\n        }"},
+                    {R"(      hard_example_miner {
+        num_hard_examples: 3000
+        iou_threshold: 0.99
+        loss_type: CLASSIFICATION
+        max_negatives_per_positive: 3
+        min_negatives_per_image: 3
+      }
+)",
+                     ""}},
+                   400, 0.6}),
     [](const auto& info) { return info.param.name; });
 
 class DetectErrors : public ::testing::Test {

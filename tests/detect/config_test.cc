@@ -395,5 +395,80 @@ TEST(LabelMap, TextRoundTrip) {
   }
 }
 
+
+// Every SSD sample config of the OD API (tests/fixtures/od_api_configs) parses as TensorFlow
+// parses it, and either validates or stops with its one-line reason: the table of docs/detect.md
+// (bench/sample_configs.sh trains the ones that validate).
+TEST(PipelineConfig, TheOdApiSampleConfigsValidateOrSayWhyNot) {
+  // config -> "" (validates) or the start of the reason validate_pipeline_config gives.
+  const std::map<std::string, std::string> expected = {
+      {"embedded_ssd_mobilenet_v1_coco", "model.ssd.feature_extractor.type 'embedded_ssd_mobilenet_v1' is not supported"},
+      {"facessd_mobilenet_v2_quantized_320x320_open_image_v4", ""},
+      {"ssd_inception_v2_coco", "model.ssd.feature_extractor.type 'ssd_inception_v2' is not supported"},
+      {"ssd_inception_v2_pets", "model.ssd.feature_extractor.type 'ssd_inception_v2' is not supported"},
+      {"ssd_inception_v3_coco", "model.ssd.feature_extractor.type 'ssd_inception_v3' is not supported"},
+      {"ssd_inception_v3_pets", "model.ssd.feature_extractor.type 'ssd_inception_v3' is not supported"},
+      {"ssd_mobilenet_v1_0.75_depth_300x300_coco14_sync", ""},
+      {"ssd_mobilenet_v1_0.75_depth_quantized_300x300_coco14_sync", ""},
+      {"ssd_mobilenet_v1_0.75_depth_quantized_300x300_pets_sync", ""},
+      {"ssd_mobilenet_v1_300x300_coco14_sync", ""},
+      {"ssd_mobilenet_v1_coco", ""},
+      {"ssd_mobilenet_v1_focal_loss_pets", ""},
+      {"ssd_mobilenet_v1_focal_loss_pets_inference", ""},
+      {"ssd_mobilenet_v1_fpn_shared_box_predictor_640x640_coco14_sync", ""},
+      {"ssd_mobilenet_v1_pets", ""},
+      {"ssd_mobilenet_v1_ppn_shared_box_predictor_300x300_coco14_sync", "model.ssd.feature_extractor.type 'ssd_mobilenet_v1_ppn' is not supported"},
+      {"ssd_mobilenet_v1_quantized_300x300_coco14_sync", ""},
+      {"ssd_mobilenet_v2_coco", "fields not in the pipeline.config schema: model.ssd.feature_extractor.batch_norm_trainable"},
+      {"ssd_mobilenet_v2_coco_per_class_metric", ""},
+      {"ssd_mobilenet_v2_fpnlite_quantized_shared_box_predictor_256x256_depthmultiplier_75_coco14_sync", ""},
+      {"ssd_mobilenet_v2_fullyconv_coco", "model.ssd.image_resizer.keep_aspect_ratio_resizer is not supported"},
+      {"ssd_mobilenet_v2_mnasfpn_shared_box_predictor_320x320_coco_sync", "model.ssd.feature_extractor.type 'ssd_mobilenet_v2_mnasfpn' is not supported"},
+      {"ssd_mobilenet_v2_oid_v4", ""},
+      {"ssd_mobilenet_v2_pets_keras", ""},
+      {"ssd_mobilenet_v2_quantized_300x300_coco", ""},
+      {"ssd_resnet101_v1_fpn_shared_box_predictor_oid_512x512_sync", "model.ssd.feature_extractor.type 'ssd_resnet101_v1_fpn' is not supported"},
+      {"ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco14_sync", "model.ssd.feature_extractor.type 'ssd_resnet50_v1_fpn' is not supported"},
+      {"ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco17_sync_keras", "model.ssd.feature_extractor.type 'ssd_resnet50_v1_fpn_keras' is not supported"},
+      {"ssdlite_mobiledet_cpu_320x320_coco_sync_4x4", "model.ssd.feature_extractor.type 'ssd_mobiledet_cpu' is not supported"},
+      {"ssdlite_mobiledet_dsp_320x320_coco_sync_4x4", "model.ssd.feature_extractor.type 'ssd_mobiledet_dsp' is not supported"},
+      {"ssdlite_mobiledet_edgetpu_320x320_coco_sync_4x4", "model.ssd.feature_extractor.type 'ssd_mobiledet_edgetpu' is not supported"},
+      {"ssdlite_mobiledet_gpu_320x320_coco_sync_4x4", "model.ssd.feature_extractor.type 'ssd_mobiledet_gpu' is not supported"},
+      {"ssdlite_mobilenet_edgetpu_320x320_coco", "model.ssd.feature_extractor.type 'ssd_mobilenet_edgetpu' is not supported"},
+      {"ssdlite_mobilenet_edgetpu_320x320_coco_quant", "model.ssd.feature_extractor.type 'ssd_mobilenet_edgetpu' is not supported"},
+      {"ssdlite_mobilenet_v1_coco", ""},
+      {"ssdlite_mobilenet_v1_coco_quantize", "fields not in the pipeline.config schema: train_config.load_all_optimizer_checkpoint_vars"},
+      {"ssdlite_mobilenet_v2_coco", ""},
+      {"ssdlite_mobilenet_v2_coco_quantize", "fields not in the pipeline.config schema: train_config.load_all_optimizer_checkpoint_vars"},
+      {"ssdlite_mobilenet_v3_large_320x320_coco", "model.ssd.feature_extractor.type 'ssd_mobilenet_v3_large' is not supported"},
+      {"ssdlite_mobilenet_v3_small_320x320_coco", "model.ssd.feature_extractor.type 'ssd_mobilenet_v3_small' is not supported"},
+  };
+  const std::filesystem::path dir = ORCHARD_TEST_FIXTURES "/od_api_configs";
+  std::map<std::string, std::string> got;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".config") continue;
+    const std::string name = entry.path().stem().string();
+    std::string result;
+    try {
+      ConfigIssues issues;
+      const auto c = parse_pipeline_config(test::read_bytes(entry.path().string()), name, /*strict=*/false, &issues);
+      EXPECT_TRUE(issues.unknown.empty()) << name << ": " << issues.unknown.front();
+      validate_pipeline_config(c, name);
+    } catch (const Error& e) {
+      result = e.what();
+    }
+    got[name] = result;
+  }
+  EXPECT_EQ(got.size(), 40u);
+  for (const auto& [name, want] : expected) {
+    ASSERT_TRUE(got.count(name)) << name;
+    if (want.empty())
+      EXPECT_EQ(got[name], "") << name;
+    else
+      EXPECT_NE(got[name].find(want), std::string::npos) << name << ": " << got[name];
+  }
+  EXPECT_EQ(expected.size(), got.size());
+}
+
 }  // namespace
 }  // namespace orchard::detect

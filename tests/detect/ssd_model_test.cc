@@ -515,6 +515,56 @@ TEST(SsdModel, MobileNetV1FpnWithWeightSharedPredictor) {
   EXPECT_EQ(v2->forward(torch::zeros({1, 3, 128, 128})).size(1), (256 + 64 + 16 + 4 + 1) * 6);
 }
 
+// ssd_mobilenet_v2_fpnlite (depth 1 here; the sample config's 0.75 only changes the counts):
+// MobileNetV2 layer_7 / layer_14 / layer_19 into an FPN of depth 128 whose smoothing and
+// bottom_up layers are separable (feature_extractor.use_depthwise), and a weight-shared predictor
+// with one shared tower of 4 separable layers, separable heads (use_depthwise,
+// share_prediction_tower). Counted from feature_map_generators.fpn_top_down_feature_maps and
+// WeightSharedConvolutionalBoxPredictor with slim.separable_conv2d(depth_multiplier=1).
+TEST(SsdModel, FpnLiteSeparableLayersAndNames) {
+  SsdModelOptions o;
+  o.feature_extractor = "ssd_mobilenet_v2";
+  o.use_depthwise = true;
+  o.fpn.enabled = true;
+  o.fpn.additional_layer_depth = 128;
+  o.anchors_per_location = {6, 6, 6, 6, 6};
+  WeightSharedPredictorOptions ws;
+  ws.depth = 128;
+  ws.num_layers_before_predictor = 4;
+  ws.share_prediction_tower = true;
+  ws.use_depthwise = true;
+  o.weight_shared = ws;
+  SsdModel model(o);
+  EXPECT_EQ(model->feature_map_channels(), (Sizes{128, 128, 128, 128, 128}));
+  const int64_t backbone = 3504872 - 1280 * 1000 - 1000;  // torchvision's MobileNetV2 features
+  const int64_t separable = 9 * 128 + 128 * 128 + 2 * 128;  // 3x3 depthwise, 1x1, BN
+  const int64_t fpn = (32 * 128 + 128) + (96 * 128 + 128) + (1280 * 128 + 128) + 2 * separable + 2 * separable;
+  const int64_t tower = 4 * (9 * 128 + 128 * 128 + 5 * 2 * 128);  // per-level BN
+  const int64_t heads = (9 * 128 + 128 * 24 + 24) + (9 * 128 + 128 * 546 + 546);
+  EXPECT_EQ(count_parameters(*model), backbone + fpn + tower + heads);
+  const auto got = state_shapes(*model);
+  EXPECT_EQ(got.at("fpn.smoothing.0.0.weight"), "128,1,3,3");
+  EXPECT_EQ(got.at("bottom_up.1.1.0.weight"), "128,128,1,1");
+  EXPECT_EQ(got.at("predictor.class_head.1.weight"), "546,128,1,1");
+  EXPECT_EQ(model->tf_name("fpn.smoothing.1.0.weight")->name,
+            "FeatureExtractor/MobilenetV2/fpn/smoothing_2/depthwise_weights");
+  EXPECT_EQ(model->tf_name("bottom_up.0.1.0.weight")->name,
+            "FeatureExtractor/MobilenetV2/fpn/bottom_up_Conv2d_20/pointwise_weights");
+  EXPECT_EQ(model->tf_name("predictor.box_tower.2.1.weight")->name,
+            "WeightSharedConvolutionalBoxPredictor/PredictionTower/conv2d_2/pointwise_weights");
+  EXPECT_EQ(model->tf_name("predictor.class_head.0.weight")->name,
+            "WeightSharedConvolutionalBoxPredictor/ClassPredictor/depthwise_weights");
+  EXPECT_EQ(model->tf_name("predictor.class_head.1.bias")->name,
+            "WeightSharedConvolutionalBoxPredictor/ClassPredictor/biases");
+  EXPECT_TRUE(is_prediction_head_parameter("predictor.class_head.0.weight"));
+  std::set<std::string> seen;
+  for (const auto& p : model->named_parameters()) EXPECT_TRUE(seen.insert(model->tf_name(p.key())->name).second) << p.key();
+  model->eval();
+  torch::NoGradGuard no_grad;
+  EXPECT_EQ(model->forward(torch::zeros({1, 3, 256, 256})).sizes().vec(),
+            (Sizes{1, (1024 + 256 + 64 + 16 + 4) * 6, 4 + 91}));
+}
+
 TEST(SsdModel, NamesBackboneExtrasHeads) {
   SsdModel model(coco_options());
   const auto fixture = read_fixture();

@@ -33,6 +33,21 @@ const char* const kImplemented[] = {
     "model.ssd.feature_extractor.min_depth",
     "model.ssd.feature_extractor.pad_to_multiple=1",
     "model.ssd.feature_extractor.use_depthwise",
+    "model.ssd.feature_extractor.override_base_feature_extractor_hyperparams",
+    "model.ssd.feature_extractor.fpn.min_level",
+    "model.ssd.feature_extractor.fpn.max_level",
+    "model.ssd.feature_extractor.fpn.additional_layer_depth",
+    "model.ssd.anchor_generator.multiscale_anchor_generator",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.num_layers_before_predictor",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.depth",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.kernel_size",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.box_code_size",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.class_prediction_bias_init",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.use_dropout",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.dropout_keep_probability",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.share_prediction_tower",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.use_depthwise",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.score_converter=IDENTITY",
     "model.ssd.box_coder.faster_rcnn_box_coder",
     "model.ssd.matcher.argmax_matcher.matched_threshold",
     "model.ssd.matcher.argmax_matcher.unmatched_threshold",
@@ -104,6 +119,7 @@ const char* const kImplemented[] = {
 const char* const kHyperparamsAt[] = {
     "model.ssd.feature_extractor.conv_hyperparams",
     "model.ssd.box_predictor.convolutional_box_predictor.conv_hyperparams",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.conv_hyperparams",
 };
 const char* const kHyperparams[] = {
     "op=CONV",
@@ -482,9 +498,14 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
     if (ssd.num_classes() <= 0)
       problems.push_back("model.ssd.num_classes must be > 0 (got " + std::to_string(ssd.num_classes()) + ")");
     const std::string& type = ssd.feature_extractor().type();
-    if (type != "ssd_mobilenet_v2" && type != "ssd_mobilenet_v1")
+    static const std::set<std::string> kTypes = {
+        "ssd_mobilenet_v2",           "ssd_mobilenet_v1",           "ssd_mobilenet_v2_keras",
+        "ssd_mobilenet_v1_keras",     "ssd_mobilenet_v1_fpn",       "ssd_mobilenet_v2_fpn",
+        "ssd_mobilenet_v1_fpn_keras", "ssd_mobilenet_v2_fpn_keras"};
+    if (kTypes.count(type) == 0)
       problems.push_back("model.ssd.feature_extractor.type '" + type +
-                         "' is not supported; Orchard implements ssd_mobilenet_v2 and ssd_mobilenet_v1");
+                         "' is not supported; Orchard implements ssd_mobilenet_v2 and ssd_mobilenet_v1 (each also "
+                         "_fpn, _keras)");
     check_oneof(ssd.image_resizer(), "image_resizer_oneof", "model.ssd.image_resizer", {"fixed_shape_resizer"},
                 &problems);
     check_oneof(ssd.box_coder(), "box_coder_oneof", "model.ssd.box_coder", {"faster_rcnn_box_coder"}, &problems);
@@ -492,9 +513,16 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
     check_oneof(ssd.similarity_calculator(), "region_similarity", "model.ssd.similarity_calculator", {"iou_similarity"},
                 &problems);
     check_oneof(ssd.anchor_generator(), "anchor_generator_oneof", "model.ssd.anchor_generator",
-                {"ssd_anchor_generator"}, &problems);
-    check_oneof(ssd.box_predictor(), "box_predictor_oneof", "model.ssd.box_predictor", {"convolutional_box_predictor"},
-                &problems);
+                {"ssd_anchor_generator", "multiscale_anchor_generator"}, &problems);
+    check_oneof(ssd.box_predictor(), "box_predictor_oneof", "model.ssd.box_predictor",
+                {"convolutional_box_predictor", "weight_shared_convolutional_box_predictor"}, &problems);
+    if (ssd.box_predictor().has_weight_shared_convolutional_box_predictor()) {
+      const auto& h = ssd.box_predictor().weight_shared_convolutional_box_predictor().conv_hyperparams();
+      if (h.activation() != odp::Hyperparams::RELU_6)
+        problems.push_back("model.ssd.box_predictor.weight_shared_convolutional_box_predictor.conv_hyperparams."
+                           "activation " + odp::Hyperparams::Activation_Name(h.activation()) +
+                           " is not supported; Orchard implements RELU_6");
+    }
     // SSDLite's depthwise heads and the extra layers run ReLU6, as the samples configure them.
     for (const auto& [path, hyper] :
          {std::pair{std::string("model.ssd.feature_extractor.conv_hyperparams"), &ssd.feature_extractor().conv_hyperparams()},

@@ -10,15 +10,43 @@
 
 namespace orchard::detect {
 
+SeparableConvImpl::SeparableConvImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, double bn_momentum,
+                                     double bn_eps) {
+  depthwise = register_module(
+      "0", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, in, kernel).stride(stride).groups(in).bias(false)));
+  pointwise = register_module(
+      "1", models::ConvNormActivation(models::ConvNormActivationOptions(in, out, 1).bn_momentum(bn_momentum).bn_eps(bn_eps)));
+}
+
+torch::Tensor SeparableConvImpl::forward(const torch::Tensor& x) {
+  return pointwise->as<models::ConvNormActivationImpl>()->forward(models::conv2d_tf_same(*depthwise, x));
+}
+
+std::optional<models::TfName> conv_layer_tf_name(const std::string& scope, const std::string& rest, bool separable) {
+  if (separable) {
+    if (rest == ".0.weight") return models::TfName{scope + "/depthwise_weights", models::TfLayout::kDepthwise};
+    if (rest == ".1.0.weight") return models::TfName{scope + "/pointwise_weights", models::TfLayout::kConv};
+    if (rest.rfind(".1.1.", 0) == 0) return models::tf_batch_norm_name(scope, rest.substr(5));
+  } else {
+    if (rest == ".0.weight") return models::TfName{scope + "/weights", models::TfLayout::kConv};
+    if (rest.rfind(".1.", 0) == 0) return models::tf_batch_norm_name(scope, rest.substr(3));
+  }
+  throw std::invalid_argument("not a variable of the layer " + scope + ": '" + rest + "'");
+}
+
 FpnTopDownImpl::FpnTopDownImpl(const FpnOptions& o) : options_(o) {
   TORCH_CHECK(!o.in_channels.empty() && o.depth >= 1, "FPN: need base feature maps and a positive depth");
   projection_ = register_module("projection", torch::nn::ModuleList());
   smoothing_ = register_module("smoothing", torch::nn::ModuleList());
   for (size_t k = 0; k < o.in_channels.size(); ++k) {
     projection_->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(o.in_channels[k], o.depth, 1)));
-    if (k + 1 < o.in_channels.size())
-      smoothing_->push_back(models::ConvNormActivation(
-          models::ConvNormActivationOptions(o.depth, o.depth, 3).bn_momentum(o.bn_momentum).bn_eps(o.bn_eps)));
+    if (k + 1 < o.in_channels.size()) {
+      if (o.use_depthwise)
+        smoothing_->push_back(SeparableConv(o.depth, o.depth, 3, 1, o.bn_momentum, o.bn_eps));
+      else
+        smoothing_->push_back(models::ConvNormActivation(
+            models::ConvNormActivationOptions(o.depth, o.depth, 3).bn_momentum(o.bn_momentum).bn_eps(o.bn_eps)));
+    }
   }
 }
 
@@ -37,7 +65,8 @@ std::vector<torch::Tensor> FpnTopDownImpl::forward(const std::vector<torch::Tens
                 top_down.size(3), ")");
     up = up.narrow(2, 0, residual.size(2)).narrow(3, 0, residual.size(3));
     top_down = up + residual;
-    out[k] = smoothing_[k]->as<models::ConvNormActivationImpl>()->forward(top_down);
+    out[k] = options_.use_depthwise ? smoothing_[k]->as<SeparableConvImpl>()->forward(top_down)
+                                    : smoothing_[k]->as<models::ConvNormActivationImpl>()->forward(top_down);
   }
   return out;
 }
@@ -56,10 +85,7 @@ std::optional<models::TfName> FpnTopDownImpl::tf_name(const std::string& name, c
     throw bad();
   }
   if (which != "smoothing") throw bad();
-  const std::string scope = fpn_scope + "/smoothing_" + std::to_string(k + 1);
-  if (rest == ".0.weight") return models::TfName{scope + "/weights", models::TfLayout::kConv};
-  if (rest.rfind(".1.", 0) == 0) return models::tf_batch_norm_name(scope, rest.substr(3));
-  throw bad();
+  return conv_layer_tf_name(fpn_scope + "/smoothing_" + std::to_string(k + 1), rest, options_.use_depthwise);
 }
 
 }  // namespace orchard::detect

@@ -6,11 +6,14 @@
 //
 // Module names (k = 0 for the finest base map):
 //   projection.<k>.{weight,bias}   TF fpn/projection_<k+1>
-//   smoothing.<k>.{0,1}.*          TF fpn/smoothing_<k+1> (every level but the coarsest)
+//   smoothing.<k>.{0,1}.*          TF fpn/smoothing_<k+1> (every level but the coarsest); with
+//                                  use_depthwise (FPN-lite) a SeparableConv: smoothing.<k>.0 the
+//                                  3x3 depthwise conv, smoothing.<k>.1.{0,1} the 1x1 conv + BN
 #pragma once
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/conv.h>
 #include <torch/nn/pimpl.h>
 
 #include <optional>
@@ -21,10 +24,29 @@
 
 namespace orchard::detect {
 
+// slim.separable_conv2d(depth_multiplier=1) under conv_hyperparams: a kernel x kernel depthwise
+// convolution ('SAME', no bias, no normalisation) then a 1x1 convolution + batch norm + ReLU6.
+// Children "0" (the depthwise Conv2d) and "1" (a models::ConvNormActivation); TF names
+// <scope>/depthwise_weights, <scope>/pointwise_weights, <scope>/BatchNorm/*.
+class SeparableConvImpl : public torch::nn::Module {
+ public:
+  SeparableConvImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, double bn_momentum, double bn_eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Conv2d depthwise{nullptr};
+  std::shared_ptr<torch::nn::Module> pointwise;
+};
+TORCH_MODULE(SeparableConv);
+
+// The TF name of a variable of a conv-BN-ReLU6 layer under `scope`: a models::ConvNormActivation
+// (".0.weight", ".1.<bn field>") or a SeparableConv (".0.weight" depthwise, ".1.0.weight",
+// ".1.1.<bn field>"); `rest` is the name after the layer's own.
+std::optional<models::TfName> conv_layer_tf_name(const std::string& scope, const std::string& rest, bool separable);
+
 struct FpnOptions {
   std::vector<int64_t> in_channels;  // of the base feature maps, finest first
   int64_t depth = 256;
   double bn_momentum = 0.003, bn_eps = 0.001;
+  bool use_depthwise = false;  // separable smoothing convolutions (FPN-lite)
 };
 
 class FpnTopDownImpl : public torch::nn::Module {

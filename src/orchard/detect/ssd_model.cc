@@ -131,11 +131,15 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     fo.depth = d;
     fo.bn_momentum = o.bn_momentum;
     fo.bn_eps = o.bn_eps;
+    fo.use_depthwise = o.use_depthwise;
     fpn_ = register_module("fpn", FpnTopDown(fo));
     channels_.assign(channels_.size(), d);
     bottom_up_ = register_module("bottom_up", torch::nn::ModuleList());
     for (int level = kFpnBaseMaxLevel + 1; level <= fpn.max_level; ++level) {
-      bottom_up_->push_back(ConvNormActivation(conv(d, d, 3).stride(2).tf_same_padding(true)));
+      if (o.use_depthwise)
+        bottom_up_->push_back(SeparableConv(d, d, 3, 2, o.bn_momentum, o.bn_eps));
+      else
+        bottom_up_->push_back(ConvNormActivation(conv(d, d, 3).stride(2).tf_same_padding(true)));
       channels_.push_back(d);
     }
   } else {
@@ -237,10 +241,7 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
   if (bottom_up_ && std::sscanf(name.c_str(), "bottom_up.%d%n", &j, &used) == 1 && j >= 0) {
     const std::string scope = feature_extractor_scope + "/fpn/bottom_up_Conv2d_" +
                               std::to_string(layout_of(options_.feature_extractor).fpn_bottom_up_first + j);
-    const std::string rest = name.substr(static_cast<size_t>(used));
-    if (rest == ".0.weight") return models::TfName{scope + "/weights", models::TfLayout::kConv};
-    if (rest.rfind(".1.", 0) == 0) return models::tf_batch_norm_name(scope, rest.substr(3));
-    throw bad();
+    return conv_layer_tf_name(scope, name.substr(static_cast<size_t>(used)), options_.use_depthwise);
   }
   const size_t dot = name.rfind('.');
   if (dot == std::string::npos) throw bad();
@@ -300,7 +301,9 @@ std::vector<torch::Tensor> SsdModelImpl::feature_maps(const torch::Tensor& image
   auto maps = backbone_v1_ ? backbone_v1_->endpoints(images, base_layers_) : backbone_->endpoints(images, base_endpoints_);
   if (fpn_) {
     maps = fpn_->forward(maps);
-    for (const auto& layer : *bottom_up_) maps.push_back(layer->as<ConvNormActivationImpl>()->forward(maps.back()));
+    for (const auto& layer : *bottom_up_)
+      maps.push_back(options_.use_depthwise ? layer->as<SeparableConvImpl>()->forward(maps.back())
+                                            : layer->as<ConvNormActivationImpl>()->forward(maps.back()));
     return maps;
   }
   for (const auto& layer : *extras_) maps.push_back(layer->as<torch::nn::Sequential>()->forward(maps.back()));

@@ -11,6 +11,9 @@
 //   box_tower.<i>.weight (.bias without batch norm), box_tower_bn.<i>.<level>.*
 //   class_tower.<i>..., class_tower_bn.<i>.<level>.* (absent with share_prediction_tower)
 //   box_head.{weight,bias}, class_head.{weight,bias}: the prediction heads
+// use_depthwise (FPN-lite): every tower conv and head is separable, a kernel_size depthwise conv
+// then a 1x1 conv: box_tower.<i>.0.weight (TF conv2d_<i>/depthwise_weights), box_tower.<i>.1.*
+// (pointwise_weights, biases without batch norm), box_head.0.weight, box_head.1.{weight,bias}.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -37,6 +40,7 @@ struct WeightSharedPredictorOptions {
   int64_t kernel_size = 3;
   bool apply_batch_norm = true;
   bool share_prediction_tower = false;
+  bool use_depthwise = false;
   bool use_dropout = false;
   double dropout_keep_probability = 0.8;
   double class_prediction_bias_init = 0.0;
@@ -63,7 +67,7 @@ class WeightSharedPredictorImpl : public torch::nn::Module {
   WeightSharedPredictorOptions options_;
   torch::nn::ModuleList box_tower_{nullptr}, box_tower_bn_{nullptr};
   torch::nn::ModuleList class_tower_{nullptr}, class_tower_bn_{nullptr};
-  torch::nn::Conv2d box_head_{nullptr}, class_head_{nullptr};
+  std::shared_ptr<torch::nn::Module> box_head_, class_head_;
 };
 TORCH_MODULE(WeightSharedPredictor);
 

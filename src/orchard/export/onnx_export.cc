@@ -463,6 +463,9 @@ void export_detection_onnx(detect::SsdModelImpl& model, const at::Tensor& anchor
     throw Error("ONNX export: unknown score_converter '" + options.score_converter + "'");
   const auto& mo = model.options();
   if (mo.box_code_size != 4) throw Error("ONNX export: the box coder needs box_code_size 4");
+  if (mo.fpn.enabled || mo.weight_shared)
+    throw Error("ONNX export of the FPN feature extractors and the weight-shared box predictor is not implemented "
+                "yet; `detect export --format tf` writes the model as a TensorFlow checkpoint");
   onnx::ModelProto proto;
   auto* graph = proto.mutable_graph();
   graph->set_name(mo.feature_extractor);

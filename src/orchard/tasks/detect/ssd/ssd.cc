@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "orchard/core/error.h"
 #include "orchard/export/onnx_export.h"
 #include "orchard/proto/object_detection/pipeline.pb.h"
 
@@ -21,7 +22,17 @@ ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& p
   ParsedModel parsed;
   parsed.num_classes = ssd.num_classes();
   const auto& fe = ssd.feature_extractor();
-  c.model.feature_extractor = fe.type();
+  // The Keras feature extractors (ssd_mobilenet_v2_keras, ...) build the same networks.
+  std::string type = fe.type();
+  if (type.size() > 6 && type.compare(type.size() - 6, 6, "_keras") == 0) type.resize(type.size() - 6);
+  if (type.size() > 4 && type.compare(type.size() - 4, 4, "_fpn") == 0) {
+    type.resize(type.size() - 4);
+    c.model.fpn.enabled = true;
+    c.model.fpn.min_level = fe.fpn().min_level();
+    c.model.fpn.max_level = fe.fpn().max_level();
+    c.model.fpn.additional_layer_depth = fe.fpn().additional_layer_depth();
+  }
+  c.model.feature_extractor = type;
   c.model.depth_multiplier = fe.depth_multiplier();
   c.model.min_depth = fe.min_depth();
   c.model.use_depthwise = fe.use_depthwise();
@@ -36,9 +47,33 @@ ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& p
     c.model.init_stddev = hyper.initializer().random_normal_initializer().stddev();
   parsed.l2_weight = hyper.regularizer().has_l2_regularizer() ? hyper.regularizer().l2_regularizer().weight() : 0.0;
 
+  if (ssd.box_predictor().has_weight_shared_convolutional_box_predictor()) {
+    const auto& ws = ssd.box_predictor().weight_shared_convolutional_box_predictor();
+    detect::WeightSharedPredictorOptions po;
+    po.depth = ws.depth();
+    po.num_layers_before_predictor = ws.num_layers_before_predictor();
+    po.kernel_size = ws.kernel_size();
+    po.box_code_size = ws.box_code_size();
+    po.class_prediction_bias_init = ws.class_prediction_bias_init();
+    po.use_dropout = ws.use_dropout();
+    po.dropout_keep_probability = ws.dropout_keep_probability();
+    po.share_prediction_tower = ws.share_prediction_tower();
+    po.use_depthwise = ws.use_depthwise();
+    const auto& h = ws.conv_hyperparams();
+    po.apply_batch_norm = h.has_batch_norm();
+    if (h.has_batch_norm()) {
+      po.bn_momentum = 1.0 - h.batch_norm().decay();
+      po.bn_eps = h.batch_norm().epsilon();
+    }
+    po.truncated_init = h.initializer().has_truncated_normal_initializer();
+    po.init_stddev = po.truncated_init ? h.initializer().truncated_normal_initializer().stddev()
+                                       : h.initializer().random_normal_initializer().stddev();
+    c.model.weight_shared = po;
+    c.model.box_code_size = ws.box_code_size();
+  }
   const auto& predictor = ssd.box_predictor().convolutional_box_predictor();
   c.model.kernel_size = predictor.kernel_size();
-  c.model.box_code_size = predictor.box_code_size();
+  if (!c.model.weight_shared) c.model.box_code_size = predictor.box_code_size();
   c.model.use_dropout = predictor.use_dropout();
   c.model.dropout_keep_probability = predictor.dropout_keep_probability();
   c.model.class_prediction_bias_init = predictor.class_prediction_bias_init();
@@ -48,6 +83,17 @@ ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& p
     c.model.head_bn_eps = predictor.conv_hyperparams().batch_norm().epsilon();
   }
 
+  if (ssd.anchor_generator().has_multiscale_anchor_generator()) {
+    const auto& m = ssd.anchor_generator().multiscale_anchor_generator();
+    detect::MultiscaleAnchorOptions mo;
+    mo.min_level = m.min_level();
+    mo.max_level = m.max_level();
+    mo.anchor_scale = m.anchor_scale();
+    if (m.aspect_ratios_size() > 0) mo.aspect_ratios.assign(m.aspect_ratios().begin(), m.aspect_ratios().end());
+    mo.scales_per_octave = m.scales_per_octave();
+    mo.normalize_coordinates = m.normalize_coordinates();
+    c.multiscale_anchors = mo;
+  }
   const auto& ag = ssd.anchor_generator().ssd_anchor_generator();
   c.anchors.num_layers = ag.num_layers();
   c.anchors.min_scale = ag.min_scale();
@@ -127,10 +173,24 @@ SsdMetaArchitecture::SsdMetaArchitecture(const SsdConfig& config, int64_t num_cl
                                          const data::DetectionInputOptions& input)
     : config_(config), input_(input) {
   config_.model.num_classes = num_classes;
-  config_.model.anchors_per_location = detect::anchors_per_location(config_.anchors);
-  model_ = detect::SsdModel(config_.model);
   const int64_t h = input.height, w = input.width;
-  anchors_ = detect::generate_ssd_anchors(config_.anchors, model_->feature_map_sizes(h, w), h, w);
+  if (const auto& ms = config_.multiscale_anchors) {
+    if (!config_.model.fpn.enabled || ms->min_level != config_.model.fpn.min_level ||
+        ms->max_level != config_.model.fpn.max_level)
+      throw Error("model.ssd.anchor_generator.multiscale_anchor_generator levels " + std::to_string(ms->min_level) +
+                  ".." + std::to_string(ms->max_level) + " must be the feature extractor's FPN levels" +
+                  (config_.model.fpn.enabled ? " (" + std::to_string(config_.model.fpn.min_level) + ".." +
+                                                   std::to_string(config_.model.fpn.max_level) + ")"
+                                             : " (it has no fpn)"));
+    config_.model.anchors_per_location.assign(static_cast<size_t>(ms->max_level - ms->min_level + 1),
+                                              detect::anchors_per_location(*ms));
+    model_ = detect::SsdModel(config_.model);
+    anchors_ = detect::generate_multiscale_anchors(*ms, model_->feature_map_sizes(h, w), h, w);
+  } else {
+    config_.model.anchors_per_location = detect::anchors_per_location(config_.anchors);
+    model_ = detect::SsdModel(config_.model);
+    anchors_ = detect::generate_ssd_anchors(config_.anchors, model_->feature_map_sizes(h, w), h, w);
+  }
 }
 
 std::shared_ptr<torch::nn::Module> SsdMetaArchitecture::module() { return model_.ptr(); }
@@ -183,6 +243,10 @@ std::map<std::string, std::string> SsdMetaArchitecture::signature() const {
   char dm[32];
   std::snprintf(dm, sizeof dm, "%g", config_.model.depth_multiplier);
   return {{"model", name()}, {"depth_multiplier", dm}, {"num_anchors", std::to_string(anchors_.size(0))}};
+}
+
+std::string SsdMetaArchitecture::name() const {
+  return config_.model.feature_extractor + (config_.model.fpn.enabled ? "_fpn" : "");
 }
 
 std::string SsdMetaArchitecture::describe() const {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "orchard/detect/anchors.h"
@@ -18,6 +19,8 @@ namespace orchard::tasks {
 struct SsdConfig : MetaArchitectureConfig {
   detect::SsdModelOptions model;
   detect::SsdAnchorOptions anchors;
+  // multiscale_anchor_generator (the FPN configs); unset: ssd_anchor_generator (`anchors`).
+  std::optional<detect::MultiscaleAnchorOptions> multiscale_anchors;
   detect::SsdLossOptions loss;
   detect::BatchNmsOptions nms;
   std::string score_converter = "SIGMOID";  // IDENTITY_WITH_LOGITS | SIGMOID | SOFTMAX
@@ -28,7 +31,7 @@ struct SsdConfig : MetaArchitectureConfig {
 class SsdMetaArchitecture : public MetaArchitecture {
  public:
   SsdMetaArchitecture(const SsdConfig& config, int64_t num_classes, const data::DetectionInputOptions& input);
-  std::string name() const override { return config_.model.feature_extractor; }
+  std::string name() const override;  // the feature extractor: ssd_mobilenet_v2, ssd_mobilenet_v1_fpn, ...
   std::shared_ptr<torch::nn::Module> module() override;
   // -> [B, A, box_code_size + num_classes + 1]: box codes, then class logits (column 0 the
   // background), per anchor.
