@@ -145,6 +145,37 @@ TEST(DetectionPreprocess, FlipMirrorsImageAndBoxes) {
   EXPECT_FLOAT_EQ(t.boxes[4 + 1], 0.75f);  // second box: 1 - 0.25
 }
 
+// random_crop_image (the FPN configs' augmentation): a crop of exactly a quarter of the area
+// (half of each side, aspect 1 in normalised units) that must contain the first box entirely
+// (min_object_covered 1): the box's width in the crop's frame doubles, and a box the crop cuts
+// to under overlap_thresh of its area is dropped.
+TEST(DetectionPreprocess, RandomCropImageCropsAndPrunes) {
+  DetectionExample d = two_tone();
+  d.boxes = {Box{0.4f, 0.4f, 0.6f, 0.6f}, Box{0.0f, 0.0f, 0.02f, 0.02f}};
+  DetectionInputOptions o;
+  o.height = 40;
+  o.width = 60;
+  o.max_boxes = 2;
+  SsdRandomCropOperation op;
+  op.min_object_covered = 1.0f;
+  op.min_aspect_ratio = op.max_aspect_ratio = 1.5f;  // width / height in pixels: 30 x 20 of 60 x 40
+  op.min_area = op.max_area = 0.25f;
+  op.overlap_thresh = 0.3f;
+  op.random_coef = 0.0f;
+  o.augmentation.random_crop_image = {op};
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    std::vector<float> image(3 * 40 * 60);
+    Targets t(2);
+    const auto view = t.view();
+    std::mt19937_64 rng(seed);
+    preprocess_detection(d, o, true, rng, image.data(), &view, "t");
+    // The crop holds the centre box; the 1x1-pixel corner box cannot be in a window around it.
+    ASSERT_EQ(t.num_boxes, 1) << seed;
+    EXPECT_NEAR(t.boxes[3] - t.boxes[1], 0.4f, 1e-5) << seed;  // 0.2 of the image, 0.4 of the crop
+    EXPECT_NEAR(t.boxes[2] - t.boxes[0], 0.4f, 1e-5) << seed;
+  }
+}
+
 TEST(SsdRandomCrop, KeptBoxesAreVisibleEnoughAndInTheCropFrame) {
   std::mt19937_64 rng(5);
   int cropped = 0;

@@ -229,8 +229,7 @@ TEST(PipelineConfig, UnknownFieldsFailOrWarnWithTheirPaths) {
 }
 
 TEST(PipelineConfig, SetButUnimplementedFieldsAreListed) {
-  std::string text =
-      replace(sample_text(), "epsilon: 1.0\n    }\n  }", "epsilon: 1.0\n    }\n    use_moving_average: true\n  }");
+  std::string text = replace(sample_text(), "batch_size: 24", "batch_size: 24\n  bias_grad_multiplier: 2.0");
   text = replace(text, "data_augmentation_options {\n    random_horizontal_flip",
                  "data_augmentation_options {\n    autoaugment_image { policy_name: 'v1' }\n  }\n"
                  "  data_augmentation_options {\n    random_horizontal_flip");
@@ -244,9 +243,9 @@ TEST(PipelineConfig, SetButUnimplementedFieldsAreListed) {
   EXPECT_TRUE(issues.unknown.empty());
   EXPECT_EQ(issues.unimplemented,
             (std::vector<std::string>{"train_config.data_augmentation_options.autoaugment_image",
-                                      "train_config.optimizer.use_moving_average", "eval_config.metrics_set"}));
+                                      "train_config.bias_grad_multiplier", "eval_config.metrics_set"}));
   expect_error([&] { parse_pipeline_config(text, "my.config", /*strict=*/true); },
-               {"my.config", "set fields Orchard does not implement", "train_config.optimizer.use_moving_average"});
+               {"my.config", "set fields Orchard does not implement", "train_config.bias_grad_multiplier"});
 
   // Implemented values pass.
   const std::string ok =

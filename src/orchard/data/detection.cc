@@ -211,8 +211,9 @@ int64_t preprocess_detection(const DetectionExample& example, const DetectionInp
     // the flip first, and a flip commutes with the crop up to the random draw.
     if (aug.random_horizontal_flip)
       flip = std::uniform_real_distribution<float>(0.f, 1.f)(rng) < aug.flip_probability;
-    if (!aug.ssd_random_crop.empty()) {
-      const CropWindow c = ssd_random_crop(img.height, img.width, aug.ssd_random_crop, &boxes, &classes, rng);
+    for (const auto* crop : {&aug.ssd_random_crop, &aug.random_crop_image}) {
+      if (crop->empty()) continue;
+      const CropWindow c = ssd_random_crop(img.height, img.width, *crop, &boxes, &classes, rng);
       img = crop_image(img, c);
     }
   }

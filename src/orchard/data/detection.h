@@ -55,6 +55,10 @@ struct DetectionAugmentation {
   bool random_horizontal_flip = false;
   float flip_probability = 0.5f;
   std::vector<SsdRandomCropOperation> ssd_random_crop;  // empty: no crop
+  // random_crop_image: the same crop with its one set of options (RandomCropImage's defaults:
+  // min_object_covered 1, aspect 0.75..1.33, area 0.1..1, overlap_thresh 0.3, random_coef 0),
+  // applied after ssd_random_crop when both are configured. Empty: none.
+  std::vector<SsdRandomCropOperation> random_crop_image;
 };
 
 struct DetectionInputOptions {

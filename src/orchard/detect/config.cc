@@ -73,6 +73,8 @@ const char* const kImplemented[] = {
     "model.ssd.post_processing.batch_non_max_suppression.max_total_detections",
     "model.ssd.post_processing.score_converter",
     "model.ssd.normalize_loss_by_num_matches",
+    "model.ssd.inplace_batchnorm_update",  // no effect: batch norm statistics always update in place
+    "model.ssd.freeze_batchnorm=false",
     "model.ssd.normalize_loc_loss_by_codesize",
     "model.ssd.encode_background_as_zeros",
     "model.ssd.loss.classification_loss.weighted_sigmoid",
@@ -85,16 +87,24 @@ const char* const kImplemented[] = {
     "train_config.batch_size",
     "train_config.data_augmentation_options.random_horizontal_flip",
     "train_config.data_augmentation_options.ssd_random_crop",
+    "train_config.data_augmentation_options.random_crop_image",
     "train_config.optimizer.rms_prop_optimizer",
     "train_config.optimizer.momentum_optimizer",
     "train_config.optimizer.adam_optimizer",
-    "train_config.optimizer.use_moving_average=false",
+    "train_config.optimizer.use_moving_average",
+    "train_config.optimizer.moving_average_decay",
     "train_config.fine_tune_checkpoint",
     "train_config.fine_tune_checkpoint_type",
     "train_config.from_detection_checkpoint",
     "train_config.num_steps",
     "train_config.gradient_clipping_by_norm",
     "train_config.max_number_of_boxes",
+    // Synchronous data parallelism is how Orchard always trains: batch_size is the global batch
+    // over the job's workers (as on the TPUs the *_sync configs were written for).
+    "train_config.sync_replicas",
+    "train_config.replicas_to_aggregate",
+    "train_config.startup_delay_steps",        // no effect: workers start together
+    "train_config.unpad_groundtruth_tensors",  // no effect: boxes are padded and counted either way
     "train_input_reader.label_map_path",
     "train_input_reader.shuffle",
     "train_input_reader.num_readers",
@@ -107,7 +117,7 @@ const char* const kImplemented[] = {
     "eval_config.max_evals",
     "eval_config.include_metrics_per_category",
     "eval_config.min_score_threshold",
-    "eval_config.use_moving_averages=false",
+    "eval_config.use_moving_averages",
     "eval_input_reader.label_map_path",
     "eval_input_reader.shuffle",
     "eval_input_reader.num_readers",

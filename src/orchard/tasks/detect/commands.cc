@@ -132,11 +132,18 @@ Loaded load(const DetectFlags& f, const std::string& config_path) {
   detect::validate_pipeline_config(l.pipeline, config_path);
   l.config = tasks::detection_config(l.pipeline, f.data_format == "channels_last");
   l.config.input.max_image_pixels = f.max_image_pixels;
+  if (l.pipeline.has_graph_rewriter())
+    spdlog::warn("{}: graph_rewriter (quantization-aware training) is ignored: Orchard trains and evaluates in float "
+                 "and exports float models (no fake-quantization, no quantized TFLite export); --strict refuses it",
+                 config_path);
+  // The OD API keeps a moving average of the weights with use_moving_average (the proto default
+  // is true) and evaluates and exports it only with eval_config.use_moving_averages (default
+  // false): so does Orchard, keeping it only where something uses it.
   const auto& opt = l.pipeline.train_config().optimizer();
-  if (!opt.has_use_moving_average() || opt.use_moving_average())
-    spdlog::warn("{}: train_config.optimizer.use_moving_average is {} (the proto default is true): Orchard keeps "
-                 "no moving averages of the weights yet; evaluation and export use the trained weights",
-                 config_path, opt.has_use_moving_average() ? "true" : "unset");
+  if (opt.use_moving_average() && !l.pipeline.eval_config().use_moving_averages())
+    spdlog::info("{}: train_config.optimizer.use_moving_average is {}, eval_config.use_moving_averages false: "
+                 "evaluation and export use the trained weights (as the OD API's), so no average is kept",
+                 config_path, opt.has_use_moving_average() ? "true" : "unset (default true)");
   std::string label_map_path = l.pipeline.train_input_reader().label_map_path();
   if (label_map_path.empty() && l.pipeline.eval_input_reader_size() > 0)
     label_map_path = l.pipeline.eval_input_reader(0).label_map_path();
@@ -311,6 +318,9 @@ void run_train(DetectFlags f) {
     if (p.requires_grad()) params.push_back(p);
   auto [optimizer, lr] = train::make_od_api_optimizer(tc.optimizer(), params);
   topt.clip_gradient_norm = tc.gradient_clipping_by_norm();
+  // MovingAverageOptimizer(average_decay) without num_updates: a plain exponential average.
+  if (tc.optimizer().use_moving_average() && l.pipeline.eval_config().use_moving_averages())
+    topt.moving_average_decay = tc.optimizer().moving_average_decay();
 
   topt.on_start = [&, lr = lr](int64_t step) {
     if (step == 0 && !tc.fine_tune_checkpoint().empty())

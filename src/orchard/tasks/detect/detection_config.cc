@@ -23,6 +23,19 @@ DetectionConfig detection_config(const object_detection::protos::TrainEvalPipeli
       c.input.augmentation.random_horizontal_flip = true;
       c.input.augmentation.flip_probability = step.random_horizontal_flip().probability();
     }
+    if (step.has_random_crop_image()) {
+      const auto& r = step.random_crop_image();
+      data::SsdRandomCropOperation o;
+      o.min_object_covered = r.min_object_covered();
+      o.min_aspect_ratio = r.min_aspect_ratio();
+      o.max_aspect_ratio = r.max_aspect_ratio();
+      o.min_area = r.min_area();
+      o.max_area = r.max_area();
+      o.overlap_thresh = r.overlap_thresh();
+      o.clip_boxes = r.clip_boxes();
+      o.random_coef = r.random_coef();
+      c.input.augmentation.random_crop_image = {o};
+    }
     if (step.has_ssd_random_crop()) {
       const auto& crop = step.ssd_random_crop();
       if (crop.operations_size() == 0) {
