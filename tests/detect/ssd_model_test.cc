@@ -565,6 +565,56 @@ TEST(SsdModel, FpnLiteSeparableLayersAndNames) {
             (Sizes{1, (1024 + 256 + 64 + 16 + 4) * 6, 4 + 91}));
 }
 
+// ssd_resnet50_v1_fpn (RetinaNet, ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco14_sync):
+// TF-Slim's resnet_v1_50, block2..block4 (before their last unit's subsampling) into the FPN at
+// levels 3..5, bottom_up_block5/6, the weight-shared predictor (depth 256, 4 layers, 6 anchors).
+// A TF2 checkpoint of this model fine-tuned to 2 classes (ssd_resnet50_v1_fpn_keras; ckpt-0.index
+// of github.com/esraersoy/Object-Detection-System---detecting-mask-, not committed: no licence)
+// holds 31,623,530 trainable values (+ save_counter) and 75,648 moving statistics: the counts
+// below with num_classes 2, exactly.
+TEST(SsdModel, ResNet50FpnRetinaNetCountsMatchATensorFlowCheckpoint) {
+  SsdModelOptions o;
+  o.feature_extractor = "ssd_resnet50_v1";
+  o.fpn.enabled = true;
+  o.num_classes = 2;
+  o.anchors_per_location = {6, 6, 6, 6, 6};
+  o.bn_momentum = 0.003;
+  WeightSharedPredictorOptions ws;
+  ws.depth = 256;
+  ws.num_layers_before_predictor = 4;
+  o.weight_shared = ws;
+  SsdModel model(o);
+  EXPECT_EQ(model->feature_map_channels(), (Sizes{256, 256, 256, 256, 256}));
+  const int64_t backbone = 25'557'032 - 2048 * 1000 - 1000;  // torchvision's resnet50 without fc
+  const int64_t fpn = (512 * 256 + 256) + (1024 * 256 + 256) + (2048 * 256 + 256) + 4 * (9 * 256 * 256 + 2 * 256);
+  const int64_t towers = 2 * 4 * (9 * 256 * 256 + 5 * 2 * 256);
+  const int64_t heads = (9 * 256 * 24 + 24) + (9 * 256 * 18 + 18);
+  EXPECT_EQ(count_parameters(*model), backbone + fpn + towers + heads);
+  EXPECT_EQ(count_parameters(*model), 31'623'530);
+  int64_t moving = 0;
+  for (const auto& b : model->named_buffers())
+    if (b.key().find("running_") != std::string::npos) moving += b.value().numel();
+  EXPECT_EQ(moving, 75'648);
+  EXPECT_EQ(model->tf_name("backbone.layer2.3.conv2.weight")->name,
+            "FeatureExtractor/resnet_v1_50/block2/unit_4/bottleneck_v1/conv2/weights");
+  EXPECT_EQ(model->tf_name("fpn.projection.0.weight")->name, "FeatureExtractor/resnet_v1_50/fpn/projection_1/weights");
+  EXPECT_EQ(model->tf_name("bottom_up.1.0.weight")->name, "FeatureExtractor/resnet_v1_50/fpn/bottom_up_block6/weights");
+  EXPECT_EQ(model->tf_name("backbone.conv1.weight", "resnet_v1_50")->name, "resnet_v1_50/conv1/weights");
+  std::set<std::string> seen;
+  for (const auto& p : model->named_parameters()) EXPECT_TRUE(seen.insert(model->tf_name(p.key())->name).second) << p.key();
+  EXPECT_EQ(model->feature_map_sizes(640, 640).front(), (std::pair<int64_t, int64_t>{80, 80}));
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto maps = model->feature_maps(torch::rand({1, 3, 128, 128}) * 2 - 1);
+  const std::vector<std::pair<int64_t, int64_t>> want{{16, 16}, {8, 8}, {4, 4}, {2, 2}, {1, 1}};
+  ASSERT_EQ(maps.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(maps[i].sizes().vec(), (Sizes{1, 256, want[i].first, want[i].second})) << i;
+  o.fpn.enabled = false;
+  o.anchors_per_location = {3, 6, 6, 6, 6, 6};
+  o.weight_shared.reset();
+  EXPECT_THROW(SsdModel{o}, c10::Error);  // the ResNets come as FPN extractors only
+}
+
 TEST(SsdModel, NamesBackboneExtrasHeads) {
   SsdModel model(coco_options());
   const auto fixture = read_fixture();

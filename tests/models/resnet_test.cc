@@ -243,5 +243,30 @@ TEST(ResNet, BatchNormMomentumAndEpsilon) {
   EXPECT_EQ(bns, 1 + 4 * 2 + 3);  // stem, two per block, downsample of layers 2-4
 }
 
+// TF-Slim's store_non_strided_activations: each stage's last unit computed at stride 1; taking
+// every other pixel of it is the strided network, so the last stage's output averages to the
+// classifier's features.
+TEST(ResNet, SlimStageOutputsBeforeSubsamplingAreTheStridedNetwork) {
+  ResNetOptions o;
+  o.layout = ResNetLayout::kSlim;
+  o.layers = {1, 2, 2, 1};
+  o.base_width = 8;
+  o.include_top = false;
+  ResNet net(o);
+  net->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({2, 3, 70, 50});
+  const auto stages = net->slim_stage_outputs(x);
+  ASSERT_EQ(stages.size(), 4u);
+  // Stem: stride 4 -> 18 x 13; stages 1-3 keep their input size, stage 4 is at stride 32.
+  EXPECT_EQ(stages[0].sizes().vec(), (std::vector<int64_t>{2, 32, 18, 13}));
+  EXPECT_EQ(stages[1].sizes().vec(), (std::vector<int64_t>{2, 64, 9, 7}));
+  EXPECT_EQ(stages[2].sizes().vec(), (std::vector<int64_t>{2, 128, 5, 4}));
+  EXPECT_EQ(stages[3].sizes().vec(), (std::vector<int64_t>{2, 256, 3, 2}));
+  EXPECT_TRUE(torch::allclose(stages[3].mean({2, 3}), net->features(x), 1e-4, 1e-5));
+  EXPECT_EQ(net->slim_stage_outputs(x, 2).size(), 2u);
+  EXPECT_THROW(net->forward(x), c10::Error);  // no classifier
+}
+
 }  // namespace
 }  // namespace orchard::models

@@ -23,13 +23,22 @@ struct Layout {
   const char* scope;          // TF-Slim's scope of the base network
   const char* from_layer[2];  // feature_map_layout's from_layer
   const char* fpn_blocks[4];  // the FPN extractor's feature_blocks: levels 2..5
-  int fpn_bottom_up_first;    // TF's number of the first bottom_up_Conv2d_N
+  const char* fpn_bottom_up;  // TF's name of the layers above level 5: <this><first + j>
+  int fpn_bottom_up_first;
+  int resnet_depth;           // ssd_resnet*_v1: 50 or 101 (FPN only); 0: a MobileNet
 };
 constexpr Layout kLayouts[] = {
     {"ssd_mobilenet_v2", "MobilenetV2", {"layer_15/expansion_output", "layer_19"},
-     {"layer_4", "layer_7", "layer_14", "layer_19"}, 20},
+     {"layer_4", "layer_7", "layer_14", "layer_19"}, "bottom_up_Conv2d_", 20, 0},
     {"ssd_mobilenet_v1", "MobilenetV1", {"Conv2d_11_pointwise", "Conv2d_13_pointwise"},
-     {"Conv2d_3_pointwise", "Conv2d_5_pointwise", "Conv2d_11_pointwise", "Conv2d_13_pointwise"}, 14},
+     {"Conv2d_3_pointwise", "Conv2d_5_pointwise", "Conv2d_11_pointwise", "Conv2d_13_pointwise"}, "bottom_up_Conv2d_",
+     14, 0},
+    // SSDResnetV1FpnFeatureExtractor: TF-Slim's resnet_v1 with store_non_strided_activations,
+    // block1..block4 at levels 2..5, bottom_up_block5, bottom_up_block6.
+    {"ssd_resnet50_v1", "resnet_v1_50", {nullptr, nullptr}, {"block1", "block2", "block3", "block4"},
+     "bottom_up_block", 5, 50},
+    {"ssd_resnet101_v1", "resnet_v1_101", {nullptr, nullptr}, {"block1", "block2", "block3", "block4"},
+     "bottom_up_block", 5, 101},
 };
 constexpr int kFpnBaseMaxLevel = 5;  // the base network's coarsest FPN level (stride 32)
 constexpr int64_t kLayerDepth[] = {-1, -1, 512, 256, 256, 128};
@@ -38,7 +47,8 @@ constexpr size_t kMaxFeatureMaps = 6;
 const Layout& layout_of(const std::string& type) {
   for (const Layout& l : kLayouts)
     if (type == l.type) return l;
-  TORCH_CHECK(false, "SSD feature extractor '", type, "' is not one of ssd_mobilenet_v2, ssd_mobilenet_v1");
+  TORCH_CHECK(false, "SSD feature extractor '", type,
+              "' is not one of ssd_mobilenet_v2, ssd_mobilenet_v1, ssd_resnet50_v1, ssd_resnet101_v1");
 }
 
 }  // namespace
@@ -81,6 +91,8 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     for (int level = fpn.min_level; level <= std::min(fpn.max_level, kFpnBaseMaxLevel); ++level)
       from.push_back(layout.fpn_blocks[level - 2]);
   } else {
+    TORCH_CHECK(layout.resnet_depth == 0, "SSD ", o.feature_extractor, " is an FPN feature extractor (",
+                o.feature_extractor, "_fpn)");
     TORCH_CHECK(n <= kMaxFeatureMaps, "SSD MobileNet has 1 to ", kMaxFeatureMaps, " feature maps; anchors_per_location has ",
                 n, " entries");
     for (size_t i = 0; i < std::min<size_t>(n, 2); ++i) from.push_back(layout.from_layer[i]);
@@ -101,6 +113,22 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     for (const auto& layer : from) {
       base_endpoints_.push_back(parse_mobilenet_v2_endpoint(layer));
       channels_.push_back(backbone_->endpoint_channels(base_endpoints_.back()));
+    }
+  } else if (layout.resnet_depth > 0) {
+    // TF-Slim's resnet_v1_50/101 (stride in each stage's last unit), the configs' batch norm
+    // (override_base_feature_extractor_hyperparams), no classifier. depth_multiplier 1 only.
+    TORCH_CHECK(o.depth_multiplier == 1.0, "SSD ", o.feature_extractor, " implements depth_multiplier 1 only, got ",
+                o.depth_multiplier);
+    models::ResNetOptions ro;
+    ro.layers = layout.resnet_depth == 50 ? std::vector<int64_t>{3, 4, 6, 3} : std::vector<int64_t>{3, 4, 23, 3};
+    ro.layout = models::ResNetLayout::kSlim;
+    ro.include_top = false;
+    ro.bn_momentum = o.bn_momentum;
+    ro.bn_eps = o.bn_eps;
+    backbone_resnet_ = register_module("backbone", models::ResNet(ro));
+    for (const auto& block : from) {
+      resnet_stages_.push_back(block[5] - '0');  // "blockN"
+      channels_.push_back(backbone_resnet_->stage_channels(resnet_stages_.back()));
     }
   } else {
     // TF: mobilenet_v1_base(final_endpoint='Conv2d_13_pointwise', min_depth, depth_multiplier)
@@ -232,6 +260,7 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
   const std::string feature_extractor_scope = "FeatureExtractor/" + this->backbone_scope();
   if (name.rfind("backbone.", 0) == 0) {
     const std::string scope = backbone_scope.empty() ? feature_extractor_scope : backbone_scope;
+    if (backbone_resnet_) return models::resnet_v1_slim_tf_name(name.substr(9), scope);
     return backbone_v1_ ? models::mobilenet_v1_tf_name(name.substr(9), scope)
                         : models::mobilenet_v2_tf_name(name.substr(9), scope);
   }
@@ -239,8 +268,9 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
   if (fpn_ && name.rfind("fpn.", 0) == 0) return fpn_->tf_name(name.substr(4), feature_extractor_scope + "/fpn");
   int j = -1, used = 0;
   if (bottom_up_ && std::sscanf(name.c_str(), "bottom_up.%d%n", &j, &used) == 1 && j >= 0) {
-    const std::string scope = feature_extractor_scope + "/fpn/bottom_up_Conv2d_" +
-                              std::to_string(layout_of(options_.feature_extractor).fpn_bottom_up_first + j);
+    const Layout& layout = layout_of(options_.feature_extractor);
+    const std::string scope =
+        feature_extractor_scope + "/fpn/" + layout.fpn_bottom_up + std::to_string(layout.fpn_bottom_up_first + j);
     return conv_layer_tf_name(scope, name.substr(static_cast<size_t>(used)), options_.use_depthwise);
   }
   const size_t dot = name.rfind('.');
@@ -298,7 +328,16 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
 std::vector<torch::Tensor> SsdModelImpl::feature_maps(const torch::Tensor& images) {
   TORCH_CHECK(images.dim() == 4 && images.size(1) == 3, "SSD MobileNet expects images [B, 3, H, W], got ",
               images.sizes());
-  auto maps = backbone_v1_ ? backbone_v1_->endpoints(images, base_layers_) : backbone_->endpoints(images, base_endpoints_);
+  std::vector<torch::Tensor> maps;
+  if (backbone_resnet_) {
+    // The ResNets take RGB minus the channel means in [0, 255] (SSDResnetV1FpnFeatureExtractor's
+    // preprocess), the input here is scaled to [-1, 1]: (x + 1) * 127.5 - mean.
+    const auto mean = torch::tensor({123.68f, 116.779f, 103.939f}, images.options()).view({1, 3, 1, 1});
+    auto stages = backbone_resnet_->slim_stage_outputs((images + 1) * 127.5 - mean, resnet_stages_.back());
+    for (int s : resnet_stages_) maps.push_back(stages[static_cast<size_t>(s - 1)]);
+  } else {
+    maps = backbone_v1_ ? backbone_v1_->endpoints(images, base_layers_) : backbone_->endpoints(images, base_endpoints_);
+  }
   if (fpn_) {
     maps = fpn_->forward(maps);
     for (const auto& layer : *bottom_up_)
@@ -334,7 +373,8 @@ torch::Tensor SsdModelImpl::forward(const torch::Tensor& images) {
 
 std::vector<std::pair<int64_t, int64_t>> SsdModelImpl::feature_map_sizes(int64_t height, int64_t width) const {
   TORCH_CHECK(height >= 1 && width >= 1, "SSD input size must be positive, got ", height, "x", width);
-  // Every stride-2 layer (torchvision's 3x3 with padding 1, or TF 'SAME') gives ceil(x / 2):
+  // Every stride-2 layer (torchvision's 3x3 with padding 1, TF 'SAME', TF-Slim's subsampling
+  // x[::2]) gives ceil(x / 2):
   // four before layer_15's expansion (V2) or Conv2d_11_pointwise (V1), at stride 16, one per
   // later feature map.
   const auto half = [](int64_t x) { return (x + 1) / 2; };

@@ -86,7 +86,9 @@ struct SsdFpnOptions {
 };
 
 struct SsdModelOptions {
-  std::string feature_extractor = "ssd_mobilenet_v2";  // or "ssd_mobilenet_v1": the base network
+  // The base network: "ssd_mobilenet_v2", "ssd_mobilenet_v1", or with fpn "ssd_resnet50_v1" /
+  // "ssd_resnet101_v1" (TF-Slim's resnet_v1, RetinaNet).
+  std::string feature_extractor = "ssd_mobilenet_v2";
   SsdFpnOptions fpn;
   // weight_shared_convolutional_box_predictor; unset: convolutional_box_predictor. Its
   // in_channels, num_levels, anchors_per_location, num_class_slots and box_code_size are the
@@ -160,6 +162,8 @@ class SsdModelImpl : public torch::nn::Module {
   std::vector<int64_t> channels_;
   MobileNetV2 backbone_{nullptr};
   models::MobileNetV1 backbone_v1_{nullptr};
+  models::ResNet backbone_resnet_{nullptr};
+  std::vector<int> resnet_stages_;  // the stages (1..4) taken as the FPN's base maps
   torch::nn::ModuleList extras_{nullptr};
   torch::nn::ModuleList box_heads_{nullptr};
   torch::nn::ModuleList class_heads_{nullptr};

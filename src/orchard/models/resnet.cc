@@ -82,6 +82,18 @@ struct BottleneckImpl : torch::nn::Module {
     out = norm(*bn3, conv3(out));
     return torch::relu(out + identity);
   }
+  // A strided TF-Slim unit computed at stride 1: its output before subsampling (x[::2, ::2] of
+  // this is forward(x): the 3x3 conv pads 1 on each side either way).
+  torch::Tensor forward_unstrided(const torch::Tensor& x) {
+    // A projection shortcut (a stage of one unit) is a 1x1 conv: at stride 1 it subsamples too.
+    const auto identity = downsample ? norm(*downsample[1]->as<torch::nn::BatchNorm2d>(),
+                                            F::conv2d(x, downsample[0]->as<torch::nn::Conv2d>()->weight))
+                                     : x;
+    auto out = torch::relu(norm(*bn1, conv1(x)));
+    out = F::conv2d(out, conv2->weight, F::Conv2dFuncOptions().padding(1));
+    out = norm(*bn3, conv3(torch::relu(norm(*bn2, out))));
+    return torch::relu(out + identity);
+  }
   torch::nn::BatchNorm2d last_bn() { return bn3; }
   int64_t stride_;
   bool tf_same_;
@@ -122,7 +134,7 @@ ResNetImpl::ResNetImpl(const ResNetOptions& o) : options_(o), inplanes_(o.base_w
   layer2 = register_module("layer2", make_layer(o.base_width * 2, o.layers[1], 2));
   layer3 = register_module("layer3", make_layer(o.base_width * 4, o.layers[2], 2));
   layer4 = register_module("layer4", make_layer(o.base_width * 8, o.layers[3], slim ? 1 : 2));
-  fc = register_module("fc", torch::nn::Linear(inplanes_, o.num_classes));
+  if (o.include_top) fc = register_module("fc", torch::nn::Linear(inplanes_, o.num_classes));
 
   if (!o.initialize) return;
   torch::NoGradGuard no_grad;
@@ -145,8 +157,10 @@ ResNetImpl::ResNetImpl(const ResNetOptions& o) : options_(o), inplanes_(o.base_w
       b->bias.zero_();
     }
   }
-  fc->weight.normal_(0, 0.01);
-  fc->bias.zero_();
+  if (fc) {
+    fc->weight.normal_(0, 0.01);
+    fc->bias.zero_();
+  }
   if (o.zero_init_residual) {
     for (auto& m : modules(false)) {
       if (auto* blk = m->as<BasicBlockImpl>()) blk->last_bn()->weight.zero_();
@@ -177,6 +191,34 @@ torch::nn::Sequential ResNetImpl::make_layer(int64_t planes, int64_t blocks, int
 }
 
 torch::Tensor ResNetImpl::features(torch::Tensor x) {
+  x = stem(std::move(x));
+  x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));
+  return x.mean({2, 3});
+}
+
+std::vector<torch::Tensor> ResNetImpl::slim_stage_outputs(torch::Tensor x, int stages) {
+  TORCH_CHECK(options_.layout == ResNetLayout::kSlim && options_.block == "bottleneck",
+              "stage outputs before subsampling: TF-Slim bottleneck ResNets only");
+  TORCH_CHECK(stages >= 1 && stages <= 4, "ResNet stages are 1..4, not ", stages);
+  x = stem(std::move(x));
+  std::vector<torch::Tensor> out;
+  for (auto* layer : {&layer1, &layer2, &layer3, &layer4}) {
+    if (static_cast<int>(out.size()) == stages) break;
+    const size_t n = (*layer)->size();
+    for (size_t i = 0; i + 1 < n; ++i) x = (*layer)[i]->as<BottleneckImpl>()->forward(x);
+    auto* last = (*layer)[n - 1]->as<BottleneckImpl>();
+    if (last->stride_ > 1) {
+      out.push_back(last->forward_unstrided(x));
+      x = out.back().slice(2, 0, c10::nullopt, last->stride_).slice(3, 0, c10::nullopt, last->stride_);
+    } else {
+      x = last->forward(x);
+      out.push_back(x);
+    }
+  }
+  return out;
+}
+
+torch::Tensor ResNetImpl::stem(torch::Tensor x) {
   x = torch::relu(norm(*bn1, conv1(x)));
   if (options_.layout != ResNetLayout::kTorchvision) {
     // TF's 'SAME' max-pool: the odd padding at the bottom/right. After the ReLU every value is
@@ -188,10 +230,12 @@ torch::Tensor ResNetImpl::features(torch::Tensor x) {
   } else if (!options_.small_input) {
     x = F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
   }
-  x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));
-  return x.mean({2, 3});
+  return x;
 }
 
-torch::Tensor ResNetImpl::forward(torch::Tensor x) { return fc(features(std::move(x))); }
+torch::Tensor ResNetImpl::forward(torch::Tensor x) {
+  TORCH_CHECK(fc, "ResNet without its classifier (include_top false): use features()");
+  return fc(features(std::move(x)));
+}
 
 }  // namespace orchard::models

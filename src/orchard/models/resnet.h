@@ -43,6 +43,7 @@ struct ResNetOptions {
   double bn_eps = 1e-5;
   bool initialize = true;                  // false: leave torch's default init (weights restored next)
   ResNetLayout layout = ResNetLayout::kTorchvision;  // kKeras / kSlim: bottleneck blocks only
+  bool include_top = true;  // false: no fc (a detection backbone)
 };
 
 // Replaces every batch norm's training-mode forward in the ResNets (e.g. by a synchronized
@@ -60,8 +61,15 @@ class ResNetImpl : public ImageModelImpl {
   // Globally average-pooled features [N, C] (the TF-Hub feature-vector output).
   torch::Tensor features(torch::Tensor x) override;
   const ResNetOptions& options() const { return options_; }
+  // TF-Slim's resnet_v1 with store_non_strided_activations (the OD API's ResNet FPN feature
+  // extractors): the outputs of stages 1..`stages` ("block1".."block4") before each stage's
+  // last unit subsamples, at strides 4, 8, 16, 32. kSlim bottleneck ResNets only.
+  std::vector<torch::Tensor> slim_stage_outputs(torch::Tensor x, int stages = 4);
+  // Channels of stage s (1..4): base_width * 2^(s-1) * 4.
+  int64_t stage_channels(int stage) const { return options_.base_width * (int64_t{1} << (stage - 1)) * 4; }
 
  private:
+  torch::Tensor stem(torch::Tensor x);
   torch::nn::Sequential make_layer(int64_t planes, int64_t blocks, int64_t stride);
 
   ResNetOptions options_;
