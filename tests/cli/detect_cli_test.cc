@@ -138,6 +138,15 @@ TEST_F(DetectTrain, ContinuousEvalStopsAfterTheFinalCheckpoint) {
           *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "over 50 examples")) << r.err;
+  // The same from the config's eval_input_reader.sample_1_of_n_examples (the flag unset).
+  const std::string sampled = root_->file("sampled.config");
+  atomic_write_file(sampled, replace(read_file((fs::path(model_) / "pipeline.config").string()), "eval_input_reader {",
+                                     "eval_input_reader {\n  sample_1_of_n_examples: 4"));
+  r = run({"detect", "eval", "--checkpoint_dir", model_, "--model_dir", out, "--run_once", "--pipeline_config_path",
+           sampled},
+          *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "over 50 examples")) << r.err;
 }
 
 TEST_F(DetectTrain, TwoWorkersEvaluateTheirShardsAndGatherTheDetections) {

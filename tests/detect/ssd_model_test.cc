@@ -486,7 +486,8 @@ TEST(SsdModel, MobileNetV1FpnWithWeightSharedPredictor) {
   EXPECT_EQ(model->tf_name("predictor.box_tower.3.weight")->name,
             "WeightSharedConvolutionalBoxPredictor/BoxPredictionTower/conv2d_3/weights");
   EXPECT_TRUE(is_prediction_head_parameter("predictor.class_head.bias"));
-  EXPECT_FALSE(is_prediction_head_parameter("predictor.class_tower.0.weight"));
+  EXPECT_TRUE(is_prediction_head_parameter("predictor.class_tower.0.weight"));  // the OD API's BoxPredictor scope
+  EXPECT_FALSE(is_prediction_head_parameter("fpn.projection.0.weight"));
   // Every variable has a distinct TF name.
   std::set<std::string> seen;
   for (const auto& p : model->named_parameters()) EXPECT_TRUE(seen.insert(model->tf_name(p.key())->name).second) << p.key();

@@ -123,6 +123,8 @@ const char* const kImplemented[] = {
     "eval_input_reader.num_readers",
     "eval_input_reader.num_epochs",
     "eval_input_reader.tf_record_input_reader.input_path",
+    "eval_input_reader.sample_1_of_n_examples",
+    "model.ssd.post_processing.batch_non_max_suppression.use_static_shapes",  // same detections, unpadded
 };
 
 // Hyperparams (conv_hyperparams) fields Orchard implements, under each of these prefixes.

@@ -62,8 +62,9 @@ bool is_ssd_mobilenet_feature_extractor(const std::string& type) {
 std::string SsdModelImpl::backbone_scope() const { return layout_of(options_.feature_extractor).scope; }
 
 bool is_prediction_head_parameter(const std::string& name) {
-  for (const char* prefix : {"box_heads.", "class_heads.", "box_depthwise.", "class_depthwise.",
-                             "predictor.box_head.", "predictor.class_head."})
+  // The OD API's "detection" restore_map is the feature extractor's variables: the whole box
+  // predictor (the weight-shared towers too) starts afresh.
+  for (const char* prefix : {"box_heads.", "class_heads.", "box_depthwise.", "class_depthwise.", "predictor."})
     if (name.rfind(prefix, 0) == 0) return true;
   return false;
 }

@@ -37,8 +37,9 @@
 //   fpn.*, bottom_up.<j>.{0,1}.* the FPN (SsdFpnOptions); predictor.* the weight-shared box
 //                              predictor (detect/weight_shared_predictor.h) instead of the heads.
 // "The box and class prediction heads" are exactly the parameters under box_heads.,
-// class_heads., box_depthwise., class_depthwise., predictor.box_head. and predictor.class_head.
-// (is_prediction_head_parameter): fine_tune_checkpoint_type "detection" restores everything else.
+// class_heads., box_depthwise., class_depthwise. and predictor. (the weight-shared predictor with
+// its towers: the OD API's BoxPredictor scope) (is_prediction_head_parameter):
+// fine_tune_checkpoint_type "detection" restores everything else, the feature extractor.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -114,9 +115,9 @@ struct SsdModelOptions {
   double head_bn_momentum = 0.0003, head_bn_eps = 0.001;  // the box predictor's conv_hyperparams
 };
 
-// True for the parameters of the box and class prediction heads ("box_heads.*",
-// "class_heads.*", SSDLite's "box_depthwise.*", "class_depthwise.*"), the ones a "detection"
-// fine-tune checkpoint does not restore.
+// True for the parameters of the box predictor ("box_heads.*", "class_heads.*", SSDLite's
+// "box_depthwise.*", "class_depthwise.*", the weight-shared "predictor.*"), the ones a
+// "detection" fine-tune checkpoint does not restore.
 bool is_prediction_head_parameter(const std::string& name);
 
 class SsdModelImpl : public torch::nn::Module {

@@ -37,7 +37,7 @@ struct DetectFlags : RuntimeFlags {
   std::string pipeline_config_path;
   std::string model_dir;
   int64_t num_train_steps = 0;  // 0: train_config.num_steps
-  int64_t sample_1_of_n_eval_examples = 1;
+  int64_t sample_1_of_n_eval_examples = 0;  // 0: eval_input_reader.sample_1_of_n_examples (default 1)
   int64_t sample_1_of_n_eval_on_train_examples = 5;
   bool eval_training_data = false;
   engine::CheckpointWatch watch;  // eval-only mode: --checkpoint_dir, --run_once, --max_eval_retries, ...
@@ -75,7 +75,7 @@ void add_common_flags(FlagSet* c, DetectFlags& f) {
   c->add_option("--num_preprocess_threads", f.num_preprocess_threads, "Input pipeline threads (0: all cores)");
   c->add_option("--eval_batch_size", f.eval_batch_size, "Images per evaluation batch")->capture_default_str();
   c->add_option("--sample_1_of_n_eval_examples", f.sample_1_of_n_eval_examples,
-                "Evaluate one of every n eval examples")
+                "Evaluate one of every n eval examples (0: the config's eval_input_reader.sample_1_of_n_examples)")
       ->capture_default_str();
   c->add_option("--sample_1_of_n_eval_on_train_examples", f.sample_1_of_n_eval_on_train_examples,
                 "With --eval_training_data: one of every n training examples")
@@ -188,6 +188,14 @@ void fine_tune(tasks::DetectionTask& task, const std::string& checkpoint, std::s
     spdlog::info("  {:<14} restored {:>4}  skipped {:>4}", module, counts.first, counts.second);
 }
 
+// One of every n eval records: --sample_1_of_n_eval_examples, else the config's
+// eval_input_reader.sample_1_of_n_examples.
+int64_t eval_sampling(const DetectFlags& f, const pb::InputReader& reader) {
+  if (f.sample_1_of_n_eval_examples < 0) throw Error("--sample_1_of_n_eval_examples must not be negative");
+  if (f.sample_1_of_n_eval_examples > 0) return f.sample_1_of_n_eval_examples;
+  return std::max<int64_t>(1, reader.sample_1_of_n_examples());
+}
+
 data::PipelineOptions input_options(const pb::InputReader& reader, const std::string& config_path,
                                     const std::string& field) {
   data::PipelineOptions o;
@@ -226,7 +234,7 @@ void run_continuous_eval(DetectFlags f) {
   } else {
     if (l.pipeline.eval_input_reader_size() == 0) throw Error(config_path + ": no eval_input_reader");
     input = input_options(l.pipeline.eval_input_reader(0), config_path, "eval_input_reader");
-    input.sample_1_of_n = f.sample_1_of_n_eval_examples;
+    input.sample_1_of_n = eval_sampling(f, l.pipeline.eval_input_reader(0));
   }
   input.training = false;
   input.num_epochs = 1;
@@ -301,7 +309,7 @@ void run_train(DetectFlags f) {
     const auto eval_files =
         input_options(l.pipeline.eval_input_reader(0), f.pipeline_config_path, "eval_input_reader");
     eval_input = eval_input_options(train_input, eval_files.file_pattern);
-    eval_input.sample_1_of_n = f.sample_1_of_n_eval_examples;
+    eval_input.sample_1_of_n = eval_sampling(f, l.pipeline.eval_input_reader(0));
     eval_input.batch_size = f.eval_batch_size;
     check_evaluation_data(eval_files.file_pattern, "--skip_eval");
   }
