@@ -513,9 +513,16 @@ TEST_F(DetectErrors, ModelMainFlagsAndANegativeStepCount) {
 }
 
 TEST_F(DetectErrors, UnsupportedModelAndBadLabelMap) {
-  auto r = train_with(replace(text_, "type: \"ssd_mobilenet_v2\"", "type: \"ssd_resnet50_v1_fpn\""));
-  EXPECT_NE(r.rc, 0);
-  EXPECT_TRUE(contains(r.err, "ssd_resnet50_v1_fpn")) << r.err;
+  auto r = train_with(replace(text_, "type: \"ssd_mobilenet_v2\"", "type: \"ssd_mobilenet_v3_large\""));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.err, "ssd_mobilenet_v3_large' is not supported")) << r.err;
+  // An FPN extractor (5 levels) with the shapes config's 6-layer ssd_anchor_generator: one line
+  // naming both, no internal error.
+  r = train_with(replace(text_, "type: \"ssd_mobilenet_v2\"", "type: \"ssd_mobilenet_v1_fpn\""));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.err, "ssd_anchor_generator.num_layers 6")) << r.err;
+  EXPECT_TRUE(contains(r.err, "levels 3..7")) << r.err;
+  EXPECT_FALSE(contains(r.err, "internal error")) << r.err;
   // A label map with an id above num_classes.
   const std::string map = root_->file("bad_label_map.pbtxt");
   atomic_write_file(map, "item { id: 1 name: \"circle\" }\nitem { id: 7 name: \"hexagon\" }\n");

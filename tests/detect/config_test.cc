@@ -416,7 +416,7 @@ TEST(PipelineConfig, TheOdApiSampleConfigsValidateOrSayWhyNot) {
       {"ssd_mobilenet_v1_focal_loss_pets_inference", ""},
       {"ssd_mobilenet_v1_fpn_shared_box_predictor_640x640_coco14_sync", ""},
       {"ssd_mobilenet_v1_pets", ""},
-      {"ssd_mobilenet_v1_ppn_shared_box_predictor_300x300_coco14_sync", "model.ssd.feature_extractor.type 'ssd_mobilenet_v1_ppn' is not supported"},
+      {"ssd_mobilenet_v1_ppn_shared_box_predictor_300x300_coco14_sync", ""},
       {"ssd_mobilenet_v1_quantized_300x300_coco14_sync", ""},
       {"ssd_mobilenet_v2_coco", "fields not in the pipeline.config schema: model.ssd.feature_extractor.batch_norm_trainable"},
       {"ssd_mobilenet_v2_coco_per_class_metric", ""},

@@ -616,6 +616,76 @@ TEST(SsdModel, ResNet50FpnRetinaNetCountsMatchATensorFlowCheckpoint) {
   EXPECT_THROW(SsdModel{o}, c10::Error);  // the ResNets come as FPN extractors only
 }
 
+// ssd_mobilenet_v1_ppn_shared_box_predictor_300x300: MobileNetV1's Conv2d_11_pointwise and five
+// 2x2 stride-2 'SAME' max pools of it (pooling_pyramid_feature_maps, no extra depth), a
+// weight-shared predictor of depth 512 with one 1x1 layer shared by boxes and classes.
+TEST(SsdModel, MobileNetV1PpnPoolsTheBaseMap) {
+  SsdModelOptions o;
+  o.feature_extractor = "ssd_mobilenet_v1";
+  o.ppn = true;
+  o.anchors_per_location = {6, 6, 6, 6, 6, 6};
+  WeightSharedPredictorOptions ws;
+  ws.depth = 512;
+  ws.num_layers_before_predictor = 1;
+  ws.kernel_size = 1;
+  ws.share_prediction_tower = true;
+  o.weight_shared = ws;
+  SsdModel model(o);
+  EXPECT_EQ(model->feature_map_channels(), (Sizes{512, 512, 512, 512, 512, 512}));
+  const int64_t backbone = 3'206'976;  // all of MobileNetV1 (TF builds Conv2d_12, 13 too)
+  const int64_t predictor = (512 * 512 + 6 * 2 * 512) + (512 * 24 + 24) + (512 * 546 + 546);
+  EXPECT_EQ(count_parameters(*model), backbone + predictor);
+  EXPECT_EQ(state_shapes(*model).count("extras.0.0.0.weight"), 0u);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = torch::rand({1, 3, 300, 300}) * 2 - 1;
+  const auto maps = model->feature_maps(x);
+  const std::vector<std::pair<int64_t, int64_t>> want{{19, 19}, {10, 10}, {5, 5}, {3, 3}, {2, 2}, {1, 1}};
+  EXPECT_EQ(model->feature_map_sizes(300, 300), want);
+  ASSERT_EQ(maps.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(maps[i].sizes().vec(), (Sizes{1, 512, want[i].first, want[i].second})) << i;
+  // 19 -> 10: the last row and column pool alone (the padding adds nothing to a max of values >= 0).
+  EXPECT_TRUE(torch::equal(maps[1][0][7][9][9], maps[0][0][7][18][18]));
+  EXPECT_TRUE(torch::equal(maps[1][0][7][0][0], maps[0][0][7].narrow(0, 0, 2).narrow(1, 0, 2).max()));
+  EXPECT_EQ(model->forward(x).sizes().vec(), (Sizes{1, 1917 + 361 * 3, 95}));
+}
+
+// feature_extractor.use_explicit_padding: strided convolutions padded 1 on each side (fixed_padding
+// + 'VALID'), not TF's 'SAME' (the odd pixel bottom/right): same sizes, other values.
+// pad_to_multiple: the input padded to a multiple first (300 -> 320: 20x20 at stride 16).
+TEST(SsdModel, ExplicitPaddingAndPadToMultiple) {
+  SsdModelOptions o;
+  o.num_classes = 3;
+  SsdModel same(o);
+  o.use_explicit_padding = true;
+  SsdModel explicit_padding(o);
+  {
+    torch::NoGradGuard no_grad;
+    const auto from = same->named_parameters(), to = explicit_padding->named_parameters();
+    for (const auto& p : from) to[p.key()].copy_(p.value());
+  }
+  same->eval();
+  explicit_padding->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = torch::rand({1, 3, 96, 96}) * 2 - 1;
+  EXPECT_EQ(same->forward(x).sizes(), explicit_padding->forward(x).sizes());
+  const auto a = same->feature_maps(x), b = explicit_padding->feature_maps(x);
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].sizes(), b[i].sizes()) << i;
+    EXPECT_GT((a[i] - b[i]).abs().max().item<double>(), 1e-3 * a[i].abs().max().item<double>()) << i;
+  }
+  EXPECT_EQ(explicit_padding->feature_map_sizes(96, 96), same->feature_map_sizes(96, 96));
+
+  o.use_explicit_padding = false;
+  o.pad_to_multiple = 32;
+  SsdModel padded(o);
+  padded->eval();
+  EXPECT_EQ(padded->feature_map_sizes(300, 300), same->feature_map_sizes(320, 320));
+  EXPECT_EQ(padded->forward(torch::zeros({1, 3, 300, 300})).size(1), 20 * 20 * 3 + (100 + 25 + 9 + 4 + 1) * 6);
+  o.pad_to_multiple = 0;
+  EXPECT_THROW(SsdModel{o}, c10::Error);
+}
+
 TEST(SsdModel, NamesBackboneExtrasHeads) {
   SsdModel model(coco_options());
   const auto fixture = read_fixture();

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <map>
+
 #include "orchard/core/error.h"
 #include "orchard/detect/config.h"
 #include "orchard/proto/object_detection/pipeline.pb.h"
@@ -69,6 +71,78 @@ TEST(MetaArchitectures, SsdModelCocoBuildsThroughTheTask) {
   const auto out = task.forward(torch::zeros({1, 3, 300, 300}));
   EXPECT_EQ(out.sizes(), (std::vector<int64_t>{1, 1917, 4 + 91}));
   EXPECT_EQ(task.postprocess(out).size(), 1u);
+}
+
+// The OD API's SSD sample configs that validate build their model through the task, with the
+// anchors the OD API generates: ssd_anchor_generator at 300x300 19x19x3 + (10x10 + 5x5 + 3x3 +
+// 2x2 + 1x1) x 6 = 1917 (320x320: 20x20x3 + ... = 2034; without reduce_boxes_in_lowest_layer
+// 6 everywhere: 3000); multiscale_anchor_generator levels 3..7 at 2 scales x 3 aspect ratios:
+// sum (side / 2^l)^2 x 6 (640: 51150, 256: 8184; the OID ResNet-101 config's levels 2..7 at 512:
+// (128^2 + 64^2 + 32^2 + 16^2 + 8^2 + 4^2) x 6 = 131040).
+TEST(MetaArchitectures, TheOdApiSampleConfigsBuildWithTheirAnchors) {
+  const std::map<std::string, std::pair<std::string, int64_t>> expected = {
+      {"facessd_mobilenet_v2_quantized_320x320_open_image_v4", {"ssd_mobilenet_v2", 2034}},
+      {"ssd_mobilenet_v1_0.75_depth_300x300_coco14_sync", {"ssd_mobilenet_v1", 1917}},
+      {"ssd_mobilenet_v1_0.75_depth_quantized_300x300_coco14_sync", {"ssd_mobilenet_v1", 1917}},
+      {"ssd_mobilenet_v1_0.75_depth_quantized_300x300_pets_sync", {"ssd_mobilenet_v1", 1917}},
+      {"ssd_mobilenet_v1_300x300_coco14_sync", {"ssd_mobilenet_v1", 1917}},
+      {"ssd_mobilenet_v1_coco", {"ssd_mobilenet_v1", 1917}},
+      {"ssd_mobilenet_v1_focal_loss_pets", {"ssd_mobilenet_v1", 1917}},
+      {"ssd_mobilenet_v1_focal_loss_pets_inference", {"ssd_mobilenet_v1", 1917}},
+      {"ssd_mobilenet_v1_fpn_shared_box_predictor_640x640_coco14_sync", {"ssd_mobilenet_v1_fpn", 51150}},
+      {"ssd_mobilenet_v1_pets", {"ssd_mobilenet_v1", 1917}},
+      {"ssd_mobilenet_v1_ppn_shared_box_predictor_300x300_coco14_sync", {"ssd_mobilenet_v1_ppn", 3000}},
+      {"ssd_mobilenet_v1_quantized_300x300_coco14_sync", {"ssd_mobilenet_v1", 1917}},
+      {"ssd_mobilenet_v2_coco_per_class_metric", {"ssd_mobilenet_v2", 1917}},
+      {"ssd_mobilenet_v2_fpnlite_quantized_shared_box_predictor_256x256_depthmultiplier_75_coco14_sync",
+       {"ssd_mobilenet_v2_fpn", 8184}},
+      {"ssd_mobilenet_v2_oid_v4", {"ssd_mobilenet_v2", 1917}},
+      {"ssd_mobilenet_v2_pets_keras", {"ssd_mobilenet_v2", 1917}},
+      {"ssd_mobilenet_v2_quantized_300x300_coco", {"ssd_mobilenet_v2", 1917}},
+      {"ssd_resnet101_v1_fpn_shared_box_predictor_oid_512x512_sync", {"ssd_resnet101_v1_fpn", 131040}},
+      {"ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco14_sync", {"ssd_resnet50_v1_fpn", 51150}},
+      {"ssdlite_mobilenet_v1_coco", {"ssd_mobilenet_v1", 1917}},
+      {"ssdlite_mobilenet_v2_coco", {"ssd_mobilenet_v2", 1917}},
+  };
+  for (const auto& [name, want] : expected) {
+    const auto pipeline =
+        detect::load_pipeline_config(ORCHARD_TEST_FIXTURES "/od_api_configs/" + name + ".config", /*strict=*/false);
+    detect::validate_pipeline_config(pipeline, name);
+    DetectionTask task(detection_config(pipeline, /*channels_last=*/false));
+    auto& ssd = dynamic_cast<SsdMetaArchitecture&>(task.meta_architecture());
+    EXPECT_EQ(ssd.name(), want.first) << name;
+    EXPECT_EQ(ssd.anchors().size(0), want.second) << name;
+  }
+}
+
+// ssd_random_crop_fixed_aspect_ratio (facessd, fullyconv): ssd_random_crop's operations with the
+// crop's aspect ratio fixed; without operations the OD API's 7 defaults.
+TEST(MetaArchitectures, FixedAspectRatioCropMapsOntoTheSsdCrop) {
+  auto pipeline = detect::load_pipeline_config(kCoco, /*strict=*/false);
+  auto* steps = pipeline.mutable_train_config()->mutable_data_augmentation_options();
+  int crop = -1;
+  for (int i = 0; i < steps->size(); ++i)
+    if (steps->Get(i).has_ssd_random_crop()) crop = i;
+  ASSERT_GE(crop, 0);
+  steps->Mutable(crop)->mutable_ssd_random_crop_fixed_aspect_ratio()->set_aspect_ratio(1.5f);
+  auto ops = detection_config(pipeline, false).input.augmentation.ssd_random_crop;
+  ASSERT_EQ(ops.size(), 7u);
+  for (const auto& o : ops) {
+    EXPECT_FLOAT_EQ(o.min_aspect_ratio, 1.5f);
+    EXPECT_FLOAT_EQ(o.max_aspect_ratio, 1.5f);
+    EXPECT_FLOAT_EQ(o.random_coef, 0.15f);
+  }
+  EXPECT_FLOAT_EQ(ops[3].min_object_covered, 0.5f);
+  auto* op = steps->Mutable(crop)->mutable_ssd_random_crop_fixed_aspect_ratio()->add_operations();
+  op->set_min_area(0.3f);
+  op->set_max_area(0.8f);
+  op->set_overlap_thresh(0.4f);
+  ops = detection_config(pipeline, false).input.augmentation.ssd_random_crop;
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_FLOAT_EQ(ops[0].min_area, 0.3f);
+  EXPECT_FLOAT_EQ(ops[0].max_area, 0.8f);
+  EXPECT_FLOAT_EQ(ops[0].overlap_thresh, 0.4f);
+  EXPECT_FLOAT_EQ(ops[0].min_aspect_ratio, 1.5f);
 }
 
 }  // namespace

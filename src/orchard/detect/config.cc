@@ -31,7 +31,8 @@ const char* const kImplemented[] = {
     "model.ssd.feature_extractor.type",
     "model.ssd.feature_extractor.depth_multiplier",
     "model.ssd.feature_extractor.min_depth",
-    "model.ssd.feature_extractor.pad_to_multiple=1",
+    "model.ssd.feature_extractor.pad_to_multiple",
+    "model.ssd.feature_extractor.use_explicit_padding",
     "model.ssd.feature_extractor.use_depthwise",
     "model.ssd.feature_extractor.override_base_feature_extractor_hyperparams",
     "model.ssd.feature_extractor.fpn.min_level",
@@ -88,6 +89,7 @@ const char* const kImplemented[] = {
     "train_config.data_augmentation_options.random_horizontal_flip",
     "train_config.data_augmentation_options.ssd_random_crop",
     "train_config.data_augmentation_options.random_crop_image",
+    "train_config.data_augmentation_options.ssd_random_crop_fixed_aspect_ratio",
     "train_config.optimizer.rms_prop_optimizer",
     "train_config.optimizer.momentum_optimizer",
     "train_config.optimizer.adam_optimizer",
@@ -514,11 +516,11 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
         "ssd_mobilenet_v2",           "ssd_mobilenet_v1",           "ssd_mobilenet_v2_keras",
         "ssd_mobilenet_v1_keras",     "ssd_mobilenet_v1_fpn",       "ssd_mobilenet_v2_fpn",
         "ssd_mobilenet_v1_fpn_keras", "ssd_mobilenet_v2_fpn_keras", "ssd_resnet50_v1_fpn",
-        "ssd_resnet101_v1_fpn"};
+        "ssd_resnet101_v1_fpn",       "ssd_mobilenet_v1_ppn"};
     if (kTypes.count(type) == 0)
       problems.push_back("model.ssd.feature_extractor.type '" + type +
                          "' is not supported; Orchard implements ssd_mobilenet_v2 and ssd_mobilenet_v1 (each also "
-                         "_fpn, _keras), ssd_resnet50_v1_fpn and ssd_resnet101_v1_fpn");
+                         "_fpn, _keras), ssd_mobilenet_v1_ppn, ssd_resnet50_v1_fpn and ssd_resnet101_v1_fpn");
     check_oneof(ssd.image_resizer(), "image_resizer_oneof", "model.ssd.image_resizer", {"fixed_shape_resizer"},
                 &problems);
     check_oneof(ssd.box_coder(), "box_coder_oneof", "model.ssd.box_coder", {"faster_rcnn_box_coder"}, &problems);

@@ -11,15 +11,20 @@
 namespace orchard::detect {
 
 SeparableConvImpl::SeparableConvImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, double bn_momentum,
-                                     double bn_eps) {
-  depthwise = register_module(
-      "0", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, in, kernel).stride(stride).groups(in).bias(false)));
+                                     double bn_eps, bool same)
+    : tf_same(same) {
+  depthwise = register_module("0", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, in, kernel)
+                                                         .stride(stride)
+                                                         .groups(in)
+                                                         .padding(same ? 0 : (kernel - 1) / 2)
+                                                         .bias(false)));
   pointwise = register_module(
       "1", models::ConvNormActivation(models::ConvNormActivationOptions(in, out, 1).bn_momentum(bn_momentum).bn_eps(bn_eps)));
 }
 
 torch::Tensor SeparableConvImpl::forward(const torch::Tensor& x) {
-  return pointwise->as<models::ConvNormActivationImpl>()->forward(models::conv2d_tf_same(*depthwise, x));
+  const auto d = tf_same ? models::conv2d_tf_same(*depthwise, x) : depthwise->forward(x);
+  return pointwise->as<models::ConvNormActivationImpl>()->forward(d);
 }
 
 std::optional<models::TfName> conv_layer_tf_name(const std::string& scope, const std::string& rest, bool separable) {

@@ -30,8 +30,12 @@ namespace orchard::detect {
 // <scope>/depthwise_weights, <scope>/pointwise_weights, <scope>/BatchNorm/*.
 class SeparableConvImpl : public torch::nn::Module {
  public:
-  SeparableConvImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, double bn_momentum, double bn_eps);
+  // tf_same: the depthwise conv padded as TF's 'SAME'; false: (kernel - 1) / 2 on each side
+  // (use_explicit_padding).
+  SeparableConvImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, double bn_momentum, double bn_eps,
+                    bool tf_same = true);
   torch::Tensor forward(const torch::Tensor& x);
+  bool tf_same = true;
   torch::nn::Conv2d depthwise{nullptr};
   std::shared_ptr<torch::nn::Module> pointwise;
 };

@@ -76,6 +76,7 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
   TORCH_CHECK(o.num_classes >= 1, "SSD num_classes must be >= 1, got ", o.num_classes);
   TORCH_CHECK(o.box_code_size >= 1 && o.kernel_size >= 1, "SSD box_code_size and kernel_size must be >= 1");
   TORCH_CHECK(o.depth_multiplier > 0, "SSD depth_multiplier must be positive, got ", o.depth_multiplier);
+  TORCH_CHECK(o.pad_to_multiple >= 1, "SSD pad_to_multiple must be >= 1, got ", o.pad_to_multiple);
   TORCH_CHECK(!o.use_dropout || (o.dropout_keep_probability > 0 && o.dropout_keep_probability <= 1),
               "SSD dropout_keep_probability must be in (0, 1], got ", o.dropout_keep_probability);
   for (int64_t a : o.anchors_per_location) TORCH_CHECK(a >= 1, "SSD anchors_per_location must be >= 1, got ", a);
@@ -91,6 +92,10 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
                 fpn.max_level, " need ", fpn.max_level - fpn.min_level + 1, " anchor layers, got ", n);
     for (int level = fpn.min_level; level <= std::min(fpn.max_level, kFpnBaseMaxLevel); ++level)
       from.push_back(layout.fpn_blocks[level - 2]);
+  } else if (o.ppn) {
+    TORCH_CHECK(o.feature_extractor == "ssd_mobilenet_v1", "SSD PPN: the OD API's is ssd_mobilenet_v1_ppn, not ",
+                o.feature_extractor, "_ppn");
+    from.push_back("Conv2d_11_pointwise");
   } else {
     TORCH_CHECK(layout.resnet_depth == 0, "SSD ", o.feature_extractor, " is an FPN feature extractor (",
                 o.feature_extractor, "_fpn)");
@@ -109,7 +114,7 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     bo.include_top = false;
     bo.bn_momentum = o.bn_momentum;
     bo.bn_eps = o.bn_eps;
-    bo.tf_same_padding = true;  // use_explicit_padding false: TF 'SAME'
+    bo.tf_same_padding = !o.use_explicit_padding;  // TF 'SAME', or fixed_padding then 'VALID'
     backbone_ = register_module("backbone", MobileNetV2(bo));
     for (const auto& layer : from) {
       base_endpoints_.push_back(parse_mobilenet_v2_endpoint(layer));
@@ -139,6 +144,7 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     bo.min_depth = o.min_depth;
     bo.bn_momentum = o.bn_momentum;
     bo.bn_eps = o.bn_eps;
+    bo.tf_same_padding = !o.use_explicit_padding;
     backbone_v1_ = register_module("backbone", models::MobileNetV1(bo));
     for (const auto& layer : from) {
       base_layers_.push_back(models::parse_mobilenet_v1_endpoint(layer));
@@ -166,21 +172,24 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     bottom_up_ = register_module("bottom_up", torch::nn::ModuleList());
     for (int level = kFpnBaseMaxLevel + 1; level <= fpn.max_level; ++level) {
       if (o.use_depthwise)
-        bottom_up_->push_back(SeparableConv(d, d, 3, 2, o.bn_momentum, o.bn_eps));
+        bottom_up_->push_back(SeparableConv(d, d, 3, 2, o.bn_momentum, o.bn_eps, !o.use_explicit_padding));
       else
-        bottom_up_->push_back(ConvNormActivation(conv(d, d, 3).stride(2).tf_same_padding(true)));
+        bottom_up_->push_back(ConvNormActivation(conv(d, d, 3).stride(2).tf_same_padding(!o.use_explicit_padding)));
       channels_.push_back(d);
     }
+  } else if (o.ppn) {
+    channels_.assign(n, channels_.front());  // max pools keep the depth
   } else {
     extras_ = register_module("extras", torch::nn::ModuleList());
     for (size_t i = 2; i < n; ++i) {
       const int64_t in = channels_.back(), mid = depth(kLayerDepth[i] / 2.0), out = depth(kLayerDepth[i]);
       torch::nn::Sequential layer(ConvNormActivation(conv(in, mid, 1)));
       if (o.use_depthwise) {
-        layer->push_back(ConvNormActivation(conv(mid, mid, 3).stride(2).groups(mid).tf_same_padding(true)));
+        layer->push_back(
+            ConvNormActivation(conv(mid, mid, 3).stride(2).groups(mid).tf_same_padding(!o.use_explicit_padding)));
         layer->push_back(ConvNormActivation(conv(mid, out, 1)));
       } else {
-        layer->push_back(ConvNormActivation(conv(mid, out, 3).stride(2).tf_same_padding(true)));
+        layer->push_back(ConvNormActivation(conv(mid, out, 3).stride(2).tf_same_padding(!o.use_explicit_padding)));
       }
       extras_->push_back(layer);
       channels_.push_back(out);
@@ -326,10 +335,12 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
   return models::tf_batch_norm_name(scope, field);
 }
 
-std::vector<torch::Tensor> SsdModelImpl::feature_maps(const torch::Tensor& images) {
-  TORCH_CHECK(images.dim() == 4 && images.size(1) == 3, "SSD MobileNet expects images [B, 3, H, W], got ",
-              images.sizes());
+std::vector<torch::Tensor> SsdModelImpl::feature_maps(const torch::Tensor& input) {
+  TORCH_CHECK(input.dim() == 4 && input.size(1) == 3, "SSD expects images [B, 3, H, W], got ", input.sizes());
   std::vector<torch::Tensor> maps;
+  const int64_t m = options_.pad_to_multiple;
+  const torch::Tensor images =
+      m > 1 ? F::pad(input, F::PadFuncOptions({0, (m - input.size(3) % m) % m, 0, (m - input.size(2) % m) % m})) : input;
   if (backbone_resnet_) {
     // The ResNets take RGB minus the channel means in [0, 255] (SSDResnetV1FpnFeatureExtractor's
     // preprocess), the input here is scaled to [-1, 1]: (x + 1) * 127.5 - mean.
@@ -344,6 +355,16 @@ std::vector<torch::Tensor> SsdModelImpl::feature_maps(const torch::Tensor& image
     for (const auto& layer : *bottom_up_)
       maps.push_back(options_.use_depthwise ? layer->as<SeparableConvImpl>()->forward(maps.back())
                                             : layer->as<ConvNormActivationImpl>()->forward(maps.back()));
+    return maps;
+  }
+  if (options_.ppn) {
+    // slim.max_pool2d([2, 2], stride 2, 'SAME'): an odd side pads one pixel at the bottom/right,
+    // where zero padding is -inf padding (the map is a ReLU6 output, >= 0).
+    while (maps.size() < options_.anchors_per_location.size()) {
+      const auto& x = maps.back();
+      maps.push_back(F::max_pool2d(F::pad(x, F::PadFuncOptions({0, x.size(3) % 2, 0, x.size(2) % 2})),
+                                   F::MaxPool2dFuncOptions(2).stride(2)));
+    }
     return maps;
   }
   for (const auto& layer : *extras_) maps.push_back(layer->as<torch::nn::Sequential>()->forward(maps.back()));
@@ -374,6 +395,9 @@ torch::Tensor SsdModelImpl::forward(const torch::Tensor& images) {
 
 std::vector<std::pair<int64_t, int64_t>> SsdModelImpl::feature_map_sizes(int64_t height, int64_t width) const {
   TORCH_CHECK(height >= 1 && width >= 1, "SSD input size must be positive, got ", height, "x", width);
+  const int64_t m = options_.pad_to_multiple;
+  height = (height + m - 1) / m * m;
+  width = (width + m - 1) / m * m;
   // Every stride-2 layer (torchvision's 3x3 with padding 1, TF 'SAME', TF-Slim's subsampling
   // x[::2]) gives ceil(x / 2):
   // four before layer_15's expansion (V2) or Conv2d_11_pointwise (V1), at stride 16, one per

@@ -91,6 +91,9 @@ struct SsdModelOptions {
   // "ssd_resnet101_v1" (TF-Slim's resnet_v1, RetinaNet).
   std::string feature_extractor = "ssd_mobilenet_v2";
   SsdFpnOptions fpn;
+  // ssd_mobilenet_v1_ppn (pooling_pyramid_feature_maps, base_feature_map_depth 0): the first
+  // feature map is Conv2d_11_pointwise, each next one a 2x2 stride-2 'SAME' max pool of it.
+  bool ppn = false;
   // weight_shared_convolutional_box_predictor; unset: convolutional_box_predictor. Its
   // in_channels, num_levels, anchors_per_location, num_class_slots and box_code_size are the
   // model's.
@@ -109,6 +112,12 @@ struct SsdModelOptions {
   double bn_momentum = 0.0003, bn_eps = 0.001;  // TF batch_norm decay 0.9997, epsilon 0.001
   double init_stddev = 0.03;                    // truncated_normal_initializer (extras and heads)
   bool use_depthwise = false;                   // the feature extractor's: separable 3x3 convs in the extra layers
+  // feature_extractor.use_explicit_padding: every strided convolution padded (k - 1) / 2 on each
+  // side (ops.fixed_padding, then 'VALID') instead of TF's 'SAME'.
+  bool use_explicit_padding = false;
+  // feature_extractor.pad_to_multiple: the input padded with zeros at the bottom/right to a
+  // multiple of this before the base network (ops.pad_to_multiple).
+  int64_t pad_to_multiple = 1;
   // convolutional_box_predictor.use_depthwise (SSDLite): each head a depthwise
   // kernel_size x kernel_size conv + BN + ReLU6, then a 1x1 conv.
   bool depthwise_heads = false;

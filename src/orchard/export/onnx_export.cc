@@ -463,7 +463,10 @@ void export_detection_onnx(detect::SsdModelImpl& model, const at::Tensor& anchor
     throw Error("ONNX export: unknown score_converter '" + options.score_converter + "'");
   const auto& mo = model.options();
   if (mo.box_code_size != 4) throw Error("ONNX export: the box coder needs box_code_size 4");
-  if (mo.fpn.enabled || mo.weight_shared)
+  if (mo.pad_to_multiple > 1 && (options.height % mo.pad_to_multiple || options.width % mo.pad_to_multiple))
+    throw Error("ONNX export: the input " + std::to_string(options.height) + "x" + std::to_string(options.width) +
+                " is not a multiple of feature_extractor.pad_to_multiple " + std::to_string(mo.pad_to_multiple));
+  if (mo.fpn.enabled || mo.weight_shared || mo.ppn)
     throw Error("ONNX export of the FPN feature extractors and the weight-shared box predictor is not implemented "
                 "yet; `detect export --format tf` writes the model as a TensorFlow checkpoint");
   onnx::ModelProto proto;

@@ -36,6 +36,28 @@ DetectionConfig detection_config(const object_detection::protos::TrainEvalPipeli
       o.random_coef = r.random_coef();
       c.input.augmentation.random_crop_image = {o};
     }
+    if (step.has_ssd_random_crop_fixed_aspect_ratio()) {
+      // ssd_random_crop with the crop's aspect ratio fixed; without operations the OD API's 7
+      // defaults (min_object_covered = overlap_thresh = 0 .. 1, area 0.1 .. 1, random_coef 0.15).
+      const auto& crop = step.ssd_random_crop_fixed_aspect_ratio();
+      auto& ops = c.input.augmentation.ssd_random_crop;
+      ops.clear();
+      if (crop.operations_size() == 0) {
+        ops = data::default_ssd_random_crop();
+      } else {
+        for (const auto& op : crop.operations()) {
+          data::SsdRandomCropOperation o;
+          o.min_object_covered = op.min_object_covered();
+          o.min_area = op.min_area();
+          o.max_area = op.max_area();
+          o.overlap_thresh = op.overlap_thresh();
+          o.clip_boxes = op.clip_boxes();
+          o.random_coef = op.random_coef();
+          ops.push_back(o);
+        }
+      }
+      for (auto& o : ops) o.min_aspect_ratio = o.max_aspect_ratio = crop.aspect_ratio();
+    }
     if (step.has_ssd_random_crop()) {
       const auto& crop = step.ssd_random_crop();
       if (crop.operations_size() == 0) {

@@ -25,6 +25,10 @@ ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& p
   // The Keras feature extractors (ssd_mobilenet_v2_keras, ...) build the same networks.
   std::string type = fe.type();
   if (type.size() > 6 && type.compare(type.size() - 6, 6, "_keras") == 0) type.resize(type.size() - 6);
+  if (type.size() > 4 && type.compare(type.size() - 4, 4, "_ppn") == 0) {
+    type.resize(type.size() - 4);
+    c.model.ppn = true;
+  }
   if (type.size() > 4 && type.compare(type.size() - 4, 4, "_fpn") == 0) {
     type.resize(type.size() - 4);
     c.model.fpn.enabled = true;
@@ -36,6 +40,8 @@ ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& p
   c.model.depth_multiplier = fe.depth_multiplier();
   c.model.min_depth = fe.min_depth();
   c.model.use_depthwise = fe.use_depthwise();
+  c.model.use_explicit_padding = fe.use_explicit_padding();
+  c.model.pad_to_multiple = fe.pad_to_multiple();
   const auto& hyper = fe.conv_hyperparams();
   if (hyper.has_batch_norm()) {
     c.model.bn_momentum = 1.0 - hyper.batch_norm().decay();
@@ -165,6 +171,19 @@ ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& p
 
 }  // namespace
 
+namespace {
+
+// The model, its option checks as one-line configuration errors (not internal ones).
+detect::SsdModel build_model(const detect::SsdModelOptions& options) {
+  try {
+    return detect::SsdModel(options);
+  } catch (const c10::Error& e) {
+    throw Error("model.ssd: " + std::string(e.what_without_backtrace()));
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<MetaArchitecture> SsdConfig::build(int64_t num_classes, const data::DetectionInputOptions& input) const {
   return std::make_unique<SsdMetaArchitecture>(*this, num_classes, input);
 }
@@ -184,11 +203,18 @@ SsdMetaArchitecture::SsdMetaArchitecture(const SsdConfig& config, int64_t num_cl
                                              : " (it has no fpn)"));
     config_.model.anchors_per_location.assign(static_cast<size_t>(ms->max_level - ms->min_level + 1),
                                               detect::anchors_per_location(*ms));
-    model_ = detect::SsdModel(config_.model);
+    model_ = build_model(config_.model);
     anchors_ = detect::generate_multiscale_anchors(*ms, model_->feature_map_sizes(h, w), h, w);
   } else {
+    const auto& fpn = config_.model.fpn;
+    if (fpn.enabled && config_.anchors.num_layers != fpn.max_level - fpn.min_level + 1)
+      throw Error("model.ssd: the FPN feature extractor has levels " + std::to_string(fpn.min_level) + ".." +
+                  std::to_string(fpn.max_level) + " (" + std::to_string(fpn.max_level - fpn.min_level + 1) +
+                  " feature maps) but anchor_generator.ssd_anchor_generator.num_layers " +
+                  std::to_string(config_.anchors.num_layers) +
+                  " (the OD API's FPN configs use multiscale_anchor_generator with the same levels)");
     config_.model.anchors_per_location = detect::anchors_per_location(config_.anchors);
-    model_ = detect::SsdModel(config_.model);
+    model_ = build_model(config_.model);
     anchors_ = detect::generate_ssd_anchors(config_.anchors, model_->feature_map_sizes(h, w), h, w);
   }
 }
@@ -246,7 +272,7 @@ std::map<std::string, std::string> SsdMetaArchitecture::signature() const {
 }
 
 std::string SsdMetaArchitecture::name() const {
-  return config_.model.feature_extractor + (config_.model.fpn.enabled ? "_fpn" : "");
+  return config_.model.feature_extractor + (config_.model.fpn.enabled ? "_fpn" : "") + (config_.model.ppn ? "_ppn" : "");
 }
 
 std::string SsdMetaArchitecture::describe() const {
