@@ -43,16 +43,22 @@ std::string replace(std::string text, const std::string& from, const std::string
 // (a parallel CTest job) makes libtorch's OpenMP barriers spin for seconds per step.
 void one_thread_per_process() { ::setenv("OMP_NUM_THREADS", "1", 1); }
 
+// The training runs' data: 2000 + 200 shapes records (seed 5) under root/shapes; returns the folder.
+std::string make_training_shapes(TempDir& root) {
+  const std::string dir = root.file("shapes");
+  auto r = run({"data", "shapes", "--task", "detection", "--out_dir", dir, "--num_train", "2000",
+                "--num_validation", "200", "--seed", "5"},
+               root);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  return dir;
+}
+
 class DetectTrain : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     one_thread_per_process();
     root_ = new TempDir();
-    data_ = root_->file("shapes");
-    auto r = run({"data", "shapes", "--task", "detection", "--out_dir", data_, "--num_train", "2000",
-                  "--num_validation", "200", "--seed", "5"},
-                 *root_);
-    ASSERT_EQ(r.rc, 0) << r.err;
+    data_ = make_training_shapes(*root_);
     config_ = (fs::path(data_) / "pipeline.config").string();
     model_ = root_->file("model");
     // Checkpoints (and evaluations) every 200 steps, keeping 2.
@@ -280,6 +286,23 @@ TEST_F(DetectTrain, ResumesAndFineTunesByType) {
     EXPECT_TRUE(contains(r.err, std::to_string(backbone) + " variables restored")) << backbone << "\n" << r.err;
     EXPECT_TRUE(contains(r.err, "not part of the classification backbone")) << r.err;
   }
+  // load_all_detection_checkpoint_vars with another number of classes: every variable of the
+  // same shape (the box heads too), the class heads skipped; the deprecated
+  // from_detection_checkpoint gives the type.
+  {
+    const std::string cfg = root_->file("ft_load_all.config");
+    atomic_write_file(cfg, replace(replace(text, "num_classes: 3", "num_classes: 5"), "train_config {\n",
+                                   "train_config {\n  fine_tune_checkpoint: \"" + model_ +
+                                       "\"\n  from_detection_checkpoint: true\n"
+                                       "  load_all_detection_checkpoint_vars: true\n"));
+    r = run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", root_->file("ft_load_all"),
+             "--num_train_steps", "1", "--skip_eval", "--strict"},
+            *root_);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_TRUE(contains(r.err, "fine_tune_checkpoint_type detection")) << r.err;
+    EXPECT_TRUE(contains(r.err, "12 skipped (not in the checkpoint with this shape")) << r.err;  // 6 class heads x 2
+    EXPECT_TRUE(contains(r.err, "box_heads      restored   12")) << r.err;
+  }
   // full with another number of classes: a shape error naming the variable.
   const std::string cfg = root_->file("ft_mismatch.config");
   std::string other = replace(text, "num_classes: 3", "num_classes: 5");
@@ -371,11 +394,7 @@ class DetectFamily : public ::testing::TestWithParam<FamilyCase> {
   static void SetUpTestSuite() {
     one_thread_per_process();
     root_ = new TempDir();
-    data_ = root_->file("shapes");
-    auto r = run({"data", "shapes", "--task", "detection", "--out_dir", data_, "--num_train", "2000",
-                  "--num_validation", "200", "--seed", "5"},
-                 *root_);
-    ASSERT_EQ(r.rc, 0) << r.err;
+    data_ = make_training_shapes(*root_);
   }
   static void TearDownTestSuite() { delete root_; }
   static TempDir* root_;

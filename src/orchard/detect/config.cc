@@ -98,6 +98,7 @@ const char* const kImplemented[] = {
     "train_config.fine_tune_checkpoint",
     "train_config.fine_tune_checkpoint_type",
     "train_config.from_detection_checkpoint",
+    "train_config.load_all_detection_checkpoint_vars",
     "train_config.num_steps",
     "train_config.gradient_clipping_by_norm",
     "train_config.max_number_of_boxes",

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "orchard/core/error.h"
@@ -204,6 +205,10 @@ std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::
     }
     const std::string source = options.source_name ? options.source_name(name) : name;
     auto it = weights.find(source);
+    if (options.skip_unavailable && (it == weights.end() || it->second.sizes() != dst.sizes())) {
+      if (options.skipped) options.skipped->push_back(name);
+      return;
+    }
     if (it == weights.end()) {
       missing.push_back(source == name ? name : source + " (for " + name + ")");
       return;
@@ -273,7 +278,7 @@ std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::
 PartialRestore restore_part(const std::string& checkpoint, const std::string& flag, torch::nn::Module& model,
                             std::function<bool(const std::string& name)> skip,
                             std::function<std::string(const std::string& name)> source_name,
-                            const models::TfNameMap& tf_map) {
+                            const models::TfNameMap& tf_map, bool skip_unavailable) {
   PartialRestore r;
   if (tf::is_tensorflow_checkpoint(checkpoint)) {
     if (!tf_map)
@@ -282,6 +287,14 @@ PartialRestore restore_part(const std::string& checkpoint, const std::string& fl
                   "(docs/import.md lists the models that have one)");
     r.path = tf::resolve_checkpoint(checkpoint);
     r.tensorflow = true;
+    if (skip_unavailable) {
+      // Only the variables the checkpoint holds with the model's shape.
+      std::set<std::string> available;
+      const tf::CheckpointReader reader(tf::resolve_checkpoint(checkpoint));
+      for (const auto& v : models::match_tf_checkpoint(reader, model, tf_map, skip).variables)
+        if (v.status == models::TfMatch::kMatched || v.status == models::TfMatch::kNoTfName) available.insert(v.orchard);
+      skip = [skip, available](const std::string& name) { return (skip && skip(name)) || !available.count(name); };
+    }
     auto t = models::restore_tf_checkpoint(checkpoint, model, tf_map, skip);
     r.restored = std::move(t.restored);
     r.skipped = std::move(t.skipped);
@@ -299,6 +312,7 @@ PartialRestore restore_part(const std::string& checkpoint, const std::string& fl
   ro.load_rng = false;
   ro.skip = std::move(skip);
   ro.source_name = std::move(source_name);
+  ro.skip_unavailable = skip_unavailable;
   ro.restored = &r.restored;
   ro.skipped = &r.skipped;
   restore_checkpoint(r.path, model, nullptr, ro);

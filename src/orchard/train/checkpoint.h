@@ -64,6 +64,9 @@ struct RestoreOptions {
   // The checkpoint's name for a model variable (default: the same name), e.g. a detector's
   // "backbone.features.0.0.weight" restored from a classifier's "features.0.0.weight".
   std::function<std::string(const std::string& name)> source_name;
+  // Variables the checkpoint lacks or holds with another shape are skipped (reported in
+  // `skipped`) instead of being errors: the OD API's load_all_detection_checkpoint_vars.
+  bool skip_unavailable = false;
   // Resuming training: the model gets the checkpoint's "training_weights" where it has them
   // (a run with a moving average), else "model".
   bool training_weights = false;
@@ -93,10 +96,11 @@ struct PartialRestore {
   std::vector<std::string> restored, skipped, unused;
   bool tensorflow = false;
 };
+// `skip_unavailable`: variables the checkpoint lacks or holds with another shape are skipped too.
 PartialRestore restore_part(const std::string& checkpoint, const std::string& flag, torch::nn::Module& model,
                             std::function<bool(const std::string& name)> skip,
                             std::function<std::string(const std::string& name)> source_name = {},
-                            const models::TfNameMap& tf_map = {});
+                            const models::TfNameMap& tf_map = {}, bool skip_unavailable = false);
 
 // Step number encoded in "ckpt-<step>.pt", or -1.
 int64_t checkpoint_step(const std::string& path);

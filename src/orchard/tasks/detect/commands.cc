@@ -158,8 +158,9 @@ Loaded load(const DetectFlags& f, const std::string& config_path) {
 
 // fine_tune_checkpoint_type: classification restores the backbone from a classifier's
 // features.*; detection everything but the box and class heads; full everything.
-void fine_tune(tasks::DetectionTask& task, const std::string& checkpoint, std::string type) {
-  if (type.empty()) type = "detection";
+// load_all: load_all_detection_checkpoint_vars (type detection): every variable the checkpoint
+// holds with the model's shape, the box predictor too.
+void fine_tune(tasks::DetectionTask& task, const std::string& checkpoint, const std::string& type, bool load_all) {
   std::function<bool(const std::string&)> skip;
   std::function<std::string(const std::string&)> source_name;
   std::string why;
@@ -167,6 +168,8 @@ void fine_tune(tasks::DetectionTask& task, const std::string& checkpoint, std::s
     skip = [](const std::string& name) { return name.rfind("backbone.", 0) != 0; };
     source_name = [](const std::string& name) { return name.substr(std::string("backbone.").size()); };
     why = "not part of the classification backbone";
+  } else if (type == "detection" && load_all) {
+    why = "not in the checkpoint with this shape (load_all_detection_checkpoint_vars)";
   } else if (type == "detection") {
     skip = [&task](const std::string& name) { return task.meta_architecture().is_prediction_head_parameter(name); };
     why = "box and class prediction heads (re-initialised)";
@@ -174,7 +177,7 @@ void fine_tune(tasks::DetectionTask& task, const std::string& checkpoint, std::s
     throw Error("fine_tune_checkpoint_type must be classification, detection or full, not '" + type + "'");
   }
   const auto r = train::restore_part(checkpoint, "fine_tune_checkpoint", *task.module(), skip, source_name,
-                                     task.meta_architecture().tf_name_map(type));
+                                     task.meta_architecture().tf_name_map(type), type == "detection" && load_all);
   const auto& [path, restored, skipped, unused, tensorflow] = r;
   if (tensorflow && !unused.empty())
     spdlog::info("fine_tune_checkpoint {}: {} TensorFlow variables not used (e.g. {})", path, unused.size(), unused[0]);
@@ -331,8 +334,13 @@ void run_train(DetectFlags f) {
     topt.moving_average_decay = tc.optimizer().moving_average_decay();
 
   topt.on_start = [&, lr = lr](int64_t step) {
+    // An empty fine_tune_checkpoint_type comes from the deprecated from_detection_checkpoint,
+    // as the OD API's model_lib derives it.
+    const std::string type = !tc.fine_tune_checkpoint_type().empty() ? tc.fine_tune_checkpoint_type()
+                             : tc.from_detection_checkpoint()        ? "detection"
+                                                                      : "classification";
     if (step == 0 && !tc.fine_tune_checkpoint().empty())
-      fine_tune(task, tc.fine_tune_checkpoint(), tc.fine_tune_checkpoint_type());
+      fine_tune(task, tc.fine_tune_checkpoint(), type, tc.load_all_detection_checkpoint_vars());
     if (!rt.chief) return;
     atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, l.config, task.meta_architecture()).dump(2) + "\n");
     atomic_write_file((fs::path(f.model_dir) / "pipeline.config").string(), detect::pipeline_config_to_text(l.pipeline));

@@ -1,10 +1,29 @@
 // pipeline.config -> DetectionConfig: with the meta-architectures' parsers (tasks/detect/<arch>/),
 // the one place that reads the TF OD API messages (detectron2's from_config step); everything
 // downstream takes plain options.
+#include <vector>
+
 #include "orchard/proto/object_detection/pipeline.pb.h"
 #include "orchard/tasks/detect/detection.h"
 
 namespace orchard::tasks {
+namespace {
+
+// The fields the crop operation messages share (RandomCropImage, SSDRandomCropOperation,
+// SSDRandomCropFixedAspectRatioOperation); the aspect ratio range is each one's own.
+template <class Op>
+data::SsdRandomCropOperation crop_operation(const Op& op) {
+  data::SsdRandomCropOperation o;
+  o.min_object_covered = op.min_object_covered();
+  o.min_area = op.min_area();
+  o.max_area = op.max_area();
+  o.overlap_thresh = op.overlap_thresh();
+  o.clip_boxes = op.clip_boxes();
+  o.random_coef = op.random_coef();
+  return o;
+}
+
+}  // namespace
 
 DetectionConfig detection_config(const object_detection::protos::TrainEvalPipelineConfig& pipeline,
                                  bool channels_last) {
@@ -25,58 +44,30 @@ DetectionConfig detection_config(const object_detection::protos::TrainEvalPipeli
     }
     if (step.has_random_crop_image()) {
       const auto& r = step.random_crop_image();
-      data::SsdRandomCropOperation o;
-      o.min_object_covered = r.min_object_covered();
+      auto o = crop_operation(r);
       o.min_aspect_ratio = r.min_aspect_ratio();
       o.max_aspect_ratio = r.max_aspect_ratio();
-      o.min_area = r.min_area();
-      o.max_area = r.max_area();
-      o.overlap_thresh = r.overlap_thresh();
-      o.clip_boxes = r.clip_boxes();
-      o.random_coef = r.random_coef();
       c.input.augmentation.random_crop_image = {o};
     }
+    // ssd_random_crop, and the same with the crop's aspect ratio fixed; without operations the
+    // OD API's 7 defaults (min_object_covered = overlap_thresh = 0 .. 1, area 0.1 .. 1,
+    // random_coef 0.15).
+    if (step.has_ssd_random_crop()) {
+      auto& ops = c.input.augmentation.ssd_random_crop;
+      ops = step.ssd_random_crop().operations_size() == 0 ? data::default_ssd_random_crop()
+                                                          : std::vector<data::SsdRandomCropOperation>{};
+      for (const auto& op : step.ssd_random_crop().operations()) {
+        ops.push_back(crop_operation(op));
+        ops.back().min_aspect_ratio = op.min_aspect_ratio();
+        ops.back().max_aspect_ratio = op.max_aspect_ratio();
+      }
+    }
     if (step.has_ssd_random_crop_fixed_aspect_ratio()) {
-      // ssd_random_crop with the crop's aspect ratio fixed; without operations the OD API's 7
-      // defaults (min_object_covered = overlap_thresh = 0 .. 1, area 0.1 .. 1, random_coef 0.15).
       const auto& crop = step.ssd_random_crop_fixed_aspect_ratio();
       auto& ops = c.input.augmentation.ssd_random_crop;
-      ops.clear();
-      if (crop.operations_size() == 0) {
-        ops = data::default_ssd_random_crop();
-      } else {
-        for (const auto& op : crop.operations()) {
-          data::SsdRandomCropOperation o;
-          o.min_object_covered = op.min_object_covered();
-          o.min_area = op.min_area();
-          o.max_area = op.max_area();
-          o.overlap_thresh = op.overlap_thresh();
-          o.clip_boxes = op.clip_boxes();
-          o.random_coef = op.random_coef();
-          ops.push_back(o);
-        }
-      }
+      ops = crop.operations_size() == 0 ? data::default_ssd_random_crop() : std::vector<data::SsdRandomCropOperation>{};
+      for (const auto& op : crop.operations()) ops.push_back(crop_operation(op));
       for (auto& o : ops) o.min_aspect_ratio = o.max_aspect_ratio = crop.aspect_ratio();
-    }
-    if (step.has_ssd_random_crop()) {
-      const auto& crop = step.ssd_random_crop();
-      if (crop.operations_size() == 0) {
-        c.input.augmentation.ssd_random_crop = data::default_ssd_random_crop();
-      } else {
-        c.input.augmentation.ssd_random_crop.clear();
-        for (const auto& op : crop.operations()) {
-          data::SsdRandomCropOperation o;
-          o.min_object_covered = op.min_object_covered();
-          o.min_aspect_ratio = op.min_aspect_ratio();
-          o.max_aspect_ratio = op.max_aspect_ratio();
-          o.min_area = op.min_area();
-          o.max_area = op.max_area();
-          o.overlap_thresh = op.overlap_thresh();
-          o.clip_boxes = op.clip_boxes();
-          o.random_coef = op.random_coef();
-          c.input.augmentation.ssd_random_crop.push_back(o);
-        }
-      }
     }
   }
   c.per_category_metrics = pipeline.eval_config().include_metrics_per_category();
