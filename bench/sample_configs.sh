@@ -6,7 +6,7 @@
 # evaluates; the table (config -> result: "trains + evaluates" or the one-line error) goes to
 # stdout in Markdown, the logs to $OUT/<config>.log.
 #
-#   bash bench/sample_configs.sh [ORCHARD_BIN] [OUT_DIR]
+#   bash bench/sample_configs.sh [ORCHARD_BIN] [OUT_DIR] [NAME_GLOB]   # e.g. 'ssdlite_mobilenet_v3*' 
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-$here/build/orchard}
@@ -17,7 +17,7 @@ data=$out/shapes
 [ -d "$data" ] || "$bin" data shapes --task detection --out_dir "$data" --num_train 16 --num_validation 4 --seed 1 >/dev/null 2>&1
 echo "| config | result |"
 echo "|---|---|"
-for cfg in "$configs"/*.config; do
+for cfg in "$configs"/${3:-*}.config; do
   name=$(basename "$cfg" .config)
   filled=$out/$name.config
   python3 - "$cfg" "$filled" "$data" <<'PY'

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "orchard/models/mobilenet_v2.h"
+#include "orchard/models/mobilenet_v3.h"
 
 namespace orchard::detect {
 namespace {
@@ -857,6 +859,155 @@ TEST(SsdModel, SsdLiteDepthwiseHeads) {
   EXPECT_TRUE(torch::equal(after.narrow(2, 0, 4), before.narrow(2, 0, 4)));  // boxes unchanged
   EXPECT_GT((after.narrow(1, 0, map0).narrow(2, 4, 91) - before.narrow(1, 0, map0).narrow(2, 4, 91)).abs().max().item<double>(), 1e-4);
   EXPECT_TRUE(torch::equal(after.narrow(1, map0, after.size(1) - map0), before.narrow(1, map0, before.size(1) - map0)));
+}
+
+// ssdlite_mobilenet_v3_{large,small}_320x320_coco: TF-Slim's V3_LARGE_DETECTION /
+// V3_SMALL_DETECTION (mobilenet_v3.py; layers 13..16 / 9..12 at half width), feature maps
+// layer_14/expansion_output + layer_17 (small: layer_10/expansion_output + layer_13), depthwise
+// extras and SSDLite heads. The large config's header says "3.22M parameters": its convolutions'
+// weights and biases, 3,215,311 counted by hand below (batch norms add 32,944 gammas and betas).
+int64_t count_without_batch_norms(torch::nn::Module& m) {
+  int64_t n = 0;
+  for (const auto& child : m.modules(/*include_self=*/false))
+    if (auto* c = child->as<torch::nn::Conv2d>()) n += c->weight.numel() + (c->bias.defined() ? c->bias.numel() : 0);
+  return n;
+}
+
+TEST(SsdModel, MobileNetV3LargeSsdLite) {
+  SsdModelOptions o;
+  o.feature_extractor = "ssd_mobilenet_v3_large";
+  o.use_depthwise = true;
+  o.depthwise_heads = true;
+  o.kernel_size = 3;
+  SsdModel model(o);
+  EXPECT_EQ(model->feature_map_channels(), (Sizes{672, 480, 512, 256, 256, 128}));
+  const auto got = state_shapes(*model);
+  EXPECT_EQ(got.at("backbone.features.0.0.weight"), "16,3,3,3");
+  EXPECT_EQ(got.count("backbone.features.1.expand.0.weight"), 0u);  // expansion factor 1: none
+  EXPECT_EQ(got.at("backbone.features.1.depthwise.0.weight"), "16,1,3,3");
+  EXPECT_EQ(got.at("backbone.features.4.depthwise.0.weight"), "72,1,5,5");
+  EXPECT_EQ(got.at("backbone.features.4.se.fc1.weight"), "24,72,1,1");  // make_divisible(72 / 4, 8) = 24
+  EXPECT_EQ(got.at("backbone.features.4.se.fc2.bias"), "72");
+  EXPECT_EQ(got.at("backbone.features.9.expand.0.weight"), "184,80,1,1");
+  EXPECT_EQ(got.at("backbone.features.13.expand.0.weight"), "672,112,1,1");
+  EXPECT_EQ(got.at("backbone.features.13.project.0.weight"), "80,672,1,1");  // 160 halved
+  EXPECT_EQ(got.at("backbone.features.14.expand.0.weight"), "480,80,1,1");
+  EXPECT_EQ(got.at("backbone.features.16.0.weight"), "480,80,1,1");  // Conv_1: 960 halved
+  EXPECT_EQ(got.count("backbone.features.17.0.weight"), 0u);         // the classifier is not built
+  // Hand count (no batch norms): backbone 1,601,392, depthwise extras 447,552, SSDLite heads
+  // (3x3 depthwise + 1x1 with bias, box and class, 3 then 6 anchors, 91 class slots) 1,166,367.
+  int64_t heads = 0;
+  const Sizes channels{672, 480, 512, 256, 256, 128}, anchors{3, 6, 6, 6, 6, 6};
+  for (size_t i = 0; i < 6; ++i) heads += 2 * channels[i] * 9 + (channels[i] + 1) * anchors[i] * (4 + 91);
+  EXPECT_EQ(heads, 1'166'367);
+  int64_t extras = 0;
+  for (size_t i = 2; i < 6; ++i) {
+    const int64_t in = channels[i - 1], out = channels[i], mid = out / 2;
+    extras += in * mid + mid * 9 + mid * out;
+  }
+  EXPECT_EQ(extras, 447'552);
+  EXPECT_EQ(count_without_batch_norms(*model), 1'601'392 + extras + heads);
+  EXPECT_EQ(count_without_batch_norms(*model), 3'215'311);
+  EXPECT_EQ(count_parameters(*model), 3'248'255);
+
+  // TensorFlow's names (FeatureExtractor/MobilenetV3, TF-Slim's scopes).
+  const auto tf = [&](const std::string& n) { return model->tf_name(n)->name; };
+  EXPECT_EQ(tf("backbone.features.0.0.weight"), "FeatureExtractor/MobilenetV3/Conv/weights");
+  EXPECT_EQ(tf("backbone.features.1.depthwise.0.weight"), "FeatureExtractor/MobilenetV3/expanded_conv/depthwise/depthwise_weights");
+  EXPECT_EQ(model->tf_name("backbone.features.1.depthwise.0.weight")->layout, models::TfLayout::kDepthwise);
+  EXPECT_EQ(tf("backbone.features.4.se.fc1.bias"), "FeatureExtractor/MobilenetV3/expanded_conv_3/squeeze_excite/Conv/biases");
+  EXPECT_EQ(tf("backbone.features.4.se.fc2.weight"), "FeatureExtractor/MobilenetV3/expanded_conv_3/squeeze_excite/Conv_1/weights");
+  EXPECT_EQ(tf("backbone.features.13.expand.1.weight"), "FeatureExtractor/MobilenetV3/expanded_conv_12/expand/BatchNorm/gamma");
+  EXPECT_EQ(tf("backbone.features.15.project.1.running_mean"), "FeatureExtractor/MobilenetV3/expanded_conv_14/project/BatchNorm/moving_mean");
+  EXPECT_EQ(tf("backbone.features.16.1.running_var"), "FeatureExtractor/MobilenetV3/Conv_1/BatchNorm/moving_variance");
+  EXPECT_EQ(tf("extras.0.0.0.weight"), "FeatureExtractor/MobilenetV3/layer_17_1_Conv2d_2_1x1_256/weights");
+  EXPECT_EQ(tf("extras.3.1.0.weight"), "FeatureExtractor/MobilenetV3/layer_17_2_Conv2d_5_3x3_s2_128_depthwise/depthwise_weights");
+  EXPECT_EQ(model->tf_name("backbone.features.0.0.weight", "MobilenetV3")->name, "MobilenetV3/Conv/weights");
+  std::set<std::string> names;
+  for (const auto& p : model->named_parameters()) EXPECT_TRUE(names.insert(tf(p.key())).second) << p.key();
+  for (const auto& b : model->named_buffers())
+    if (const auto n = model->tf_name(b.key())) EXPECT_TRUE(names.insert(n->name).second) << b.key();
+  EXPECT_THROW(model->tf_name("backbone.features.4.se.fc3.weight"), std::invalid_argument);
+
+  // 320x320: layer_14's expansion at stride 16, layer_17 at 32.
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto maps = model->feature_maps(torch::rand({1, 3, 320, 320}) * 2 - 1);
+  const std::vector<std::pair<int64_t, int64_t>> want{{20, 20}, {10, 10}, {5, 5}, {3, 3}, {2, 2}, {1, 1}};
+  EXPECT_EQ(model->feature_map_sizes(320, 320), want);
+  ASSERT_EQ(maps.size(), 6u);
+  for (size_t i = 0; i < 6; ++i)
+    EXPECT_EQ(maps[i].sizes().vec(), (Sizes{1, channels[i], want[i].first, want[i].second})) << i;
+  EXPECT_EQ(model->forward(torch::zeros({1, 3, 320, 320})).sizes().vec(), (Sizes{1, 2034, 95}));
+}
+
+TEST(SsdModel, MobileNetV3SmallSsdLite) {
+  SsdModelOptions o;
+  o.feature_extractor = "ssd_mobilenet_v3_small";
+  o.use_depthwise = true;
+  o.depthwise_heads = true;
+  o.kernel_size = 3;
+  SsdModel model(o);
+  EXPECT_EQ(model->feature_map_channels(), (Sizes{288, 288, 512, 256, 256, 128}));
+  const auto got = state_shapes(*model);
+  // expanded_conv: squeeze-excite on the 16-channel depthwise output (inner make_divisible(4) = 8),
+  // no expansion.
+  EXPECT_EQ(got.at("backbone.features.1.se.fc1.weight"), "8,16,1,1");
+  EXPECT_EQ(got.count("backbone.features.1.expand.0.weight"), 0u);
+  EXPECT_EQ(got.at("backbone.features.2.expand.0.weight"), "72,16,1,1");
+  EXPECT_EQ(got.at("backbone.features.3.expand.0.weight"), "88,24,1,1");
+  EXPECT_EQ(got.at("backbone.features.9.expand.0.weight"), "288,48,1,1");
+  EXPECT_EQ(got.at("backbone.features.9.project.0.weight"), "48,288,1,1");  // 96 halved
+  EXPECT_EQ(got.at("backbone.features.12.0.weight"), "288,48,1,1");         // Conv_1: 576 halved
+  EXPECT_EQ(model->tf_name("backbone.features.12.0.weight")->name, "FeatureExtractor/MobilenetV3/Conv_1/weights");
+  EXPECT_EQ(model->tf_name("extras.0.0.0.weight")->name, "FeatureExtractor/MobilenetV3/layer_13_1_Conv2d_2_1x1_256/weights");
+  EXPECT_EQ(count_without_batch_norms(*model), 1'765'279);
+  EXPECT_EQ(count_parameters(*model), 1'785'743);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  EXPECT_EQ(model->forward(torch::zeros({1, 3, 320, 320})).sizes().vec(), (Sizes{1, 2034, 95}));
+  o.fpn.enabled = true;
+  o.anchors_per_location = {9, 9, 9, 9, 9};
+  EXPECT_THROW(SsdModel{o}, c10::Error);  // no FPN variant in the OD API
+}
+
+// MobileNetV3's squeeze-excite and activations as TF-Slim computes them: hard-swish
+// x * relu6(x + 3) / 6 after the first convolution, gate relu6(x + 3) * 0.16667.
+TEST(MobileNetV3, FirstLayerAndSqueezeExciteHandValues) {
+  models::MobileNetV3Options o;
+  o.small = true;
+  models::MobileNetV3 net(o);
+  net->eval();
+  torch::NoGradGuard no_grad;
+  auto params = net->named_parameters();
+  for (auto& p : params) p.value().zero_();
+  // Conv: every output channel sums its 3x3x3 window: a constant image 0.5 gives 13.5 inside,
+  // hard-swish(13.5) = 13.5; BN in eval mode with mean 0, var 1, eps 1e-3: x / sqrt(1.001).
+  params["features.0.0.weight"].fill_(1);
+  params["features.0.1.weight"].fill_(1);
+  const auto x = torch::full({1, 3, 8, 8}, 0.5);
+  auto y = net->endpoints(x, {{0, false}})[0];
+  const double v = 13.5 / std::sqrt(1.001);
+  EXPECT_NEAR(y[0][0][1][1].item<double>(), v, 1e-5);
+  // TF 'SAME' stride 2 on 8x8: the odd padding row/column at the bottom/right, so the top-left
+  // output sees a full window and the bottom-right one 2x2x3 inputs = 6 -> hard-swish(6/s)=6/s.
+  EXPECT_NEAR(y[0][0][0][0].item<double>(), v, 1e-5);
+  const double c = 6 / std::sqrt(1.001);
+  EXPECT_NEAR(y[0][0][3][3].item<double>(), c, 1e-5);
+  // A negative pre-activation: hard-swish(-1) = -1 * 2 / 6.
+  params["features.0.1.bias"].fill_(-13.5 / std::sqrt(1.001) - 1);
+  y = net->endpoints(x, {{0, false}})[0];
+  EXPECT_NEAR(y[0][0][1][1].item<double>(), -1.0 / 3.0, 1e-5);
+  // expanded_conv (small's first block: depthwise 3x3 stride 2, squeeze-excite, project): with
+  // the depthwise conv zero, its BN output is its beta b; SE gates it by
+  // relu6(fc2(relu(fc1(b))) + 3) * 0.16667; with fc weights zero and fc2 bias g: gate
+  // relu6(g + 3) * 0.16667.
+  params["features.1.depthwise.1.bias"].fill_(2);  // depthwise output relu(2) = 2
+  params["features.1.se.fc2.bias"].fill_(1);       // gate relu6(4) * 0.16667
+  params["features.1.project.0.weight"].fill_(1);  // sums the 16 channels
+  params["features.1.project.1.weight"].fill_(1);
+  y = net->endpoints(x, {{1, false}})[0];
+  EXPECT_NEAR(y[0][0][0][0].item<double>(), 16 * 2 * (4 * 0.16667) / std::sqrt(1.001), 1e-4);
 }
 
 TEST(SsdModel, TruncatedNormalInitForExtrasAndHeads) {

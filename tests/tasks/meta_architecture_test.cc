@@ -103,6 +103,8 @@ TEST(MetaArchitectures, TheOdApiSampleConfigsBuildWithTheirAnchors) {
       {"ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco14_sync", {"ssd_resnet50_v1_fpn", 51150}},
       {"ssdlite_mobilenet_v1_coco", {"ssd_mobilenet_v1", 1917}},
       {"ssdlite_mobilenet_v2_coco", {"ssd_mobilenet_v2", 1917}},
+      {"ssdlite_mobilenet_v3_large_320x320_coco", {"ssd_mobilenet_v3_large", 2034}},
+      {"ssdlite_mobilenet_v3_small_320x320_coco", {"ssd_mobilenet_v3_small", 2034}},
   };
   for (const auto& [name, want] : expected) {
     const auto pipeline =

@@ -39,6 +39,11 @@ constexpr Layout kLayouts[] = {
      "bottom_up_block", 5, 50},
     {"ssd_resnet101_v1", "resnet_v1_101", {nullptr, nullptr}, {"block1", "block2", "block3", "block4"},
      "bottom_up_block", 5, 101},
+    // SSDMobileNetV3{Large,Small}FeatureExtractor: V3_*_DETECTION, no FPN variant.
+    {"ssd_mobilenet_v3_large", "MobilenetV3", {"layer_14/expansion_output", "layer_17"},
+     {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
+    {"ssd_mobilenet_v3_small", "MobilenetV3", {"layer_10/expansion_output", "layer_13"},
+     {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
 };
 constexpr int kFpnBaseMaxLevel = 5;  // the base network's coarsest FPN level (stride 32)
 constexpr int64_t kLayerDepth[] = {-1, -1, 512, 256, 256, 128};
@@ -48,7 +53,8 @@ const Layout& layout_of(const std::string& type) {
   for (const Layout& l : kLayouts)
     if (type == l.type) return l;
   TORCH_CHECK(false, "SSD feature extractor '", type,
-              "' is not one of ssd_mobilenet_v2, ssd_mobilenet_v1, ssd_resnet50_v1, ssd_resnet101_v1");
+              "' is not one of ssd_mobilenet_v2, ssd_mobilenet_v1, ssd_mobilenet_v3_large, ssd_mobilenet_v3_small, "
+              "ssd_resnet50_v1, ssd_resnet101_v1");
 }
 
 }  // namespace
@@ -84,6 +90,7 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
   // The base network's maps: feature_map_layout's two layers, or the FPN's levels up to 5.
   std::vector<std::string> from;
   if (fpn.enabled) {
+    TORCH_CHECK(layout.fpn_blocks[0] != nullptr, "SSD ", o.feature_extractor, " has no FPN variant in the OD API");
     TORCH_CHECK(fpn.min_level >= 2 && fpn.min_level <= kFpnBaseMaxLevel && fpn.max_level >= fpn.min_level &&
                     fpn.max_level <= 12,
                 "SSD FPN levels must satisfy 2 <= min_level <= 5, min_level <= max_level <= 12; got ",
@@ -119,6 +126,22 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     for (const auto& layer : from) {
       base_endpoints_.push_back(parse_mobilenet_v2_endpoint(layer));
       channels_.push_back(backbone_->endpoint_channels(base_endpoints_.back()));
+    }
+  } else if (std::string(layout.scope) == "MobilenetV3") {
+    // mobilenet_v3.mobilenet_base(conv_defs=V3_*_DETECTION, final_endpoint=from_layer[1]) under
+    // training_scope(bn_decay=0.9997) and min_depth from the config.
+    models::MobileNetV3Options bo;
+    bo.small = o.feature_extractor == "ssd_mobilenet_v3_small";
+    bo.detection = true;
+    bo.depth_multiplier = o.depth_multiplier;
+    bo.min_depth = o.min_depth;
+    bo.bn_momentum = o.bn_momentum;
+    bo.bn_eps = o.bn_eps;
+    bo.tf_same_padding = !o.use_explicit_padding;
+    backbone_v3_ = register_module("backbone", models::MobileNetV3(bo));
+    for (const auto& layer : from) {
+      base_endpoints_v3_.push_back(backbone_v3_->parse_endpoint(layer));
+      channels_.push_back(backbone_v3_->endpoint_channels(base_endpoints_v3_.back()));
     }
   } else if (layout.resnet_depth > 0) {
     // TF-Slim's resnet_v1_50/101 (stride in each stage's last unit), the configs' batch norm
@@ -271,6 +294,7 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
   if (name.rfind("backbone.", 0) == 0) {
     const std::string scope = backbone_scope.empty() ? feature_extractor_scope : backbone_scope;
     if (backbone_resnet_) return models::resnet_v1_slim_tf_name(name.substr(9), scope);
+    if (backbone_v3_) return backbone_v3_->tf_name(name.substr(9), scope);
     return backbone_v1_ ? models::mobilenet_v1_tf_name(name.substr(9), scope)
                         : models::mobilenet_v2_tf_name(name.substr(9), scope);
   }
@@ -347,6 +371,8 @@ std::vector<torch::Tensor> SsdModelImpl::feature_maps(const torch::Tensor& input
     const auto mean = torch::tensor({123.68f, 116.779f, 103.939f}, images.options()).view({1, 3, 1, 1});
     auto stages = backbone_resnet_->slim_stage_outputs((images + 1) * 127.5 - mean, resnet_stages_.back());
     for (int s : resnet_stages_) maps.push_back(stages[static_cast<size_t>(s - 1)]);
+  } else if (backbone_v3_) {
+    maps = backbone_v3_->endpoints(images, base_endpoints_v3_);
   } else {
     maps = backbone_v1_ ? backbone_v1_->endpoints(images, base_layers_) : backbone_->endpoints(images, base_endpoints_);
   }

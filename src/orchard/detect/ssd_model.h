@@ -54,6 +54,7 @@
 #include "orchard/detect/weight_shared_predictor.h"
 #include "orchard/models/mobilenet_v1.h"
 #include "orchard/models/mobilenet_v2.h"
+#include "orchard/models/mobilenet_v3.h"
 
 namespace orchard::detect {
 
@@ -87,7 +88,8 @@ struct SsdFpnOptions {
 };
 
 struct SsdModelOptions {
-  // The base network: "ssd_mobilenet_v2", "ssd_mobilenet_v1", or with fpn "ssd_resnet50_v1" /
+  // The base network: "ssd_mobilenet_v2", "ssd_mobilenet_v1", "ssd_mobilenet_v3_large",
+  // "ssd_mobilenet_v3_small", or with fpn "ssd_resnet50_v1" /
   // "ssd_resnet101_v1" (TF-Slim's resnet_v1, RetinaNet).
   std::string feature_extractor = "ssd_mobilenet_v2";
   SsdFpnOptions fpn;
@@ -172,6 +174,8 @@ class SsdModelImpl : public torch::nn::Module {
   std::vector<int64_t> channels_;
   MobileNetV2 backbone_{nullptr};
   models::MobileNetV1 backbone_v1_{nullptr};
+  models::MobileNetV3 backbone_v3_{nullptr};
+  std::vector<models::MobileNetV3Endpoint> base_endpoints_v3_;
   models::ResNet backbone_resnet_{nullptr};
   std::vector<int> resnet_stages_;  // the stages (1..4) taken as the FPN's base maps
   torch::nn::ModuleList extras_{nullptr};
