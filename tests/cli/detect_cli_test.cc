@@ -431,6 +431,12 @@ INSTANTIATE_TEST_SUITE_P(
                    {{"\"ssd_mobilenet_v2\"", "\"ssd_mobilenet_v3_small\"\n      use_depthwise: true"},
                     {"        kernel_size: 3\n", "        kernel_size: 3\n        use_depthwise: true\n"}},
                    500, 0.5},
+        // Inception-v3's three base maps (ssd_inception_v3_pets' layout) at depth 0.35. 0.54 after
+        // 400 steps when written.
+        FamilyCase{"ssd_inception_v3",
+                   {{"type: \"ssd_mobilenet_v2\"",
+                     "type: \"ssd_inception_v3\"\n      override_base_feature_extractor_hyperparams: true"}},
+                   400, 0.35},
         // RetinaNet's layout on MobileNetV1 (ssd_mobilenet_v1_fpn_shared_box_predictor): FPN levels
         // 3..6, weight-shared predictor, multiscale anchors, focal loss without hard example mining.
         FamilyCase{"ssd_mobilenet_v1_fpn",

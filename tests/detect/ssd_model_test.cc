@@ -971,6 +971,58 @@ TEST(SsdModel, MobileNetV3SmallSsdLite) {
   EXPECT_THROW(SsdModel{o}, c10::Error);  // no FPN variant in the OD API
 }
 
+// ssd_inception_v3_{coco,pets}: TF-Slim's inception_v3_base to Mixed_7c under the config's
+// conv_hyperparams (batch norm with gamma, ReLU6), three base maps and three extra layers of
+// depths 512, 256, 128 (layer_depth [-1, -1, -1, 512, 256, 128]), named after Mixed_7c.
+TEST(SsdModel, InceptionV3ThreeBaseMaps) {
+  SsdModelOptions o;
+  o.feature_extractor = "ssd_inception_v3";
+  o.kernel_size = 3;
+  SsdModel model(o);
+  const Sizes channels{288, 768, 2048, 512, 256, 128}, anchors{3, 6, 6, 6, 6, 6};
+  EXPECT_EQ(model->feature_map_channels(), channels);
+  const std::vector<std::pair<int64_t, int64_t>> want{{35, 35}, {17, 17}, {8, 8}, {4, 4}, {2, 2}, {1, 1}};
+  EXPECT_EQ(model->feature_map_sizes(300, 300), want);
+  // Keras' InceptionV3(include_top=False) (the same network, batch norm without gamma):
+  // 21,768,352 trainable parameters, 34,432 moving statistics; here each of the 17,216 batch
+  // norm channels also has its gamma.
+  int64_t backbone = 0, moving = 0;
+  for (const auto& p : model->named_parameters())
+    if (p.key().rfind("backbone.", 0) == 0) backbone += p.value().numel();
+  for (const auto& b : model->named_buffers())
+    if (b.key().find("running_") != std::string::npos && b.key().rfind("backbone.", 0) == 0) moving += b.value().numel();
+  EXPECT_EQ(moving, 34'432);
+  EXPECT_EQ(backbone, 21'768'352 + 17'216);
+  const int64_t extras = (2048 * 256 + 2 * 256) + (256 * 512 * 9 + 2 * 512) + (512 * 128 + 2 * 128) +
+                         (128 * 256 * 9 + 2 * 256) + (256 * 64 + 2 * 64) + (64 * 128 * 9 + 2 * 128);
+  int64_t heads = 0;
+  for (size_t i = 0; i < 6; ++i) heads += (channels[i] * 9 + 1) * anchors[i] * (4 + 91);
+  EXPECT_EQ(count_parameters(*model), backbone + extras + heads);
+  const auto tf = [&](const std::string& n) { return model->tf_name(n); };
+  EXPECT_EQ(tf("backbone.Conv2d_1a_3x3.conv.weight")->name, "FeatureExtractor/InceptionV3/Conv2d_1a_3x3/weights");
+  EXPECT_EQ(tf("backbone.Mixed_5d.branch5x5_2.bn.weight")->name,
+            "FeatureExtractor/InceptionV3/Mixed_5d/Branch_1/Conv2d_0b_5x5/BatchNorm/gamma");
+  EXPECT_FALSE(tf("backbone.Mixed_5d.branch5x5_2.bn.weight")->default_value);  // scale: true, so required
+  EXPECT_EQ(model->tf_name("backbone.Conv2d_1a_3x3.conv.weight", "InceptionV3")->name, "InceptionV3/Conv2d_1a_3x3/weights");
+  EXPECT_EQ(tf("extras.0.0.0.weight")->name, "FeatureExtractor/InceptionV3/Mixed_7c_1_Conv2d_3_1x1_256/weights");
+  EXPECT_EQ(tf("extras.0.1.1.running_var")->name,
+            "FeatureExtractor/InceptionV3/Mixed_7c_2_Conv2d_3_3x3_s2_512/BatchNorm/moving_variance");
+  EXPECT_EQ(tf("extras.2.1.0.weight")->name, "FeatureExtractor/InceptionV3/Mixed_7c_2_Conv2d_5_3x3_s2_128/weights");
+  EXPECT_EQ(tf("box_heads.2.weight")->name, "BoxPredictor_2/BoxEncodingPredictor/weights");
+  std::set<std::string> names;
+  for (const auto& p : model->named_parameters()) EXPECT_TRUE(names.insert(tf(p.key())->name).second) << p.key();
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto maps = model->feature_maps(torch::rand({1, 3, 300, 300}) * 2 - 1);
+  ASSERT_EQ(maps.size(), 6u);
+  for (size_t i = 0; i < 6; ++i)
+    EXPECT_EQ(maps[i].sizes().vec(), (Sizes{1, channels[i], want[i].first, want[i].second})) << i;
+  // 35x35x3 + (17^2 + 8^2 + 4^2 + 2^2 + 1) x 6 anchors.
+  EXPECT_EQ(model->forward(torch::zeros({1, 3, 300, 300})).size(1), 35 * 35 * 3 + (289 + 64 + 16 + 4 + 1) * 6);
+  // ReLU6 everywhere in the base: no activation above 6.
+  EXPECT_LE(maps[0].max().item<double>(), 6.0);
+}
+
 // MobileNetV3's squeeze-excite and activations as TF-Slim computes them: hard-swish
 // x * relu6(x + 3) / 6 after the first convolution, gate relu6(x + 3) * 0.16667.
 TEST(MobileNetV3, FirstLayerAndSqueezeExciteHandValues) {

@@ -76,12 +76,15 @@ TEST(MetaArchitectures, SsdModelCocoBuildsThroughTheTask) {
 // The OD API's SSD sample configs that validate build their model through the task, with the
 // anchors the OD API generates: ssd_anchor_generator at 300x300 19x19x3 + (10x10 + 5x5 + 3x3 +
 // 2x2 + 1x1) x 6 = 1917 (320x320: 20x20x3 + ... = 2034; without reduce_boxes_in_lowest_layer
-// 6 everywhere: 3000); multiscale_anchor_generator levels 3..7 at 2 scales x 3 aspect ratios:
+// 6 everywhere: 3000; ssd_inception_v3's 'VALID' stem: 35x35x3 + (17^2 + 8^2 + 4^2 + 2^2 + 1) x 6 =
+// 5919); multiscale_anchor_generator levels 3..7 at 2 scales x 3 aspect ratios:
 // sum (side / 2^l)^2 x 6 (640: 51150, 256: 8184; the OID ResNet-101 config's levels 2..7 at 512:
 // (128^2 + 64^2 + 32^2 + 16^2 + 8^2 + 4^2) x 6 = 131040).
 TEST(MetaArchitectures, TheOdApiSampleConfigsBuildWithTheirAnchors) {
   const std::map<std::string, std::pair<std::string, int64_t>> expected = {
       {"facessd_mobilenet_v2_quantized_320x320_open_image_v4", {"ssd_mobilenet_v2", 2034}},
+      {"ssd_inception_v3_coco", {"ssd_inception_v3", 5919}},
+      {"ssd_inception_v3_pets", {"ssd_inception_v3", 5919}},
       {"ssd_mobilenet_v1_0.75_depth_300x300_coco14_sync", {"ssd_mobilenet_v1", 1917}},
       {"ssd_mobilenet_v1_0.75_depth_quantized_300x300_coco14_sync", {"ssd_mobilenet_v1", 1917}},
       {"ssd_mobilenet_v1_0.75_depth_quantized_300x300_pets_sync", {"ssd_mobilenet_v1", 1917}},

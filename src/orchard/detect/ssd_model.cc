@@ -16,44 +16,55 @@ namespace F = torch::nn::functional;
 
 using models::truncated_normal_;
 
-// TF's feature_map_layout of each feature extractor: the base layers taken as the first two
-// feature maps, and the depths of the extra layers (the same for v1 and v2).
+// TF's feature_map_layout of each feature extractor: the base layers taken as the first feature
+// maps, and the depths of the extra layers.
 struct Layout {
   const char* type;
   const char* scope;          // TF-Slim's scope of the base network
-  const char* from_layer[2];  // feature_map_layout's from_layer
+  const char* from_layer[3];  // feature_map_layout's from_layer (the base network's maps)
+  int64_t layer_depth[6];     // feature_map_layout's layer_depth (-1: a base map)
   const char* fpn_blocks[4];  // the FPN extractor's feature_blocks: levels 2..5
   const char* fpn_bottom_up;  // TF's name of the layers above level 5: <this><first + j>
   int fpn_bottom_up_first;
   int resnet_depth;           // ssd_resnet*_v1: 50 or 101 (FPN only); 0: a MobileNet
 };
 constexpr Layout kLayouts[] = {
-    {"ssd_mobilenet_v2", "MobilenetV2", {"layer_15/expansion_output", "layer_19"},
+    {"ssd_mobilenet_v2", "MobilenetV2", {"layer_15/expansion_output", "layer_19"}, {-1, -1, 512, 256, 256, 128},
      {"layer_4", "layer_7", "layer_14", "layer_19"}, "bottom_up_Conv2d_", 20, 0},
-    {"ssd_mobilenet_v1", "MobilenetV1", {"Conv2d_11_pointwise", "Conv2d_13_pointwise"},
+    {"ssd_mobilenet_v1", "MobilenetV1", {"Conv2d_11_pointwise", "Conv2d_13_pointwise"}, {-1, -1, 512, 256, 256, 128},
      {"Conv2d_3_pointwise", "Conv2d_5_pointwise", "Conv2d_11_pointwise", "Conv2d_13_pointwise"}, "bottom_up_Conv2d_",
      14, 0},
     // SSDResnetV1FpnFeatureExtractor: TF-Slim's resnet_v1 with store_non_strided_activations,
     // block1..block4 at levels 2..5, bottom_up_block5, bottom_up_block6.
-    {"ssd_resnet50_v1", "resnet_v1_50", {nullptr, nullptr}, {"block1", "block2", "block3", "block4"},
+    {"ssd_resnet50_v1", "resnet_v1_50", {}, {}, {"block1", "block2", "block3", "block4"},
      "bottom_up_block", 5, 50},
-    {"ssd_resnet101_v1", "resnet_v1_101", {nullptr, nullptr}, {"block1", "block2", "block3", "block4"},
+    {"ssd_resnet101_v1", "resnet_v1_101", {}, {}, {"block1", "block2", "block3", "block4"},
      "bottom_up_block", 5, 101},
     // SSDMobileNetV3{Large,Small}FeatureExtractor: V3_*_DETECTION, no FPN variant.
-    {"ssd_mobilenet_v3_large", "MobilenetV3", {"layer_14/expansion_output", "layer_17"},
+    {"ssd_mobilenet_v3_large", "MobilenetV3", {"layer_14/expansion_output", "layer_17"}, {-1, -1, 512, 256, 256, 128},
      {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
-    {"ssd_mobilenet_v3_small", "MobilenetV3", {"layer_10/expansion_output", "layer_13"},
+    {"ssd_mobilenet_v3_small", "MobilenetV3", {"layer_10/expansion_output", "layer_13"}, {-1, -1, 512, 256, 256, 128},
+     {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
+    // SSDInceptionV3FeatureExtractor: TF-Slim's inception_v3_base, three base maps.
+    {"ssd_inception_v3", "InceptionV3", {"Mixed_5d", "Mixed_6e", "Mixed_7c"}, {-1, -1, -1, 512, 256, 128},
      {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
 };
 constexpr int kFpnBaseMaxLevel = 5;  // the base network's coarsest FPN level (stride 32)
-constexpr int64_t kLayerDepth[] = {-1, -1, 512, 256, 256, 128};
 constexpr size_t kMaxFeatureMaps = 6;
+
+// The number of base network maps in feature_map_layout.
+size_t num_base_maps(const Layout& l) {
+  size_t n = 0;
+  while (n < 3 && l.from_layer[n]) ++n;
+  return n;
+}
 
 const Layout& layout_of(const std::string& type) {
   for (const Layout& l : kLayouts)
     if (type == l.type) return l;
   TORCH_CHECK(false, "SSD feature extractor '", type,
               "' is not one of ssd_mobilenet_v2, ssd_mobilenet_v1, ssd_mobilenet_v3_large, ssd_mobilenet_v3_small, "
+              "ssd_inception_v3, "
               "ssd_resnet50_v1, ssd_resnet101_v1");
 }
 
@@ -108,7 +119,7 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
                 o.feature_extractor, "_fpn)");
     TORCH_CHECK(n <= kMaxFeatureMaps, "SSD MobileNet has 1 to ", kMaxFeatureMaps, " feature maps; anchors_per_location has ",
                 n, " entries");
-    for (size_t i = 0; i < std::min<size_t>(n, 2); ++i) from.push_back(layout.from_layer[i]);
+    for (size_t i = 0; i < std::min(n, num_base_maps(layout)); ++i) from.push_back(layout.from_layer[i]);
   }
 
   if (o.feature_extractor == "ssd_mobilenet_v2") {
@@ -143,6 +154,24 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
       base_endpoints_v3_.push_back(backbone_v3_->parse_endpoint(layer));
       channels_.push_back(backbone_v3_->endpoint_channels(base_endpoints_v3_.back()));
     }
+  } else if (o.feature_extractor == "ssd_inception_v3") {
+    // inception_v3_base(final_endpoint='Mixed_7c', min_depth, depth_multiplier) under the
+    // config's conv_hyperparams (the OD API requires override_base_feature_extractor_hyperparams):
+    // its batch norm (with gamma), ReLU6 and initializer; TF-Slim's 'SAME' average pools.
+    models::InceptionV3Options io;
+    io.num_classes = 0;
+    io.depth_multiplier = o.depth_multiplier;
+    io.min_depth = o.min_depth;
+    io.batch_norm_momentum = o.bn_momentum;
+    io.bn_eps = o.bn_eps;
+    io.relu6 = true;
+    io.tf_avg_pool = true;
+    backbone_inception_ = register_module("backbone", models::InceptionV3(io));
+    const auto c = backbone_inception_->mixed_5d_6e_7c_channels();
+    channels_.assign(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(from.size()));
+    torch::NoGradGuard no_grad;
+    for (auto& m : backbone_inception_->modules(/*include_self=*/false))
+      if (auto* conv = m->as<torch::nn::Conv2d>()) truncated_normal_(conv->weight, o.init_stddev);
   } else if (layout.resnet_depth > 0) {
     // TF-Slim's resnet_v1_50/101 (stride in each stage's last unit), the configs' batch norm
     // (override_base_feature_extractor_hyperparams), no classifier. depth_multiplier 1 only.
@@ -204,8 +233,8 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     channels_.assign(n, channels_.front());  // max pools keep the depth
   } else {
     extras_ = register_module("extras", torch::nn::ModuleList());
-    for (size_t i = 2; i < n; ++i) {
-      const int64_t in = channels_.back(), mid = depth(kLayerDepth[i] / 2.0), out = depth(kLayerDepth[i]);
+    for (size_t i = from.size(); i < n; ++i) {
+      const int64_t in = channels_.back(), mid = depth(layout.layer_depth[i] / 2.0), out = depth(layout.layer_depth[i]);
       torch::nn::Sequential layer(ConvNormActivation(conv(in, mid, 1)));
       if (o.use_depthwise) {
         layer->push_back(
@@ -295,6 +324,15 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
     const std::string scope = backbone_scope.empty() ? feature_extractor_scope : backbone_scope;
     if (backbone_resnet_) return models::resnet_v1_slim_tf_name(name.substr(9), scope);
     if (backbone_v3_) return backbone_v3_->tf_name(name.substr(9), scope);
+    if (backbone_inception_) {
+      // TF-Slim's names under the scope; the config's batch norm has gamma (scale: true).
+      auto n = models::inception_v3_tf_name(name.substr(9));
+      if (n) {
+        n->name = scope + n->name.substr(n->name.find('/'));
+        n->default_value.reset();
+      }
+      return n;
+    }
     return backbone_v1_ ? models::mobilenet_v1_tf_name(name.substr(9), scope)
                         : models::mobilenet_v2_tf_name(name.substr(9), scope);
   }
@@ -335,17 +373,19 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
   if (head != "extras" || std::sscanf(name.c_str() + consumed, ".%d.", &j) != 1) throw bad();
   // feature_map_generators.multi_resolution_feature_maps: names from the last base layer,
   // the feature map's index and its depths (get_depth_fn).
-  const int64_t index = i + 2;
+  const Layout& fl = layout_of(options_.feature_extractor);
+  const size_t index = static_cast<size_t>(i) + num_base_maps(fl);
+  if (index >= kMaxFeatureMaps) throw bad();
   const auto depth = [&](double d) {
     return std::max(static_cast<int64_t>(d * options_.depth_multiplier), options_.min_depth);
   };
-  const std::string base = feature_extractor_scope + "/" + layout_of(options_.feature_extractor).from_layer[1] + "_";
+  const std::string base = feature_extractor_scope + "/" + fl.from_layer[num_base_maps(fl) - 1] + "_";
   std::string scope;
   models::TfLayout layout = models::TfLayout::kConv;
   if (j == 0) {
-    scope = base + "1_Conv2d_" + std::to_string(index) + "_1x1_" + std::to_string(depth(kLayerDepth[index] / 2.0));
+    scope = base + "1_Conv2d_" + std::to_string(index) + "_1x1_" + std::to_string(depth(fl.layer_depth[index] / 2.0));
   } else {
-    scope = base + "2_Conv2d_" + std::to_string(index) + "_3x3_s2_" + std::to_string(depth(kLayerDepth[index]));
+    scope = base + "2_Conv2d_" + std::to_string(index) + "_3x3_s2_" + std::to_string(depth(fl.layer_depth[index]));
     if (options_.use_depthwise && j == 1) {
       scope += "_depthwise";
       layout = models::TfLayout::kDepthwise;
@@ -373,6 +413,9 @@ std::vector<torch::Tensor> SsdModelImpl::feature_maps(const torch::Tensor& input
     for (int s : resnet_stages_) maps.push_back(stages[static_cast<size_t>(s - 1)]);
   } else if (backbone_v3_) {
     maps = backbone_v3_->endpoints(images, base_endpoints_v3_);
+  } else if (backbone_inception_) {
+    maps = backbone_inception_->mixed_5d_6e_7c(images);
+    maps.resize(channels_.size() < maps.size() ? channels_.size() : maps.size());
   } else {
     maps = backbone_v1_ ? backbone_v1_->endpoints(images, base_layers_) : backbone_->endpoints(images, base_endpoints_);
   }
@@ -429,6 +472,19 @@ std::vector<std::pair<int64_t, int64_t>> SsdModelImpl::feature_map_sizes(int64_t
   // four before layer_15's expansion (V2) or Conv2d_11_pointwise (V1), at stride 16, one per
   // later feature map.
   const auto half = [](int64_t x) { return (x + 1) / 2; };
+  if (backbone_inception_) {
+    // Inception-v3's 'VALID' stem and reductions: Mixed_5d, then (x - 3) / 2 + 1 twice
+    // (Mixed_6a, Mixed_7a); 300 -> 35, 17, 8; the extra layers halve (ceil).
+    height = models::InceptionV3Impl::mixed_5d_size(height);
+    width = models::InceptionV3Impl::mixed_5d_size(width);
+    std::vector<std::pair<int64_t, int64_t>> sizes{{height, width}};
+    for (size_t i = 1; i < options_.anchors_per_location.size(); ++i) {
+      height = i < 3 ? (height - 3) / 2 + 1 : half(height);
+      width = i < 3 ? (width - 3) / 2 + 1 : half(width);
+      sizes.emplace_back(height, width);
+    }
+    return sizes;
+  }
   for (int i = 0; i < (options_.fpn.enabled ? options_.fpn.min_level : 4); ++i) {
     height = half(height);
     width = half(width);

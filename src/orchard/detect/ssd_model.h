@@ -52,6 +52,7 @@
 
 #include "orchard/detect/fpn.h"
 #include "orchard/detect/weight_shared_predictor.h"
+#include "orchard/models/inception_v3.h"
 #include "orchard/models/mobilenet_v1.h"
 #include "orchard/models/mobilenet_v2.h"
 #include "orchard/models/mobilenet_v3.h"
@@ -175,6 +176,7 @@ class SsdModelImpl : public torch::nn::Module {
   MobileNetV2 backbone_{nullptr};
   models::MobileNetV1 backbone_v1_{nullptr};
   models::MobileNetV3 backbone_v3_{nullptr};
+  models::InceptionV3 backbone_inception_{nullptr};
   std::vector<models::MobileNetV3Endpoint> base_endpoints_v3_;
   models::ResNet backbone_resnet_{nullptr};
   std::vector<int> resnet_stages_;  // the stages (1..4) taken as the FPN's base maps

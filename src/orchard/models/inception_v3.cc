@@ -24,6 +24,12 @@ struct Conv {
   int64_t stride = 1;
 };
 
+// Batch norm and activation of every BasicConv2d.
+struct Norm {
+  double momentum = 0.1, eps = 0.001;
+  bool relu6 = false;
+};
+
 // TF-Slim's inception_v3 `depth`: every convolution's output channels scaled by the depth
 // multiplier, never below min_depth. Multiplier 1 is the published (and torchvision's) network.
 struct Depth {
@@ -36,23 +42,28 @@ struct Depth {
 
 class BasicConv2dImpl : public torch::nn::Module {
  public:
-  BasicConv2dImpl(const Conv& c, double momentum)
-      : conv(register_module(
+  BasicConv2dImpl(const Conv& c, const Norm& norm)
+      : relu6(norm.relu6),
+        conv(register_module(
             "conv",
             torch::nn::Conv2d(
                 torch::nn::Conv2dOptions(c.in, c.out, c.kernel).stride(c.stride).padding(c.padding).bias(false)))),
         bn(register_module(
-            "bn", torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(c.out).eps(0.001).momentum(momentum)))) {}
-  torch::Tensor forward(const torch::Tensor& x) { return torch::relu(batch_norm(*bn, conv->forward(x))); }
+            "bn", torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(c.out).eps(norm.eps).momentum(norm.momentum)))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto y = batch_norm(*bn, conv->forward(x));
+    return relu6 ? torch::clamp(y, 0.0, 6.0) : torch::relu(y);
+  }
 
+  bool relu6;
   torch::nn::Conv2d conv;
   torch::nn::BatchNorm2d bn;
 };
 
 // Registers a BasicConv2d under `name` in `parent`.
 std::shared_ptr<BasicConv2dImpl> basic(torch::nn::Module& parent, const std::string& name, const Conv& c,
-                                       double momentum) {
-  return parent.register_module(name, std::make_shared<BasicConv2dImpl>(c, momentum));
+                                       const Norm& norm) {
+  return parent.register_module(name, std::make_shared<BasicConv2dImpl>(c, norm));
 }
 
 // The branch pools: 3x3, stride 1, 'SAME'. torchvision's border averages count the zero
@@ -66,7 +77,7 @@ torch::Tensor max_pool_3x3_s2(const torch::Tensor& x) { return F::max_pool2d(x, 
 // 35x35 grid: 1x1 | 1x1 -> 5x5 | 1x1 -> 3x3 -> 3x3 | avg-pool -> 1x1 (pool_features).
 class InceptionAImpl : public torch::nn::Module {
  public:
-  InceptionAImpl(int64_t in, int64_t pool_features, double m, const Depth& d)
+  InceptionAImpl(int64_t in, int64_t pool_features, const Norm& m, const Depth& d)
       : branch1x1(basic(*this, "branch1x1", {in, d(64), 1}, m)),
         branch5x5_1(basic(*this, "branch5x5_1", {in, d(48), 1}, m)),
         branch5x5_2(basic(*this, "branch5x5_2", {d(48), d(64), 5, 2}, m)),
@@ -92,7 +103,7 @@ class InceptionAImpl : public torch::nn::Module {
 // 35x35 -> 17x17: 3x3/2 | 1x1 -> 3x3 -> 3x3/2 | max-pool/2.
 class InceptionBImpl : public torch::nn::Module {
  public:
-  InceptionBImpl(int64_t in, double m, const Depth& d)
+  InceptionBImpl(int64_t in, const Norm& m, const Depth& d)
       : branch3x3(basic(*this, "branch3x3", {in, d(384), 3, 0, 2}, m)),
         branch3x3dbl_1(basic(*this, "branch3x3dbl_1", {in, d(64), 1}, m)),
         branch3x3dbl_2(basic(*this, "branch3x3dbl_2", {d(64), d(96), 3, 1}, m)),
@@ -111,7 +122,7 @@ class InceptionBImpl : public torch::nn::Module {
 // 17x17 grid with factorised 7x7s (1x7 and 7x1) of width c7.
 class InceptionCImpl : public torch::nn::Module {
  public:
-  InceptionCImpl(int64_t in, int64_t c7, double m, const Depth& d)
+  InceptionCImpl(int64_t in, int64_t c7, const Norm& m, const Depth& d)
       : branch1x1(basic(*this, "branch1x1", {in, d(192), 1}, m)),
         branch7x7_1(basic(*this, "branch7x7_1", {in, d(c7), 1}, m)),
         branch7x7_2(basic(*this, "branch7x7_2", {d(c7), d(c7), {1, 7}, {0, 3}}, m)),
@@ -138,7 +149,7 @@ class InceptionCImpl : public torch::nn::Module {
 // 17x17 -> 8x8: 1x1 -> 3x3/2 | 1x1 -> 1x7 -> 7x1 -> 3x3/2 | max-pool/2.
 class InceptionDImpl : public torch::nn::Module {
  public:
-  InceptionDImpl(int64_t in, double m, const Depth& d)
+  InceptionDImpl(int64_t in, const Norm& m, const Depth& d)
       : branch3x3_1(basic(*this, "branch3x3_1", {in, d(192), 1}, m)),
         branch3x3_2(basic(*this, "branch3x3_2", {d(192), d(320), 3, 0, 2}, m)),
         branch7x7x3_1(basic(*this, "branch7x7x3_1", {in, d(192), 1}, m)),
@@ -158,7 +169,7 @@ class InceptionDImpl : public torch::nn::Module {
 // 8x8 grid with the 3x3s split into parallel 1x3 and 3x1 (concatenated): 2048 channels out.
 class InceptionEImpl : public torch::nn::Module {
  public:
-  InceptionEImpl(int64_t in, double m, const Depth& d)
+  InceptionEImpl(int64_t in, const Norm& m, const Depth& d)
       : branch1x1(basic(*this, "branch1x1", {in, d(320), 1}, m)),
         branch3x3_1(basic(*this, "branch3x3_1", {in, d(384), 1}, m)),
         branch3x3_2a(basic(*this, "branch3x3_2a", {d(384), d(384), {1, 3}, {0, 1}}, m)),
@@ -186,7 +197,7 @@ class InceptionEImpl : public torch::nn::Module {
 // On Mixed_6e (768 x 17 x 17): avg-pool 5/3 -> 1x1 (128) -> 5x5 (768, valid) -> pool -> fc.
 class InceptionAuxImpl : public torch::nn::Module {
  public:
-  InceptionAuxImpl(int64_t in, int64_t num_classes, double m, const Depth& d)
+  InceptionAuxImpl(int64_t in, int64_t num_classes, const Norm& m, const Depth& d)
       : conv0(basic(*this, "conv0", {in, d(128), 1}, m)),
         conv1(basic(*this, "conv1", {d(128), d(768), 5}, m)),
         fc(register_module("fc", torch::nn::Linear(d(768), num_classes))) {}
@@ -213,7 +224,7 @@ InceptionV3Impl::InceptionV3Impl(const InceptionV3Options& o) : options_(o) {
   TORCH_CHECK(o.depth_multiplier > 0 && o.depth_multiplier <= 1 && o.min_depth >= 1,
               "InceptionV3 depth_multiplier must be in (0, 1] and min_depth >= 1, got ", o.depth_multiplier, " and ",
               o.min_depth);
-  const double m = o.batch_norm_momentum;
+  const Norm m{o.batch_norm_momentum, o.bn_eps, o.relu6};
   const Depth d{o.depth_multiplier, o.min_depth};
   // Channels as torchvision's at multiplier 1: 192 -> 256 -> 288 -> 288 (Mixed_5*), 768
   // (Mixed_6*), 1280 (Mixed_7a), 2048 (Mixed_7b, 7c).
@@ -303,6 +314,29 @@ torch::Tensor InceptionV3Impl::pooled(const torch::Tensor& input, torch::Tensor*
 }
 
 torch::Tensor InceptionV3Impl::features(torch::Tensor x) { return pooled(x, nullptr); }
+
+std::vector<torch::Tensor> InceptionV3Impl::mixed_5d_6e_7c(const torch::Tensor& input) {
+  TORCH_CHECK(input.dim() == 4 && input.size(1) == 3, "InceptionV3 expects [N, 3, H, W] input, got ", input.sizes());
+  TORCH_CHECK(input.size(2) >= 75 && input.size(3) >= 75, "InceptionV3 needs inputs of at least 75x75, got ",
+              input.size(2), "x", input.size(3));
+  auto x = max_pool_3x3_s2(Conv2d_2b_3x3->forward(Conv2d_2a_3x3->forward(Conv2d_1a_3x3->forward(input))));
+  x = max_pool_3x3_s2(Conv2d_4a_3x3->forward(Conv2d_3b_1x1->forward(x)));
+  auto m5 = Mixed_5d->forward(Mixed_5c->forward(Mixed_5b->forward(x)));
+  auto m6 = Mixed_6e->forward(Mixed_6d->forward(Mixed_6c->forward(Mixed_6b->forward(Mixed_6a->forward(m5)))));
+  auto m7 = Mixed_7c->forward(Mixed_7b->forward(Mixed_7a->forward(m6)));
+  return {m5, m6, m7};
+}
+
+std::vector<int64_t> InceptionV3Impl::mixed_5d_6e_7c_channels() const {
+  const Depth d{options_.depth_multiplier, options_.min_depth};
+  return {InceptionAImpl::out_channels(64, d), InceptionCImpl::out_channels(d), num_features_};
+}
+
+int64_t InceptionV3Impl::mixed_5d_size(int64_t side) {
+  const auto valid = [](int64_t x, int64_t k, int64_t s) { return (x - k) / s + 1; };
+  side = valid(valid(valid(side, 3, 2), 3, 1), 3, 2);  // Conv2d_1a (s2), 2a, MaxPool_3a (s2); 2b 'SAME'
+  return valid(valid(side, 3, 1), 3, 2);                 // Conv2d_4a, MaxPool_5a (s2); 3b 1x1
+}
 
 InceptionV3Output InceptionV3Impl::forward_with_aux(const torch::Tensor& x) {
   InceptionV3Output out;

@@ -54,6 +54,10 @@ struct InceptionV3Options {
   // The branches' 3x3 average pools leave their zero padding out of the border averages, as
   // TF-Slim's 'SAME' avg_pool does (torchvision counts it): for TF-Slim's weights.
   bool tf_avg_pool = false;
+  // Every BasicConv2d's batch norm epsilon and activation (ReLU; relu6 true: ReLU6, as the OD
+  // API's ssd_inception_v3 under its conv_hyperparams).
+  double bn_eps = 0.001;
+  bool relu6 = false;
 };
 
 // Where both outputs of a training step are needed.
@@ -86,6 +90,14 @@ class InceptionV3Impl : public ImageModelImpl {
   // Globally average-pooled output of Mixed_7c, [N, num_features()], before dropout: the image
   // embedding im2txt projects.
   torch::Tensor features(torch::Tensor x) override;
+
+  // The OD API's ssd_inception_v3 feature maps: Mixed_5d, Mixed_6e, Mixed_7c (288, 768, 2048
+  // channels at depth multiplier 1; 35x35, 17x17, 8x8 at 299 or 300).
+  std::vector<torch::Tensor> mixed_5d_6e_7c(const torch::Tensor& x);
+  std::vector<int64_t> mixed_5d_6e_7c_channels() const;
+  // Mixed_5d's side for an input side (the 'VALID' stem); Mixed_6a and Mixed_7a each map x to
+  // (x - 3) / 2 + 1.
+  static int64_t mixed_5d_size(int64_t side);
 
   // Mixed_7c's channels: 2048 at depth multiplier 1.
   int64_t num_features() const { return num_features_; }
