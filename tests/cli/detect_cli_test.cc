@@ -155,6 +155,32 @@ TEST_F(DetectTrain, ContinuousEvalStopsAfterTheFinalCheckpoint) {
   EXPECT_TRUE(contains(r.err, "over 50 examples")) << r.err;
 }
 
+TEST_F(DetectTrain, PascalVocAndOpenImagesMetricSets) {
+  ASSERT_EQ(result_.rc, 0) << result_.err;
+  // Three metric sets in one evaluation of the final checkpoint. The shapes records have no
+  // difficult or group-of boxes, so PASCAL and Open Images V2 agree exactly, and PASCAL's
+  // AP@0.5 (every recall point) is within a few points of COCO's (101 recall points).
+  const std::string config = root_->file("voc.config");
+  atomic_write_file(config, replace(read_file((fs::path(model_) / "pipeline.config").string()),
+                                    "metrics_set: \"coco_detection_metrics\"",
+                                    "metrics_set: \"coco_detection_metrics\"\n  metrics_set: "
+                                    "\"pascal_voc_detection_metrics\"\n  metrics_set: \"oid_V2_detection_metrics\""));
+  auto r = run({"detect", "eval", "--checkpoint_dir", model_, "--model_dir", root_->file("voc_eval"), "--run_once",
+                "--pipeline_config_path", config, "--stats_file", root_->file("voc.json")},
+               *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_FALSE(contains(r.err, "metrics_set")) << r.err;  // implemented: no warning
+  const json eval = json::parse(test::read_bytes(root_->file("voc.json")));
+  const double voc = eval.at("PascalBoxes_Precision/mAP@0.5IOU").get<double>();
+  EXPECT_EQ(voc, eval.at("OpenImagesV2_Precision/mAP@0.5IOU").get<double>());
+  EXPECT_NEAR(voc, eval.at("DetectionBoxes_Precision/mAP@.50IOU").get<double>(), 0.03) << eval.dump(2);
+  EXPECT_GE(voc, 0.5);
+  double per_class = 0;
+  for (const char* name : {"circle", "square", "triangle"})
+    per_class += eval.at(std::string("PascalBoxes_PerformanceByCategory/AP@0.5IOU/") + name).get<double>() / 3;
+  EXPECT_NEAR(voc, per_class, 1e-12);
+}
+
 TEST_F(DetectTrain, TwoWorkersEvaluateTheirShardsAndGatherTheDetections) {
   ASSERT_EQ(result_.rc, 0) << result_.err;
   // Two processes resume the finished model_dir: nothing to train, one evaluation over both

@@ -85,17 +85,70 @@ TEST(DetectionExample, BadRecordsNameTheField) {
 
 // The typed fields of one sample, zeroed as the pipeline hands them to a parser.
 struct Targets {
-  explicit Targets(int64_t max_boxes)
+  explicit Targets(int64_t max_boxes, int64_t num_classes = 3)
       : boxes(static_cast<size_t>(4 * max_boxes)), classes(static_cast<size_t>(max_boxes)),
-        crowd(new bool[static_cast<size_t>(max_boxes)]()), max(max_boxes) {}
+        crowd(new bool[static_cast<size_t>(max_boxes)]()), difficult(new bool[static_cast<size_t>(max_boxes)]()),
+        group_of(new bool[static_cast<size_t>(max_boxes)]()),
+        image_labels(new bool[static_cast<size_t>(num_classes + 1)]()), max(max_boxes), num_classes(num_classes) {}
   DetectionTargets view() {
-    return {boxes.data(), classes.data(), crowd.get(), &num_boxes, &image_id, original_size};
+    return {boxes.data(), classes.data(), crowd.get(),     &num_boxes,          &image_id,
+            original_size, difficult.get(), group_of.get(), image_labels.get(), num_classes};
   }
   std::vector<float> boxes;
   std::vector<int64_t> classes;
-  std::unique_ptr<bool[]> crowd;
-  int64_t max, num_boxes = 0, image_id = 0, original_size[2] = {0, 0};
+  std::unique_ptr<bool[]> crowd, difficult, group_of, image_labels;
+  int64_t max, num_classes, num_boxes = 0, image_id = 0, original_size[2] = {0, 0};
 };
+
+// image/object/difficult, image/object/group_of, image/class/label survive the record and follow
+// their boxes through the training crops (here class k marks the flag each box carries).
+TEST(DetectionPreprocess, BoxFlagsFollowTheirBoxesThroughCrops) {
+  DetectionExample d = two_tone();
+  d.boxes = {Box{0.1f, 0.1f, 0.3f, 0.3f}, Box{0.5f, 0.5f, 0.9f, 0.9f}, Box{0.2f, 0.6f, 0.5f, 0.95f},
+             Box{0.6f, 0.05f, 0.95f, 0.4f}};
+  d.classes = {1, 2, 3, 1};
+  d.texts.clear();
+  d.crowd = {false, false, true, false};
+  d.difficult = {true, false, false, true};
+  d.group_of = {false, true, false, false};
+  d.image_labels = {2, 7};  // 7 is outside the model's classes: not flagged
+  const DetectionExample back = parse_detection_example(make_detection_example(d, "png"), "t", 3);
+  EXPECT_EQ(back.difficult, d.difficult);
+  EXPECT_EQ(back.group_of, d.group_of);
+  EXPECT_EQ(back.image_labels, d.image_labels);
+  DetectionInputOptions o;
+  o.height = o.width = 16;
+  o.max_boxes = 4;
+  o.augmentation.random_horizontal_flip = true;
+  o.augmentation.ssd_random_crop = default_ssd_random_crop();
+  std::vector<float> image(3 * 16 * 16);
+  int dropped = 0;
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    Targets t(4);
+    const auto view = t.view();
+    std::mt19937_64 rng(seed);
+    const int64_t n = preprocess_detection(back, o, true, rng, image.data(), &view, "t");
+    dropped += static_cast<int>(4 - n);
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(t.difficult[i], t.classes[i] == 1) << seed << " " << i;
+      EXPECT_EQ(t.group_of[i], t.classes[i] == 2) << seed << " " << i;
+      EXPECT_EQ(t.crowd[i], t.classes[i] == 3) << seed << " " << i;
+    }
+    EXPECT_EQ(std::vector<bool>(t.image_labels.get(), t.image_labels.get() + 4),
+              (std::vector<bool>{false, false, true, false}));
+  }
+  EXPECT_GT(dropped, 0);  // the crops did drop boxes
+  // A flag list of the wrong length is an error naming the field.
+  DetectionExample wrong = d;
+  wrong.group_of = {true};
+  try {
+    parse_detection_example(make_detection_example(wrong, "png"), "f.tfrecord: record 2", 3);
+    ADD_FAILURE() << "no error";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("image/object/group_of"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("record 2"), std::string::npos) << e.what();
+  }
+}
 
 TEST(DetectionPreprocess, EvalResizesAndScalesToPlusMinusOne) {
   const DetectionExample d = two_tone();

@@ -235,7 +235,7 @@ TEST(PipelineConfig, SetButUnimplementedFieldsAreListed) {
                  "  data_augmentation_options {\n    random_horizontal_flip");
   text = replace(
       text, "num_examples: 8000",
-      "num_examples: 8000\n  metrics_set: 'coco_detection_metrics'\n  metrics_set: 'pascal_voc_detection_metrics'");
+      "num_examples: 8000\n  metrics_set: 'coco_detection_metrics'\n  metrics_set: 'coco_mask_metrics'");
   text = replace(text, "use_dropout: false", "use_dropout: false\n        use_depthwise: true");
   text = replace(text, "min_depth: 16", "min_depth: 16\n      pad_to_multiple: 1\n      use_depthwise: false");
   ConfigIssues issues;

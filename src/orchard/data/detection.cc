@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "orchard/core/error.h"
 #include "orchard/data/example.h"
@@ -54,10 +55,17 @@ DetectionExample parse_detection_example(const std::string& record, const std::s
   const auto ymax = ex.floats("image/object/bbox/ymax"), xmax = ex.floats("image/object/bbox/xmax");
   d.classes = ex.int64s("image/object/class/label");
   d.texts = ex.bytes_list("image/object/class/text");
-  for (int64_t c : ex.int64s("image/object/is_crowd")) d.crowd.push_back(c != 0);
   const size_t n = ymin.size();
-  if (!d.crowd.empty() && d.crowd.size() != n)
-    bad(source, "image/object/is_crowd", std::to_string(d.crowd.size()) + " values for " + std::to_string(n) + " boxes");
+  // Per-box flags: absent or empty means none set, as the OD API's decoder defaults them.
+  auto flags = [&](const char* key, std::vector<bool>* out) {
+    for (int64_t c : ex.int64s(key)) out->push_back(c != 0);
+    if (!out->empty() && out->size() != n)
+      bad(source, key, std::to_string(out->size()) + " values for " + std::to_string(n) + " boxes");
+  };
+  flags("image/object/is_crowd", &d.crowd);
+  flags("image/object/difficult", &d.difficult);
+  flags("image/object/group_of", &d.group_of);
+  d.image_labels = ex.int64s("image/class/label");
   if (xmin.size() != n || ymax.size() != n || xmax.size() != n)
     bad(source, "image/object/bbox/*",
         "the four coordinate lists differ in length (ymin " + std::to_string(ymin.size()) + ", xmin " +
@@ -112,10 +120,11 @@ std::string make_detection_example(const DetectionExample& d, const std::string&
   set_int64s(f, "image/object/class/label", d.classes);
   auto* texts = (*f->mutable_feature())["image/object/class/text"].mutable_bytes_list();
   for (const auto& t : d.texts) texts->add_value(t);
-  if (!d.crowd.empty()) {
-    std::vector<int64_t> crowd(d.crowd.begin(), d.crowd.end());
-    set_int64s(f, "image/object/is_crowd", crowd);
-  }
+  for (const auto& [key, flags] : {std::pair<const char*, const std::vector<bool>*>{"image/object/is_crowd", &d.crowd},
+                                   {"image/object/difficult", &d.difficult},
+                                   {"image/object/group_of", &d.group_of}})
+    if (!flags->empty()) set_int64s(f, key, std::vector<int64_t>(flags->begin(), flags->end()));
+  if (!d.image_labels.empty()) set_int64s(f, "image/class/label", d.image_labels);
   return serialize_deterministic(ex);
 }
 
@@ -172,10 +181,12 @@ CropWindow ssd_random_crop(int height, int width, const std::vector<SsdRandomCro
   return c;
 }
 
-std::vector<FieldSpec> detection_fields(int64_t max_boxes) {
-  return {{"boxes", at::kFloat, {max_boxes, 4}}, {"classes", at::kLong, {max_boxes}},
-          {"is_crowd", at::kBool, {max_boxes}},  {"num_boxes", at::kLong, {}},
-          {"image_id", at::kLong, {}},           {"original_size", at::kLong, {2}}};
+std::vector<FieldSpec> detection_fields(int64_t max_boxes, int64_t num_classes) {
+  return {{"boxes", at::kFloat, {max_boxes, 4}},      {"classes", at::kLong, {max_boxes}},
+          {"is_crowd", at::kBool, {max_boxes}},       {"num_boxes", at::kLong, {}},
+          {"image_id", at::kLong, {}},                {"original_size", at::kLong, {2}},
+          {"difficult", at::kBool, {max_boxes}},      {"group_of", at::kBool, {max_boxes}},
+          {"image_labels", at::kBool, {num_classes + 1}}};
 }
 
 DetectionTargets detection_targets(const SampleOut& out, size_t first) {
@@ -186,6 +197,9 @@ DetectionTargets detection_targets(const SampleOut& out, size_t first) {
   t.num_boxes = out.field<int64_t>(first + 3);
   t.image_id = out.field<int64_t>(first + 4);
   t.original_size = out.field<int64_t>(first + 5);
+  t.difficult = out.field<bool>(first + 6);
+  t.group_of = out.field<bool>(first + 7);
+  t.image_labels = out.field<bool>(first + 8);
   return t;
 }
 
@@ -201,9 +215,9 @@ int64_t preprocess_detection(const DetectionExample& example, const DetectionInp
                              const std::string& what) {
   Image img = decode_image(example.encoded, what, options.max_image_pixels);
   std::vector<Box> boxes = example.boxes;
-  std::vector<int64_t> classes = example.classes;
-  for (size_t i = 0; i < example.crowd.size(); ++i)
-    if (example.crowd[i]) classes[i] = -classes[i];
+  // The crops carry each box's index in the record, which names its class and flags after.
+  std::vector<int64_t> index(boxes.size());
+  std::iota(index.begin(), index.end(), 0);
   bool flip = false;
   if (training) {
     const auto& aug = options.augmentation;
@@ -213,7 +227,7 @@ int64_t preprocess_detection(const DetectionExample& example, const DetectionInp
       flip = std::uniform_real_distribution<float>(0.f, 1.f)(rng) < aug.flip_probability;
     for (const auto* crop : {&aug.ssd_random_crop, &aug.random_crop_image}) {
       if (crop->empty()) continue;
-      const CropWindow c = ssd_random_crop(img.height, img.width, *crop, &boxes, &classes, rng);
+      const CropWindow c = ssd_random_crop(img.height, img.width, *crop, &boxes, &index, rng);
       img = crop_image(img, c);
     }
   }
@@ -234,9 +248,16 @@ int64_t preprocess_detection(const DetectionExample& example, const DetectionInp
     b[1] = boxes[i].xmin;
     b[2] = boxes[i].ymax;
     b[3] = boxes[i].xmax;
-    t.classes[i] = std::abs(classes[i]);  // crowd regions carry a negated class through the crop
-    t.is_crowd[i] = classes[i] < 0;
+    const auto k = static_cast<size_t>(index[i]);
+    auto flag = [k](const std::vector<bool>& flags) { return k < flags.size() && flags[k]; };
+    t.classes[i] = example.classes[k];
+    t.is_crowd[i] = flag(example.crowd);
+    if (t.difficult) t.difficult[i] = flag(example.difficult);
+    if (t.group_of) t.group_of[i] = flag(example.group_of);
   }
+  if (t.image_labels)
+    for (int64_t label : example.image_labels)
+      if (label >= 1 && label <= t.num_classes) t.image_labels[label] = true;
   return n;
 }
 

@@ -26,6 +26,9 @@ struct DetectionExample {
   std::vector<int64_t> classes;
   std::vector<std::string> texts;  // image/object/class/text (may be empty)
   std::vector<bool> crowd;         // image/object/is_crowd (may be empty: none)
+  std::vector<bool> difficult;     // image/object/difficult (may be empty: none)
+  std::vector<bool> group_of;      // image/object/group_of (may be empty: none)
+  std::vector<int64_t> image_labels;  // image/class/label: verified image-level labels (Open Images)
 };
 
 // Parses and checks one record: the four bbox lists and the labels have one length, boxes lie
@@ -79,7 +82,10 @@ struct DetectionInputOptions {
 //   "image_id"      int64                   48 bits of a hash of image/source_id (of the image bytes
 //                                           when there is none): the image in evaluation across workers
 //   "original_size" int64 [2]               height, width of the record's image
-std::vector<FieldSpec> detection_fields(int64_t max_boxes);
+//   "difficult"     bool [max_boxes]        image/object/difficult (PASCAL VOC metrics ignore the box)
+//   "group_of"      bool [max_boxes]        image/object/group_of (Open Images metrics)
+//   "image_labels"  bool [num_classes + 1]  image/class/label: [k] set where label k is verified
+std::vector<FieldSpec> detection_fields(int64_t max_boxes, int64_t num_classes);
 uint64_t detection_image_key(const DetectionExample& example);
 
 // The detection fields of one sample, at fields[first...] of `out` (detection_fields' order).
@@ -90,6 +96,10 @@ struct DetectionTargets {
   int64_t* num_boxes = nullptr;
   int64_t* image_id = nullptr;
   int64_t* original_size = nullptr;
+  bool* difficult = nullptr;  // null: not filled
+  bool* group_of = nullptr;
+  bool* image_labels = nullptr;
+  int64_t num_classes = 0;  // image_labels has num_classes + 1 entries
 };
 DetectionTargets detection_targets(const SampleOut& out, size_t first = 0);
 

@@ -9,9 +9,13 @@
 #include "orchard/core/error.h"
 #include "orchard/data/image.h"
 #include "orchard/detect/coco_eval.h"
+#include "orchard/detect/voc_eval.h"
 
 namespace orchard::tasks {
 namespace {
+
+// Ground-truth flags in the evaluation rows.
+constexpr int kCrowd = 1, kDifficult = 2, kGroupOf = 4;
 
 // The network input [-1, 1] (CHW or HWC) back to RGB bytes.
 data::Image to_image(const at::Tensor& input, bool channels_last) {
@@ -41,7 +45,7 @@ data::SampleSpec DetectionTask::sample_spec() const {
   data::SampleSpec spec;
   const int64_t h = config_.input.height, w = config_.input.width;
   spec.image_shape = config_.input.channels_last ? std::vector<int64_t>{h, w, 3} : std::vector<int64_t>{3, h, w};
-  spec.fields = data::detection_fields(config_.input.max_boxes);
+  spec.fields = data::detection_fields(config_.input.max_boxes, config_.num_classes);
   return spec;
 }
 
@@ -51,7 +55,8 @@ data::ParseFn DetectionTask::parser(bool training) const {
   return [input, num_classes, training](const std::string& record, const std::string& source, std::mt19937_64& rng,
                                         const data::SampleOut& out) {
     const auto example = data::parse_detection_example(record, source, num_classes);
-    const auto targets = data::detection_targets(out);
+    auto targets = data::detection_targets(out);
+    targets.num_classes = num_classes;
     data::preprocess_detection(example, input, training, rng, out.image, &targets, source);
   };
 }
@@ -111,23 +116,32 @@ void DetectionTask::eval_step(const torch::Tensor& outputs, const data::Batch& b
   const auto boxes = batch.field("boxes").to(torch::kCPU).contiguous();
   const auto classes = batch.field("classes").to(torch::kCPU).contiguous();
   const auto crowd = batch.field("is_crowd").to(torch::kCPU).contiguous();
+  const auto difficult_field = batch.field("difficult").to(torch::kCPU).contiguous();
+  const auto group_of_field = batch.field("group_of").to(torch::kCPU).contiguous();
+  const auto labels_field = batch.field("image_labels").to(torch::kCPU).contiguous();
   const auto counts = batch.field("num_boxes").to(torch::kCPU);
   const auto ids = batch.field("image_id").to(torch::kCPU);
   const auto sizes = batch.field("original_size").to(torch::kCPU);
   const auto box = boxes.accessor<float, 3>();
   const auto cls = classes.accessor<int64_t, 2>();
   const auto is_crowd = crowd.accessor<bool, 2>();
-  std::vector<double> images, gts, dets;
+  const auto is_difficult = difficult_field.accessor<bool, 2>();
+  const auto is_group_of = group_of_field.accessor<bool, 2>();
+  const auto image_labels = labels_field.accessor<bool, 2>();
+  std::vector<double> images, gts, dets, labels;
   for (int64_t i = 0; i < batch.size; ++i) {
     const double key = static_cast<double>(ids[i].item<int64_t>());  // 48 bits: exact in a double
     const double h = static_cast<double>(sizes[i][0].item<int64_t>()), w = static_cast<double>(sizes[i][1].item<int64_t>());
     images.push_back(key);
     const int64_t count = counts[i].item<int64_t>();
     for (int64_t j = 0; j < count; ++j) {
-      const double c = static_cast<double>(is_crowd[i][j] ? -cls[i][j] : cls[i][j]);  // the rows' crowd: class < 0
-      gts.insert(gts.end(), {key, c, box[i][j][1] * w, box[i][j][0] * h, (box[i][j][3] - box[i][j][1]) * w,
-                             (box[i][j][2] - box[i][j][0]) * h});
+      const double flags = (is_crowd[i][j] ? kCrowd : 0) | (is_difficult[i][j] ? kDifficult : 0) |
+                           (is_group_of[i][j] ? kGroupOf : 0);
+      gts.insert(gts.end(), {key, static_cast<double>(cls[i][j]), box[i][j][1] * w, box[i][j][0] * h,
+                             (box[i][j][3] - box[i][j][1]) * w, (box[i][j][2] - box[i][j][0]) * h, flags});
     }
+    for (int64_t k = 1; k < labels_field.size(1); ++k)
+      if (image_labels[i][k]) labels.insert(labels.end(), {key, static_cast<double>(k)});
     const auto& d = detections[static_cast<size_t>(i)];
     auto b = d.boxes.accessor<float, 2>();
     auto s = d.scores.accessor<float, 1>();
@@ -146,7 +160,8 @@ void DetectionTask::eval_step(const torch::Tensor& outputs, const data::Batch& b
     };
     for (int64_t j = 0; j < counts[i].item<int64_t>(); ++j) {
       gt.push_back({box[i][j][0], box[i][j][1], box[i][j][2], box[i][j][3]});
-      gt_labels.push_back(name(cls[i][j]) + (is_crowd[i][j] ? " (crowd)" : ""));
+      gt_labels.push_back(name(cls[i][j]) + (is_crowd[i][j] ? " (crowd)" : "") +
+                          (is_difficult[i][j] ? " (difficult)" : "") + (is_group_of[i][j] ? " (group)" : ""));
     }
     for (int64_t k = 0; k < d.boxes.size(0); ++k) {
       const float score = d.scores[k].item<float>();
@@ -175,8 +190,9 @@ void DetectionTask::eval_step(const torch::Tensor& outputs, const data::Batch& b
     return torch::from_blob(v.data(), {static_cast<int64_t>(v.size()) / k, k}, torch::kDouble).clone();
   };
   sums->append_rows("coco_images", as_rows(images, 1));
-  sums->append_rows("coco_groundtruth", as_rows(gts, 6));
+  sums->append_rows("coco_groundtruth", as_rows(gts, 7));
   sums->append_rows("coco_detections", as_rows(dets, 7));
+  if (!labels.empty()) sums->append_rows("image_labels", as_rows(labels, 2));
 }
 
 std::map<std::string, double> DetectionTask::compute_metrics(const MetricSums& s, bool training) const {
@@ -196,42 +212,83 @@ std::map<std::string, double> DetectionTask::compute_metrics(const MetricSums& s
   for (const auto& [name, sum] : s.sums())
     if (name.rfind("eval_Loss/", 0) == 0) total += m[name.substr(5)] = sum.sum().item<double>() / count;
   m["Loss/total_loss"] = total;
-  detect::CocoEvaluator coco;
-  if (auto images = s.rows("coco_images"); images.defined()) {
-    auto a = images.accessor<double, 2>();
-    for (int64_t i = 0; i < images.size(0); ++i) coco.add_image(static_cast<int64_t>(a[i][0]));
-  }
-  if (auto gts = s.rows("coco_groundtruth"); gts.defined()) {
-    auto a = gts.accessor<double, 2>();
-    for (int64_t i = 0; i < gts.size(0); ++i) {
-      detect::CocoGroundTruth g;
-      g.image_id = static_cast<int64_t>(a[i][0]);
-      g.category_id = static_cast<int64_t>(std::abs(a[i][1]));
-      g.iscrowd = a[i][1] < 0;
-      g.x = a[i][2], g.y = a[i][3], g.w = a[i][4], g.h = a[i][5];
-      coco.add_ground_truth(g);
+  // The evaluation rows: [image], [image, class, x, y, w, h, flags], [image, class, score, x, y,
+  // w, h], [image, verified label]; pixels of the original image.
+  std::vector<std::vector<double>> image_rows, gt_rows, det_rows, label_rows;
+  auto read = [&](const char* name, std::vector<std::vector<double>>* out) {
+    const auto rows = s.rows(name);
+    if (!rows.defined()) return;
+    auto a = rows.accessor<double, 2>();
+    for (int64_t i = 0; i < rows.size(0); ++i) {
+      out->emplace_back(static_cast<size_t>(rows.size(1)));
+      for (int64_t j = 0; j < rows.size(1); ++j) out->back()[static_cast<size_t>(j)] = a[i][j];
     }
-  }
-  if (auto dets = s.rows("coco_detections"); dets.defined()) {
-    auto a = dets.accessor<double, 2>();
-    for (int64_t i = 0; i < dets.size(0); ++i) {
-      detect::CocoDetection d;
-      d.image_id = static_cast<int64_t>(a[i][0]);
-      d.category_id = static_cast<int64_t>(a[i][1]);
-      d.score = a[i][2];
-      d.x = a[i][3], d.y = a[i][4], d.w = a[i][5], d.h = a[i][6];
-      coco.add_detection(d);
+  };
+  read("coco_images", &image_rows);
+  read("coco_groundtruth", &gt_rows);
+  read("coco_detections", &det_rows);
+  read("image_labels", &label_rows);
+  auto flag = [](double flags, int bit) { return (static_cast<int>(flags) & bit) != 0; };
+  for (const auto& metrics_set : config_.metrics_sets) {
+    if (metrics_set == "coco_detection_metrics") {
+      detect::CocoEvaluator coco;
+      for (const auto& r : image_rows) coco.add_image(static_cast<int64_t>(r[0]));
+      for (const auto& r : gt_rows) {
+        detect::CocoGroundTruth g;
+        g.image_id = static_cast<int64_t>(r[0]);
+        g.category_id = static_cast<int64_t>(r[1]);
+        g.x = r[2], g.y = r[3], g.w = r[4], g.h = r[5];
+        g.iscrowd = flag(r[6], kCrowd);
+        coco.add_ground_truth(g);
+      }
+      for (const auto& r : det_rows) {
+        detect::CocoDetection d;
+        d.image_id = static_cast<int64_t>(r[0]);
+        d.category_id = static_cast<int64_t>(r[1]);
+        d.score = r[2];
+        d.x = r[3], d.y = r[4], d.w = r[5], d.h = r[6];
+        coco.add_detection(d);
+      }
+      const auto result = coco.evaluate();
+      for (const auto& [name, value] : result.named()) m[name] = value;
+      if (config_.per_category_metrics) {
+        for (const auto& [category, ap] : result.per_category_ap) {
+          const auto index = static_cast<size_t>(category - 1);
+          const std::string name =
+              index < config_.class_names.size() ? config_.class_names[index] : "class " + std::to_string(category);
+          m["DetectionBoxes_PerformanceByCategory/mAP/" + name] = ap;
+        }
+      }
+      continue;
     }
-  }
-  const auto result = coco.evaluate();
-  for (const auto& [name, value] : result.named()) m[name] = value;
-  if (config_.per_category_metrics) {
-    for (const auto& [category, ap] : result.per_category_ap) {
-      const auto index = static_cast<size_t>(category - 1);
-      const std::string name =
-          index < config_.class_names.size() ? config_.class_names[index] : "class " + std::to_string(category);
-      m["DetectionBoxes_PerformanceByCategory/mAP/" + name] = ap;
+    // PASCAL VOC / Open Images: per image, its boxes then its detections, in image order.
+    const auto options = detect::VocMetricsOptions::for_metrics_set(metrics_set);
+    detect::VocEvaluator voc(config_.num_classes, options);
+    std::map<int64_t, std::vector<detect::VocGroundTruth>> boxes;
+    std::map<int64_t, std::vector<detect::VocDetection>> found;
+    std::map<int64_t, std::vector<int64_t>> verified;
+    for (const auto& r : gt_rows) {
+      detect::VocGroundTruth g;
+      g.category_id = static_cast<int64_t>(r[1]);
+      g.xmin = r[2], g.ymin = r[3], g.xmax = r[2] + r[4], g.ymax = r[3] + r[5];
+      g.difficult = flag(r[6], kDifficult);  // crowd regions are ordinary boxes here, as the OD API's
+      g.group_of = flag(r[6], kGroupOf);
+      boxes[static_cast<int64_t>(r[0])].push_back(g);
     }
+    for (const auto& r : det_rows) {
+      detect::VocDetection d;
+      d.category_id = static_cast<int64_t>(r[1]);
+      d.score = r[2];
+      d.xmin = r[3], d.ymin = r[4], d.xmax = r[3] + r[5], d.ymax = r[4] + r[6];
+      found[static_cast<int64_t>(r[0])].push_back(d);
+    }
+    for (const auto& r : label_rows) verified[static_cast<int64_t>(r[0])].push_back(static_cast<int64_t>(r[1]));
+    for (const auto& r : image_rows) {
+      const auto id = static_cast<int64_t>(r[0]);
+      voc.add_ground_truth(id, boxes[id], verified[id]);
+      voc.add_detections(id, found[id]);
+    }
+    for (const auto& [name, value] : voc.evaluate().named(options, config_.class_names)) m[name] = value;
   }
   return m;
 }

@@ -28,6 +28,10 @@ struct DetectionConfig {
   double l2_weight = 4e-5;                  // conv_hyperparams l2_regularizer weight
   std::vector<std::string> class_names;     // index = label-map id - 1
   bool per_category_metrics = false;        // eval_config.include_metrics_per_category
+  // eval_config.metrics_set: coco_detection_metrics (the default), pascal_voc_detection_metrics,
+  // weighted_pascal_voc_detection_metrics, oid_V2_detection_metrics (=
+  // open_images_V2_detection_metrics), oid_challenge_detection_metrics.
+  std::vector<std::string> metrics_sets{"coco_detection_metrics"};
   int num_visualizations = 10;              // eval_config: eval images drawn into TensorBoard
   float visualization_min_score = 0.5f;     // eval_config.min_score_threshold
 };

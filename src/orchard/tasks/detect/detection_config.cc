@@ -1,8 +1,10 @@
 // pipeline.config -> DetectionConfig: with the meta-architectures' parsers (tasks/detect/<arch>/),
 // the one place that reads the TF OD API messages (detectron2's from_config step); everything
 // downstream takes plain options.
+#include <algorithm>
 #include <vector>
 
+#include "orchard/detect/voc_eval.h"
 #include "orchard/proto/object_detection/pipeline.pb.h"
 #include "orchard/tasks/detect/detection.h"
 
@@ -71,6 +73,12 @@ DetectionConfig detection_config(const object_detection::protos::TrainEvalPipeli
     }
   }
   c.per_category_metrics = pipeline.eval_config().include_metrics_per_category();
+  // Sets Orchard does not compute were reported by validate_pipeline_config and are left out.
+  std::vector<std::string> sets;
+  for (const auto& set : pipeline.eval_config().metrics_set())
+    if (set == "coco_detection_metrics" || detect::VocMetricsOptions::is_metrics_set(set))
+      if (std::find(sets.begin(), sets.end(), set) == sets.end()) sets.push_back(set);
+  if (!sets.empty()) c.metrics_sets = sets;
   c.num_visualizations = static_cast<int>(pipeline.eval_config().num_visualizations());
   c.visualization_min_score = pipeline.eval_config().min_score_threshold();
   return c;
