@@ -42,7 +42,7 @@ PY
   log=$out/$name.log
   if OMP_NUM_THREADS=2 "$bin" detect train --pipeline_config_path "$filled" --model_dir "$out/$name" --clean \
       --num_train_steps 2 --num_threads 2 >"$log" 2>&1; then
-    ap=$(grep -o 'DetectionBoxes_Precision/mAP=[0-9.-]*' "$log" | tail -1)
+    ap=$(grep -oE '[A-Za-z0-9]+_Precision/mAP(@0.5IOU)?=[0-9.na-]+' "$log" | tail -1)
     warn=$(grep -c ' W ' "$log")
     echo "| \`$name\` | trains + evaluates ($ap; $warn warnings) |"
   else

@@ -428,7 +428,7 @@ TEST(PipelineConfig, TheOdApiSampleConfigsValidateOrSayWhyNot) {
       {"ssd_mobilenet_v2_quantized_300x300_coco", ""},
       {"ssd_resnet101_v1_fpn_shared_box_predictor_oid_512x512_sync", ""},
       {"ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco14_sync", ""},
-      {"ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco17_sync_keras", "model.ssd.feature_extractor.type 'ssd_resnet50_v1_fpn_keras' is not supported"},
+      {"ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco17_sync_keras", ""},
       {"ssdlite_mobiledet_cpu_320x320_coco_sync_4x4", "model.ssd.feature_extractor.type 'ssd_mobiledet_cpu' is not supported"},
       {"ssdlite_mobiledet_dsp_320x320_coco_sync_4x4", "model.ssd.feature_extractor.type 'ssd_mobiledet_dsp' is not supported"},
       {"ssdlite_mobiledet_edgetpu_320x320_coco_sync_4x4", "model.ssd.feature_extractor.type 'ssd_mobiledet_edgetpu' is not supported"},
