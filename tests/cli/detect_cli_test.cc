@@ -457,6 +457,12 @@ INSTANTIATE_TEST_SUITE_P(
                    {{"\"ssd_mobilenet_v2\"", "\"ssd_mobilenet_v3_small\"\n      use_depthwise: true"},
                     {"        kernel_size: 3\n", "        kernel_size: 3\n        use_depthwise: true\n"}},
                    500, 0.5},
+        // SSDLite on MobileNet-EdgeTPU (ssdlite_mobilenet_edgetpu_320x320_coco's layout): fused
+        // blocks, ReLU, depthwise extras and heads. 0.68 after 500 steps when written.
+        FamilyCase{"ssd_mobilenet_edgetpu",
+                   {{"\"ssd_mobilenet_v2\"", "\"ssd_mobilenet_edgetpu\"\n      use_depthwise: true"},
+                    {"        kernel_size: 3\n", "        kernel_size: 3\n        use_depthwise: true\n"}},
+                   500, 0.5},
         // Inception-v3's three base maps (ssd_inception_v3_pets' layout) at depth 0.35. 0.54 after
         // 400 steps when written.
         FamilyCase{"ssd_inception_v3",

@@ -971,6 +971,73 @@ TEST(SsdModel, MobileNetV3SmallSsdLite) {
   EXPECT_THROW(SsdModel{o}, c10::Error);  // no FPN variant in the OD API
 }
 
+// ssdlite_mobilenet_edgetpu_320x320_coco(_quant): TF-Slim's V3_EDGETPU to layer_23 (ReLU, no
+// squeeze-excite, fused blocks: a k x k stride-s expansion and no depthwise), feature maps
+// layer_18/expansion_output + layer_23, depthwise extras. Counts by hand from mobilenet_v3.py's
+// V3_EDGETPU and feature_map_generators (the feature extractor without the predictor): the
+// backbone 2,562,112 trainable (gammas included), the extras 378,432; 40,928 moving statistics.
+// With the unbuilt 1280-channel Conv_1 and a 1001-class classifier that is ~4.09M, the published
+// MobileNet-EdgeTPU size.
+TEST(SsdModel, MobileNetEdgeTpuSsdLite) {
+  SsdModelOptions o;
+  o.feature_extractor = "ssd_mobilenet_edgetpu";
+  o.use_depthwise = true;
+  o.depthwise_heads = true;
+  o.kernel_size = 3;
+  SsdModel model(o);
+  const Sizes channels{384, 192, 512, 256, 256, 128};
+  EXPECT_EQ(model->feature_map_channels(), channels);
+  const auto got = state_shapes(*model);
+  EXPECT_EQ(got.at("backbone.features.0.0.weight"), "32,3,3,3");
+  EXPECT_EQ(got.count("backbone.features.1.expand.0.weight"), 0u);  // 32 * 1 is not wider than 32
+  EXPECT_EQ(got.count("backbone.features.1.depthwise.0.weight"), 0u);
+  EXPECT_EQ(got.at("backbone.features.1.project.0.weight"), "16,32,1,1");
+  EXPECT_EQ(got.at("backbone.features.2.expand.0.weight"), "128,16,3,3");  // fused: 3x3 stride 2
+  EXPECT_EQ(got.count("backbone.features.2.depthwise.0.weight"), 0u);
+  EXPECT_EQ(got.at("backbone.features.10.depthwise.0.weight"), "384,1,3,3");
+  EXPECT_EQ(got.at("backbone.features.18.depthwise.0.weight"), "768,1,5,5");
+  EXPECT_EQ(got.at("backbone.features.22.project.0.weight"), "192,1280,1,1");
+  EXPECT_EQ(got.count("backbone.features.23.0.weight"), 0u);  // Conv_1 (layer_24) is not built
+  int64_t backbone = 0, extras = 0, moving = 0;
+  for (const auto& p : model->named_parameters()) {
+    if (p.key().rfind("backbone.", 0) == 0) backbone += p.value().numel();
+    if (p.key().rfind("extras.", 0) == 0) extras += p.value().numel();
+  }
+  for (const auto& b : model->named_buffers())
+    if (b.key().find("running_") != std::string::npos &&
+        (b.key().rfind("backbone.", 0) == 0 || b.key().rfind("extras.", 0) == 0))
+      moving += b.value().numel();
+  EXPECT_EQ(backbone, 2'562'112);
+  EXPECT_EQ(extras, 378'432);
+  EXPECT_EQ(moving, 40'928);
+  const auto tf = [&](const std::string& n) { return model->tf_name(n)->name; };
+  EXPECT_EQ(tf("backbone.features.2.expand.0.weight"), "FeatureExtractor/MobilenetEdgeTPU/expanded_conv_1/expand/weights");
+  EXPECT_EQ(model->tf_name("backbone.features.2.expand.0.weight")->layout, models::TfLayout::kConv);
+  EXPECT_EQ(tf("backbone.features.10.depthwise.0.weight"),
+            "FeatureExtractor/MobilenetEdgeTPU/expanded_conv_9/depthwise/depthwise_weights");
+  EXPECT_EQ(tf("backbone.features.10.project.1.running_mean"),
+            "FeatureExtractor/MobilenetEdgeTPU/expanded_conv_9/project/BatchNorm/moving_mean");
+  EXPECT_EQ(tf("extras.0.1.0.weight"),
+            "FeatureExtractor/MobilenetEdgeTPU/layer_23_2_Conv2d_2_3x3_s2_512_depthwise/depthwise_weights");
+  EXPECT_EQ(tf("extras.0.2.0.weight"), "FeatureExtractor/MobilenetEdgeTPU/layer_23_2_Conv2d_2_3x3_s2_512/weights");
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto maps = model->feature_maps(torch::rand({1, 3, 320, 320}) * 2 - 1);
+  const std::vector<std::pair<int64_t, int64_t>> want{{20, 20}, {10, 10}, {5, 5}, {3, 3}, {2, 2}, {1, 1}};
+  EXPECT_EQ(model->feature_map_sizes(320, 320), want);
+  ASSERT_EQ(maps.size(), 6u);
+  for (size_t i = 0; i < 6; ++i)
+    EXPECT_EQ(maps[i].sizes().vec(), (Sizes{1, channels[i], want[i].first, want[i].second})) << i;
+  // ReLU, not ReLU6, inside the backbone: the first layer's 3x3 sum of ones (27) is not capped.
+  models::MobileNetV3Options bo;
+  bo.edgetpu = true;
+  models::MobileNetV3 net(bo);
+  net->eval();
+  net->named_parameters()["features.0.0.weight"].fill_(1);
+  const auto first = net->endpoints(torch::ones({1, 3, 8, 8}), {models::MobileNetV3Endpoint{0, false}})[0];
+  EXPECT_NEAR(first[0][0][1][1].item<double>(), 27 / std::sqrt(1.001), 1e-3);
+}
+
 // ssd_inception_v3_{coco,pets}: TF-Slim's inception_v3_base to Mixed_7c under the config's
 // conv_hyperparams (batch norm with gamma, ReLU6), three base maps and three extra layers of
 // depths 512, 256, 128 (layer_depth [-1, -1, -1, 512, 256, 128]), named after Mixed_7c.

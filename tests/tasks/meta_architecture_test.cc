@@ -105,6 +105,8 @@ TEST(MetaArchitectures, TheOdApiSampleConfigsBuildWithTheirAnchors) {
       {"ssd_resnet101_v1_fpn_shared_box_predictor_oid_512x512_sync", {"ssd_resnet101_v1_fpn", 131040}},
       {"ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco14_sync", {"ssd_resnet50_v1_fpn", 51150}},
       {"ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco17_sync_keras", {"ssd_resnet50_v1_fpn", 51150}},
+      {"ssdlite_mobilenet_edgetpu_320x320_coco", {"ssd_mobilenet_edgetpu", 2034}},
+      {"ssdlite_mobilenet_edgetpu_320x320_coco_quant", {"ssd_mobilenet_edgetpu", 2034}},
       {"ssdlite_mobilenet_v1_coco", {"ssd_mobilenet_v1", 1917}},
       {"ssdlite_mobilenet_v2_coco", {"ssd_mobilenet_v2", 1917}},
       {"ssdlite_mobilenet_v3_large_320x320_coco", {"ssd_mobilenet_v3_large", 2034}},

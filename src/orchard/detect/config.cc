@@ -524,11 +524,12 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
         "ssd_mobilenet_v1_fpn_keras", "ssd_mobilenet_v2_fpn_keras", "ssd_resnet50_v1_fpn",
         "ssd_resnet101_v1_fpn",       "ssd_mobilenet_v1_ppn",       "ssd_mobilenet_v3_large",
         "ssd_mobilenet_v3_small",     "ssd_inception_v3",           "ssd_resnet50_v1_fpn_keras",
-        "ssd_resnet101_v1_fpn_keras"};
+        "ssd_resnet101_v1_fpn_keras", "ssd_mobilenet_edgetpu"};
     if (kTypes.count(type) == 0)
       problems.push_back("model.ssd.feature_extractor.type '" + type +
                          "' is not supported; Orchard implements ssd_mobilenet_v2 and ssd_mobilenet_v1 (each also "
                          "_fpn, _keras), ssd_mobilenet_v1_ppn, ssd_mobilenet_v3_large, ssd_mobilenet_v3_small, "
+                         "ssd_mobilenet_edgetpu, "
                          "ssd_inception_v3, ssd_resnet50_v1_fpn and ssd_resnet101_v1_fpn (each also _keras)");
     // SSDInceptionV3FeatureExtractor raises this itself: inception_v3 has no arg scope of its own.
     if (type == "ssd_inception_v3" && !ssd.feature_extractor().override_base_feature_extractor_hyperparams())

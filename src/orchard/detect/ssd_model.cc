@@ -45,6 +45,9 @@ constexpr Layout kLayouts[] = {
      {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
     {"ssd_mobilenet_v3_small", "MobilenetV3", {"layer_10/expansion_output", "layer_13"}, {-1, -1, 512, 256, 256, 128},
      {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
+    // SSDMobileNetEdgeTPUFeatureExtractor: V3_EDGETPU to layer_23.
+    {"ssd_mobilenet_edgetpu", "MobilenetEdgeTPU", {"layer_18/expansion_output", "layer_23"},
+     {-1, -1, 512, 256, 256, 128}, {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
     // SSDInceptionV3FeatureExtractor: TF-Slim's inception_v3_base, three base maps.
     {"ssd_inception_v3", "InceptionV3", {"Mixed_5d", "Mixed_6e", "Mixed_7c"}, {-1, -1, -1, 512, 256, 128},
      {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
@@ -64,7 +67,7 @@ const Layout& layout_of(const std::string& type) {
     if (type == l.type) return l;
   TORCH_CHECK(false, "SSD feature extractor '", type,
               "' is not one of ssd_mobilenet_v2, ssd_mobilenet_v1, ssd_mobilenet_v3_large, ssd_mobilenet_v3_small, "
-              "ssd_inception_v3, "
+              "ssd_mobilenet_edgetpu, ssd_inception_v3, "
               "ssd_resnet50_v1, ssd_resnet101_v1");
 }
 
@@ -138,11 +141,13 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
       base_endpoints_.push_back(parse_mobilenet_v2_endpoint(layer));
       channels_.push_back(backbone_->endpoint_channels(base_endpoints_.back()));
     }
-  } else if (std::string(layout.scope) == "MobilenetV3") {
-    // mobilenet_v3.mobilenet_base(conv_defs=V3_*_DETECTION, final_endpoint=from_layer[1]) under
-    // training_scope(bn_decay=0.9997) and min_depth from the config.
+  } else if (std::string(layout.scope) == "MobilenetV3" || std::string(layout.scope) == "MobilenetEdgeTPU") {
+    // mobilenet_v3.mobilenet_base(conv_defs=V3_*_DETECTION or V3_EDGETPU,
+    // final_endpoint=from_layer[1]) under training_scope(bn_decay=0.9997) and min_depth from the
+    // config (whose conv_hyperparams give the batch norm; the conv_defs keep their activations).
     models::MobileNetV3Options bo;
     bo.small = o.feature_extractor == "ssd_mobilenet_v3_small";
+    bo.edgetpu = o.feature_extractor == "ssd_mobilenet_edgetpu";
     bo.detection = true;
     bo.depth_multiplier = o.depth_multiplier;
     bo.min_depth = o.min_depth;

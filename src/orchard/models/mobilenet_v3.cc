@@ -36,6 +36,8 @@ struct LayerDef {
   int64_t outputs;
   Act act;
   bool se;
+  bool fused = false;    // mbv3_fused: expand is the k x k stride-s convolution, no depthwise
+  bool residual = true;  // expanded_conv's residual flag (added when the shapes allow)
 };
 constexpr Act R = Act::kRelu, H = Act::kHardSwish;
 constexpr LayerDef kLarge[] = {
@@ -51,6 +53,16 @@ constexpr LayerDef kSmall[] = {
     {5, 1, 6, 40, H, true},         {5, 1, 3, 48, H, true},        {5, 1, 3, 48, H, true},
     {5, 2, 6, 96, H, true},         {5, 1, 6, 96, H, true},        {5, 1, 6, 96, H, true},
     {1, 1, 0, 576, H, false}};
+// V3_EDGETPU through layer_23 (ReLU, no SE): fused blocks, then depthwise ones.
+constexpr LayerDef kEdgeTpu[] = {
+    {3, 2, 0, 32, R, false},        {3, 1, 1, 16, R, false, true},  {3, 2, 8, 32, R, false, true},
+    {3, 1, 4, 32, R, false, true},  {3, 1, 4, 32, R, false, true},  {3, 1, 4, 32, R, false, true},
+    {3, 2, 8, 48, R, false, true},  {3, 1, 4, 48, R, false, true},  {3, 1, 4, 48, R, false, true},
+    {3, 1, 4, 48, R, false, true},  {3, 2, 8, 96, R, false},        {3, 1, 4, 96, R, false},
+    {3, 1, 4, 96, R, false},        {3, 1, 4, 96, R, false},        {3, 1, 8, 96, R, false, false, false},
+    {3, 1, 4, 96, R, false},        {3, 1, 4, 96, R, false},        {3, 1, 4, 96, R, false},
+    {5, 2, 8, 160, R, false},       {5, 1, 4, 160, R, false},       {5, 1, 4, 160, R, false},
+    {5, 1, 4, 160, R, false},       {3, 1, 8, 192, R, false}};
 // _reduce_consecutive_layers(V3_LARGE, 13, 16) / (V3_SMALL, 9, 12): the first halved layer.
 constexpr int64_t kLargeDetectionFirst = 13, kSmallDetectionFirst = 9;
 
@@ -104,16 +116,22 @@ TORCH_MODULE(SqueezeExcite);
 class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(int64_t in, int64_t hidden, int64_t out, const LayerDef& d, const MobileNetV3Options& o)
-      : residual_(d.stride == 1 && in == out) {
-    if (hidden > in) expand_ = register_module("expand", ConvBn(in, hidden, 1, 1, 1, d.act, false, o));
-    depthwise_ = register_module(
-        "depthwise", ConvBn(hidden, hidden, d.kernel, d.stride, hidden, d.act, o.tf_same_padding && d.stride > 1, o));
+      : residual_(d.residual && d.stride == 1 && in == out) {
+    const bool same = o.tf_same_padding && d.stride > 1;
+    if (d.fused) {
+      TORCH_CHECK(hidden > in || d.stride == 1, "MobileNetV3: a fused block without expansion cannot stride");
+      if (hidden > in) expand_ = register_module("expand", ConvBn(in, hidden, d.kernel, d.stride, 1, d.act, same, o));
+    } else {
+      if (hidden > in) expand_ = register_module("expand", ConvBn(in, hidden, 1, 1, 1, d.act, false, o));
+      depthwise_ =
+          register_module("depthwise", ConvBn(hidden, hidden, d.kernel, d.stride, hidden, d.act, same, o));
+    }
     if (d.se) se_ = register_module("se", SqueezeExcite(hidden, make_divisible(hidden / 4.0, 8, 8)));
-    project_ = register_module("project", ConvBn(hidden, out, 1, 1, 1, Act::kNone, false, o));
+    project_ = register_module("project", ConvBn(std::max(hidden, in), out, 1, 1, 1, Act::kNone, false, o));
   }
   torch::Tensor expand(const torch::Tensor& x) { return expand_ ? expand_->forward(x) : x; }
   torch::Tensor finish(const torch::Tensor& x, const torch::Tensor& expanded) {
-    auto h = depthwise_->forward(expanded);
+    auto h = depthwise_ ? depthwise_->forward(expanded) : expanded;
     if (se_) h = se_->forward(h);
     h = project_->forward(h);
     return residual_ ? h + x : h;
@@ -131,9 +149,10 @@ TORCH_MODULE(Block);
 MobileNetV3Impl::MobileNetV3Impl(const MobileNetV3Options& o) : options_(o) {
   TORCH_CHECK(o.depth_multiplier > 0, "MobileNetV3 depth_multiplier must be positive, got ", o.depth_multiplier);
   TORCH_CHECK(o.min_depth >= 1, "MobileNetV3 min_depth must be >= 1, got ", o.min_depth);
-  const LayerDef* defs = o.small ? kSmall : kLarge;
-  const int64_t n = o.small ? std::size(kSmall) : std::size(kLarge);
-  const int64_t halved_from = o.detection ? (o.small ? kSmallDetectionFirst : kLargeDetectionFirst) : n;
+  const LayerDef* defs = o.edgetpu ? kEdgeTpu : o.small ? kSmall : kLarge;
+  const int64_t n = o.edgetpu ? std::size(kEdgeTpu) : o.small ? std::size(kSmall) : std::size(kLarge);
+  const int64_t halved_from =
+      o.detection && !o.edgetpu ? (o.small ? kSmallDetectionFirst : kLargeDetectionFirst) : n;
   features_ = register_module("features", torch::nn::ModuleList());
   int64_t in = 3;
   for (int64_t i = 0; i < n; ++i) {

@@ -1,5 +1,5 @@
 // MobileNetV3 (Howard et al. 2019) as TF-Slim's nets/mobilenet/mobilenet_v3.py builds it
-// (V3_LARGE, V3_SMALL, and their *_DETECTION variants, whose last four layers have half the
+// (V3_LARGE, V3_SMALL, V3_EDGETPU, and the *_DETECTION variants, whose last four layers have half the
 // outputs): a 3x3 stride-2 convolution + batch norm + hard-swish, then inverted residual blocks
 // (expansion 1x1 -> depthwise k x k -> squeeze-excite -> linear projection 1x1, each convolution
 // with batch norm; ReLU or hard-swish inside), then a 1x1 convolution + batch norm + hard-swish.
@@ -35,6 +35,11 @@ namespace orchard::models {
 
 struct MobileNetV3Options {
   bool small = false;      // V3_SMALL; false: V3_LARGE
+  // V3_EDGETPU (MobileNet-EdgeTPU, the base of the OD API's ssd_mobilenet_edgetpu) up to
+  // layer_23, its final_endpoint there (the 1280-channel Conv_1 is not built): ReLU everywhere,
+  // no squeeze-excite, the first six blocks "fused" (expand is a k x k stride-s convolution,
+  // no depthwise), expanded_conv_13 without its residual. `small` and `detection` do not apply.
+  bool edgetpu = false;
   bool detection = false;  // V3_*_DETECTION: layers 13..16 (large) / 9..12 (small) at half width
   double depth_multiplier = 1.0;
   int64_t min_depth = 8;                        // TF-Slim's default; the OD API's configs say 16
