@@ -463,6 +463,13 @@ INSTANTIATE_TEST_SUITE_P(
                    {{"\"ssd_mobilenet_v2\"", "\"ssd_mobilenet_edgetpu\"\n      use_depthwise: true"},
                     {"        kernel_size: 3\n", "        kernel_size: 3\n        use_depthwise: true\n"}},
                    500, 0.5},
+        // SSDLite on MobileDet-DSP (ssdlite_mobiledet_dsp_320x320_coco_sync_4x4's layout): IBN,
+        // fused and Tucker blocks, C4 + C5, depthwise extras and heads. 0.55 after 500 steps when
+        // written.
+        FamilyCase{"ssd_mobiledet_dsp",
+                   {{"\"ssd_mobilenet_v2\"", "\"ssd_mobiledet_dsp\"\n      use_depthwise: true"},
+                    {"        kernel_size: 3\n", "        kernel_size: 3\n        use_depthwise: true\n"}},
+                   500, 0.4},
         // Inception-v3's three base maps (ssd_inception_v3_pets' layout) at depth 0.35. 0.54 after
         // 400 steps when written.
         FamilyCase{"ssd_inception_v3",

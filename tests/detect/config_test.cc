@@ -401,7 +401,7 @@ TEST(LabelMap, TextRoundTrip) {
 TEST(PipelineConfig, TheOdApiSampleConfigsValidateOrSayWhyNot) {
   // config -> "" (validates) or the start of the reason validate_pipeline_config gives.
   const std::map<std::string, std::string> expected = {
-      {"embedded_ssd_mobilenet_v1_coco", "model.ssd.feature_extractor.type 'embedded_ssd_mobilenet_v1' is not supported"},
+      {"embedded_ssd_mobilenet_v1_coco", ""},
       {"facessd_mobilenet_v2_quantized_320x320_open_image_v4", ""},
       {"ssd_inception_v2_coco", "model.ssd.feature_extractor.type 'ssd_inception_v2' is not supported"},
       {"ssd_inception_v2_pets", "model.ssd.feature_extractor.type 'ssd_inception_v2' is not supported"},
@@ -429,10 +429,10 @@ TEST(PipelineConfig, TheOdApiSampleConfigsValidateOrSayWhyNot) {
       {"ssd_resnet101_v1_fpn_shared_box_predictor_oid_512x512_sync", ""},
       {"ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco14_sync", ""},
       {"ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco17_sync_keras", ""},
-      {"ssdlite_mobiledet_cpu_320x320_coco_sync_4x4", "model.ssd.feature_extractor.type 'ssd_mobiledet_cpu' is not supported"},
-      {"ssdlite_mobiledet_dsp_320x320_coco_sync_4x4", "model.ssd.feature_extractor.type 'ssd_mobiledet_dsp' is not supported"},
-      {"ssdlite_mobiledet_edgetpu_320x320_coco_sync_4x4", "model.ssd.feature_extractor.type 'ssd_mobiledet_edgetpu' is not supported"},
-      {"ssdlite_mobiledet_gpu_320x320_coco_sync_4x4", "model.ssd.feature_extractor.type 'ssd_mobiledet_gpu' is not supported"},
+      {"ssdlite_mobiledet_cpu_320x320_coco_sync_4x4", ""},
+      {"ssdlite_mobiledet_dsp_320x320_coco_sync_4x4", ""},
+      {"ssdlite_mobiledet_edgetpu_320x320_coco_sync_4x4", ""},
+      {"ssdlite_mobiledet_gpu_320x320_coco_sync_4x4", ""},
       {"ssdlite_mobilenet_edgetpu_320x320_coco", ""},
       {"ssdlite_mobilenet_edgetpu_320x320_coco_quant", ""},
       {"ssdlite_mobilenet_v1_coco", ""},
@@ -467,6 +467,18 @@ TEST(PipelineConfig, TheOdApiSampleConfigsValidateOrSayWhyNot) {
       EXPECT_NE(got[name].find(want), std::string::npos) << name << ": " << got[name];
   }
   EXPECT_EQ(expected.size(), got.size());
+}
+
+// EmbeddedSSDMobileNetV1FeatureExtractor's own checks: 256x256 inputs, no pad_to_multiple.
+TEST(PipelineConfig, EmbeddedMobileNetV1NeedsItsInputSize) {
+  const std::string path = ORCHARD_TEST_FIXTURES "/od_api_configs/embedded_ssd_mobilenet_v1_coco.config";
+  std::string text = test::read_bytes(path);
+  text = replace(text, "height: 256\n        width: 256", "height: 300\n        width: 300");
+  text = replace(text, "min_depth: 16", "min_depth: 16\n      pad_to_multiple: 32");
+  const auto c = parse_pipeline_config(text, "embedded.config", /*strict=*/false);
+  expect_error([&] { validate_pipeline_config(c, "embedded.config"); },
+               {"embedded_ssd_mobilenet_v1 needs a 256x256 fixed_shape_resizer",
+                "pad_to_multiple must be 1 for embedded_ssd_mobilenet_v1"});
 }
 
 }  // namespace

@@ -1038,6 +1038,114 @@ TEST(SsdModel, MobileNetEdgeTpuSsdLite) {
   EXPECT_NEAR(first[0][0][1][1].item<double>(), 27 / std::sqrt(1.001), 1e-3);
 }
 
+// ssdlite_mobiledet_{cpu,dsp,edgetpu,gpu}_320x320_coco_sync_4x4: the OD API's MobileDet
+// backbones (ssd_mobiledet_feature_extractor.py), C4 + C5 and depthwise extras. Counts by hand
+// from its block lists (trainable, batch norm gammas and betas included; the moving statistics
+// equal the gamma + beta count); with the SSDLite predictor and the moving statistics they give
+// the configs' headers: 4.21M, 7.16M, 4.20M, 13.11M parameters.
+TEST(SsdModel, MobileDetBackbones) {
+  struct Case {
+    std::string variant;
+    int64_t c4, c5, backbone, extras, batch_norm;
+    std::string name, tf;
+  };
+  const std::vector<Case> cases{
+      {"cpu", 72, 144, 3'006'440, 366'144, 34'896, "backbone.features.8.se.fc2.bias",
+       "FeatureExtractor/MobileDetCPU/IBN_6/SqueezeExcite/Conv_1/biases"},
+      {"dsp", 144, 240, 5'839'952, 390'720, 51'120, "backbone.features.21.core.1.weight",
+       "FeatureExtractor/MobileDetDSP/TuckerConv_1/Conv_1/BatchNorm/gamma"},
+      {"edgetpu", 96, 384, 2'777'040, 427'584, 43'024, "backbone.features.22.depthwise.0.weight",
+       "FeatureExtractor/MobileDetEdgeTPU/IBN_10/SeparableConv2d/depthwise_weights"},
+      {"gpu", 128, 384, 11'689'920, 427'584, 33'248, "backbone.features.17.expand.0.weight",
+       "FeatureExtractor/MobileDetGPU/FusedConv_12/Conv/weights"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.variant);
+    SsdModelOptions o;
+    o.feature_extractor = "ssd_mobiledet_" + c.variant;
+    o.use_depthwise = true;
+    o.depthwise_heads = true;
+    o.kernel_size = 3;
+    SsdModel model(o);
+    EXPECT_EQ(model->feature_map_channels(), (Sizes{c.c4, c.c5, 512, 256, 256, 128}));
+    int64_t backbone = 0, extras = 0, moving = 0, gamma_beta = 0;
+    for (const auto& p : model->named_parameters()) {
+      const bool in_backbone = p.key().rfind("backbone.", 0) == 0, in_extras = p.key().rfind("extras.", 0) == 0;
+      backbone += in_backbone ? p.value().numel() : 0;
+      extras += in_extras ? p.value().numel() : 0;
+      if ((in_backbone || in_extras) && p.value().dim() == 1 && p.key().find(".se.") == std::string::npos)
+        gamma_beta += p.value().numel();
+    }
+    for (const auto& b : model->named_buffers())
+      if (b.key().find("running_") != std::string::npos &&
+          (b.key().rfind("backbone.", 0) == 0 || b.key().rfind("extras.", 0) == 0))
+        moving += b.value().numel();
+    EXPECT_EQ(backbone, c.backbone);
+    EXPECT_EQ(extras, c.extras);
+    EXPECT_EQ(gamma_beta, c.batch_norm);
+    EXPECT_EQ(moving, c.batch_norm);
+    EXPECT_EQ(model->tf_name(c.name)->name, c.tf);
+    EXPECT_EQ(model->tf_name("backbone.features.0.conv.0.weight")->name,
+              "FeatureExtractor/" + model->backbone_scope() + "/Conv/weights");
+    EXPECT_EQ(model->tf_name("extras.0.0.0.weight")->name,
+              "FeatureExtractor/" + model->backbone_scope() + "/C5_1_Conv2d_2_1x1_256/weights");
+    std::set<std::string> names;
+    for (const auto& p : model->named_parameters()) EXPECT_TRUE(names.insert(model->tf_name(p.key())->name).second) << p.key();
+    model->eval();
+    torch::NoGradGuard no_grad;
+    const auto maps = model->feature_maps(torch::rand({1, 3, 320, 320}) * 2 - 1);
+    const std::vector<int64_t> sides{20, 10, 5, 3, 2, 1};
+    ASSERT_EQ(maps.size(), 6u);
+    for (size_t i = 0; i < 6; ++i) EXPECT_EQ(maps[i].size(2), sides[i]) << i;
+    EXPECT_EQ(model->forward(torch::zeros({1, 3, 320, 320})).size(1), 2034);
+  }
+  SsdModelOptions explicit_padding;
+  explicit_padding.feature_extractor = "ssd_mobiledet_cpu";
+  explicit_padding.use_explicit_padding = true;
+  EXPECT_THROW(SsdModel{explicit_padding}, c10::Error);
+}
+
+// embedded_ssd_mobilenet_v1_coco: MobileNetV1 at depth 0.125 (min_depth 16), five maps, the
+// extra layers' conv_kernel_size [-1, -1, 3, 3, 2]. Counts by hand from mobilenet_v1.py and
+// feature_map_generators: backbone 58,416 + extras 31,104 trainable, 3,200 moving statistics.
+TEST(SsdModel, EmbeddedMobileNetV1) {
+  SsdModelOptions o;
+  o.feature_extractor = "embedded_ssd_mobilenet_v1";
+  o.depth_multiplier = 0.125;
+  o.min_depth = 16;
+  o.kernel_size = 1;
+  o.anchors_per_location = {3, 6, 6, 6, 6};
+  SsdModel model(o);
+  EXPECT_EQ(model->feature_map_channels(), (Sizes{64, 128, 64, 32, 32}));
+  int64_t backbone = 0, extras = 0, moving = 0;
+  for (const auto& p : model->named_parameters()) {
+    if (p.key().rfind("backbone.", 0) == 0) backbone += p.value().numel();
+    if (p.key().rfind("extras.", 0) == 0) extras += p.value().numel();
+  }
+  for (const auto& b : model->named_buffers())
+    if (b.key().find("running_") != std::string::npos &&
+        (b.key().rfind("backbone.", 0) == 0 || b.key().rfind("extras.", 0) == 0))
+      moving += b.value().numel();
+  EXPECT_EQ(backbone, 58'416);
+  EXPECT_EQ(extras, 31'104);
+  EXPECT_EQ(moving, 3'200);
+  EXPECT_EQ(state_shapes(*model).at("extras.2.1.0.weight"), "32,16,2,2");
+  EXPECT_EQ(model->tf_name("extras.2.1.0.weight")->name,
+            "FeatureExtractor/MobilenetV1/Conv2d_13_pointwise_2_Conv2d_4_2x2_s2_32/weights");
+  EXPECT_EQ(model->tf_name("extras.0.1.0.weight")->name,
+            "FeatureExtractor/MobilenetV1/Conv2d_13_pointwise_2_Conv2d_2_3x3_s2_64/weights");
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto maps = model->feature_maps(torch::rand({1, 3, 256, 256}) * 2 - 1);
+  const std::vector<std::pair<int64_t, int64_t>> want{{16, 16}, {8, 8}, {4, 4}, {2, 2}, {1, 1}};
+  EXPECT_EQ(model->feature_map_sizes(256, 256), want);
+  ASSERT_EQ(maps.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(maps[i].size(2), want[i].first) << i;
+  EXPECT_EQ(model->forward(torch::zeros({1, 3, 256, 256})).size(1), 1278);
+  o.anchors_per_location = {3, 6, 6, 6, 6, 6};  // a sixth map: the layout has five
+  EXPECT_THROW(SsdModel{o}, c10::Error);
+}
+
 // ssd_inception_v3_{coco,pets}: TF-Slim's inception_v3_base to Mixed_7c under the config's
 // conv_hyperparams (batch norm with gamma, ReLU6), three base maps and three extra layers of
 // depths 512, 256, 128 (layer_depth [-1, -1, -1, 512, 256, 128]), named after Mixed_7c.

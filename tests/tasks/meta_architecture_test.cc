@@ -82,6 +82,7 @@ TEST(MetaArchitectures, SsdModelCocoBuildsThroughTheTask) {
 // (128^2 + 64^2 + 32^2 + 16^2 + 8^2 + 4^2) x 6 = 131040).
 TEST(MetaArchitectures, TheOdApiSampleConfigsBuildWithTheirAnchors) {
   const std::map<std::string, std::pair<std::string, int64_t>> expected = {
+      {"embedded_ssd_mobilenet_v1_coco", {"embedded_ssd_mobilenet_v1", 1278}},
       {"facessd_mobilenet_v2_quantized_320x320_open_image_v4", {"ssd_mobilenet_v2", 2034}},
       {"ssd_inception_v3_coco", {"ssd_inception_v3", 5919}},
       {"ssd_inception_v3_pets", {"ssd_inception_v3", 5919}},
@@ -105,6 +106,10 @@ TEST(MetaArchitectures, TheOdApiSampleConfigsBuildWithTheirAnchors) {
       {"ssd_resnet101_v1_fpn_shared_box_predictor_oid_512x512_sync", {"ssd_resnet101_v1_fpn", 131040}},
       {"ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco14_sync", {"ssd_resnet50_v1_fpn", 51150}},
       {"ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco17_sync_keras", {"ssd_resnet50_v1_fpn", 51150}},
+      {"ssdlite_mobiledet_cpu_320x320_coco_sync_4x4", {"ssd_mobiledet_cpu", 2034}},
+      {"ssdlite_mobiledet_dsp_320x320_coco_sync_4x4", {"ssd_mobiledet_dsp", 2034}},
+      {"ssdlite_mobiledet_edgetpu_320x320_coco_sync_4x4", {"ssd_mobiledet_edgetpu", 2034}},
+      {"ssdlite_mobiledet_gpu_320x320_coco_sync_4x4", {"ssd_mobiledet_gpu", 2034}},
       {"ssdlite_mobilenet_edgetpu_320x320_coco", {"ssd_mobilenet_edgetpu", 2034}},
       {"ssdlite_mobilenet_edgetpu_320x320_coco_quant", {"ssd_mobilenet_edgetpu", 2034}},
       {"ssdlite_mobilenet_v1_coco", {"ssd_mobilenet_v1", 1917}},

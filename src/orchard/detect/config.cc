@@ -524,13 +524,27 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
         "ssd_mobilenet_v1_fpn_keras", "ssd_mobilenet_v2_fpn_keras", "ssd_resnet50_v1_fpn",
         "ssd_resnet101_v1_fpn",       "ssd_mobilenet_v1_ppn",       "ssd_mobilenet_v3_large",
         "ssd_mobilenet_v3_small",     "ssd_inception_v3",           "ssd_resnet50_v1_fpn_keras",
-        "ssd_resnet101_v1_fpn_keras", "ssd_mobilenet_edgetpu"};
+        "ssd_resnet101_v1_fpn_keras", "ssd_mobilenet_edgetpu",
+        "ssd_mobiledet_cpu",          "ssd_mobiledet_dsp",          "ssd_mobiledet_edgetpu",
+        "ssd_mobiledet_gpu",          "embedded_ssd_mobilenet_v1"};
     if (kTypes.count(type) == 0)
       problems.push_back("model.ssd.feature_extractor.type '" + type +
                          "' is not supported; Orchard implements ssd_mobilenet_v2 and ssd_mobilenet_v1 (each also "
                          "_fpn, _keras), ssd_mobilenet_v1_ppn, ssd_mobilenet_v3_large, ssd_mobilenet_v3_small, "
-                         "ssd_mobilenet_edgetpu, "
+                         "ssd_mobilenet_edgetpu, ssd_mobiledet_cpu, ssd_mobiledet_dsp, ssd_mobiledet_edgetpu, ssd_mobiledet_gpu, "
+                         "embedded_ssd_mobilenet_v1, "
                          "ssd_inception_v3, ssd_resnet50_v1_fpn and ssd_resnet101_v1_fpn (each also _keras)");
+    // EmbeddedSSDMobileNetV1FeatureExtractor raises these itself: its layers are sized for 256x256.
+    if (type == "embedded_ssd_mobilenet_v1") {
+      const auto& resizer = ssd.image_resizer();
+      if (!resizer.has_fixed_shape_resizer() || resizer.fixed_shape_resizer().height() != 256 ||
+          resizer.fixed_shape_resizer().width() != 256)
+        problems.push_back("model.ssd.image_resizer: embedded_ssd_mobilenet_v1 needs a 256x256 fixed_shape_resizer "
+                           "(as the OD API)");
+      if (ssd.feature_extractor().pad_to_multiple() > 1)
+        problems.push_back("model.ssd.feature_extractor.pad_to_multiple must be 1 for embedded_ssd_mobilenet_v1 "
+                           "(as the OD API)");
+    }
     // SSDInceptionV3FeatureExtractor raises this itself: inception_v3 has no arg scope of its own.
     if (type == "ssd_inception_v3" && !ssd.feature_extractor().override_base_feature_extractor_hyperparams())
       problems.push_back("model.ssd.feature_extractor.override_base_feature_extractor_hyperparams must be true for "

@@ -27,13 +27,19 @@ struct Layout {
   const char* fpn_bottom_up;  // TF's name of the layers above level 5: <this><first + j>
   int fpn_bottom_up_first;
   int resnet_depth;           // ssd_resnet*_v1: 50 or 101 (FPN only); 0: a MobileNet
+  int64_t conv_kernel_size[6];  // feature_map_layout's conv_kernel_size (0: the default 3)
 };
+int64_t extra_kernel(const Layout& l, size_t index) { return l.conv_kernel_size[index] ? l.conv_kernel_size[index] : 3; }
 constexpr Layout kLayouts[] = {
     {"ssd_mobilenet_v2", "MobilenetV2", {"layer_15/expansion_output", "layer_19"}, {-1, -1, 512, 256, 256, 128},
      {"layer_4", "layer_7", "layer_14", "layer_19"}, "bottom_up_Conv2d_", 20, 0},
     {"ssd_mobilenet_v1", "MobilenetV1", {"Conv2d_11_pointwise", "Conv2d_13_pointwise"}, {-1, -1, 512, 256, 256, 128},
      {"Conv2d_3_pointwise", "Conv2d_5_pointwise", "Conv2d_11_pointwise", "Conv2d_13_pointwise"}, "bottom_up_Conv2d_",
      14, 0},
+    // EmbeddedSSDMobileNetV1FeatureExtractor: five maps, the last extra layer 2x2 (no kernel
+    // larger than its 2x2 input); the OD API requires 256x256 inputs (checked with the config).
+    {"embedded_ssd_mobilenet_v1", "MobilenetV1", {"Conv2d_11_pointwise", "Conv2d_13_pointwise"},
+     {-1, -1, 512, 256, 256, 0}, {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0, {0, 0, 3, 3, 2, 0}},
     // SSDResnetV1FpnFeatureExtractor: TF-Slim's resnet_v1 with store_non_strided_activations,
     // block1..block4 at levels 2..5, bottom_up_block5, bottom_up_block6.
     {"ssd_resnet50_v1", "resnet_v1_50", {}, {}, {"block1", "block2", "block3", "block4"},
@@ -48,6 +54,15 @@ constexpr Layout kLayouts[] = {
     // SSDMobileNetEdgeTPUFeatureExtractor: V3_EDGETPU to layer_23.
     {"ssd_mobilenet_edgetpu", "MobilenetEdgeTPU", {"layer_18/expansion_output", "layer_23"},
      {-1, -1, 512, 256, 256, 128}, {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
+    // SSDMobileDet{CPU,DSP,EdgeTPU,GPU}FeatureExtractor: C4 (stride 16) and C5 (stride 32).
+    {"ssd_mobiledet_cpu", "MobileDetCPU", {"C4", "C5"}, {-1, -1, 512, 256, 256, 128},
+     {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
+    {"ssd_mobiledet_dsp", "MobileDetDSP", {"C4", "C5"}, {-1, -1, 512, 256, 256, 128},
+     {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
+    {"ssd_mobiledet_edgetpu", "MobileDetEdgeTPU", {"C4", "C5"}, {-1, -1, 512, 256, 256, 128},
+     {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
+    {"ssd_mobiledet_gpu", "MobileDetGPU", {"C4", "C5"}, {-1, -1, 512, 256, 256, 128},
+     {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
     // SSDInceptionV3FeatureExtractor: TF-Slim's inception_v3_base, three base maps.
     {"ssd_inception_v3", "InceptionV3", {"Mixed_5d", "Mixed_6e", "Mixed_7c"}, {-1, -1, -1, 512, 256, 128},
      {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
@@ -67,7 +82,7 @@ const Layout& layout_of(const std::string& type) {
     if (type == l.type) return l;
   TORCH_CHECK(false, "SSD feature extractor '", type,
               "' is not one of ssd_mobilenet_v2, ssd_mobilenet_v1, ssd_mobilenet_v3_large, ssd_mobilenet_v3_small, "
-              "ssd_mobilenet_edgetpu, ssd_inception_v3, "
+              "ssd_mobilenet_edgetpu, ssd_mobiledet_cpu|dsp|edgetpu|gpu, embedded_ssd_mobilenet_v1, ssd_inception_v3, "
               "ssd_resnet50_v1, ssd_resnet101_v1");
 }
 
@@ -159,6 +174,18 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
       base_endpoints_v3_.push_back(backbone_v3_->parse_endpoint(layer));
       channels_.push_back(backbone_v3_->endpoint_channels(base_endpoints_v3_.back()));
     }
+  } else if (o.feature_extractor.rfind("ssd_mobiledet_", 0) == 0) {
+    // ssd_mobiledet_feature_extractor: the backbone under its own batch norm scope (epsilon
+    // 0.01, decay 0.99); the config's conv_hyperparams reach only the extra layers. The OD API
+    // raises NotImplementedError for use_explicit_padding.
+    TORCH_CHECK(!o.use_explicit_padding, "SSD ", o.feature_extractor,
+                " does not implement use_explicit_padding (nor does the OD API)");
+    models::MobileDetOptions mo;
+    mo.variant = o.feature_extractor.substr(std::string("ssd_mobiledet_").size());
+    mo.depth_multiplier = o.depth_multiplier;
+    backbone_mobiledet_ = register_module("backbone", models::MobileDet(mo));
+    channels_ = {backbone_mobiledet_->c4_channels(), backbone_mobiledet_->c5_channels()};
+    channels_.resize(from.size());
   } else if (o.feature_extractor == "ssd_inception_v3") {
     // inception_v3_base(final_endpoint='Mixed_7c', min_depth, depth_multiplier) under the
     // config's conv_hyperparams (the OD API requires override_base_feature_extractor_hyperparams):
@@ -239,14 +266,16 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
   } else {
     extras_ = register_module("extras", torch::nn::ModuleList());
     for (size_t i = from.size(); i < n; ++i) {
+      TORCH_CHECK(layout.layer_depth[i] > 0, "SSD ", o.feature_extractor, " has ", i, " feature maps, not ", n);
       const int64_t in = channels_.back(), mid = depth(layout.layer_depth[i] / 2.0), out = depth(layout.layer_depth[i]);
+      const int64_t k = extra_kernel(layout, i);
       torch::nn::Sequential layer(ConvNormActivation(conv(in, mid, 1)));
       if (o.use_depthwise) {
         layer->push_back(
-            ConvNormActivation(conv(mid, mid, 3).stride(2).groups(mid).tf_same_padding(!o.use_explicit_padding)));
+            ConvNormActivation(conv(mid, mid, k).stride(2).groups(mid).tf_same_padding(!o.use_explicit_padding)));
         layer->push_back(ConvNormActivation(conv(mid, out, 1)));
       } else {
-        layer->push_back(ConvNormActivation(conv(mid, out, 3).stride(2).tf_same_padding(!o.use_explicit_padding)));
+        layer->push_back(ConvNormActivation(conv(mid, out, k).stride(2).tf_same_padding(!o.use_explicit_padding)));
       }
       extras_->push_back(layer);
       channels_.push_back(out);
@@ -329,6 +358,7 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
     const std::string scope = backbone_scope.empty() ? feature_extractor_scope : backbone_scope;
     if (backbone_resnet_) return models::resnet_v1_slim_tf_name(name.substr(9), scope);
     if (backbone_v3_) return backbone_v3_->tf_name(name.substr(9), scope);
+    if (backbone_mobiledet_) return backbone_mobiledet_->tf_name(name.substr(9), scope);
     if (backbone_inception_) {
       // TF-Slim's names under the scope; the config's batch norm has gamma (scale: true).
       auto n = models::inception_v3_tf_name(name.substr(9));
@@ -390,7 +420,9 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
   if (j == 0) {
     scope = base + "1_Conv2d_" + std::to_string(index) + "_1x1_" + std::to_string(depth(fl.layer_depth[index] / 2.0));
   } else {
-    scope = base + "2_Conv2d_" + std::to_string(index) + "_3x3_s2_" + std::to_string(depth(fl.layer_depth[index]));
+    const std::string k = std::to_string(extra_kernel(fl, index));
+    scope = base + "2_Conv2d_" + std::to_string(index) + "_" + k + "x" + k + "_s2_" +
+            std::to_string(depth(fl.layer_depth[index]));
     if (options_.use_depthwise && j == 1) {
       scope += "_depthwise";
       layout = models::TfLayout::kDepthwise;
@@ -418,6 +450,9 @@ std::vector<torch::Tensor> SsdModelImpl::feature_maps(const torch::Tensor& input
     for (int s : resnet_stages_) maps.push_back(stages[static_cast<size_t>(s - 1)]);
   } else if (backbone_v3_) {
     maps = backbone_v3_->endpoints(images, base_endpoints_v3_);
+  } else if (backbone_mobiledet_) {
+    maps = backbone_mobiledet_->forward(images);
+    maps.resize(std::min(maps.size(), channels_.size()));
   } else if (backbone_inception_) {
     maps = backbone_inception_->mixed_5d_6e_7c(images);
     maps.resize(channels_.size() < maps.size() ? channels_.size() : maps.size());

@@ -55,6 +55,7 @@
 #include "orchard/models/inception_v3.h"
 #include "orchard/models/mobilenet_v1.h"
 #include "orchard/models/mobilenet_v2.h"
+#include "orchard/models/mobiledet.h"
 #include "orchard/models/mobilenet_v3.h"
 
 namespace orchard::detect {
@@ -177,6 +178,7 @@ class SsdModelImpl : public torch::nn::Module {
   models::MobileNetV1 backbone_v1_{nullptr};
   models::MobileNetV3 backbone_v3_{nullptr};
   models::InceptionV3 backbone_inception_{nullptr};
+  models::MobileDet backbone_mobiledet_{nullptr};
   std::vector<models::MobileNetV3Endpoint> base_endpoints_v3_;
   models::ResNet backbone_resnet_{nullptr};
   std::vector<int> resnet_stages_;  // the stages (1..4) taken as the FPN's base maps
