@@ -1146,6 +1146,55 @@ TEST(SsdModel, EmbeddedMobileNetV1) {
   EXPECT_THROW(SsdModel{o}, c10::Error);
 }
 
+// ssd_inception_v2_coco: TF-Slim's inception_v2_base to Mixed_5c under the config's
+// conv_hyperparams, Mixed_4c + Mixed_5c and four extra layers. Counts by hand from
+// inception_v2.py (separable Conv2d_1a_7x7 with depthwise multiplier 8): backbone 10,163,288 +
+// extras 2,223,488 trainable, 23,360 moving statistics.
+TEST(SsdModel, InceptionV2) {
+  SsdModelOptions o;
+  o.feature_extractor = "ssd_inception_v2";
+  o.kernel_size = 3;
+  SsdModel model(o);
+  const Sizes channels{576, 1024, 512, 256, 256, 128};
+  EXPECT_EQ(model->feature_map_channels(), channels);
+  int64_t backbone = 0, extras = 0, moving = 0;
+  for (const auto& p : model->named_parameters()) {
+    if (p.key().rfind("backbone.", 0) == 0) backbone += p.value().numel();
+    if (p.key().rfind("extras.", 0) == 0) extras += p.value().numel();
+  }
+  for (const auto& b : model->named_buffers())
+    if (b.key().find("running_") != std::string::npos &&
+        (b.key().rfind("backbone.", 0) == 0 || b.key().rfind("extras.", 0) == 0))
+      moving += b.value().numel();
+  EXPECT_EQ(backbone, 10'163'288);
+  EXPECT_EQ(extras, 2'223'488);
+  EXPECT_EQ(moving, 23'360);
+  const auto got = state_shapes(*model);
+  EXPECT_EQ(got.at("backbone.Conv2d_1a_7x7.depthwise.weight"), "24,1,7,7");
+  EXPECT_EQ(got.at("backbone.Conv2d_1a_7x7.pointwise.weight"), "64,24,1,1");
+  EXPECT_EQ(got.at("backbone.Mixed_5c.Branch_3.Conv2d_0b_1x1.conv.weight"), "128,1024,1,1");
+  const auto tf = [&](const std::string& n) { return model->tf_name(n)->name; };
+  EXPECT_EQ(tf("backbone.Mixed_3b.Branch_1.Conv2d_0a_1x1.conv.weight"),
+            "FeatureExtractor/InceptionV2/Mixed_3b/Branch_1/Conv2d_0a_1x1/weights");
+  EXPECT_EQ(tf("backbone.Mixed_4a.Branch_0.Conv2d_1a_3x3.bn.running_var"),
+            "FeatureExtractor/InceptionV2/Mixed_4a/Branch_0/Conv2d_1a_3x3/BatchNorm/moving_variance");
+  EXPECT_EQ(tf("backbone.Conv2d_1a_7x7.depthwise.weight"), "FeatureExtractor/InceptionV2/Conv2d_1a_7x7/depthwise_weights");
+  EXPECT_EQ(tf("backbone.Conv2d_1a_7x7.pointwise.weight"), "FeatureExtractor/InceptionV2/Conv2d_1a_7x7/pointwise_weights");
+  EXPECT_EQ(tf("backbone.Conv2d_1a_7x7.bn.weight"), "FeatureExtractor/InceptionV2/Conv2d_1a_7x7/BatchNorm/gamma");
+  EXPECT_EQ(tf("extras.0.0.0.weight"), "FeatureExtractor/InceptionV2/Mixed_5c_1_Conv2d_2_1x1_256/weights");
+  std::set<std::string> names;
+  for (const auto& p : model->named_parameters()) EXPECT_TRUE(names.insert(tf(p.key())).second) << p.key();
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto maps = model->feature_maps(torch::rand({1, 3, 300, 300}) * 2 - 1);
+  const std::vector<std::pair<int64_t, int64_t>> want{{19, 19}, {10, 10}, {5, 5}, {3, 3}, {2, 2}, {1, 1}};
+  EXPECT_EQ(model->feature_map_sizes(300, 300), want);
+  ASSERT_EQ(maps.size(), 6u);
+  for (size_t i = 0; i < 6; ++i)
+    EXPECT_EQ(maps[i].sizes().vec(), (Sizes{1, channels[i], want[i].first, want[i].second})) << i;
+  EXPECT_EQ(model->forward(torch::zeros({1, 3, 300, 300})).size(1), 1917);
+}
+
 // ssd_inception_v3_{coco,pets}: TF-Slim's inception_v3_base to Mixed_7c under the config's
 // conv_hyperparams (batch norm with gamma, ReLU6), three base maps and three extra layers of
 // depths 512, 256, 128 (layer_depth [-1, -1, -1, 512, 256, 128]), named after Mixed_7c.

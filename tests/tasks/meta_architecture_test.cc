@@ -84,6 +84,7 @@ TEST(MetaArchitectures, TheOdApiSampleConfigsBuildWithTheirAnchors) {
   const std::map<std::string, std::pair<std::string, int64_t>> expected = {
       {"embedded_ssd_mobilenet_v1_coco", {"embedded_ssd_mobilenet_v1", 1278}},
       {"facessd_mobilenet_v2_quantized_320x320_open_image_v4", {"ssd_mobilenet_v2", 2034}},
+      {"ssd_inception_v2_coco", {"ssd_inception_v2", 1917}},
       {"ssd_inception_v3_coco", {"ssd_inception_v3", 5919}},
       {"ssd_inception_v3_pets", {"ssd_inception_v3", 5919}},
       {"ssd_mobilenet_v1_0.75_depth_300x300_coco14_sync", {"ssd_mobilenet_v1", 1917}},

@@ -526,13 +526,14 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
         "ssd_mobilenet_v3_small",     "ssd_inception_v3",           "ssd_resnet50_v1_fpn_keras",
         "ssd_resnet101_v1_fpn_keras", "ssd_mobilenet_edgetpu",
         "ssd_mobiledet_cpu",          "ssd_mobiledet_dsp",          "ssd_mobiledet_edgetpu",
-        "ssd_mobiledet_gpu",          "embedded_ssd_mobilenet_v1"};
+        "ssd_mobiledet_gpu",          "embedded_ssd_mobilenet_v1",
+        "ssd_inception_v2"};
     if (kTypes.count(type) == 0)
       problems.push_back("model.ssd.feature_extractor.type '" + type +
                          "' is not supported; Orchard implements ssd_mobilenet_v2 and ssd_mobilenet_v1 (each also "
                          "_fpn, _keras), ssd_mobilenet_v1_ppn, ssd_mobilenet_v3_large, ssd_mobilenet_v3_small, "
                          "ssd_mobilenet_edgetpu, ssd_mobiledet_cpu, ssd_mobiledet_dsp, ssd_mobiledet_edgetpu, ssd_mobiledet_gpu, "
-                         "embedded_ssd_mobilenet_v1, "
+                         "embedded_ssd_mobilenet_v1, ssd_inception_v2, "
                          "ssd_inception_v3, ssd_resnet50_v1_fpn and ssd_resnet101_v1_fpn (each also _keras)");
     // EmbeddedSSDMobileNetV1FeatureExtractor raises these itself: its layers are sized for 256x256.
     if (type == "embedded_ssd_mobilenet_v1") {
@@ -546,9 +547,10 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
                            "(as the OD API)");
     }
     // SSDInceptionV3FeatureExtractor raises this itself: inception_v3 has no arg scope of its own.
-    if (type == "ssd_inception_v3" && !ssd.feature_extractor().override_base_feature_extractor_hyperparams())
-      problems.push_back("model.ssd.feature_extractor.override_base_feature_extractor_hyperparams must be true for "
-                         "ssd_inception_v3 (as the OD API: the base network takes conv_hyperparams)");
+    if ((type == "ssd_inception_v2" || type == "ssd_inception_v3") &&
+        !ssd.feature_extractor().override_base_feature_extractor_hyperparams())
+      problems.push_back("model.ssd.feature_extractor.override_base_feature_extractor_hyperparams must be true for " +
+                         type + " (as the OD API: the base network takes conv_hyperparams)");
     check_oneof(ssd.image_resizer(), "image_resizer_oneof", "model.ssd.image_resizer", {"fixed_shape_resizer"},
                 &problems);
     check_oneof(ssd.box_coder(), "box_coder_oneof", "model.ssd.box_coder", {"faster_rcnn_box_coder"}, &problems);

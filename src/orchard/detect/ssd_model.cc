@@ -63,6 +63,9 @@ constexpr Layout kLayouts[] = {
      {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
     {"ssd_mobiledet_gpu", "MobileDetGPU", {"C4", "C5"}, {-1, -1, 512, 256, 256, 128},
      {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
+    // SSDInceptionV2FeatureExtractor: TF-Slim's inception_v2_base (separable first layer).
+    {"ssd_inception_v2", "InceptionV2", {"Mixed_4c", "Mixed_5c"}, {-1, -1, 512, 256, 256, 128},
+     {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
     // SSDInceptionV3FeatureExtractor: TF-Slim's inception_v3_base, three base maps.
     {"ssd_inception_v3", "InceptionV3", {"Mixed_5d", "Mixed_6e", "Mixed_7c"}, {-1, -1, -1, 512, 256, 128},
      {nullptr, nullptr, nullptr, nullptr}, nullptr, 0, 0},
@@ -82,7 +85,7 @@ const Layout& layout_of(const std::string& type) {
     if (type == l.type) return l;
   TORCH_CHECK(false, "SSD feature extractor '", type,
               "' is not one of ssd_mobilenet_v2, ssd_mobilenet_v1, ssd_mobilenet_v3_large, ssd_mobilenet_v3_small, "
-              "ssd_mobilenet_edgetpu, ssd_mobiledet_cpu|dsp|edgetpu|gpu, embedded_ssd_mobilenet_v1, ssd_inception_v3, "
+              "ssd_mobilenet_edgetpu, ssd_mobiledet_cpu|dsp|edgetpu|gpu, embedded_ssd_mobilenet_v1, ssd_inception_v2, ssd_inception_v3, "
               "ssd_resnet50_v1, ssd_resnet101_v1");
 }
 
@@ -185,6 +188,18 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     mo.depth_multiplier = o.depth_multiplier;
     backbone_mobiledet_ = register_module("backbone", models::MobileDet(mo));
     channels_ = {backbone_mobiledet_->c4_channels(), backbone_mobiledet_->c5_channels()};
+    channels_.resize(from.size());
+  } else if (o.feature_extractor == "ssd_inception_v2") {
+    // inception_v2_base(final_endpoint='Mixed_5c', min_depth, depth_multiplier) under the
+    // config's conv_hyperparams (the OD API requires override_base_feature_extractor_hyperparams).
+    models::InceptionV2Options io;
+    io.depth_multiplier = o.depth_multiplier;
+    io.min_depth = o.min_depth;
+    io.bn_momentum = o.bn_momentum;
+    io.bn_eps = o.bn_eps;
+    io.init_stddev = o.init_stddev;
+    backbone_inception_v2_ = register_module("backbone", models::InceptionV2(io));
+    channels_ = {backbone_inception_v2_->mixed_4c_channels(), backbone_inception_v2_->mixed_5c_channels()};
     channels_.resize(from.size());
   } else if (o.feature_extractor == "ssd_inception_v3") {
     // inception_v3_base(final_endpoint='Mixed_7c', min_depth, depth_multiplier) under the
@@ -359,6 +374,7 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
     if (backbone_resnet_) return models::resnet_v1_slim_tf_name(name.substr(9), scope);
     if (backbone_v3_) return backbone_v3_->tf_name(name.substr(9), scope);
     if (backbone_mobiledet_) return backbone_mobiledet_->tf_name(name.substr(9), scope);
+    if (backbone_inception_v2_) return backbone_inception_v2_->tf_name(name.substr(9), scope);
     if (backbone_inception_) {
       // TF-Slim's names under the scope; the config's batch norm has gamma (scale: true).
       auto n = models::inception_v3_tf_name(name.substr(9));
@@ -450,6 +466,9 @@ std::vector<torch::Tensor> SsdModelImpl::feature_maps(const torch::Tensor& input
     for (int s : resnet_stages_) maps.push_back(stages[static_cast<size_t>(s - 1)]);
   } else if (backbone_v3_) {
     maps = backbone_v3_->endpoints(images, base_endpoints_v3_);
+  } else if (backbone_inception_v2_) {
+    maps = backbone_inception_v2_->forward(images);
+    maps.resize(std::min(maps.size(), channels_.size()));
   } else if (backbone_mobiledet_) {
     maps = backbone_mobiledet_->forward(images);
     maps.resize(std::min(maps.size(), channels_.size()));

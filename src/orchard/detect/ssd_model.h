@@ -52,6 +52,7 @@
 
 #include "orchard/detect/fpn.h"
 #include "orchard/detect/weight_shared_predictor.h"
+#include "orchard/models/inception_v2.h"
 #include "orchard/models/inception_v3.h"
 #include "orchard/models/mobilenet_v1.h"
 #include "orchard/models/mobilenet_v2.h"
@@ -179,6 +180,7 @@ class SsdModelImpl : public torch::nn::Module {
   models::MobileNetV3 backbone_v3_{nullptr};
   models::InceptionV3 backbone_inception_{nullptr};
   models::MobileDet backbone_mobiledet_{nullptr};
+  models::InceptionV2 backbone_inception_v2_{nullptr};
   std::vector<models::MobileNetV3Endpoint> base_endpoints_v3_;
   models::ResNet backbone_resnet_{nullptr};
   std::vector<int> resnet_stages_;  // the stages (1..4) taken as the FPN's base maps
