@@ -1195,6 +1195,29 @@ TEST(SsdModel, InceptionV2) {
   EXPECT_EQ(model->forward(torch::zeros({1, 3, 300, 300})).size(1), 1917);
 }
 
+// freeze_batchnorm: in training mode the batch norms still normalise with (and keep) their
+// moving statistics, so a training forward equals the inference one; gamma still gets a gradient.
+TEST(SsdModel, FreezeBatchnormKeepsTheMovingStatistics) {
+  for (bool freeze : {false, true}) {
+    SsdModelOptions o;
+    o.depth_multiplier = 0.35;
+    o.freeze_batchnorm = freeze;
+    SsdModel model(o);
+    const auto x = torch::rand({2, 3, 128, 128}) * 2 - 1;
+    model->eval();
+    const auto inference = model->forward(x).detach();
+    model->train();
+    const auto mean_before = model->named_buffers()["backbone.features.0.1.running_mean"].clone();
+    const auto out = model->forward(x);
+    out.sum().backward();
+    const bool same_stats = torch::equal(mean_before, model->named_buffers()["backbone.features.0.1.running_mean"]);
+    EXPECT_EQ(same_stats, freeze);
+    EXPECT_EQ(torch::allclose(out.detach(), inference, 1e-5, 1e-5), freeze);
+    EXPECT_TRUE(model->named_parameters()["backbone.features.0.1.weight"].grad().defined());
+    EXPECT_TRUE(model->is_training());
+  }
+}
+
 // ssd_inception_v3_{coco,pets}: TF-Slim's inception_v3_base to Mixed_7c under the config's
 // conv_hyperparams (batch norm with gamma, ReLU6), three base maps and three extra layers of
 // depths 512, 256, 128 (layer_depth [-1, -1, -1, 512, 256, 128]), named after Mixed_7c.

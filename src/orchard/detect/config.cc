@@ -75,7 +75,7 @@ const char* const kImplemented[] = {
     "model.ssd.post_processing.score_converter",
     "model.ssd.normalize_loss_by_num_matches",
     "model.ssd.inplace_batchnorm_update",  // no effect: batch norm statistics always update in place
-    "model.ssd.freeze_batchnorm=false",
+    "model.ssd.freeze_batchnorm",
     "model.ssd.normalize_loc_loss_by_codesize",
     "model.ssd.encode_background_as_zeros",
     "model.ssd.loss.classification_loss.weighted_sigmoid",

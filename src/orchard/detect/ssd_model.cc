@@ -452,6 +452,13 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
   return models::tf_batch_norm_name(scope, field);
 }
 
+void SsdModelImpl::train(bool on) {
+  torch::nn::Module::train(on);
+  if (!on || !options_.freeze_batchnorm) return;
+  for (auto& m : modules(/*include_self=*/false))
+    if (auto* bn = m->as<torch::nn::BatchNorm2d>()) bn->eval();
+}
+
 std::vector<torch::Tensor> SsdModelImpl::feature_maps(const torch::Tensor& input) {
   TORCH_CHECK(input.dim() == 4 && input.size(1) == 3, "SSD expects images [B, 3, H, W], got ", input.sizes());
   std::vector<torch::Tensor> maps;

@@ -120,6 +120,10 @@ struct SsdModelOptions {
   // feature_extractor.use_explicit_padding: every strided convolution padded (k - 1) / 2 on each
   // side (ops.fixed_padding, then 'VALID') instead of TF's 'SAME'.
   bool use_explicit_padding = false;
+  // freeze_batchnorm: every batch norm runs as in inference while training (the moving
+  // statistics normalise and are not updated; gamma and beta still train), as the OD API's
+  // is_training=False batch norms.
+  bool freeze_batchnorm = false;
   // feature_extractor.pad_to_multiple: the input padded with zeros at the bottom/right to a
   // multiple of this before the base network (ops.pad_to_multiple).
   int64_t pad_to_multiple = 1;
@@ -143,6 +147,8 @@ class SsdModelImpl : public torch::nn::Module {
   // box_code_size is background). Anchors are ordered feature map by feature map, then cell
   // (row-major: y, then x), then the anchors of the cell: the anchor generator's order.
   torch::Tensor forward(const torch::Tensor& images);
+  // As Module::train, leaving the batch norms in inference mode under freeze_batchnorm.
+  void train(bool on = true) override;
   // The feature maps the heads see, [B, C_i, H_i, W_i].
   std::vector<torch::Tensor> feature_maps(const torch::Tensor& images);
   // Feature map sizes (height, width) for an input size, e.g. 300x300 -> {19,19}, {10,10},

@@ -41,6 +41,7 @@ ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& p
   c.model.min_depth = fe.min_depth();
   c.model.use_depthwise = fe.use_depthwise();
   c.model.use_explicit_padding = fe.use_explicit_padding();
+  c.model.freeze_batchnorm = ssd.freeze_batchnorm();
   c.model.pad_to_multiple = fe.pad_to_multiple();
   const auto& hyper = fe.conv_hyperparams();
   if (hyper.has_batch_norm()) {
