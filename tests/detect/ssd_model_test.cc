@@ -1179,6 +1179,7 @@ TEST(SsdModel, InceptionV2) {
   EXPECT_EQ(tf("backbone.Mixed_4a.Branch_0.Conv2d_1a_3x3.bn.running_var"),
             "FeatureExtractor/InceptionV2/Mixed_4a/Branch_0/Conv2d_1a_3x3/BatchNorm/moving_variance");
   EXPECT_EQ(tf("backbone.Conv2d_1a_7x7.depthwise.weight"), "FeatureExtractor/InceptionV2/Conv2d_1a_7x7/depthwise_weights");
+  EXPECT_EQ(model->tf_name("backbone.Conv2d_1a_7x7.depthwise.weight")->depthwise_multiplier, 8);  // [7, 7, 3, 8]
   EXPECT_EQ(tf("backbone.Conv2d_1a_7x7.pointwise.weight"), "FeatureExtractor/InceptionV2/Conv2d_1a_7x7/pointwise_weights");
   EXPECT_EQ(tf("backbone.Conv2d_1a_7x7.bn.weight"), "FeatureExtractor/InceptionV2/Conv2d_1a_7x7/BatchNorm/gamma");
   EXPECT_EQ(tf("extras.0.0.0.weight"), "FeatureExtractor/InceptionV2/Mixed_5c_1_Conv2d_2_1x1_256/weights");

@@ -74,7 +74,11 @@ TEST(TfLayout, ConvolutionsAndDenseComputeWhatTensorFlowComputes) {
     EXPECT_EQ(torch_w.sizes(), (c10::IntArrayRef{8, 1, 3, 3}));
     const auto y = F::conv2d(nchw, torch_w, F::Conv2dFuncOptions().groups(4)).permute({0, 2, 3, 1});
     EXPECT_TRUE(torch::allclose(y, tf_depthwise(x, w), 1e-4, 1e-5));
-    // Back to TensorFlow: multiplier 1 (the depthwise convolutions Orchard builds).
+    // Back to TensorFlow with the multiplier (Inception-v2's separable first layer has 8).
+    EXPECT_TRUE(torch::equal(torch_to_tf(torch_w, TfLayout::kDepthwise, 2), w));
+    EXPECT_EQ(torch_to_tf_shape(torch_w.sizes().vec(), TfLayout::kDepthwise, 2), w.sizes().vec());
+    EXPECT_NE(torch_to_tf_shape(torch_w.sizes().vec(), TfLayout::kDepthwise), w.sizes().vec());
+    // Multiplier 1 (most depthwise convolutions Orchard builds).
     const auto w1 = w.slice(3, 0, 1).contiguous();
     const auto torch_w1 = tf_to_torch(as_tf(w1), TfLayout::kDepthwise);
     EXPECT_TRUE(torch::equal(torch_to_tf(torch_w1, TfLayout::kDepthwise), w1));
@@ -376,6 +380,28 @@ TEST(TfWeights, WriteThenRestoreGivesEveryVariableBack) {
     }
     const auto r = restore_tf_checkpoint(dir.file("ssd"), *b, map);  // a directory: its `checkpoint`? none: *.index
     EXPECT_EQ(r.unused, std::vector<std::string>{"global_step"});
+    expect_same_variables(*a, *b);
+  }
+  {
+    // ssd_inception_v2's separable first layer keeps its depthwise multiplier (here depth(64) =
+    // 16, so min(16 / 3, 8) = 5): [7, 7, 3, 5] in TensorFlow.
+    detect::SsdModelOptions o;
+    o.feature_extractor = "ssd_inception_v2";
+    o.depth_multiplier = 0.25;
+    detect::SsdModel a(o), b(o);
+    randomize(*a, 3);
+    randomize(*b, 4);
+    const TfNameMap map = [&](const std::string& n) { return a->tf_name(n); };
+    write_tf_checkpoint(dir.file("inception_v2/model.ckpt"), *a, map, 1);
+    const tf::CheckpointReader ours(dir.file("inception_v2/model.ckpt"));
+    bool found = false;
+    for (const auto& v : ours.variables())
+      if (v.name == "FeatureExtractor/InceptionV2/Conv2d_1a_7x7/depthwise_weights") {
+        found = true;
+        EXPECT_EQ(v.shape, (std::vector<int64_t>{7, 7, 3, 5}));
+      }
+    EXPECT_TRUE(found);
+    restore_tf_checkpoint(dir.file("inception_v2/model.ckpt"), *b, map);
     expect_same_variables(*a, *b);
   }
   {

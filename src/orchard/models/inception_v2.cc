@@ -121,6 +121,7 @@ InceptionV2Impl::InceptionV2Impl(const InceptionV2Options& o) {
     return std::max(static_cast<int64_t>(static_cast<double>(d) * o.depth_multiplier), o.min_depth);
   };
   const int64_t multiplier = std::min<int64_t>(depth(64) / 3, 8);
+  stem_multiplier_ = multiplier;
   stem_.push_back(register_module("Conv2d_1a_7x7", SeparableStem(multiplier, depth(64), o)));
   stem_.push_back(register_module("Conv2d_2b_1x1", Unit(depth(64), depth(64), 1, 1, o)));
   stem_.push_back(register_module("Conv2d_2c_3x3", Unit(depth(64), depth(192), 3, 1, o)));
@@ -209,7 +210,11 @@ std::optional<TfName> InceptionV2Impl::tf_name(const std::string& name, const st
   const std::string prefix = scope + "/" + path;
   if (part == "bn") return tf_batch_norm_name(prefix, field);
   if (field == "weight" && part == "conv") return TfName{prefix + "/weights", TfLayout::kConv};
-  if (field == "weight" && part == "depthwise") return TfName{prefix + "/depthwise_weights", TfLayout::kDepthwise};
+  if (field == "weight" && part == "depthwise") {
+    TfName n{prefix + "/depthwise_weights", TfLayout::kDepthwise};
+    n.depthwise_multiplier = stem_multiplier_;  // [7, 7, 3, m]
+    return n;
+  }
   if (field == "weight" && part == "pointwise") return TfName{prefix + "/pointwise_weights", TfLayout::kConv};
   throw std::invalid_argument("not an InceptionV2 variable: '" + name + "'");
 }

@@ -46,7 +46,7 @@ class InceptionV2Impl : public torch::nn::Module {
   std::optional<TfName> tf_name(const std::string& name, const std::string& scope) const;
 
  private:
-  int64_t mixed_4c_channels_ = 0, mixed_5c_channels_ = 0;
+  int64_t mixed_4c_channels_ = 0, mixed_5c_channels_ = 0, stem_multiplier_ = 1;
   std::vector<std::shared_ptr<torch::nn::Module>> stem_, mixed_;  // in order
   std::vector<std::string> mixed_names_;
 };

@@ -12,7 +12,7 @@ namespace orchard::models {
 enum class TfLayout {
   kSame,       // vectors, scalars: the same values
   kConv,       // TF [H, W, in, out] <-> torch [out, in, H, W]
-  kDepthwise,  // TF [H, W, in, multiplier] <-> torch [in * multiplier, 1, H, W] (written back: multiplier 1)
+  kDepthwise,  // TF [H, W, in, multiplier] <-> torch [in * multiplier, 1, H, W] (TfName's depthwise_multiplier)
   kDense,      // TF [in, out] <-> torch Linear [out, in]
   kConvDense,  // TF 1x1 conv [1, 1, in, out] <-> torch Linear [out, in] (TF-Slim's logits)
 };
@@ -23,6 +23,8 @@ struct TfName {
   // The value to use when the checkpoint lacks the variable (TF-Slim's batch_norm with
   // scale=False has no gamma: 1); unset: the variable is required.
   std::optional<float> default_value;
+  // kDepthwise: the channel multiplier TensorFlow's variable has (its last dimension).
+  int64_t depthwise_multiplier = 1;
 };
 
 // An Orchard variable's TensorFlow name, or nullopt for one TensorFlow does not have

@@ -72,14 +72,14 @@ int TfMapping::count(TfMatch::Status s) const {
   return n;
 }
 
-std::vector<int64_t> torch_to_tf_shape(const std::vector<int64_t>& s, TfLayout layout) {
+std::vector<int64_t> torch_to_tf_shape(const std::vector<int64_t>& s, TfLayout layout, int64_t m) {
   switch (layout) {
     case TfLayout::kSame: return s;
     case TfLayout::kConv:
       if (s.size() == 4) return {s[2], s[3], s[1], s[0]};
       break;
     case TfLayout::kDepthwise:
-      if (s.size() == 4 && s[1] == 1) return {s[2], s[3], s[0], 1};
+      if (s.size() == 4 && s[1] == 1 && m >= 1 && s[0] % m == 0) return {s[2], s[3], s[0] / m, m};
       break;
     case TfLayout::kDense:
       if (s.size() == 2) return {s[1], s[0]};
@@ -109,12 +109,14 @@ at::Tensor tf_to_torch(const tf::Tensor& value, TfLayout layout) {
   return t;
 }
 
-at::Tensor torch_to_tf(const at::Tensor& value, TfLayout layout) {
+at::Tensor torch_to_tf(const at::Tensor& value, TfLayout layout, int64_t m) {
   auto t = value.detach().to(torch::kCPU, torch::kFloat);
   switch (layout) {
     case TfLayout::kSame: break;
     case TfLayout::kConv: t = t.permute({2, 3, 1, 0}); break;
-    case TfLayout::kDepthwise: t = t.reshape({t.size(0), 1, t.size(2), t.size(3)}).permute({2, 3, 0, 1}); break;
+    case TfLayout::kDepthwise:  // [in * m, 1, H, W] -> [in, m, H, W] -> [H, W, in, m]
+      t = t.reshape({t.size(0) / m, m, t.size(2), t.size(3)}).permute({2, 3, 0, 1});
+      break;
     case TfLayout::kDense: t = t.t(); break;
     case TfLayout::kConvDense: t = t.t().reshape({1, 1, t.size(1), t.size(0)}); break;
   }
@@ -143,7 +145,8 @@ TfMapping match_tf_checkpoint(const tf::CheckpointReader& checkpoint, torch::nn:
       }
       if (skip && skip(name)) v.status = TfMatch::kSkipped;
       else if (key.empty()) v.status = tf_name->default_value ? TfMatch::kDefaulted : TfMatch::kMissing;
-      else if (torch_to_tf_shape(v.orchard_shape, tf_name->layout) != v.tf_shape) v.status = TfMatch::kShapeMismatch;
+      else if (torch_to_tf_shape(v.orchard_shape, tf_name->layout, tf_name->depthwise_multiplier) != v.tf_shape)
+        v.status = TfMatch::kShapeMismatch;
     }
     m.variables.push_back(std::move(v));
   }
@@ -206,7 +209,7 @@ std::vector<std::string> write_tf_checkpoint(const std::string& prefix, torch::n
     }
     auto [it, fresh] = written.emplace(tf_name->name, name);
     if (!fresh) throw Error("two variables, " + it->second + " and " + name + ", have the TensorFlow name " + tf_name->name);
-    const auto t = torch_to_tf(value, tf_name->layout);
+    const auto t = torch_to_tf(value, tf_name->layout, tf_name->depthwise_multiplier);
     writer.add(tf_name->name, tf::kFloat, t.sizes().vec(),
                std::string(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()) * 4));
   }

@@ -49,8 +49,10 @@ TfRestore restore_tf_checkpoint(const std::string& path, torch::nn::Module& mode
 
 // Layout conversions (tf_names.h). `tf_shape` is the shape the checkpoint stores.
 at::Tensor tf_to_torch(const tf::Tensor& value, TfLayout layout);
-std::vector<int64_t> torch_to_tf_shape(const std::vector<int64_t>& shape, TfLayout layout);
-at::Tensor torch_to_tf(const at::Tensor& value, TfLayout layout);  // contiguous, TF's layout
+std::vector<int64_t> torch_to_tf_shape(const std::vector<int64_t>& shape, TfLayout layout,
+                                       int64_t depthwise_multiplier = 1);
+// Contiguous, in TF's layout.
+at::Tensor torch_to_tf(const at::Tensor& value, TfLayout layout, int64_t depthwise_multiplier = 1);
 
 // Writes the model as a V2 checkpoint under TensorFlow's names (plus global_step), as TF's
 // Saver would: `prefix`.index and `prefix`.data-00000-of-00001. Variables without a TF name
