@@ -423,7 +423,7 @@ TEST(PipelineConfig, TheOdApiSampleConfigsValidateOrSayWhyNot) {
       {"ssd_mobilenet_v2_coco_per_class_metric", ""},
       {"ssd_mobilenet_v2_fpnlite_quantized_shared_box_predictor_256x256_depthmultiplier_75_coco14_sync", ""},
       {"ssd_mobilenet_v2_fullyconv_coco", "model.ssd.image_resizer.keep_aspect_ratio_resizer is not supported"},
-      {"ssd_mobilenet_v2_mnasfpn_shared_box_predictor_320x320_coco_sync", "model.ssd.feature_extractor.type 'ssd_mobilenet_v2_mnasfpn' is not supported"},
+      {"ssd_mobilenet_v2_mnasfpn_shared_box_predictor_320x320_coco_sync", ""},
       {"ssd_mobilenet_v2_oid_v4", ""},
       {"ssd_mobilenet_v2_pets_keras", ""},
       {"ssd_mobilenet_v2_quantized_300x300_coco", ""},

@@ -1219,6 +1219,60 @@ TEST(SsdModel, FreezeBatchnormKeepsTheMovingStatistics) {
   }
 }
 
+// ssd_mobilenet_v2_mnasfpn_shared_box_predictor_320x320_coco_sync: MobileNetV2 to layer_18,
+// MnasFPN's C6 and four cells of five blocks at depth 48. Counts by hand from
+// ssd_mobilenet_v2_mnasfpn_feature_extractor.py: backbone 1,811,712 (= Keras' MobileNetV2
+// without the classifier and Conv_1), MnasFPN 567,648 (C6 15,456, cell_0 197,952, the others
+// 118,080 each); 45,344 moving statistics.
+TEST(SsdModel, MobileNetV2MnasFpn) {
+  SsdModelOptions o;
+  o.mnasfpn = true;
+  o.fpn.min_level = 3;
+  o.fpn.max_level = 6;
+  o.fpn.additional_layer_depth = 48;
+  o.bn_momentum = o.bn_eps = 0.01;
+  o.anchors_per_location = {9, 9, 9, 9};
+  SsdModel model(o);
+  EXPECT_EQ(model->feature_map_channels(), (Sizes{48, 48, 48, 48}));
+  int64_t backbone = 0, pyramid = 0, moving = 0, cell0 = 0;
+  for (const auto& p : model->named_parameters()) {
+    if (p.key().rfind("backbone.", 0) == 0) backbone += p.value().numel();
+    if (p.key().rfind("mnasfpn.", 0) == 0) pyramid += p.value().numel();
+    if (p.key().rfind("mnasfpn.cells.0.", 0) == 0) cell0 += p.value().numel();
+  }
+  for (const auto& b : model->named_buffers())
+    if (b.key().find("running_") != std::string::npos &&
+        (b.key().rfind("backbone.", 0) == 0 || b.key().rfind("mnasfpn.", 0) == 0))
+      moving += b.value().numel();
+  EXPECT_EQ(backbone, 1'811'712);
+  EXPECT_EQ(pyramid, 567'648);
+  EXPECT_EQ(cell0, 197'952);
+  EXPECT_EQ(moving, 45'344);
+  const auto got = state_shapes(*model);
+  EXPECT_EQ(got.count("backbone.features.18.0.weight"), 0u);  // no Conv_1
+  EXPECT_EQ(got.at("mnasfpn.cells.0.0.inputs.1.conv.weight"), "256,320,1,1");
+  EXPECT_EQ(got.at("mnasfpn.cells.1.3.depthwise.weight"), "128,1,5,5");
+  const auto tf = [&](const std::string& n) { return model->tf_name(n)->name; };
+  EXPECT_EQ(tf("mnasfpn.c6.conv.weight"), "FeatureExtractor/MnasFPN/C6_Conv1x1/weights");
+  EXPECT_EQ(tf("mnasfpn.c6.bn.running_var"), "FeatureExtractor/MnasFPN/C6_Conv1x1/BatchNorm/moving_variance");
+  EXPECT_EQ(tf("mnasfpn.cells.0.0.inputs.1.conv.weight"), "FeatureExtractor/MnasFPN/cell_0/block_0/input_1/Conv1x1/weights");
+  EXPECT_EQ(tf("mnasfpn.cells.3.4.depthwise.weight"), "FeatureExtractor/MnasFPN/cell_3/block_4/SepConv/depthwise_weights");
+  EXPECT_EQ(tf("mnasfpn.cells.3.4.pointwise.weight"), "FeatureExtractor/MnasFPN/cell_3/block_4/SepConv/pointwise_weights");
+  EXPECT_EQ(tf("mnasfpn.cells.2.1.bn.weight"), "FeatureExtractor/MnasFPN/cell_2/block_1/SepConv/BatchNorm/gamma");
+  EXPECT_EQ(tf("backbone.features.17.conv.3.weight"), "FeatureExtractor/MobilenetV2/expanded_conv_16/project/BatchNorm/gamma");
+  std::set<std::string> names;
+  for (const auto& p : model->named_parameters()) EXPECT_TRUE(names.insert(tf(p.key())).second) << p.key();
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto maps = model->feature_maps(torch::rand({1, 3, 320, 320}) * 2 - 1);
+  const std::vector<std::pair<int64_t, int64_t>> want{{40, 40}, {20, 20}, {10, 10}, {5, 5}};
+  EXPECT_EQ(model->feature_map_sizes(320, 320), want);
+  ASSERT_EQ(maps.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(maps[i].sizes().vec(), (Sizes{1, 48, want[i].first, want[i].second})) << i;
+  EXPECT_EQ(model->forward(torch::zeros({1, 3, 320, 320})).size(1), (1600 + 400 + 100 + 25) * 9);
+  EXPECT_THROW(model->forward(torch::zeros({1, 3, 300, 300})), c10::Error);  // not a multiple of 64
+}
+
 // ssd_inception_v3_{coco,pets}: TF-Slim's inception_v3_base to Mixed_7c under the config's
 // conv_hyperparams (batch norm with gamma, ReLU6), three base maps and three extra layers of
 // depths 512, 256, 128 (layer_depth [-1, -1, -1, 512, 256, 128]), named after Mixed_7c.

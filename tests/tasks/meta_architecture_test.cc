@@ -101,6 +101,7 @@ TEST(MetaArchitectures, TheOdApiSampleConfigsBuildWithTheirAnchors) {
       {"ssd_mobilenet_v2_coco_per_class_metric", {"ssd_mobilenet_v2", 1917}},
       {"ssd_mobilenet_v2_fpnlite_quantized_shared_box_predictor_256x256_depthmultiplier_75_coco14_sync",
        {"ssd_mobilenet_v2_fpn", 8184}},
+      {"ssd_mobilenet_v2_mnasfpn_shared_box_predictor_320x320_coco_sync", {"ssd_mobilenet_v2_mnasfpn", 19125}},
       {"ssd_mobilenet_v2_oid_v4", {"ssd_mobilenet_v2", 1917}},
       {"ssd_mobilenet_v2_pets_keras", {"ssd_mobilenet_v2", 1917}},
       {"ssd_mobilenet_v2_quantized_300x300_coco", {"ssd_mobilenet_v2", 1917}},

@@ -527,13 +527,13 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
         "ssd_resnet101_v1_fpn_keras", "ssd_mobilenet_edgetpu",
         "ssd_mobiledet_cpu",          "ssd_mobiledet_dsp",          "ssd_mobiledet_edgetpu",
         "ssd_mobiledet_gpu",          "embedded_ssd_mobilenet_v1",
-        "ssd_inception_v2"};
+        "ssd_inception_v2",           "ssd_mobilenet_v2_mnasfpn"};
     if (kTypes.count(type) == 0)
       problems.push_back("model.ssd.feature_extractor.type '" + type +
                          "' is not supported; Orchard implements ssd_mobilenet_v2 and ssd_mobilenet_v1 (each also "
                          "_fpn, _keras), ssd_mobilenet_v1_ppn, ssd_mobilenet_v3_large, ssd_mobilenet_v3_small, "
                          "ssd_mobilenet_edgetpu, ssd_mobiledet_cpu, ssd_mobiledet_dsp, ssd_mobiledet_edgetpu, ssd_mobiledet_gpu, "
-                         "embedded_ssd_mobilenet_v1, ssd_inception_v2, "
+                         "embedded_ssd_mobilenet_v1, ssd_inception_v2, ssd_mobilenet_v2_mnasfpn, "
                          "ssd_inception_v3, ssd_resnet50_v1_fpn and ssd_resnet101_v1_fpn (each also _keras)");
     // EmbeddedSSDMobileNetV1FeatureExtractor raises these itself: its layers are sized for 256x256.
     if (type == "embedded_ssd_mobilenet_v1") {
@@ -544,6 +544,17 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
                            "(as the OD API)");
       if (ssd.feature_extractor().pad_to_multiple() > 1)
         problems.push_back("model.ssd.feature_extractor.pad_to_multiple must be 1 for embedded_ssd_mobilenet_v1 "
+                           "(as the OD API)");
+    }
+    // SSDMobileNetV2MnasFPNFeatureExtractor's own checks: levels 3..6, sides multiples of 64.
+    if (type == "ssd_mobilenet_v2_mnasfpn") {
+      const auto& fe = ssd.feature_extractor();
+      if (fe.fpn().min_level() != 3 || fe.fpn().max_level() != 6)
+        problems.push_back("model.ssd.feature_extractor.fpn: ssd_mobilenet_v2_mnasfpn has levels 3..6 (as the OD API)");
+      const auto& resizer = ssd.image_resizer();
+      if (resizer.has_fixed_shape_resizer() &&
+          (resizer.fixed_shape_resizer().height() % 64 != 0 || resizer.fixed_shape_resizer().width() % 64 != 0))
+        problems.push_back("model.ssd.image_resizer: ssd_mobilenet_v2_mnasfpn needs sides that are multiples of 64 "
                            "(as the OD API)");
     }
     // SSDInceptionV3FeatureExtractor raises this itself: inception_v3 has no arg scope of its own.

@@ -135,6 +135,13 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     TORCH_CHECK(o.feature_extractor == "ssd_mobilenet_v1", "SSD PPN: the OD API's is ssd_mobilenet_v1_ppn, not ",
                 o.feature_extractor, "_ppn");
     from.push_back("Conv2d_11_pointwise");
+  } else if (o.mnasfpn) {
+    TORCH_CHECK(o.feature_extractor == "ssd_mobilenet_v2", "SSD MnasFPN: the OD API's is ssd_mobilenet_v2_mnasfpn, not ",
+                o.feature_extractor, "_mnasfpn");
+    TORCH_CHECK(fpn.min_level == 3 && fpn.max_level == 6 && n == 4, "SSD MnasFPN has levels 3..6 (4 feature maps), got ",
+                fpn.min_level, "..", fpn.max_level, " and ", n, " anchor layers");
+    TORCH_CHECK(!o.use_explicit_padding, "SSD MnasFPN: use_explicit_padding is not implemented");
+    from = {"layer_7", "layer_14", "layer_18"};
   } else {
     TORCH_CHECK(layout.resnet_depth == 0, "SSD ", o.feature_extractor, " is an FPN feature extractor (",
                 o.feature_extractor, "_fpn)");
@@ -154,10 +161,23 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     bo.bn_momentum = o.bn_momentum;
     bo.bn_eps = o.bn_eps;
     bo.tf_same_padding = !o.use_explicit_padding;  // TF 'SAME', or fixed_padding then 'VALID'
+    bo.include_last_conv = !o.mnasfpn;              // mnasfpn: final_endpoint='layer_18'
     backbone_ = register_module("backbone", MobileNetV2(bo));
     for (const auto& layer : from) {
       base_endpoints_.push_back(parse_mobilenet_v2_endpoint(layer));
       channels_.push_back(backbone_->endpoint_channels(base_endpoints_.back()));
+    }
+    if (o.mnasfpn) {
+      MnasFpnOptions mo;
+      mo.in_channels = channels_;
+      mo.depth = models::make_divisible(static_cast<double>(fpn.additional_layer_depth) * o.depth_multiplier, 8,
+                                        o.min_depth);
+      mo.depth_multiplier = o.depth_multiplier;
+      mo.min_depth = o.min_depth;
+      mo.bn_momentum = o.bn_momentum;
+      mo.bn_eps = o.bn_eps;
+      mnasfpn_ = register_module("mnasfpn", MnasFpn(mo));
+      channels_.assign(n, mo.depth);
     }
   } else if (std::string(layout.scope) == "MobilenetV3" || std::string(layout.scope) == "MobilenetEdgeTPU") {
     // mobilenet_v3.mobilenet_base(conv_defs=V3_*_DETECTION or V3_EDGETPU,
@@ -278,6 +298,8 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     }
   } else if (o.ppn) {
     channels_.assign(n, channels_.front());  // max pools keep the depth
+  } else if (o.mnasfpn) {
+    // the four levels come out of MnasFPN
   } else {
     extras_ = register_module("extras", torch::nn::ModuleList());
     for (size_t i = from.size(); i < n; ++i) {
@@ -389,6 +411,7 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
   }
   if (predictor_ && name.rfind("predictor.", 0) == 0) return predictor_->tf_name(name.substr(10));
   if (fpn_ && name.rfind("fpn.", 0) == 0) return fpn_->tf_name(name.substr(4), feature_extractor_scope + "/fpn");
+  if (mnasfpn_ && name.rfind("mnasfpn.", 0) == 0) return mnasfpn_->tf_name(name.substr(8), "FeatureExtractor/MnasFPN");
   int j = -1, used = 0;
   if (bottom_up_ && std::sscanf(name.c_str(), "bottom_up.%d%n", &j, &used) == 1 && j >= 0) {
     const Layout& layout = layout_of(options_.feature_extractor);
@@ -492,6 +515,7 @@ std::vector<torch::Tensor> SsdModelImpl::feature_maps(const torch::Tensor& input
                                             : layer->as<ConvNormActivationImpl>()->forward(maps.back()));
     return maps;
   }
+  if (mnasfpn_) return mnasfpn_->forward(maps);
   if (options_.ppn) {
     // slim.max_pool2d([2, 2], stride 2, 'SAME'): an odd side pads one pixel at the bottom/right,
     // where zero padding is -inf padding (the map is a ReLU6 output, >= 0).
@@ -551,7 +575,7 @@ std::vector<std::pair<int64_t, int64_t>> SsdModelImpl::feature_map_sizes(int64_t
     }
     return sizes;
   }
-  for (int i = 0; i < (options_.fpn.enabled ? options_.fpn.min_level : 4); ++i) {
+  for (int i = 0; i < (options_.fpn.enabled || options_.mnasfpn ? options_.fpn.min_level : 4); ++i) {
     height = half(height);
     width = half(width);
   }

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "orchard/detect/fpn.h"
+#include "orchard/detect/mnasfpn.h"
 #include "orchard/detect/weight_shared_predictor.h"
 #include "orchard/models/inception_v2.h"
 #include "orchard/models/inception_v3.h"
@@ -99,6 +100,9 @@ struct SsdModelOptions {
   // ssd_mobilenet_v1_ppn (pooling_pyramid_feature_maps, base_feature_map_depth 0): the first
   // feature map is Conv2d_11_pointwise, each next one a 2x2 stride-2 'SAME' max pool of it.
   bool ppn = false;
+  // ssd_mobilenet_v2_mnasfpn: MobileNetV2 to layer_18, MnasFPN (mnasfpn.h) over layer_7,
+  // layer_14, layer_18 at fpn levels 3..6 with fpn.additional_layer_depth channels.
+  bool mnasfpn = false;
   // weight_shared_convolutional_box_predictor; unset: convolutional_box_predictor. Its
   // in_channels, num_levels, anchors_per_location, num_class_slots and box_code_size are the
   // model's.
@@ -187,6 +191,7 @@ class SsdModelImpl : public torch::nn::Module {
   models::InceptionV3 backbone_inception_{nullptr};
   models::MobileDet backbone_mobiledet_{nullptr};
   models::InceptionV2 backbone_inception_v2_{nullptr};
+  MnasFpn mnasfpn_{nullptr};
   std::vector<models::MobileNetV3Endpoint> base_endpoints_v3_;
   models::ResNet backbone_resnet_{nullptr};
   std::vector<int> resnet_stages_;  // the stages (1..4) taken as the FPN's base maps

@@ -5,7 +5,6 @@
 #include <torch/nn/modules/conv.h>
 
 #include <algorithm>
-#include <limits>
 #include <stdexcept>
 
 #include "orchard/models/mobilenet_v2.h"
@@ -16,19 +15,7 @@ namespace {
 
 namespace F = torch::nn::functional;
 
-// TF's 'SAME' 3x3 max pool: the padding never wins.
-torch::Tensor max_pool_same(const torch::Tensor& x, int64_t stride) {
-  int64_t pad[4];
-  for (int d = 0; d < 2; ++d) {
-    const int64_t in = x.size(2 + d), out = (in + stride - 1) / stride;
-    const int64_t total = std::max<int64_t>((out - 1) * stride + 3 - in, 0);
-    pad[2 * (1 - d)] = total / 2;  // F::pad's order: left, right, top, bottom
-    pad[2 * (1 - d) + 1] = total - total / 2;
-  }
-  const auto padded = F::pad(x, F::PadFuncOptions({pad[0], pad[1], pad[2], pad[3]})
-                                    .value(-std::numeric_limits<double>::infinity()));
-  return F::max_pool2d(padded, F::MaxPool2dFuncOptions(3).stride(stride));
-}
+torch::Tensor max_pool_same(const torch::Tensor& x, int64_t stride) { return max_pool2d_tf_same(x, 3, stride); }
 
 // slim.conv2d under the config's arg scope: conv ('SAME', no bias), batch norm, ReLU6.
 class UnitImpl : public torch::nn::Module {

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <stdexcept>
 #include <utility>
 
@@ -74,6 +75,21 @@ class InvertedResidualImpl : public torch::nn::Module {
 TORCH_MODULE(InvertedResidual);
 
 }  // namespace
+
+torch::Tensor max_pool2d_tf_same(const torch::Tensor& x, int64_t kernel, int64_t stride) {
+  int64_t pad[4];  // F::pad's order: left, right, top, bottom
+  for (int d = 0; d < 2; ++d) {
+    const int64_t in = x.size(2 + d), out = (in + stride - 1) / stride;
+    const int64_t total = std::max<int64_t>((out - 1) * stride + kernel - in, 0);
+    pad[2 * (1 - d)] = total / 2;
+    pad[2 * (1 - d) + 1] = total - total / 2;
+  }
+  const auto padded = pad[0] + pad[1] + pad[2] + pad[3] == 0
+                          ? x
+                          : F::pad(x, F::PadFuncOptions({pad[0], pad[1], pad[2], pad[3]})
+                                          .value(-std::numeric_limits<double>::infinity()));
+  return F::max_pool2d(padded, F::MaxPool2dFuncOptions(kernel).stride(stride));
+}
 
 torch::Tensor conv2d_tf_same(torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
   const auto& o = conv.options;
@@ -174,13 +190,18 @@ MobileNetV2Impl::MobileNetV2Impl(const MobileNetV2Options& o) : options_(o) {
       in = out;
     }
   }
-  last_channels_ = make_divisible(1280 * (o.finegrain_classification_mode ? std::max(1.0, o.width_mult) : o.width_mult),
-                                  o.round_nearest, o.min_depth);
-  features_->push_back(
-      ConvNormActivation(ConvNormActivationOptions(in, last_channels_, 1).bn_momentum(o.bn_momentum).bn_eps(o.bn_eps)));
-  out_channels_.push_back(last_channels_);
-  expansion_channels_.push_back(0);
-  TORCH_INTERNAL_ASSERT(static_cast<int64_t>(features_->size()) == kNumFeatures);
+  TORCH_CHECK(o.include_last_conv || !o.include_top, "MobileNetV2: the classifier needs the last 1x1 convolution");
+  last_channels_ = in;
+  if (o.include_last_conv) {
+    last_channels_ =
+        make_divisible(1280 * (o.finegrain_classification_mode ? std::max(1.0, o.width_mult) : o.width_mult),
+                       o.round_nearest, o.min_depth);
+    features_->push_back(
+        ConvNormActivation(ConvNormActivationOptions(in, last_channels_, 1).bn_momentum(o.bn_momentum).bn_eps(o.bn_eps)));
+    out_channels_.push_back(last_channels_);
+    expansion_channels_.push_back(0);
+  }
+  TORCH_INTERNAL_ASSERT(static_cast<int64_t>(features_->size()) == kNumFeatures - (o.include_last_conv ? 0 : 1));
   if (o.include_top) {
     TORCH_CHECK(o.num_classes >= 1, "MobileNetV2 num_classes must be >= 1 with include_top");
     classifier_ = register_module(
@@ -234,7 +255,8 @@ std::vector<torch::Tensor> MobileNetV2Impl::endpoints(const torch::Tensor& x,
 }
 
 int64_t MobileNetV2Impl::endpoint_channels(const MobileNetV2Endpoint& e) const {
-  TORCH_CHECK(e.index >= 0 && e.index < kNumFeatures, "MobileNetV2 endpoint index ", e.index, " out of range");
+  TORCH_CHECK(e.index >= 0 && e.index < static_cast<int64_t>(out_channels_.size()), "MobileNetV2 has no layer_",
+              e.index + 1, options_.include_last_conv ? "" : " (built to layer_18)");
   if (!e.expansion_output) return out_channels_[e.index];
   TORCH_CHECK(expansion_channels_[e.index] > 0, "MobileNetV2 layer_", e.index + 1, " has no expansion_output");
   return expansion_channels_[e.index];

@@ -33,6 +33,8 @@ namespace orchard::models {
 // A convolution with TF's 'SAME' padding: output size ceil(in / stride), the odd padding
 // pixel (if any) at the bottom/right. `conv` must have been built with padding 0.
 torch::Tensor conv2d_tf_same(torch::nn::Conv2dImpl& conv, const torch::Tensor& x);
+// A k x k max pool with TF's 'SAME' padding (the padding never wins; odd pixel bottom/right).
+torch::Tensor max_pool2d_tf_same(const torch::Tensor& x, int64_t kernel, int64_t stride);
 
 // v rounded to the nearest multiple of `divisor` (halves up), at least `min_value`, plus one
 // more `divisor` if rounding lost over 10% of v: TF-Slim's and torchvision's _make_divisible.
@@ -78,6 +80,9 @@ struct MobileNetV2Options {
   // does. TF-Slim's mobilenet_base (so ssd_mobilenet_v2) scales it: set false there.
   bool finegrain_classification_mode = true;
   bool include_top = true;   // global pool + dropout + classifier.1 = Linear(last, num_classes)
+  // false: stop at layer_18 (features.17), mobilenet_base(final_endpoint='layer_18') as the
+  // OD API's ssd_mobilenet_v2_mnasfpn builds it (no Conv_1; needs include_top false).
+  bool include_last_conv = true;
   double dropout = 0.2;      // before the classifier (TF: dropout_keep_prob 0.8)
   double bn_momentum = 0.1;  // torchvision; TF's SSD: 0.0003 (decay 0.9997)
   double bn_eps = 1e-5;      // torchvision; TF-Slim: 0.001

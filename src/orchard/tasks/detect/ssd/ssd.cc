@@ -25,6 +25,14 @@ ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& p
   // The Keras feature extractors (ssd_mobilenet_v2_keras, ...) build the same networks.
   std::string type = fe.type();
   if (type.size() > 6 && type.compare(type.size() - 6, 6, "_keras") == 0) type.resize(type.size() - 6);
+  const bool mnasfpn = type == "ssd_mobilenet_v2_mnasfpn";
+  if (mnasfpn) {
+    type = "ssd_mobilenet_v2";
+    c.model.mnasfpn = true;
+    c.model.fpn.min_level = fe.fpn().min_level();
+    c.model.fpn.max_level = fe.fpn().max_level();
+    c.model.fpn.additional_layer_depth = fe.fpn().additional_layer_depth();
+  }
   if (type.size() > 4 && type.compare(type.size() - 4, 4, "_ppn") == 0) {
     type.resize(type.size() - 4);
     c.model.ppn = true;
@@ -44,7 +52,10 @@ ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& p
   c.model.freeze_batchnorm = ssd.freeze_batchnorm();
   c.model.pad_to_multiple = fe.pad_to_multiple();
   const auto& hyper = fe.conv_hyperparams();
-  if (hyper.has_batch_norm()) {
+  if (mnasfpn) {  // its own training_scope: batch norm decay 0.99, epsilon 0.01 (conv_hyperparams unused)
+    c.model.bn_momentum = 0.01;
+    c.model.bn_eps = 0.01;
+  } else if (hyper.has_batch_norm()) {
     c.model.bn_momentum = 1.0 - hyper.batch_norm().decay();
     c.model.bn_eps = hyper.batch_norm().epsilon();
   }
@@ -195,11 +206,12 @@ SsdMetaArchitecture::SsdMetaArchitecture(const SsdConfig& config, int64_t num_cl
   config_.model.num_classes = num_classes;
   const int64_t h = input.height, w = input.width;
   if (const auto& ms = config_.multiscale_anchors) {
-    if (!config_.model.fpn.enabled || ms->min_level != config_.model.fpn.min_level ||
+    const bool pyramid = config_.model.fpn.enabled || config_.model.mnasfpn;
+    if (!pyramid || ms->min_level != config_.model.fpn.min_level ||
         ms->max_level != config_.model.fpn.max_level)
       throw Error("model.ssd.anchor_generator.multiscale_anchor_generator levels " + std::to_string(ms->min_level) +
                   ".." + std::to_string(ms->max_level) + " must be the feature extractor's FPN levels" +
-                  (config_.model.fpn.enabled ? " (" + std::to_string(config_.model.fpn.min_level) + ".." +
+                  (pyramid ? " (" + std::to_string(config_.model.fpn.min_level) + ".." +
                                                    std::to_string(config_.model.fpn.max_level) + ")"
                                              : " (it has no fpn)"));
     config_.model.anchors_per_location.assign(static_cast<size_t>(ms->max_level - ms->min_level + 1),
@@ -273,7 +285,8 @@ std::map<std::string, std::string> SsdMetaArchitecture::signature() const {
 }
 
 std::string SsdMetaArchitecture::name() const {
-  return config_.model.feature_extractor + (config_.model.fpn.enabled ? "_fpn" : "") + (config_.model.ppn ? "_ppn" : "");
+  return config_.model.feature_extractor + (config_.model.fpn.enabled ? "_fpn" : "") + (config_.model.ppn ? "_ppn" : "") +
+         (config_.model.mnasfpn ? "_mnasfpn" : "");
 }
 
 std::string SsdMetaArchitecture::describe() const {
