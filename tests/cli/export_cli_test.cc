@@ -23,6 +23,7 @@
 #include "orchard/detect/box_ops.h"
 #include "orchard/detect/config.h"
 #include "orchard/detect/ssd_model.h"
+#include "orchard/export/onnx_export.h"
 #include "orchard/models/image_model.h"
 #include "orchard/models/registry.h"
 #include "orchard/tasks/classify/classification.h"
@@ -288,6 +289,33 @@ TEST(ExportOnnxErrors, FormatAndArchitecture) {
   r = cli::run({"detect", "export", "--model_dir", dir, "--format", "tflite", "--out", root.file("d.tflite")}, root);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("--format must be dir, onnx or tf"), std::string::npos) << r.err;
+}
+
+// Feature extractors the ONNX graph writer does not know are refused by name, never written as
+// another network (MnasFPN runs on a MobileNetV2 base: it must not pass for plain SSD).
+TEST(ExportOnnxErrors, UnsupportedFeatureExtractorsAreRefused) {
+  test::TempDir root;
+  for (const std::string type : {"mnasfpn", "ssd_inception_v2", "ssd_mobiledet_cpu", "ssd_mobilenet_edgetpu"}) {
+    detect::SsdModelOptions o;
+    if (type == "mnasfpn") {
+      o.mnasfpn = true;
+      o.fpn.min_level = 3;
+      o.fpn.max_level = 6;
+      o.anchors_per_location = {9, 9, 9, 9};
+    } else {
+      o.feature_extractor = type;
+    }
+    detect::SsdModel model(o);
+    exporting::DetectionOnnxOptions eo;
+    eo.height = eo.width = 128;
+    try {
+      exporting::export_detection_onnx(*model, torch::zeros({10, 4}), eo, root.file(type + ".onnx"));
+      ADD_FAILURE() << type << ": exported";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is not implemented yet"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(root.file(type + ".onnx")));
+  }
 }
 
 }  // namespace

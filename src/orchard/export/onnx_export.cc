@@ -466,8 +466,10 @@ void export_detection_onnx(detect::SsdModelImpl& model, const at::Tensor& anchor
   if (mo.pad_to_multiple > 1 && (options.height % mo.pad_to_multiple || options.width % mo.pad_to_multiple))
     throw Error("ONNX export: the input " + std::to_string(options.height) + "x" + std::to_string(options.width) +
                 " is not a multiple of feature_extractor.pad_to_multiple " + std::to_string(mo.pad_to_multiple));
-  if (mo.fpn.enabled || mo.weight_shared || mo.ppn || (mo.feature_extractor != "ssd_mobilenet_v1" && mo.feature_extractor != "ssd_mobilenet_v2"))
-    throw Error("ONNX export of " + mo.feature_extractor + (mo.fpn.enabled ? "_fpn" : mo.ppn ? "_ppn" : "") +
+  if (mo.fpn.enabled || mo.weight_shared || mo.ppn || mo.mnasfpn ||
+      (mo.feature_extractor != "ssd_mobilenet_v1" && mo.feature_extractor != "ssd_mobilenet_v2"))
+    throw Error("ONNX export of " + mo.feature_extractor +
+                (mo.fpn.enabled ? "_fpn" : mo.ppn ? "_ppn" : mo.mnasfpn ? "_mnasfpn" : "") +
                 (mo.weight_shared ? " with the weight-shared box predictor" : "") +
                 " is not implemented yet (ssd_mobilenet_v1 and ssd_mobilenet_v2 with convolutional_box_predictor are); "
                 "`detect export --format tf` writes the model as a TensorFlow checkpoint");
