@@ -72,6 +72,25 @@ int64_t count_parameters(torch::nn::Module& m) {
   return n;
 }
 
+// The parameters whose names start with one of `prefixes` ("backbone.", "extras.", ...).
+int64_t parameters_under(torch::nn::Module& m, const std::vector<std::string>& prefixes) {
+  int64_t n = 0;
+  for (const auto& p : m.named_parameters())
+    for (const auto& prefix : prefixes)
+      if (p.key().rfind(prefix, 0) == 0) n += p.value().numel();
+  return n;
+}
+
+// The batch norms' moving means and variances under `prefixes`.
+int64_t moving_statistics_under(torch::nn::Module& m, const std::vector<std::string>& prefixes) {
+  int64_t n = 0;
+  for (const auto& b : m.named_buffers())
+    if (b.key().find("running_") != std::string::npos)
+      for (const auto& prefix : prefixes)
+        if (b.key().rfind(prefix, 0) == 0) n += b.value().numel();
+  return n;
+}
+
 std::map<std::string, std::string> state_shapes(torch::nn::Module& m) {
   std::map<std::string, std::string> out;
   for (const auto& p : m.named_parameters()) out[p.key()] = shape_string(p.value());
@@ -998,18 +1017,9 @@ TEST(SsdModel, MobileNetEdgeTpuSsdLite) {
   EXPECT_EQ(got.at("backbone.features.18.depthwise.0.weight"), "768,1,5,5");
   EXPECT_EQ(got.at("backbone.features.22.project.0.weight"), "192,1280,1,1");
   EXPECT_EQ(got.count("backbone.features.23.0.weight"), 0u);  // Conv_1 (layer_24) is not built
-  int64_t backbone = 0, extras = 0, moving = 0;
-  for (const auto& p : model->named_parameters()) {
-    if (p.key().rfind("backbone.", 0) == 0) backbone += p.value().numel();
-    if (p.key().rfind("extras.", 0) == 0) extras += p.value().numel();
-  }
-  for (const auto& b : model->named_buffers())
-    if (b.key().find("running_") != std::string::npos &&
-        (b.key().rfind("backbone.", 0) == 0 || b.key().rfind("extras.", 0) == 0))
-      moving += b.value().numel();
-  EXPECT_EQ(backbone, 2'562'112);
-  EXPECT_EQ(extras, 378'432);
-  EXPECT_EQ(moving, 40'928);
+  EXPECT_EQ(parameters_under(*model, {"backbone."}), 2'562'112);
+  EXPECT_EQ(parameters_under(*model, {"extras."}), 378'432);
+  EXPECT_EQ(moving_statistics_under(*model, {"backbone.", "extras."}), 40'928);
   const auto tf = [&](const std::string& n) { return model->tf_name(n)->name; };
   EXPECT_EQ(tf("backbone.features.2.expand.0.weight"), "FeatureExtractor/MobilenetEdgeTPU/expanded_conv_1/expand/weights");
   EXPECT_EQ(model->tf_name("backbone.features.2.expand.0.weight")->layout, models::TfLayout::kConv);
@@ -1068,22 +1078,15 @@ TEST(SsdModel, MobileDetBackbones) {
     o.kernel_size = 3;
     SsdModel model(o);
     EXPECT_EQ(model->feature_map_channels(), (Sizes{c.c4, c.c5, 512, 256, 256, 128}));
-    int64_t backbone = 0, extras = 0, moving = 0, gamma_beta = 0;
-    for (const auto& p : model->named_parameters()) {
-      const bool in_backbone = p.key().rfind("backbone.", 0) == 0, in_extras = p.key().rfind("extras.", 0) == 0;
-      backbone += in_backbone ? p.value().numel() : 0;
-      extras += in_extras ? p.value().numel() : 0;
-      if ((in_backbone || in_extras) && p.value().dim() == 1 && p.key().find(".se.") == std::string::npos)
+    int64_t gamma_beta = 0;  // the vectors but the squeeze-excite biases
+    for (const auto& p : model->named_parameters())
+      if ((p.key().rfind("backbone.", 0) == 0 || p.key().rfind("extras.", 0) == 0) && p.value().dim() == 1 &&
+          p.key().find(".se.") == std::string::npos)
         gamma_beta += p.value().numel();
-    }
-    for (const auto& b : model->named_buffers())
-      if (b.key().find("running_") != std::string::npos &&
-          (b.key().rfind("backbone.", 0) == 0 || b.key().rfind("extras.", 0) == 0))
-        moving += b.value().numel();
-    EXPECT_EQ(backbone, c.backbone);
-    EXPECT_EQ(extras, c.extras);
+    EXPECT_EQ(parameters_under(*model, {"backbone."}), c.backbone);
+    EXPECT_EQ(parameters_under(*model, {"extras."}), c.extras);
     EXPECT_EQ(gamma_beta, c.batch_norm);
-    EXPECT_EQ(moving, c.batch_norm);
+    EXPECT_EQ(moving_statistics_under(*model, {"backbone.", "extras."}), c.batch_norm);
     EXPECT_EQ(model->tf_name(c.name)->name, c.tf);
     EXPECT_EQ(model->tf_name("backbone.features.0.conv.0.weight")->name,
               "FeatureExtractor/" + model->backbone_scope() + "/Conv/weights");
@@ -1117,18 +1120,9 @@ TEST(SsdModel, EmbeddedMobileNetV1) {
   o.anchors_per_location = {3, 6, 6, 6, 6};
   SsdModel model(o);
   EXPECT_EQ(model->feature_map_channels(), (Sizes{64, 128, 64, 32, 32}));
-  int64_t backbone = 0, extras = 0, moving = 0;
-  for (const auto& p : model->named_parameters()) {
-    if (p.key().rfind("backbone.", 0) == 0) backbone += p.value().numel();
-    if (p.key().rfind("extras.", 0) == 0) extras += p.value().numel();
-  }
-  for (const auto& b : model->named_buffers())
-    if (b.key().find("running_") != std::string::npos &&
-        (b.key().rfind("backbone.", 0) == 0 || b.key().rfind("extras.", 0) == 0))
-      moving += b.value().numel();
-  EXPECT_EQ(backbone, 58'416);
-  EXPECT_EQ(extras, 31'104);
-  EXPECT_EQ(moving, 3'200);
+  EXPECT_EQ(parameters_under(*model, {"backbone."}), 58'416);
+  EXPECT_EQ(parameters_under(*model, {"extras."}), 31'104);
+  EXPECT_EQ(moving_statistics_under(*model, {"backbone.", "extras."}), 3'200);
   EXPECT_EQ(state_shapes(*model).at("extras.2.1.0.weight"), "32,16,2,2");
   EXPECT_EQ(model->tf_name("extras.2.1.0.weight")->name,
             "FeatureExtractor/MobilenetV1/Conv2d_13_pointwise_2_Conv2d_4_2x2_s2_32/weights");
@@ -1157,18 +1151,9 @@ TEST(SsdModel, InceptionV2) {
   SsdModel model(o);
   const Sizes channels{576, 1024, 512, 256, 256, 128};
   EXPECT_EQ(model->feature_map_channels(), channels);
-  int64_t backbone = 0, extras = 0, moving = 0;
-  for (const auto& p : model->named_parameters()) {
-    if (p.key().rfind("backbone.", 0) == 0) backbone += p.value().numel();
-    if (p.key().rfind("extras.", 0) == 0) extras += p.value().numel();
-  }
-  for (const auto& b : model->named_buffers())
-    if (b.key().find("running_") != std::string::npos &&
-        (b.key().rfind("backbone.", 0) == 0 || b.key().rfind("extras.", 0) == 0))
-      moving += b.value().numel();
-  EXPECT_EQ(backbone, 10'163'288);
-  EXPECT_EQ(extras, 2'223'488);
-  EXPECT_EQ(moving, 23'360);
+  EXPECT_EQ(parameters_under(*model, {"backbone."}), 10'163'288);
+  EXPECT_EQ(parameters_under(*model, {"extras."}), 2'223'488);
+  EXPECT_EQ(moving_statistics_under(*model, {"backbone.", "extras."}), 23'360);
   const auto got = state_shapes(*model);
   EXPECT_EQ(got.at("backbone.Conv2d_1a_7x7.depthwise.weight"), "24,1,7,7");
   EXPECT_EQ(got.at("backbone.Conv2d_1a_7x7.pointwise.weight"), "64,24,1,1");
@@ -1234,20 +1219,10 @@ TEST(SsdModel, MobileNetV2MnasFpn) {
   o.anchors_per_location = {9, 9, 9, 9};
   SsdModel model(o);
   EXPECT_EQ(model->feature_map_channels(), (Sizes{48, 48, 48, 48}));
-  int64_t backbone = 0, pyramid = 0, moving = 0, cell0 = 0;
-  for (const auto& p : model->named_parameters()) {
-    if (p.key().rfind("backbone.", 0) == 0) backbone += p.value().numel();
-    if (p.key().rfind("mnasfpn.", 0) == 0) pyramid += p.value().numel();
-    if (p.key().rfind("mnasfpn.cells.0.", 0) == 0) cell0 += p.value().numel();
-  }
-  for (const auto& b : model->named_buffers())
-    if (b.key().find("running_") != std::string::npos &&
-        (b.key().rfind("backbone.", 0) == 0 || b.key().rfind("mnasfpn.", 0) == 0))
-      moving += b.value().numel();
-  EXPECT_EQ(backbone, 1'811'712);
-  EXPECT_EQ(pyramid, 567'648);
-  EXPECT_EQ(cell0, 197'952);
-  EXPECT_EQ(moving, 45'344);
+  EXPECT_EQ(parameters_under(*model, {"backbone."}), 1'811'712);
+  EXPECT_EQ(parameters_under(*model, {"mnasfpn."}), 567'648);
+  EXPECT_EQ(parameters_under(*model, {"mnasfpn.cells.0."}), 197'952);
+  EXPECT_EQ(moving_statistics_under(*model, {"backbone.", "mnasfpn."}), 45'344);
   const auto got = state_shapes(*model);
   EXPECT_EQ(got.count("backbone.features.18.0.weight"), 0u);  // no Conv_1
   EXPECT_EQ(got.at("mnasfpn.cells.0.0.inputs.1.conv.weight"), "256,320,1,1");
@@ -1288,12 +1263,8 @@ TEST(SsdModel, InceptionV3ThreeBaseMaps) {
   // Keras' InceptionV3(include_top=False) (the same network, batch norm without gamma):
   // 21,768,352 trainable parameters, 34,432 moving statistics; here each of the 17,216 batch
   // norm channels also has its gamma.
-  int64_t backbone = 0, moving = 0;
-  for (const auto& p : model->named_parameters())
-    if (p.key().rfind("backbone.", 0) == 0) backbone += p.value().numel();
-  for (const auto& b : model->named_buffers())
-    if (b.key().find("running_") != std::string::npos && b.key().rfind("backbone.", 0) == 0) moving += b.value().numel();
-  EXPECT_EQ(moving, 34'432);
+  const int64_t backbone = parameters_under(*model, {"backbone."});
+  EXPECT_EQ(moving_statistics_under(*model, {"backbone."}), 34'432);
   EXPECT_EQ(backbone, 21'768'352 + 17'216);
   const int64_t extras = (2048 * 256 + 2 * 256) + (256 * 512 * 9 + 2 * 512) + (512 * 128 + 2 * 128) +
                          (128 * 256 * 9 + 2 * 256) + (256 * 64 + 2 * 64) + (64 * 128 * 9 + 2 * 128);

@@ -15,8 +15,6 @@ namespace {
 
 namespace F = torch::nn::functional;
 
-torch::Tensor max_pool_same(const torch::Tensor& x, int64_t stride) { return max_pool2d_tf_same(x, 3, stride); }
-
 // slim.conv2d under the config's arg scope: conv ('SAME', no bias), batch norm, ReLU6.
 class UnitImpl : public torch::nn::Module {
  public:
@@ -65,7 +63,7 @@ class BranchImpl : public torch::nn::Module {
   torch::Tensor forward(torch::Tensor x) {
     for (auto& s : steps_) {
       if (s.unit) x = s.unit->forward(x);
-      else if (s.pool == Pool::kMax) x = max_pool_same(x, s.stride);
+      else if (s.pool == Pool::kMax) x = max_pool2d_tf_same(x, 3, s.stride);
       else  // 3x3 stride 1 'SAME' average pool: the padding left out of the border averages
         x = F::avg_pool2d(x, F::AvgPool2dFuncOptions(3).stride(1).padding(1).count_include_pad(false));
     }
@@ -173,10 +171,10 @@ InceptionV2Impl::InceptionV2Impl(const InceptionV2Options& o) {
 
 std::vector<torch::Tensor> InceptionV2Impl::forward(const torch::Tensor& x) {
   auto h = stem_[0]->as<SeparableStemImpl>()->forward(x);
-  h = max_pool_same(h, 2);  // MaxPool_2a_3x3
+  h = max_pool2d_tf_same(h, 3, 2);  // MaxPool_2a_3x3
   h = stem_[1]->as<UnitImpl>()->forward(h);
   h = stem_[2]->as<UnitImpl>()->forward(h);
-  h = max_pool_same(h, 2);  // MaxPool_3a_3x3
+  h = max_pool2d_tf_same(h, 3, 2);  // MaxPool_3a_3x3
   std::vector<torch::Tensor> out;
   for (size_t i = 0; i < mixed_.size(); ++i) {
     h = mixed_[i]->as<MixedImpl>()->forward(h);
