@@ -470,6 +470,18 @@ TEST(PipelineConfig, TheOdApiSampleConfigsValidateOrSayWhyNot) {
   EXPECT_EQ(expected.size(), got.size());
 }
 
+// SSDMobileNetV2MnasFPNFeatureExtractor's own checks: levels 3..6, sides multiples of 64.
+TEST(PipelineConfig, MnasFpnNeedsItsLevelsAndSides) {
+  const std::string path =
+      ORCHARD_TEST_FIXTURES "/od_api_configs/ssd_mobilenet_v2_mnasfpn_shared_box_predictor_320x320_coco_sync.config";
+  std::string text = test::read_bytes(path);
+  text = replace(text, "height: 320\n        width: 320", "height: 300\n        width: 300");
+  text = replace(text, "fpn {\n        min_level: 3\n        max_level: 6", "fpn {\n        min_level: 3\n        max_level: 7");
+  const auto c = parse_pipeline_config(text, "mnasfpn.config", /*strict=*/false);
+  expect_error([&] { validate_pipeline_config(c, "mnasfpn.config"); },
+               {"ssd_mobilenet_v2_mnasfpn has levels 3..6", "ssd_mobilenet_v2_mnasfpn needs sides that are multiples of 64"});
+}
+
 // EmbeddedSSDMobileNetV1FeatureExtractor's own checks: 256x256 inputs, no pad_to_multiple.
 TEST(PipelineConfig, EmbeddedMobileNetV1NeedsItsInputSize) {
   const std::string path = ORCHARD_TEST_FIXTURES "/od_api_configs/embedded_ssd_mobilenet_v1_coco.config";
