@@ -19,6 +19,7 @@
 #include "orchard/models/tf_weights.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
+#include "orchard/data/detection.h"
 #include "orchard/models/mobilenet_v2.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/proto/event.pb.h"
@@ -617,6 +618,121 @@ TEST_F(DetectErrors, LabelOutsideTheModelsClassesNamesTheRecord) {
   EXPECT_TRUE(contains(r.err, "train-0000")) << r.err;
   EXPECT_TRUE(contains(r.err, "image/object/class/label")) << r.err;
   EXPECT_TRUE(contains(r.err, "0 is reserved for the background")) << r.err;
+}
+
+// keep_aspect_ratio_resizer end to end, on landscape (64x96) and portrait (96x64) shapes images
+// at 96..160 (96x144 and 144x96):
+// - without pad_to_max_dimension a batch of both is refused (their anchors differ, as in the OD
+//   API); landscape images alone train, evaluate one at a time and predict at each image's size;
+// - with pad_to_max_dimension every input is 160x160, the ground truth realigned into it and
+//   the detections normalised to each image: it must learn the mixed set, and predict's boxes
+//   must land on the objects of both orientations.
+TEST(ResizeKeepAspectRatio, TrainsEvaluatesAndPredictsAtEachImagesShape) {
+  one_thread_per_process();
+  TempDir root;
+  const std::string wide = root.file("wide"), tall = root.file("tall");
+  auto r = run({"data", "shapes", "--task", "detection", "--out_dir", wide, "--num_train", "1000", "--num_validation",
+                "200", "--seed", "5", "--image_width", "96"},
+               root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run({"data", "shapes", "--task", "detection", "--out_dir", tall, "--num_train", "1000", "--num_validation", "4",
+           "--seed", "6", "--image_size", "96", "--image_width", "64"},
+          root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string base = replace(read_file((fs::path(wide) / "pipeline.config").string()),
+                                   "fixed_shape_resizer {\n        height: 96\n        width: 96\n      }",
+                                   "keep_aspect_ratio_resizer {\n        min_dimension: 96\n        max_dimension: 160\n"
+                                   "      }");
+  const std::string shards = "/train-\?\?\?\?\?-of-\?\?\?\?\?\"\n";  // (no trigraphs)
+  const std::string wide_train = "    input_path: \"" + wide + shards;
+  const std::string mixed = replace(base, wide_train, wide_train + "    input_path: \"" + tall + shards);
+  const std::string padded = replace(mixed, "max_dimension: 160\n", "max_dimension: 160\n        pad_to_max_dimension: true\n");
+  const std::string base_cfg = root.file("keep.config"), mixed_cfg = root.file("mixed.config"),
+                    padded_cfg = root.file("padded.config");
+  atomic_write_file(base_cfg, base);
+  atomic_write_file(mixed_cfg, mixed);
+  atomic_write_file(padded_cfg, padded);
+  auto train = [&](const std::string& cfg, const std::string& model, int steps, const std::string& stats) {
+    return run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", model, "--num_train_steps",
+                std::to_string(steps), "--save_checkpoints_steps", std::to_string(steps), "--log_steps", "100",
+                "--seed", "1", "--stats_file", stats, "--num_preprocess_threads", "1", "--strict"},
+               root);
+  };
+  // Images of both shapes in one batch, without padding: refused, naming a record.
+  r = train(mixed_cfg, root.file("refused"), 10, root.file("refused.json"));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "keep_aspect_ratio_resizer without pad_to_max_dimension: a batch holds images of "
+                              "different sizes (")) << r.err;
+  EXPECT_TRUE(contains(r.err, "train-000")) << r.err;
+
+  // Landscape images alone: one input size; evaluation one image at a time.
+  const std::string own = root.file("own");
+  r = train(base_cfg, own, 30, root.file("own.json"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "at shorter side 96 (longer at most 160)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "images are evaluated one at a time, each at its own size")) << r.err;
+  EXPECT_TRUE(contains(r.err, "eval at step 30 over 200 examples")) << r.err;
+  // ONNX needs a fixed input size.
+  r = run({"detect", "export", "--model_dir", own, "--format", "onnx", "--out", root.file("m.onnx")}, root);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "ONNX export needs a fixed input size: keep_aspect_ratio_resizer without "
+                              "pad_to_max_dimension")) << r.err;
+
+  // Padded to 160x160: learns the mixed set.
+  const std::string model = root.file("padded"), stats = root.file("padded.json");
+  r = train(padded_cfg, model, 300, stats);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "(longer at most 160, padded to it)")) << r.err;
+  const json s = json::parse(test::read_bytes(stats));
+  const double ap50 = s.at("eval_DetectionBoxes_Precision/mAP@.50IOU").get<double>();
+  std::cout << "keep_aspect_ratio_resizer + pad_to_max_dimension: AP50 " << ap50 << " after 300 steps\n";
+  EXPECT_GE(ap50, 0.5) << s.dump(2);
+
+  // Predict on both orientations: each confident box overlaps an object of its image.
+  const std::string images = root.file("images");
+  fs::create_directories(images);
+  std::map<std::string, std::vector<data::Box>> truth;
+  for (const std::string& dir : {wide, tall}) {
+    TFRecordReader reader((fs::path(dir) / "validation-00000-of-00001").string());
+    std::string rec;
+    for (int i = 0; i < 3 && reader.next(&rec); ++i) {
+      const auto ex = data::parse_detection_example(rec, "validation", 3);
+      const std::string name = fs::path(dir).filename().string() + std::to_string(i) + ".jpg";
+      test::write_bytes((fs::path(images) / name).string(), ex.encoded);
+      truth[name] = ex.boxes;
+    }
+  }
+  for (const std::string& dir : {model, own}) {
+    r = run({"detect", "predict", "--model_dir", dir, images, "--json", "--min_score", "0.5"}, root);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    if (dir == own) {  // 30 steps: it runs, each image at its own size
+      EXPECT_TRUE(contains(r.err, "(--batch_size 8 applies to fixed-size inputs)")) << r.err;
+      continue;
+    }
+    int confident = 0, on_objects = 0, tall_confident = 0;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) {
+      const json j = json::parse(line);
+      const std::string name = fs::path(j.at("file").get<std::string>()).filename().string();
+      for (const auto& d : j.at("detections")) {
+        ++confident;
+        tall_confident += name.rfind("tall", 0) == 0;
+        const auto b = d.at("box").get<std::vector<float>>();
+        float best = 0;
+        for (const auto& t : truth.at(name)) {
+          const float ih = std::min(b[2], t.ymax) - std::max(b[0], t.ymin);
+          const float iw = std::min(b[3], t.xmax) - std::max(b[1], t.xmin);
+          const float inter = std::max(0.f, ih) * std::max(0.f, iw);
+          const float uni = (b[2] - b[0]) * (b[3] - b[1]) + (t.ymax - t.ymin) * (t.xmax - t.xmin) - inter;
+          best = std::max(best, uni > 0 ? inter / uni : 0.f);
+        }
+        on_objects += best >= 0.5f;
+      }
+    }
+    EXPECT_GE(confident, 4) << r.out;
+    EXPECT_GE(tall_confident, 1) << r.out;
+    EXPECT_GE(on_objects, confident * 3 / 4) << r.out;
+  }
 }
 
 }  // namespace

@@ -2,10 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <string>
 #include <memory>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "core/test_util.h"
@@ -92,12 +95,12 @@ struct Targets {
         image_labels(new bool[static_cast<size_t>(num_classes + 1)]()), max(max_boxes), num_classes(num_classes) {}
   DetectionTargets view() {
     return {boxes.data(), classes.data(), crowd.get(),     &num_boxes,          &image_id,
-            original_size, difficult.get(), group_of.get(), image_labels.get(), num_classes};
+            original_size, difficult.get(), group_of.get(), image_labels.get(), image_size,     num_classes};
   }
   std::vector<float> boxes;
   std::vector<int64_t> classes;
   std::unique_ptr<bool[]> crowd, difficult, group_of, image_labels;
-  int64_t max, num_classes, num_boxes = 0, image_id = 0, original_size[2] = {0, 0};
+  int64_t max, num_classes, num_boxes = 0, image_id = 0, original_size[2] = {0, 0}, image_size[2] = {0, 0};
 };
 
 // image/object/difficult, image/object/group_of, image/class/label survive the record and follow
@@ -226,6 +229,124 @@ TEST(DetectionPreprocess, RandomCropImageCropsAndPrunes) {
     ASSERT_EQ(t.num_boxes, 1) << seed;
     EXPECT_NEAR(t.boxes[3] - t.boxes[1], 0.4f, 1e-5) << seed;  // 0.2 of the image, 0.4 of the crop
     EXPECT_NEAR(t.boxes[2] - t.boxes[0], 0.4f, 1e-5) << seed;
+  }
+}
+
+// keep_aspect_ratio_resizer's resize_to_range: the shorter side to min_dimension unless the
+// longer would pass max_dimension; float32 products rounded half to even as tf.round.
+TEST(KeepAspectRatioResize, SizesAsResizeToRange) {
+  DetectionInputOptions o;
+  o.keep_aspect_ratio = KeepAspectRatioResize{320, 640, false, {0.f, 0.f, 0.f}};
+  o.height = o.width = 640;
+  using Size = std::pair<int, int>;
+  EXPECT_EQ(resized_image_size(480, 640, o), Size(320, 427));  // 640 * 2/3 = 426.67
+  EXPECT_EQ(resized_image_size(640, 480, o), Size(427, 320));
+  EXPECT_EQ(resized_image_size(64, 64, o), Size(320, 320));
+  EXPECT_EQ(resized_image_size(100, 1000, o), Size(64, 640));   // 3200 > 640: the longer side to 640
+  EXPECT_EQ(resized_image_size(300, 700, o), Size(274, 640));   // 746.67 > 640; 300 * 640/700 = 274.29
+  o.keep_aspect_ratio->min_dimension = 2;
+  o.keep_aspect_ratio->max_dimension = 100;
+  EXPECT_EQ(resized_image_size(4, 5, o), Size(2, 2));  // 2.5 rounds to 2 (half to even), not 3
+  EXPECT_EQ(resized_image_size(4, 7, o), Size(2, 4));  // 3.5 rounds to 4
+  o.keep_aspect_ratio.reset();
+  EXPECT_EQ(resized_image_size(480, 640, o), Size(640, 640));  // fixed_shape_resizer: the buffer's
+}
+
+// The resized image lies top-left in the max_dimension square; the rest holds the pad value
+// (per_channel_pad_value, scaled as the pixels); image_size says the image's size and the boxes
+// stay normalised to it.
+TEST(KeepAspectRatioResize, ImageTopLeftThenPadValue) {
+  const DetectionExample d = two_tone();  // 40 x 60, left half black
+  for (const bool channels_last : {false, true}) {
+    DetectionInputOptions o;
+    o.keep_aspect_ratio = KeepAspectRatioResize{20, 40, false, {255.f, 0.f, 127.5f}};
+    o.height = o.width = 40;
+    o.channels_last = channels_last;
+    o.max_boxes = 2;
+    std::vector<float> image(3 * 40 * 40, 7.f);
+    Targets t(2);
+    const auto view = t.view();
+    std::mt19937_64 rng(1);
+    preprocess_detection(d, o, false, rng, image.data(), &view, "t");
+    EXPECT_EQ(t.image_size[0], 20);
+    EXPECT_EQ(t.image_size[1], 30);
+    auto at = [&](int c, int y, int x) {
+      return image[channels_last ? static_cast<size_t>((y * 40 + x) * 3 + c) : static_cast<size_t>((c * 40 + y) * 40 + x)];
+    };
+    for (int c = 0; c < 3; ++c) {
+      EXPECT_FLOAT_EQ(at(c, 0, 0), -1.f) << c;    // black
+      EXPECT_FLOAT_EQ(at(c, 19, 29), 1.f) << c;   // white, the image's bottom-right pixel
+      const float pad = std::array<float, 3>{1.f, -1.f, 0.f}[static_cast<size_t>(c)];
+      EXPECT_FLOAT_EQ(at(c, 0, 30), pad) << c;    // right of the image
+      EXPECT_FLOAT_EQ(at(c, 20, 0), pad) << c;    // below it
+      EXPECT_FLOAT_EQ(at(c, 39, 39), pad) << c;
+    }
+    EXPECT_EQ(std::vector<float>(t.boxes.begin(), t.boxes.begin() + 4), (std::vector<float>{0.1f, 0.5f, 0.6f, 1.0f}));
+  }
+}
+
+// random_crop_to_aspect_ratio: the largest crop of the ratio (here the full height of a 40 x 60
+// image, 40 wide, at a random x); boxes under 0.3 visible are dropped, the rest clipped in the
+// crop's frame.
+TEST(RandomCropToAspectRatio, LargestCropOfTheRatioPrunesAndClips) {
+  std::set<int> offsets;
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    std::vector<Box> boxes = {Box{0.f, 0.f, 1.f, 0.25f},    // x 0..15: gone when x0 >= 12 (under 30% left)
+                              Box{0.25f, 0.4f, 0.75f, 0.6f}}; // x 24..36: always inside
+    std::vector<int64_t> index = {0, 1};
+    std::mt19937_64 rng(seed);
+    const CropWindow c = random_crop_to_aspect_ratio(40, 60, 1.0f, &boxes, &index, rng);
+    EXPECT_EQ(c.height, 40);
+    EXPECT_EQ(c.width, 40);
+    EXPECT_EQ(c.y, 0);
+    ASSERT_GE(c.x, 0);
+    ASSERT_LE(c.x, 20);
+    offsets.insert(c.x);
+    const bool first_kept = (15.f - static_cast<float>(c.x)) / 15.f >= 0.3f;
+    ASSERT_EQ(index.size(), first_kept ? 2u : 1u) << c.x;
+    const Box& centre = boxes.back();
+    EXPECT_EQ(index.back(), 1);
+    EXPECT_NEAR(centre.xmin, (24.f - c.x) / 40.f, 1e-6f);
+    EXPECT_NEAR(centre.xmax, (36.f - c.x) / 40.f, 1e-6f);
+    EXPECT_NEAR(centre.ymin, 0.25f, 1e-6f);
+    if (first_kept) {
+      EXPECT_EQ(boxes[0].xmin, 0.f);  // clipped
+      EXPECT_NEAR(boxes[0].xmax, (15.f - c.x) / 40.f, 1e-6f);
+    }
+  }
+  EXPECT_GT(offsets.size(), 5u);  // a random offset
+  // A tall image loses rows instead; an image of the ratio is kept whole.
+  std::vector<Box> none;
+  std::vector<int64_t> no_index;
+  std::mt19937_64 rng(3);
+  const CropWindow tall = random_crop_to_aspect_ratio(90, 30, 1.0f, &none, &no_index, rng);
+  EXPECT_EQ(tall.height, 30);
+  EXPECT_EQ(tall.width, 30);
+  const CropWindow same = random_crop_to_aspect_ratio(30, 45, 1.5f, &none, &no_index, rng);
+  EXPECT_EQ(same.height, 30);
+  EXPECT_EQ(same.width, 45);
+}
+
+// ssd_random_crop_fixed_aspect_ratio is ssd_random_crop with the ratio fixed, then
+// random_crop_to_aspect_ratio: with keep_aspect_ratio_resizer every training image comes out
+// square (the fullyconv config trains at 320x320), even when random_coef keeps the whole image.
+TEST(KeepAspectRatioResize, FixedAspectRatioCropsComeOutSquare) {
+  DetectionExample d = two_tone();  // 40 x 60
+  DetectionInputOptions o;
+  o.keep_aspect_ratio = KeepAspectRatioResize{16, 32, false, {0.f, 0.f, 0.f}};
+  o.height = o.width = 32;
+  o.max_boxes = 2;
+  o.augmentation.ssd_random_crop = default_ssd_random_crop();
+  for (auto& op : o.augmentation.ssd_random_crop) op.min_aspect_ratio = op.max_aspect_ratio = 1.0f;
+  o.augmentation.crop_to_aspect_ratio = 1.0f;
+  std::vector<float> image(3 * 32 * 32);
+  for (uint64_t seed = 0; seed < 30; ++seed) {
+    Targets t(2);
+    const auto view = t.view();
+    std::mt19937_64 rng(seed);
+    preprocess_detection(d, o, true, rng, image.data(), &view, "t");
+    EXPECT_EQ(t.image_size[0], 16) << seed;
+    EXPECT_EQ(t.image_size[1], 16) << seed;
   }
 }
 

@@ -117,6 +117,39 @@ TEST(ShapesScene, CountsSizesAndBoxes) {
 // Reads the drawn pixels back: each shape has its colour where it must be filled, its
 // box is tight (grey just outside it), and circles, squares and triangles differ where
 // they should (box corners, triangle apex).
+// --image_width: image_size high, image_width wide; boxes normalised by each side, objects
+// sized by the shorter one, and each box's pixels hold its colour.
+TEST(ShapesScene, WideImagesNormaliseBoxesBySide) {
+  SceneOptions o;
+  o.image_size = 64;
+  o.image_width = 96;
+  bool right_third = false;
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    std::mt19937_64 rng(seed);
+    const Scene s = make_scene(rng, o);
+    ASSERT_EQ(s.height, 64);
+    ASSERT_EQ(s.width, 96);
+    ASSERT_EQ(s.image.pixels.size(), 64u * 96 * 3);
+    for (const auto& obj : s.objects) {
+      const float h = (obj.ymax - obj.ymin) * 64, w = (obj.xmax - obj.xmin) * 96;  // pixels
+      EXPECT_NEAR(h, w, 1.0f + 1e-4f);
+      EXPECT_LE(std::max(h, w), 29.0f + 1e-4f);
+      EXPECT_NEAR(obj.xmax * 96, std::round(obj.xmax * 96), 1e-3f);
+      right_third = right_third || obj.xmin * 96 >= 64;
+    }
+    if (!s.objects.empty()) {  // the last object drawn is whole: its box centre has its colour
+      const auto& obj = s.objects.back();
+      const int y = static_cast<int>((obj.ymin + obj.ymax) / 2 * 64), x = static_cast<int>((obj.xmin + obj.xmax) / 2 * 96);
+      const uint8_t* p = &s.image.pixels[static_cast<size_t>((y * 96 + x) * 3)];
+      EXPECT_GT(p[obj.colour], 150) << seed;
+    }
+  }
+  EXPECT_TRUE(right_third);  // objects are placed across the whole width
+  o.image_width = 8;
+  std::mt19937_64 rng(0);
+  EXPECT_THROW(make_scene(rng, o), Error);
+}
+
 TEST(ShapesScene, PixelsMatchObjects) {
   SceneOptions o;
   int checked_inner = 0, checked_outside = 0;

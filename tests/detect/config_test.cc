@@ -284,7 +284,8 @@ TEST(PipelineConfig, OtherMetaArchitecturesParseAndAreRejected) {
 TEST(PipelineConfig, ValidateNamesEveryUnsupportedChoice) {
   std::string text = replace(sample_text(), "num_classes: 90", "num_classes: 0");
   text = replace(text, "fixed_shape_resizer {\n        height: 300\n        width: 300\n      }",
-                 "keep_aspect_ratio_resizer {\n        min_dimension: 600\n      }");
+                 "keep_aspect_ratio_resizer {\n        min_dimension: 1200\n        per_channel_pad_value: 1\n"
+                 "        per_channel_pad_value: 2\n      }");
   text = replace(text, "weighted_sigmoid {", "weighted_logits_softmax {");
   text = replace(text,
                  "exponential_decay_learning_rate {\n          initial_learning_rate: 0.004\n"
@@ -294,8 +295,10 @@ TEST(PipelineConfig, ValidateNamesEveryUnsupportedChoice) {
   const auto c = parse_pipeline_config(text, "my.config", false);
   expect_error([&] { validate_pipeline_config(c, "my.config"); },
                {"my.config: ", "model.ssd.num_classes must be > 0 (got 0)",
-                "model.ssd.image_resizer.keep_aspect_ratio_resizer is not supported; Orchard implements "
-                "fixed_shape_resizer",
+                "model.ssd.image_resizer.keep_aspect_ratio_resizer: min_dimension 1200 must be positive and at "
+                "most max_dimension 1024",
+                "model.ssd.image_resizer.keep_aspect_ratio_resizer.per_channel_pad_value has 2 values; it needs one "
+                "per channel (3)",
                 "model.ssd.loss.classification_loss.weighted_logits_softmax is not supported; Orchard implements "
                 "weighted_sigmoid or weighted_softmax or weighted_sigmoid_focal",
                 "train_config.optimizer.rms_prop_optimizer.learning_rate is not set",
@@ -422,7 +425,7 @@ TEST(PipelineConfig, TheOdApiSampleConfigsValidateOrSayWhyNot) {
       {"ssd_mobilenet_v2_coco", "fields not in the pipeline.config schema: model.ssd.feature_extractor.batch_norm_trainable"},
       {"ssd_mobilenet_v2_coco_per_class_metric", ""},
       {"ssd_mobilenet_v2_fpnlite_quantized_shared_box_predictor_256x256_depthmultiplier_75_coco14_sync", ""},
-      {"ssd_mobilenet_v2_fullyconv_coco", "model.ssd.image_resizer.keep_aspect_ratio_resizer is not supported"},
+      {"ssd_mobilenet_v2_fullyconv_coco", ""},
       {"ssd_mobilenet_v2_mnasfpn_shared_box_predictor_320x320_coco_sync", ""},
       {"ssd_mobilenet_v2_oid_v4", ""},
       {"ssd_mobilenet_v2_pets_keras", ""},

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <map>
 
 #include "orchard/core/error.h"
@@ -99,6 +100,9 @@ TEST(MetaArchitectures, TheOdApiSampleConfigsBuildWithTheirAnchors) {
       {"ssd_mobilenet_v1_ppn_shared_box_predictor_300x300_coco14_sync", {"ssd_mobilenet_v1_ppn", 3000}},
       {"ssd_mobilenet_v1_quantized_300x300_coco14_sync", {"ssd_mobilenet_v1", 1917}},
       {"ssd_mobilenet_v2_coco_per_class_metric", {"ssd_mobilenet_v2", 1917}},
+      // keep_aspect_ratio_resizer 320..640: the max_dimension square, explicit strides 16..512:
+      // 40x40x3 + (20^2 + 10^2 + 5^2 + 3^2 + 2^2) x 6 (images have anchors of their own size).
+      {"ssd_mobilenet_v2_fullyconv_coco", {"ssd_mobilenet_v2", 8028}},
       {"ssd_mobilenet_v2_fpnlite_quantized_shared_box_predictor_256x256_depthmultiplier_75_coco14_sync",
        {"ssd_mobilenet_v2_fpn", 8184}},
       {"ssd_mobilenet_v2_mnasfpn_shared_box_predictor_320x320_coco_sync", {"ssd_mobilenet_v2_mnasfpn", 19125}},
@@ -158,6 +162,123 @@ TEST(MetaArchitectures, FixedAspectRatioCropMapsOntoTheSsdCrop) {
   EXPECT_FLOAT_EQ(ops[0].max_area, 0.8f);
   EXPECT_FLOAT_EQ(ops[0].overlap_thresh, 0.4f);
   EXPECT_FLOAT_EQ(ops[0].min_aspect_ratio, 1.5f);
+  // ... followed by random_crop_to_aspect_ratio.
+  EXPECT_FLOAT_EQ(detection_config(pipeline, false).input.augmentation.crop_to_aspect_ratio, 1.5f);
+}
+
+// keep_aspect_ratio_resizer (ssd_mobilenet_v2_fullyconv_coco, 320..640): anchors follow each
+// input's size as the OD API generates them (explicit strides over the input, base size from
+// its shorter side, so anchors stay square in pixels); a batch is cut to its images' size. With
+// pad_to_max_dimension the ground truth is realigned into the padded input and detections are
+// clipped to each image and normalised to it.
+TEST(MetaArchitectures, KeepAspectRatioResizerGivesEachInputItsOwnAnchors) {
+  const std::string name = "ssd_mobilenet_v2_fullyconv_coco";
+  const auto pipeline =
+      detect::load_pipeline_config(ORCHARD_TEST_FIXTURES "/od_api_configs/" + name + ".config", /*strict=*/false);
+  detect::validate_pipeline_config(pipeline, name);
+  const auto config = detection_config(pipeline, /*channels_last=*/false);
+  ASSERT_TRUE(config.input.keep_aspect_ratio.has_value());
+  EXPECT_EQ(config.input.keep_aspect_ratio->min_dimension, 320);
+  EXPECT_EQ(config.input.height, 640);  // the sample buffer
+  EXPECT_FLOAT_EQ(config.input.augmentation.crop_to_aspect_ratio, 1.0f);
+  torch::manual_seed(0);
+  DetectionTask task(config);
+  EXPECT_TRUE(task.variable_input_size());
+  auto& ssd = dynamic_cast<SsdMetaArchitecture&>(task.meta_architecture());
+  // 320 x 427: maps 20x27, 10x14, 5x7, 3x4, 2x2, 1x1 -> 20*27*3 + (140 + 35 + 12 + 4 + 1) x 6.
+  const auto a = ssd.anchors(320, 427);
+  ASSERT_EQ(a.size(0), 2772);
+  // The first: centre (8, 8) px (stride 16, offset half of it), scale 0.1 of the shorter side
+  // (32 px) in both directions: [-8, -8, 24, 24] px.
+  const auto first = a[0];
+  EXPECT_NEAR(first[0].item<float>(), -8.f / 320, 1e-6);
+  EXPECT_NEAR(first[1].item<float>(), -8.f / 427, 1e-6);
+  EXPECT_NEAR(first[2].item<float>(), 24.f / 320, 1e-6);
+  EXPECT_NEAR(first[3].item<float>(), 24.f / 427, 1e-6);
+  EXPECT_EQ(ssd.anchors(427, 320).size(0), 2772);
+  EXPECT_TRUE(ssd.anchors(640, 640).equal(ssd.anchors()));
+
+  // A batch of two 320x427 images in 640x640 buffers is cut to 320x427; images of two sizes
+  // cannot share an input (their anchors differ), as in the OD API.
+  auto make_batch = [](std::vector<int64_t> sizes) {
+    data::Batch batch;
+    batch.size = 2;
+    batch.images = torch::zeros({2, 3, 640, 640});
+    batch.fields["image_size"] = torch::tensor(sizes, torch::kLong).view({2, 2});
+    batch.fields["boxes"] = torch::tensor({0.5f, 0.5f, 1.0f, 1.0f, 0.f, 0.f, 0.f, 0.f}).view({2, 1, 4});
+    batch.fields["classes"] = torch::ones({2, 1}, torch::kLong);
+    batch.fields["is_crowd"] = torch::zeros({2, 1}, torch::kBool);
+    batch.fields["num_boxes"] = torch::tensor({1, 0}, torch::kLong);
+    return batch;
+  };
+  data::Batch same = make_batch({320, 427, 320, 427});
+  task.prepare_batch(&same);
+  EXPECT_EQ(same.images.sizes(), (std::vector<int64_t>{2, 3, 320, 427}));
+  data::Batch mixed = make_batch({320, 427, 300, 640});
+  mixed.sources = {"a.tfrecord: record 3", "a.tfrecord: record 4"};
+  const std::string refused = error_of([&] { task.prepare_batch(&mixed); });
+  EXPECT_NE(refused.find("a batch holds images of different sizes (320x427 and 300x640: a.tfrecord: record 4)"),
+            std::string::npos)
+      << refused;
+  EXPECT_NE(refused.find("batch_size: 1, pad_to_max_dimension: true"), std::string::npos) << refused;
+
+  // pad_to_max_dimension: every input is 640x640 with each image top-left in it.
+  auto padded_config = config;
+  padded_config.input.keep_aspect_ratio->pad_to_max_dimension = true;
+  torch::manual_seed(0);
+  DetectionTask padded(padded_config);
+  EXPECT_FALSE(padded.variable_input_size());
+  auto& padded_ssd = dynamic_cast<SsdMetaArchitecture&>(padded.meta_architecture());
+  data::Batch batch = make_batch({320, 427, 300, 640});
+  padded.prepare_batch(&batch);
+  EXPECT_EQ(batch.images.sizes(), (std::vector<int64_t>{2, 3, 640, 640}));
+  const InputShape shape = padded.input_shape(batch);
+  EXPECT_EQ(shape.height, 640);
+  EXPECT_EQ(shape.width, 640);
+  ASSERT_EQ(shape.image_sizes.size(), 2u);
+  const int64_t A = padded_ssd.anchors().size(0);
+  // The loss sees the first image's box in the padded input's frame.
+  const auto outputs = torch::randn({2, A, 4 + 91});
+  const auto loss = padded.loss(outputs, batch, 2);
+  const float sy = 320.f / 640.f, sx = 427.f / 640.f;
+  const std::vector<at::Tensor> realigned = {torch::tensor({0.5f * sy, 0.5f * sx, sy, sx}).view({1, 4}),
+                                             torch::zeros({0, 4})};
+  const std::vector<at::Tensor> classes = {torch::ones({1}, torch::kLong), torch::zeros({0}, torch::kLong)};
+  const auto direct = padded_ssd.loss(outputs, shape, realigned, classes);
+  EXPECT_NEAR(loss.terms.at("localization_loss").item<double>(), direct.at("localization_loss").item<double>(), 1e-5);
+  const std::vector<at::Tensor> unaligned = {torch::tensor({0.5f, 0.5f, 1.0f, 1.0f}).view({1, 4}), torch::zeros({0, 4})};
+  EXPECT_GT(std::abs(padded_ssd.loss(outputs, shape, unaligned, classes).at("localization_loss").item<double>() -
+                     direct.at("localization_loss").item<double>()),
+            1e-3);
+
+  // Postprocess: zero box codes decode to the anchors; one anchor straddling the first image's
+  // right edge (x = 427/640) and one wholly in its padding score high for class 1.
+  const auto anchors = padded_ssd.anchors();
+  int64_t straddling = -1, outside = -1;
+  for (int64_t k = 0; k < A && (straddling < 0 || outside < 0); ++k) {
+    const float xmin = anchors[k][1].item<float>(), xmax = anchors[k][3].item<float>();
+    const float ymin = anchors[k][0].item<float>(), ymax = anchors[k][2].item<float>();
+    if (ymin < 0.1f || ymax > 0.4f) continue;  // inside the image's rows (0 .. 0.5)
+    if (straddling < 0 && xmin < sx - 0.02f && xmax > sx + 0.02f) straddling = k;
+    if (outside < 0 && xmin > sx + 0.05f && xmax < 1.0f) outside = k;
+  }
+  ASSERT_GE(straddling, 0);
+  ASSERT_GE(outside, 0);
+  auto logits = torch::full({2, A, 91}, -20.0f);
+  logits.index_put_({0, straddling, 1}, 20.0f);
+  logits.index_put_({0, outside, 1}, 19.0f);
+  const auto out = torch::cat({torch::zeros({2, A, 4}), logits}, 2);
+  const auto detections = padded.postprocess(out, shape);
+  ASSERT_EQ(detections.size(), 2u);
+  ASSERT_EQ(detections[0].boxes.size(0), 1);  // the one in the padding is gone
+  const auto box = detections[0].boxes[0];
+  const auto want = anchors[straddling];
+  // Normalised to the image: y by 320 of 640 rows, x by 427 of 640 columns, clipped at its edge.
+  EXPECT_NEAR(box[0].item<float>(), want[0].item<float>() / sy, 1e-5);
+  EXPECT_NEAR(box[2].item<float>(), want[2].item<float>() / sy, 1e-5);
+  EXPECT_NEAR(box[1].item<float>(), want[1].item<float>() / sx, 1e-5);
+  EXPECT_NEAR(box[3].item<float>(), 1.0f, 1e-6);
+  EXPECT_EQ(detections[0].classes[0].item<int64_t>(), 1);
 }
 
 }  // namespace

@@ -91,6 +91,8 @@ void add_data_command(CLI::App& app) {
     c->add_option("--num_train", o->num_train, "Number of train images")->capture_default_str();
     c->add_option("--num_validation", o->num_validation, "Number of validation images")->capture_default_str();
     c->add_option("--image_size", o->image_size, "Image side in pixels (square images)")->capture_default_str();
+    c->add_option("--image_width", o->image_width,
+                  "Image width in pixels, for images image_size high and this wide (default: square)");
     c->add_option("--train_shards", o->train_shards, "Number of train shards")->capture_default_str();
     c->add_option("--validation_shards", o->validation_shards, "Number of validation shards")->capture_default_str();
     c->add_option("--seed", o->seed, "Generator seed (same seed, same bytes)")->capture_default_str();

@@ -128,6 +128,42 @@ std::string make_detection_example(const DetectionExample& d, const std::string&
   return serialize_deterministic(ex);
 }
 
+namespace {
+
+// The boxes of a crop: those of which at least overlap_thresh is visible (the OD API's
+// prune_non_overlapping_boxes; before it, prune_completely_outside_window where
+// `prune_outside`), in the crop's frame, clipped to it where `clip`; `classes` follows.
+void keep_boxes_in_crop(int height, int width, const CropWindow& c, float overlap_thresh, bool clip,
+                        bool prune_outside, std::vector<Box>* boxes, std::vector<int64_t>* classes) {
+  const float wy0 = static_cast<float>(c.y) / height, wx0 = static_cast<float>(c.x) / width;
+  const float wh = static_cast<float>(c.height) / height, ww = static_cast<float>(c.width) / width;
+  std::vector<Box> kept;
+  std::vector<int64_t> kept_classes;
+  for (size_t i = 0; i < boxes->size(); ++i) {
+    const Box& b = (*boxes)[i];
+    // prune_completely_outside_window, then keep when the visible fraction >= overlap_thresh.
+    if (prune_outside && (b.ymin >= wy0 + wh || b.ymax <= wy0 || b.xmin >= wx0 + ww || b.xmax <= wx0)) continue;
+    const float area = (b.ymax - b.ymin) * (b.xmax - b.xmin);
+    const float iy = std::min(b.ymax, wy0 + wh) - std::max(b.ymin, wy0);
+    const float ix = std::min(b.xmax, wx0 + ww) - std::max(b.xmin, wx0);
+    const float visible = area > 0 ? std::max(0.f, iy) * std::max(0.f, ix) / area : 0.f;
+    if (visible + 1e-5f < overlap_thresh) continue;  // pixel vs normalised rounding
+    Box n{(b.ymin - wy0) / wh, (b.xmin - wx0) / ww, (b.ymax - wy0) / wh, (b.xmax - wx0) / ww};
+    if (clip) {
+      n.ymin = std::clamp(n.ymin, 0.f, 1.f);
+      n.xmin = std::clamp(n.xmin, 0.f, 1.f);
+      n.ymax = std::clamp(n.ymax, 0.f, 1.f);
+      n.xmax = std::clamp(n.xmax, 0.f, 1.f);
+    }
+    kept.push_back(n);
+    kept_classes.push_back((*classes)[i]);
+  }
+  *boxes = std::move(kept);
+  *classes = std::move(kept_classes);
+}
+
+}  // namespace
+
 std::vector<SsdRandomCropOperation> default_ssd_random_crop() {
   std::vector<SsdRandomCropOperation> ops;
   for (float t : {0.0f, 0.1f, 0.3f, 0.5f, 0.7f, 0.9f, 1.0f}) {
@@ -153,31 +189,23 @@ CropWindow ssd_random_crop(int height, int width, const std::vector<SsdRandomCro
   o.min_area = op.min_area;
   o.max_area = op.max_area;
   const CropWindow c = sample_distorted_crop(height, width, *boxes, o, rng);
-  const float wy0 = static_cast<float>(c.y) / height, wx0 = static_cast<float>(c.x) / width;
-  const float wh = static_cast<float>(c.height) / height, ww = static_cast<float>(c.width) / width;
-  std::vector<Box> kept;
-  std::vector<int64_t> kept_classes;
-  for (size_t i = 0; i < boxes->size(); ++i) {
-    const Box& b = (*boxes)[i];
-    // prune_completely_outside_window, then keep when the visible fraction >= overlap_thresh.
-    if (b.ymin >= wy0 + wh || b.ymax <= wy0 || b.xmin >= wx0 + ww || b.xmax <= wx0) continue;
-    const float area = (b.ymax - b.ymin) * (b.xmax - b.xmin);
-    const float iy = std::min(b.ymax, wy0 + wh) - std::max(b.ymin, wy0);
-    const float ix = std::min(b.xmax, wx0 + ww) - std::max(b.xmin, wx0);
-    const float visible = area > 0 ? std::max(0.f, iy) * std::max(0.f, ix) / area : 0.f;
-    if (visible + 1e-5f < op.overlap_thresh) continue;  // pixel vs normalised rounding
-    Box n{(b.ymin - wy0) / wh, (b.xmin - wx0) / ww, (b.ymax - wy0) / wh, (b.xmax - wx0) / ww};
-    if (op.clip_boxes) {
-      n.ymin = std::clamp(n.ymin, 0.f, 1.f);
-      n.xmin = std::clamp(n.xmin, 0.f, 1.f);
-      n.ymax = std::clamp(n.ymax, 0.f, 1.f);
-      n.xmax = std::clamp(n.xmax, 0.f, 1.f);
-    }
-    kept.push_back(n);
-    kept_classes.push_back((*classes)[i]);
-  }
-  *boxes = std::move(kept);
-  *classes = std::move(kept_classes);
+  keep_boxes_in_crop(height, width, c, op.overlap_thresh, op.clip_boxes, /*prune_outside=*/true, boxes, classes);
+  return c;
+}
+
+CropWindow random_crop_to_aspect_ratio(int height, int width, float aspect_ratio, std::vector<Box>* boxes,
+                                       std::vector<int64_t>* index, std::mt19937_64& rng) {
+  // float32 and tf.round (half to even), as the graph computes them.
+  const float orig = static_cast<float>(width) / static_cast<float>(height);
+  const int target_h = orig >= aspect_ratio ? height : static_cast<int>(std::nearbyint(static_cast<float>(height) * orig / aspect_ratio));
+  const int target_w = orig <= aspect_ratio ? width : static_cast<int>(std::nearbyint(static_cast<float>(width) * aspect_ratio / orig));
+  CropWindow c;
+  c.height = target_h;
+  c.width = target_w;
+  c.y = std::uniform_int_distribution<int>(0, height - target_h)(rng);
+  c.x = std::uniform_int_distribution<int>(0, width - target_w)(rng);
+  // prune_non_overlapping_boxes(overlap_thresh 0.3), then clip_to_window.
+  keep_boxes_in_crop(height, width, c, 0.3f, /*clip=*/true, /*prune_outside=*/false, boxes, index);
   return c;
 }
 
@@ -186,7 +214,7 @@ std::vector<FieldSpec> detection_fields(int64_t max_boxes, int64_t num_classes) 
           {"is_crowd", at::kBool, {max_boxes}},       {"num_boxes", at::kLong, {}},
           {"image_id", at::kLong, {}},                {"original_size", at::kLong, {2}},
           {"difficult", at::kBool, {max_boxes}},      {"group_of", at::kBool, {max_boxes}},
-          {"image_labels", at::kBool, {num_classes + 1}}};
+          {"image_labels", at::kBool, {num_classes + 1}}, {"image_size", at::kLong, {2}}};
 }
 
 DetectionTargets detection_targets(const SampleOut& out, size_t first) {
@@ -200,6 +228,7 @@ DetectionTargets detection_targets(const SampleOut& out, size_t first) {
   t.difficult = out.field<bool>(first + 6);
   t.group_of = out.field<bool>(first + 7);
   t.image_labels = out.field<bool>(first + 8);
+  t.image_size = out.field<int64_t>(first + 9);
   return t;
 }
 
@@ -208,6 +237,22 @@ uint64_t detection_image_key(const DetectionExample& example) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (unsigned char c : id) h = (h ^ c) * 1099511628211ull;
   return (h ^ (h >> 48)) & ((1ull << 48) - 1);
+}
+
+std::pair<int, int> resized_image_size(int height, int width, const DetectionInputOptions& options) {
+  if (!options.keep_aspect_ratio) return {options.height, options.width};
+  const auto& k = *options.keep_aspect_ratio;
+  // resize_to_range: float32, tf.round (half to even).
+  const float h = static_cast<float>(height), w = static_cast<float>(width);
+  const float large = static_cast<float>(k.min_dimension) / std::min(h, w);
+  int out_h = static_cast<int>(std::nearbyint(h * large)), out_w = static_cast<int>(std::nearbyint(w * large));
+  if (static_cast<float>(std::max(out_h, out_w)) > static_cast<float>(k.max_dimension)) {
+    const float small = static_cast<float>(k.max_dimension) / std::max(h, w);
+    out_h = static_cast<int>(std::nearbyint(h * small));
+    out_w = static_cast<int>(std::nearbyint(w * small));
+  }
+  // At least one pixel; never past the buffer (float rounding of extreme aspect ratios).
+  return {std::clamp(out_h, 1, k.max_dimension), std::clamp(out_w, 1, k.max_dimension)};
 }
 
 int64_t preprocess_detection(const DetectionExample& example, const DetectionInputOptions& options, bool training,
@@ -229,12 +274,36 @@ int64_t preprocess_detection(const DetectionExample& example, const DetectionInp
       if (crop->empty()) continue;
       const CropWindow c = ssd_random_crop(img.height, img.width, *crop, &boxes, &index, rng);
       img = crop_image(img, c);
+      if (crop == &aug.ssd_random_crop && aug.crop_to_aspect_ratio > 0)
+        img = crop_image(img, random_crop_to_aspect_ratio(img.height, img.width, aug.crop_to_aspect_ratio, &boxes,
+                                                          &index, rng));
     }
   }
   if (flip)
     for (Box& b : boxes) b = Box{b.ymin, 1.f - b.xmax, b.ymax, 1.f - b.xmin};
-  resize_scale(img, options.height, options.width, flip, options.channels_last, 2.0f / 255.0f, {1.f, 1.f, 1.f},
-               image);
+  const auto [out_h, out_w] = resized_image_size(img.height, img.width, options);
+  constexpr float kScale = 2.0f / 255.0f;
+  if (!options.keep_aspect_ratio) {
+    resize_scale(img, out_h, out_w, flip, options.channels_last, kScale, {1.f, 1.f, 1.f}, image);
+  } else {
+    // Top-left in the options.height x options.width buffer; the rest is the pad value, scaled
+    // as the pixels are (the OD API pads before the feature extractor's preprocessing).
+    std::vector<float> resized(static_cast<size_t>(out_h) * out_w * 3);
+    resize_scale(img, out_h, out_w, flip, options.channels_last, kScale, {1.f, 1.f, 1.f}, resized.data());
+    const auto& pad = options.keep_aspect_ratio->pad_value;
+    const size_t H = static_cast<size_t>(options.height), W = static_cast<size_t>(options.width);
+    const size_t h = static_cast<size_t>(out_h), w = static_cast<size_t>(out_w);
+    if (options.channels_last) {
+      for (size_t p = 0; p < H * W; ++p)
+        for (size_t ch = 0; ch < 3; ++ch) image[p * 3 + ch] = pad[ch] * kScale - 1.f;
+      for (size_t y = 0; y < h; ++y) std::copy_n(resized.data() + y * w * 3, w * 3, image + y * W * 3);
+    } else {
+      for (size_t ch = 0; ch < 3; ++ch) {
+        std::fill_n(image + ch * H * W, H * W, pad[ch] * kScale - 1.f);
+        for (size_t y = 0; y < h; ++y) std::copy_n(resized.data() + (ch * h + y) * w, w, image + ch * H * W + y * W);
+      }
+    }
+  }
   const int64_t n = std::min<int64_t>(static_cast<int64_t>(boxes.size()), options.max_boxes);
   if (!targets) return n;
   const DetectionTargets& t = *targets;
@@ -242,6 +311,10 @@ int64_t preprocess_detection(const DetectionExample& example, const DetectionInp
   *t.image_id = static_cast<int64_t>(detection_image_key(example));
   t.original_size[0] = example.height;
   t.original_size[1] = example.width;
+  if (t.image_size) {
+    t.image_size[0] = out_h;
+    t.image_size[1] = out_w;
+  }
   for (int64_t i = 0; i < n; ++i) {  // the fields arrive zeroed: the padding stays 0
     float* b = t.boxes + 4 * i;
     b[0] = boxes[i].ymin;

@@ -1,6 +1,7 @@
 // Object-detection records in the TF Object Detection API's tf.train.Example schema, and the
-// SSD input path: decode, augment (random_horizontal_flip, ssd_random_crop), resize to the
-// fixed_shape_resizer size and scale to [-1, 1] as the MobileNet feature extractors expect.
+// SSD input path: decode, augment (random_horizontal_flip, ssd_random_crop), resize (the
+// fixed_shape_resizer's size, or keep_aspect_ratio_resizer's) and scale to [-1, 1] as the
+// MobileNet feature extractors expect.
 //
 // Boxes are normalised [ymin, xmin, ymax, xmax] in [0, 1]; classes are label-map ids,
 // 1-based (0 is the background and never appears in records).
@@ -8,6 +9,8 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
@@ -62,11 +65,27 @@ struct DetectionAugmentation {
   // min_object_covered 1, aspect 0.75..1.33, area 0.1..1, overlap_thresh 0.3, random_coef 0),
   // applied after ssd_random_crop when both are configured. Empty: none.
   std::vector<SsdRandomCropOperation> random_crop_image;
+  // ssd_random_crop_fixed_aspect_ratio: after its ssd_random_crop, random_crop_to_aspect_ratio
+  // to this width / height (0: none).
+  float crop_to_aspect_ratio = 0.0f;
+};
+
+// keep_aspect_ratio_resizer: resize_to_range scales the image so that its shorter side is
+// min_dimension, or its longer side max_dimension where the first would make it longer than that.
+struct KeepAspectRatioResize {
+  int min_dimension = 600;
+  int max_dimension = 1024;
+  // Every image is padded to max_dimension x max_dimension; otherwise a batch is padded to its
+  // largest image (DetectionTask), and one image alone is not padded at all.
+  bool pad_to_max_dimension = false;
+  std::array<float, 3> pad_value{0.f, 0.f, 0.f};  // per_channel_pad_value, RGB in [0, 255]
 };
 
 struct DetectionInputOptions {
-  int height = 300;  // fixed_shape_resizer
+  // fixed_shape_resizer's size; with keep_aspect_ratio the sample buffer's, max_dimension square.
+  int height = 300;
   int width = 300;
+  std::optional<KeepAspectRatioResize> keep_aspect_ratio;
   bool channels_last = false;
   int64_t max_boxes = 100;  // max_number_of_boxes: further boxes are dropped
   DetectionAugmentation augmentation;  // training only
@@ -85,6 +104,9 @@ struct DetectionInputOptions {
 //   "difficult"     bool [max_boxes]        image/object/difficult (PASCAL VOC metrics ignore the box)
 //   "group_of"      bool [max_boxes]        image/object/group_of (Open Images metrics)
 //   "image_labels"  bool [num_classes + 1]  image/class/label: [k] set where label k is verified
+//   "image_size"    int64 [2]               height, width of the resized image, top-left in the
+//                                           sample's buffer (the rest is padding); the boxes are
+//                                           normalised to it
 std::vector<FieldSpec> detection_fields(int64_t max_boxes, int64_t num_classes);
 uint64_t detection_image_key(const DetectionExample& example);
 
@@ -99,13 +121,18 @@ struct DetectionTargets {
   bool* difficult = nullptr;  // null: not filled
   bool* group_of = nullptr;
   bool* image_labels = nullptr;
+  int64_t* image_size = nullptr;
   int64_t num_classes = 0;  // image_labels has num_classes + 1 entries
 };
 DetectionTargets detection_targets(const SampleOut& out, size_t first = 0);
 
+// The size a height x width image (after augmentation) is resized to: the fixed_shape_resizer's,
+// or resize_to_range's (float32 and round-half-to-even, as TF computes it).
+std::pair<int, int> resized_image_size(int height, int width, const DetectionInputOptions& options);
+
 // Decodes, augments (when training), resizes and scales to [-1, 1] into `image`
-// (3 * height * width floats, CHW or HWC), and fills `targets` (null: the image only).
-// Returns the number of boxes.
+// (3 * height * width floats, CHW or HWC; a smaller resized image lies top-left, the rest is
+// the pad value), and fills `targets` (null: the image only). Returns the number of boxes.
 int64_t preprocess_detection(const DetectionExample& example, const DetectionInputOptions& options, bool training,
                              std::mt19937_64& rng, float* image, const DetectionTargets* targets,
                              const std::string& what);
@@ -114,6 +141,12 @@ int64_t preprocess_detection(const DetectionExample& example, const DetectionInp
 // and rewrites `boxes`/`classes` into the crop's frame (dropping the pruned ones).
 CropWindow ssd_random_crop(int height, int width, const std::vector<SsdRandomCropOperation>& operations,
                            std::vector<Box>* boxes, std::vector<int64_t>* classes, std::mt19937_64& rng);
+
+// random_crop_to_aspect_ratio: the largest crop of width / height `aspect_ratio` at a random
+// offset; keeps the boxes of which at least overlap_thresh (0.3) is visible, clipped to it, and
+// rewrites `boxes`/`index` into its frame.
+CropWindow random_crop_to_aspect_ratio(int height, int width, float aspect_ratio, std::vector<Box>* boxes,
+                                       std::vector<int64_t>* index, std::mt19937_64& rng);
 
 // Draws each box (normalised) with its label (may be empty) onto `image` in `rgb`, for
 // predict's annotated images and TensorBoard's eval images.

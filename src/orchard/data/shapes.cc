@@ -65,6 +65,8 @@ bool keeps_objects_visible(const std::vector<PixelBox>& placed, const PixelBox& 
 void validate(const SceneOptions& o) {
   if (o.image_size < 16 || o.image_size > 4096)
     throw Error("shapes: image_size must be in [16, 4096], not " + std::to_string(o.image_size));
+  if (o.image_width != 0 && (o.image_width < 16 || o.image_width > 4096))
+    throw Error("shapes: image_width must be in [16, 4096], not " + std::to_string(o.image_width));
   if (o.min_objects < 0 || o.max_objects < o.min_objects || o.max_objects > 64)
     throw Error("shapes: need 0 <= min_objects <= max_objects <= 64 (got " + std::to_string(o.min_objects) + ", " +
                 std::to_string(o.max_objects) + ")");
@@ -78,11 +80,11 @@ void validate(const SceneOptions& o) {
 void fill_background(std::mt19937_64& rng, cv::Mat& mat) {
   const int level = uniform_int(rng, 50, 210);
   const float gy = uniform_real(rng, -30, 30), gx = uniform_real(rng, -30, 30);
-  const float last = static_cast<float>(mat.rows - 1);
+  const float last_row = static_cast<float>(mat.rows - 1), last_col = static_cast<float>(mat.cols - 1);
   for (int r = 0; r < mat.rows; ++r) {
     auto* row = mat.ptr<cv::Vec3b>(r);
     for (int c = 0; c < mat.cols; ++c) {
-      const float v = level + gy * (r / last - 0.5f) + gx * (c / last - 0.5f);
+      const float v = level + gy * (r / last_row - 0.5f) + gx * (c / last_col - 0.5f);
       const uint8_t g = clamp_u8(static_cast<int>(std::lround(v)));
       row[c] = cv::Vec3b(g, g, g);
     }
@@ -130,6 +132,7 @@ uint64_t split_code(const std::string& split) {
 SceneOptions scene_options(const ShapesOptions& o) {
   SceneOptions s;
   s.image_size = o.image_size;
+  s.image_width = o.image_width;
   if (o.task == "captioning") {  // captions describe two objects and their relation
     s.min_objects = 2;
     s.max_objects = 2;
@@ -233,12 +236,13 @@ void write_caption_dataset(const ShapesOptions& o) {
 
 Scene make_scene(std::mt19937_64& rng, const SceneOptions& o) {
   validate(o);
-  const int n = o.image_size;
+  const int height = o.image_size, width = o.image_width > 0 ? o.image_width : o.image_size;
+  const int n = std::min(height, width);  // object sizes follow the shorter side
   Scene scene;
-  scene.height = scene.width = n;
-  scene.image.height = scene.image.width = n;
-  scene.image.pixels.assign(static_cast<size_t>(n) * n * 3, 0);
-  cv::Mat mat(n, n, CV_8UC3, scene.image.pixels.data());
+  scene.height = scene.image.height = height;
+  scene.width = scene.image.width = width;
+  scene.image.pixels.assign(static_cast<size_t>(height) * width * 3, 0);
+  cv::Mat mat(height, width, CV_8UC3, scene.image.pixels.data());
   fill_background(rng, mat);
 
   const int min_px = std::max(3, static_cast<int>(std::lround(o.min_size * n)));
@@ -246,7 +250,7 @@ Scene make_scene(std::mt19937_64& rng, const SceneOptions& o) {
   const int wanted = uniform_int(rng, o.min_objects, o.max_objects);
   constexpr int kTries = 100;
   std::vector<PixelBox> placed;
-  cv::Mat mask(n, n, CV_8UC1);
+  cv::Mat mask(height, width, CV_8UC1);
   for (int i = 0; i < wanted; ++i) {
     ShapeObject obj;
     obj.kind = uniform_int(rng, 0, static_cast<int>(kShapeKinds.size()) - 1);
@@ -255,7 +259,7 @@ Scene make_scene(std::mt19937_64& rng, const SceneOptions& o) {
     bool ok = false;
     for (int t = 0; t < kTries && !ok; ++t) {
       const int size = uniform_int(rng, min_px, max_px);
-      const int y = uniform_int(rng, 0, n - size), x = uniform_int(rng, 0, n - size);
+      const int y = uniform_int(rng, 0, height - size), x = uniform_int(rng, 0, width - size);
       box = rasterise(mask, obj.kind, y, x, size);
       ok = box.area() > 0 && keeps_objects_visible(placed, box);
     }
@@ -271,11 +275,11 @@ Scene make_scene(std::mt19937_64& rng, const SceneOptions& o) {
     cv::Scalar rgb;
     for (int c = 0; c < 3; ++c) rgb[c] = (c == obj.colour ? 210 : 40) + uniform_int(rng, -20, 20);
     mat.setTo(rgb, mask);
-    const float side = static_cast<float>(n);
-    obj.ymin = box.y0 / side;
-    obj.xmin = box.x0 / side;
-    obj.ymax = box.y1 / side;
-    obj.xmax = box.x1 / side;
+    const float rows = static_cast<float>(height), cols = static_cast<float>(width);
+    obj.ymin = box.y0 / rows;
+    obj.xmin = box.x0 / cols;
+    obj.ymax = box.y1 / rows;
+    obj.xmax = box.x1 / cols;
     placed.push_back(box);
     scene.objects.push_back(obj);
   }

@@ -21,17 +21,18 @@ constexpr std::array<const char*, 3> kShapeColours = {"red", "green", "blue"};
 struct ShapeObject {
   int kind = 0;    // index into kShapeKinds
   int colour = 0;  // index into kShapeColours
-  // The tight box of the drawn shape, normalised to [0, 1] by the image side; a pixel
+  // The tight box of the drawn shape, normalised to [0, 1] by the image sides; a pixel
   // (row r, column c) covers [r, r + 1) x [c, c + 1) before normalisation. Triangles
   // point up: apex at the top centre of the box, base along its bottom edge.
   float ymin = 0, xmin = 0, ymax = 0, xmax = 0;
 };
 
 struct SceneOptions {
-  int image_size = 64;  // square images, image_size x image_size pixels
+  int image_size = 64;  // image_size x image_size pixels
+  int image_width = 0;  // > 0: image_size x image_width pixels instead
   int min_objects = 1;
   int max_objects = 4;
-  float min_size = 0.2f;   // object side as a fraction of image_size
+  float min_size = 0.2f;   // object side as a fraction of the shorter image side
   float max_size = 0.45f;
 };
 
@@ -67,6 +68,7 @@ struct ShapesOptions {
   int64_t num_train = 2000;
   int64_t num_validation = 500;
   int image_size = 64;
+  int image_width = 0;  // > 0: image_size high, image_width wide
   int train_shards = 4;
   int validation_shards = 1;
   uint64_t seed = 0;

@@ -28,6 +28,11 @@ const char* const kImplemented[] = {
     "model.ssd.num_classes",
     "model.ssd.image_resizer.fixed_shape_resizer.height",
     "model.ssd.image_resizer.fixed_shape_resizer.width",
+    "model.ssd.image_resizer.keep_aspect_ratio_resizer.min_dimension",
+    "model.ssd.image_resizer.keep_aspect_ratio_resizer.max_dimension",
+    "model.ssd.image_resizer.keep_aspect_ratio_resizer.pad_to_max_dimension",
+    "model.ssd.image_resizer.keep_aspect_ratio_resizer.per_channel_pad_value",
+    "model.ssd.image_resizer.keep_aspect_ratio_resizer.resize_method=BILINEAR",
     "model.ssd.feature_extractor.type",
     "model.ssd.feature_extractor.depth_multiplier",
     "model.ssd.feature_extractor.min_depth",
@@ -552,8 +557,10 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
       if (fe.fpn().min_level() != 3 || fe.fpn().max_level() != 6)
         problems.push_back("model.ssd.feature_extractor.fpn: ssd_mobilenet_v2_mnasfpn has levels 3..6 (as the OD API)");
       const auto& resizer = ssd.image_resizer();
-      if (resizer.has_fixed_shape_resizer() &&
-          (resizer.fixed_shape_resizer().height() % 64 != 0 || resizer.fixed_shape_resizer().width() % 64 != 0))
+      const auto& keep = resizer.keep_aspect_ratio_resizer();
+      if ((resizer.has_fixed_shape_resizer() &&
+           (resizer.fixed_shape_resizer().height() % 64 != 0 || resizer.fixed_shape_resizer().width() % 64 != 0)) ||
+          (resizer.has_keep_aspect_ratio_resizer() && (!keep.pad_to_max_dimension() || keep.max_dimension() % 64 != 0)))
         problems.push_back("model.ssd.image_resizer: ssd_mobilenet_v2_mnasfpn needs sides that are multiples of 64 "
                            "(as the OD API)");
     }
@@ -562,8 +569,19 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
         !ssd.feature_extractor().override_base_feature_extractor_hyperparams())
       problems.push_back("model.ssd.feature_extractor.override_base_feature_extractor_hyperparams must be true for " +
                          type + " (as the OD API: the base network takes conv_hyperparams)");
-    check_oneof(ssd.image_resizer(), "image_resizer_oneof", "model.ssd.image_resizer", {"fixed_shape_resizer"},
-                &problems);
+    check_oneof(ssd.image_resizer(), "image_resizer_oneof", "model.ssd.image_resizer",
+                {"fixed_shape_resizer", "keep_aspect_ratio_resizer"}, &problems);
+    if (ssd.image_resizer().has_keep_aspect_ratio_resizer()) {
+      // image_resizer_builder's checks, and a pad value per channel.
+      const auto& k = ssd.image_resizer().keep_aspect_ratio_resizer();
+      if (k.min_dimension() <= 0 || k.min_dimension() > k.max_dimension())
+        problems.push_back("model.ssd.image_resizer.keep_aspect_ratio_resizer: min_dimension " +
+                           std::to_string(k.min_dimension()) + " must be positive and at most max_dimension " +
+                           std::to_string(k.max_dimension()));
+      if (k.per_channel_pad_value_size() != 0 && k.per_channel_pad_value_size() != 3)
+        problems.push_back("model.ssd.image_resizer.keep_aspect_ratio_resizer.per_channel_pad_value has " +
+                           std::to_string(k.per_channel_pad_value_size()) + " values; it needs one per channel (3)");
+    }
     check_oneof(ssd.box_coder(), "box_coder_oneof", "model.ssd.box_coder", {"faster_rcnn_box_coder"}, &problems);
     check_oneof(ssd.matcher(), "matcher_oneof", "model.ssd.matcher", {"argmax_matcher"}, &problems);
     check_oneof(ssd.similarity_calculator(), "region_similarity", "model.ssd.similarity_calculator", {"iou_similarity"},

@@ -73,6 +73,7 @@ std::map<std::string, double> Evaluator::run(const EvalInputFactory& input, int6
   int64_t n = 0;
   while (source(&batch)) {
     batch.to(device);
+    task_.prepare_batch(&batch);
     torch::Tensor outputs;
     {
       train::AutocastGuard autocast(opt_.dtype, device.is_cuda());

@@ -206,6 +206,7 @@ train::RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input
     s.lr = m.schedule(s.step);
     for (auto& group : m.optimizer->param_groups()) group.options().set_lr(s.lr);
     batch.to(m.device);
+    m.task.prepare_batch(&batch);
     torch::Tensor outputs;
     {
       train::AutocastGuard autocast(m.opt.dtype, m.device.is_cuda());

@@ -153,10 +153,13 @@ void predict_images(tasks::Task& task, const data::PreprocessOptions& preprocess
 
 // The same with the task's own preparation: prepare(encoded bytes, file, out) writes one
 // input of the task's sample_spec() image shape.
+// `forward(images, files)`, where given, runs the model instead of task.forward(images).
 using PrepareImage = std::function<void(const std::string& encoded, const std::string& file, float* out)>;
+using ForwardImages = std::function<at::Tensor(const at::Tensor& images, const std::vector<std::string>& files)>;
 void predict_images(tasks::Task& task, const PrepareImage& prepare, const std::vector<std::string>& inputs,
                     int64_t batch_size,
-                    const std::function<void(const std::vector<std::string>& files, const at::Tensor& outputs)>& emit);
+                    const std::function<void(const std::vector<std::string>& files, const at::Tensor& outputs)>& emit,
+                    const ForwardImages& forward = nullptr);
 
 // `classify|multilabel export`: the flags, and the writer of a restored image model (a ResNet
 // or Inception-v3) as ONNX (orchard/export/onnx_export.h); `preprocess` gives the input size and

@@ -95,6 +95,9 @@ class Task {
   virtual torch::Tensor forward_train(const data::Batch& batch) { return forward(batch.images); }
   virtual data::SampleSpec sample_spec() const = 0;
   virtual data::ParseFn parser(bool training) const = 0;
+  // What the task does to a batch before the model sees it, in training and evaluation (detection:
+  // images of different sizes in max-size buffers are cut to the batch's largest). Default none.
+  virtual void prepare_batch(data::Batch* /*batch*/) const {}
   // Loss for one replica's batch, normalised by the global batch size.
   virtual Loss loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) = 0;
   // What the progress line calls the data loss (the seeds' "cross_entropy").

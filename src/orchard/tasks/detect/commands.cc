@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -122,6 +123,16 @@ struct Loaded {
   tasks::DetectionConfig config;
   detect::LabelMap label_map;
 };
+
+// keep_aspect_ratio_resizer without pad_to_max_dimension: one image per evaluation (and predict)
+// batch, each at its own size, as the OD API evaluates such models.
+int64_t eval_batch_size(const tasks::DetectionConfig& config, int64_t requested, const char* flag) {
+  const auto& keep = config.input.keep_aspect_ratio;
+  if (!keep || keep->pad_to_max_dimension || requested <= 1) return requested;
+  spdlog::info("keep_aspect_ratio_resizer: images are evaluated one at a time, each at its own size ({} {} "
+               "applies to fixed-size inputs)", flag, requested);
+  return 1;
+}
 
 Loaded load(const DetectFlags& f, const std::string& config_path) {
   if (config_path.empty()) throw Error("--pipeline_config_path is required");
@@ -241,13 +252,13 @@ void run_continuous_eval(DetectFlags f) {
   }
   input.training = false;
   input.num_epochs = 1;
-  input.batch_size = f.eval_batch_size;
+  input.batch_size = eval_batch_size(l.config, f.eval_batch_size, "--eval_batch_size");
   input.num_threads = f.num_preprocess_threads;
   const int64_t num_examples = l.pipeline.eval_config().num_examples();
 
   engine::EvaluatorOptions eo;
   eo.model_dir = model_dir;
-  eo.global_batch_size = f.eval_batch_size;
+  eo.global_batch_size = input.batch_size;
   eo.enable_tensorboard = true;
   engine::Evaluator evaluator(eo, task);
   auto eval_input = [&] { return limit_examples(pipeline_source(input, task, false), num_examples); };
@@ -313,7 +324,7 @@ void run_train(DetectFlags f) {
         input_options(l.pipeline.eval_input_reader(0), f.pipeline_config_path, "eval_input_reader");
     eval_input = eval_input_options(train_input, eval_files.file_pattern);
     eval_input.sample_1_of_n = eval_sampling(f, l.pipeline.eval_input_reader(0));
-    eval_input.batch_size = f.eval_batch_size;
+    eval_input.batch_size = eval_batch_size(l.config, f.eval_batch_size, "--eval_batch_size");
     check_evaluation_data(eval_files.file_pattern, "--skip_eval");
   }
   torch::manual_seed(f.seed);
@@ -346,9 +357,12 @@ void run_train(DetectFlags f) {
     atomic_write_file((fs::path(f.model_dir) / "pipeline.config").string(), detect::pipeline_config_to_text(l.pipeline));
     atomic_write_file((fs::path(f.model_dir) / "label_map.pbtxt").string(), detect::label_map_to_text(l.label_map));
   };
-  spdlog::info("detect: {} at {}x{}, batch {}, {} training examples, {} steps, {} threads",
-               task.meta_architecture().describe(), l.config.input.height, l.config.input.width, batch_size,
-               num_examples, total, rt.threads);
+  const auto& keep = l.config.input.keep_aspect_ratio;
+  const std::string size = !keep ? fmt::format("{}x{}", l.config.input.height, l.config.input.width)
+                                 : fmt::format("shorter side {} (longer at most {}{})", keep->min_dimension,
+                                               keep->max_dimension, keep->pad_to_max_dimension ? ", padded to it" : "");
+  spdlog::info("detect: {} at {}, batch {}, {} training examples, {} steps, {} threads",
+               task.meta_architecture().describe(), size, batch_size, num_examples, total, rt.threads);
   engine::Trainer trainer(topt, task, std::move(optimizer), lr);
   // eval_config.num_examples caps each evaluation (split over the workers).
   const int64_t workers = rt.dist ? rt.dist->world_size() : 1;
@@ -388,11 +402,26 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
   engine::restore_for_inference(task, f.model_dir, checkpoint);
   if (!output_dir.empty()) ensure_writable_dir(output_dir);
   const auto& input = task.config().input;
+  batch_size = eval_batch_size(task.config(), batch_size, "--batch_size");
+  // Each file's resized size: keep_aspect_ratio_resizer's images lie top-left in their buffers.
+  std::map<std::string, std::pair<int64_t, int64_t>> resized;
   auto prepare = [&](const std::string& encoded, const std::string& file, float* out) {
     data::DetectionExample ex;
     ex.encoded = encoded;
     std::mt19937_64 rng(0);
+    const auto size = data::image_size(encoded, file, f.max_image_pixels);
+    resized[file] = data::resized_image_size(size.height, size.width, input);
     data::preprocess_detection(ex, input, false, rng, out, /*targets=*/nullptr, file);
+  };
+  auto shape_of = [&](const std::vector<std::string>& files) {
+    std::vector<std::pair<int64_t, int64_t>> sizes;
+    for (const auto& file : files) sizes.push_back(resized.at(file));
+    return task.input_shape(sizes);
+  };
+  auto forward = [&](const at::Tensor& images, const std::vector<std::string>& files) {
+    const auto shape = shape_of(files);
+    const int64_t h_dim = input.channels_last ? 1 : 2;
+    return task.forward(images.narrow(h_dim, 0, shape.height).narrow(h_dim + 1, 0, shape.width).contiguous());
   };
   // Drawn images are named after their input; an input whose name another already took (the
   // same name in another folder) gets "-2", "-3", ... instead of overwriting its result.
@@ -408,7 +437,7 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
   // JSON: "box" normalised [ymin, xmin, ymax, xmax] (the OD API's detection_boxes), said in
   // "box_format".
   predict_images(task, prepare, inputs, batch_size, [&](const std::vector<std::string>& files, const at::Tensor& out) {
-    const auto detections = task.postprocess(out);
+    const auto detections = task.postprocess(out, shape_of(files));
     for (size_t i = 0; i < files.size(); ++i) {
       const std::string encoded = read_file(files[i]);
       const auto size = data::image_size(encoded, files[i], f.max_image_pixels);
@@ -449,7 +478,7 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
         atomic_write_file(drawn_path(files[i]), data::encode_png(image));
       }
     }
-  });
+  }, forward);
   std::cout.flush();
 }
 

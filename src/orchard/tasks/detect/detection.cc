@@ -61,20 +61,80 @@ data::ParseFn DetectionTask::parser(bool training) const {
   };
 }
 
+bool DetectionTask::variable_input_size() const {
+  const auto& keep = config_.input.keep_aspect_ratio;
+  return keep && !keep->pad_to_max_dimension;
+}
+
+InputShape DetectionTask::input_shape(const std::vector<std::pair<int64_t, int64_t>>& image_sizes) const {
+  InputShape shape;
+  shape.height = config_.input.height;
+  shape.width = config_.input.width;
+  if (!config_.input.keep_aspect_ratio) return shape;
+  shape.image_sizes = image_sizes;
+  if (variable_input_size()) {
+    shape.height = shape.width = 1;
+    for (const auto& [h, w] : image_sizes) {
+      shape.height = std::max(shape.height, h);
+      shape.width = std::max(shape.width, w);
+    }
+  }
+  return shape;
+}
+
+InputShape DetectionTask::input_shape(const data::Batch& batch) const {
+  std::vector<std::pair<int64_t, int64_t>> sizes;
+  if (config_.input.keep_aspect_ratio) {
+    const auto field = batch.field("image_size").to(torch::kCPU).contiguous();
+    const auto a = field.accessor<int64_t, 2>();
+    for (int64_t i = 0; i < field.size(0); ++i) sizes.emplace_back(a[i][0], a[i][1]);
+  }
+  return input_shape(sizes);
+}
+
+void DetectionTask::prepare_batch(data::Batch* batch) const {
+  if (!variable_input_size() || batch->size == 0) return;
+  const InputShape shape = input_shape(*batch);
+  // SSD's anchors are normalised to the input (their size follows its shorter side): padding an
+  // image into a larger input changes the anchors it is trained with, so, as the OD API, the
+  // images of a batch must share one size.
+  for (size_t i = 1; i < shape.image_sizes.size(); ++i)
+    if (shape.image_sizes[i] != shape.image_sizes.front()) {
+      const auto& [h0, w0] = shape.image_sizes.front();
+      const auto& [h, w] = shape.image_sizes[i];
+      throw Error(fmt::format(
+          "keep_aspect_ratio_resizer without pad_to_max_dimension: a batch holds images of different sizes ({}x{} "
+          "and {}x{}: {}); as in the OD API they cannot share one input. Use batch_size: 1, "
+          "pad_to_max_dimension: true, or a crop to one aspect ratio (ssd_random_crop_fixed_aspect_ratio)",
+          h0, w0, h, w, i < batch->sources.size() ? batch->sources[i] : std::string("this batch")));
+    }
+  const int64_t h_dim = config_.input.channels_last ? 1 : 2;
+  if (batch->images.size(h_dim) == shape.height && batch->images.size(h_dim + 1) == shape.width) return;
+  batch->images = batch->images.narrow(h_dim, 0, shape.height).narrow(h_dim + 1, 0, shape.width).contiguous();
+}
+
 Loss DetectionTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
   auto out = outputs.to(torch::kFloat);  // losses in float32 even under autocast
   auto counts = batch.field("num_boxes").to(torch::kCPU);
   const auto& boxes = batch.field("boxes");
   const auto& classes = batch.field("classes");
   const auto& crowd = batch.field("is_crowd");
+  const InputShape shape = input_shape(batch);
   std::vector<at::Tensor> gt_boxes, gt_classes;
   for (int64_t i = 0; i < out.size(0); ++i) {
     const int64_t n = counts[i].item<int64_t>();
     const auto trained = crowd[i].narrow(0, 0, n).logical_not();  // crowd regions are not trained on
-    gt_boxes.push_back(boxes[i].narrow(0, 0, n).index({trained}));
+    auto b = boxes[i].narrow(0, 0, n).index({trained});
+    if (!shape.image_sizes.empty()) {  // normalised to the image -> to the padded input
+      const auto [h, w] = shape.image_sizes[static_cast<size_t>(i)];
+      const float sy = static_cast<float>(h) / static_cast<float>(shape.height);
+      const float sx = static_cast<float>(w) / static_cast<float>(shape.width);
+      if (sy != 1.0f || sx != 1.0f) b = b * torch::tensor({sy, sx, sy, sx}, b.options());
+    }
+    gt_boxes.push_back(b);
     gt_classes.push_back(classes[i].narrow(0, 0, n).index({trained}));
   }
-  const auto losses = meta_->loss(out, gt_boxes, gt_classes);
+  const auto losses = meta_->loss(out, shape, gt_boxes, gt_classes);
   // This replica's share: with replicas the gradients of the shares add up to the mean of the
   // per-replica losses (each normalised by its own matches, as the OD API's towers are).
   const double share = static_cast<double>(batch.size) / static_cast<double>(global_batch_size);
@@ -93,8 +153,8 @@ Loss DetectionTask::loss(const torch::Tensor& outputs, const data::Batch& batch,
   return loss;
 }
 
-std::vector<ImageDetections> DetectionTask::postprocess(const torch::Tensor& outputs) const {
-  return meta_->postprocess(outputs);
+std::vector<ImageDetections> DetectionTask::postprocess(const torch::Tensor& outputs, const InputShape& input) const {
+  return meta_->postprocess(outputs, input);
 }
 
 void DetectionTask::train_metrics(const torch::Tensor&, const data::Batch& batch, const Loss& loss,
@@ -112,7 +172,8 @@ void DetectionTask::eval_step(const torch::Tensor& outputs, const data::Batch& b
   const double n = static_cast<double>(batch.size);
   for (const auto& [name, value] : loss.terms)  // the batch means of the meta-architecture's losses
     if (name.rfind("batch_", 0) == 0) sums->add("eval_Loss/" + name.substr(6), value * n);
-  const auto detections = postprocess(outputs);
+  const InputShape shape = input_shape(batch);
+  const auto detections = postprocess(outputs, shape);
   const auto boxes = batch.field("boxes").to(torch::kCPU).contiguous();
   const auto classes = batch.field("classes").to(torch::kCPU).contiguous();
   const auto crowd = batch.field("is_crowd").to(torch::kCPU).contiguous();
@@ -170,7 +231,13 @@ void DetectionTask::eval_step(const torch::Tensor& outputs, const data::Batch& b
       predicted.push_back({b[0].item<float>(), b[1].item<float>(), b[2].item<float>(), b[3].item<float>()});
       predicted_labels.push_back(fmt::format("{} {:.0f}%", name(d.classes[k].item<int64_t>()), 100 * score));
     }
-    data::Image left = to_image(batch.images[i].cpu(), config_.input.channels_last), right = left;
+    auto input = batch.images[i].cpu();  // the image without its padding: boxes are normalised to it
+    if (!shape.image_sizes.empty()) {
+      const auto [h, w] = shape.image_sizes[static_cast<size_t>(i)];
+      const int64_t h_dim = config_.input.channels_last ? 0 : 1;
+      input = input.narrow(h_dim, 0, h).narrow(h_dim + 1, 0, w);
+    }
+    data::Image left = to_image(input, config_.input.channels_last), right = left;
     data::draw_boxes(&left, predicted, predicted_labels, {255, 40, 40});
     data::draw_boxes(&right, gt, gt_labels, {40, 220, 40});
     data::Image both;

@@ -56,6 +56,13 @@ class DetectionTask : public Task {
   torch::Tensor forward_train(const data::Batch& batch) override;  // the meta-architecture sees the targets
   data::SampleSpec sample_spec() const override;
   data::ParseFn parser(bool training) const override;
+  // keep_aspect_ratio_resizer without pad_to_max_dimension: the images cut from their buffers to
+  // their size, which all must share (an error otherwise, as in the OD API).
+  void prepare_batch(data::Batch* batch) const override;
+  // The batch's network input: the images' size and each image's ("image_size").
+  InputShape input_shape(const data::Batch& batch) const;
+  // The input shape of images `image_sizes` (resized sizes), batched as prepare_batch batches them.
+  InputShape input_shape(const std::vector<std::pair<int64_t, int64_t>>& image_sizes) const;
   // The meta-architecture's weighted losses (SSD: localization_loss + classification_loss), as
   // this replica's share of the global batch, plus the L2 regularization.
   Loss loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) override;
@@ -73,8 +80,12 @@ class DetectionTask : public Task {
   // detections (left) beside the ground truth (right), as the OD API draws them.
   std::vector<SummaryImage> take_summary_images() override;
 
-  // Score conversion + box decoding + batch non-max suppression, on the CPU.
-  std::vector<ImageDetections> postprocess(const torch::Tensor& outputs) const;
+  // Score conversion + box decoding + batch non-max suppression, on the CPU; boxes normalised to
+  // each image (`input`: see InputShape; {} the configured size).
+  std::vector<ImageDetections> postprocess(const torch::Tensor& outputs, const InputShape& input = {}) const;
+  // keep_aspect_ratio_resizer without pad_to_max_dimension: the input size follows the images;
+  // evaluation and predict run one image at a time, each at its own size, as the OD API does.
+  bool variable_input_size() const;
   const DetectionConfig& config() const { return config_; }
   MetaArchitecture& meta_architecture() { return *meta_; }
   const MetaArchitecture& meta_architecture() const { return *meta_; }

@@ -37,6 +37,7 @@ DetectionConfig detection_config(const object_detection::protos::TrainEvalPipeli
   c.l2_weight = model.l2_weight;
   c.input.height = model.height;
   c.input.width = model.width;
+  c.input.keep_aspect_ratio = model.keep_aspect_ratio;
   c.input.channels_last = channels_last;
   c.input.max_boxes = pipeline.train_input_reader().max_number_of_boxes();
   for (const auto& step : pipeline.train_config().data_augmentation_options()) {
@@ -70,6 +71,7 @@ DetectionConfig detection_config(const object_detection::protos::TrainEvalPipeli
       ops = crop.operations_size() == 0 ? data::default_ssd_random_crop() : std::vector<data::SsdRandomCropOperation>{};
       for (const auto& op : crop.operations()) ops.push_back(crop_operation(op));
       for (auto& o : ops) o.min_aspect_ratio = o.max_aspect_ratio = crop.aspect_ratio();
+      c.input.augmentation.crop_to_aspect_ratio = crop.aspect_ratio();
     }
   }
   c.per_category_metrics = pipeline.eval_config().include_metrics_per_category();

@@ -10,7 +10,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "orchard/data/detection.h"
@@ -26,6 +28,14 @@ class Module;
 
 namespace orchard::tasks {
 
+// A batch's network input: its size, and each image's inside it (top-left; the rest is padding,
+// e.g. keep_aspect_ratio_resizer's images of different shapes). height 0: the configured input
+// size; no image_sizes: every image fills the input.
+struct InputShape {
+  int64_t height = 0, width = 0;
+  std::vector<std::pair<int64_t, int64_t>> image_sizes;
+};
+
 class MetaArchitecture {
  public:
   virtual ~MetaArchitecture() = default;
@@ -37,12 +47,14 @@ class MetaArchitecture {
   // with its boxes); null in evaluation and inference.
   virtual at::Tensor forward(const at::Tensor& images, const data::Batch* targets) = 0;
   // The batch's weighted losses by name (their sum is the data loss): ground truth per image,
-  // boxes [N, 4] normalised (ymin, xmin, ymax, xmax) and classes [N] (1-based), crowd regions
-  // already removed.
-  virtual std::map<std::string, at::Tensor> loss(const at::Tensor& outputs, const std::vector<at::Tensor>& gt_boxes,
+  // boxes [N, 4] normalised (ymin, xmin, ymax, xmax) to the network input and classes [N]
+  // (1-based), crowd regions already removed.
+  virtual std::map<std::string, at::Tensor> loss(const at::Tensor& outputs, const InputShape& input,
+                                                 const std::vector<at::Tensor>& gt_boxes,
                                                  const std::vector<at::Tensor>& gt_classes) = 0;
-  // Score conversion, box decoding and non-max suppression, on the CPU.
-  virtual std::vector<detect::Detections> postprocess(const at::Tensor& outputs) const = 0;
+  // Score conversion, box decoding and non-max suppression, on the CPU; boxes clipped to each
+  // image and normalised to it (not to the padded input).
+  virtual std::vector<detect::Detections> postprocess(const at::Tensor& outputs, const InputShape& input) const = 0;
   // What fine_tune_checkpoint_type "detection" leaves out (re-initialised): the class and box heads.
   virtual bool is_prediction_head_parameter(const std::string& name) const = 0;
   // The TensorFlow names of the model's variables for a fine_tune_checkpoint_type: the OD API's
@@ -68,7 +80,8 @@ class MetaArchitectureConfig {
 struct ParsedModel {
   std::shared_ptr<const MetaArchitectureConfig> config;
   int64_t num_classes = 0;  // without the background
-  int64_t height = 0, width = 0;  // the fixed input size
+  int64_t height = 0, width = 0;  // the fixed input size (keep_aspect_ratio: max_dimension square)
+  std::optional<data::KeepAspectRatioResize> keep_aspect_ratio;  // image_resizer.keep_aspect_ratio_resizer
   double l2_weight = 0;           // the conv_hyperparams' l2_regularizer weight (0: none)
 };
 

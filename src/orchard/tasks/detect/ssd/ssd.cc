@@ -174,9 +174,21 @@ ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& p
   c.nms.max_total_detections = nms.max_total_detections();
   c.score_converter = pb::PostProcessing::ScoreConverter_Name(post.score_converter());
 
-  const auto& resizer = ssd.image_resizer().fixed_shape_resizer();
-  parsed.height = resizer.height();
-  parsed.width = resizer.width();
+  if (ssd.image_resizer().has_keep_aspect_ratio_resizer()) {
+    const auto& k = ssd.image_resizer().keep_aspect_ratio_resizer();
+    data::KeepAspectRatioResize keep;
+    keep.min_dimension = k.min_dimension();
+    keep.max_dimension = k.max_dimension();
+    keep.pad_to_max_dimension = k.pad_to_max_dimension();
+    for (int c = 0; c < 3 && c < k.per_channel_pad_value_size(); ++c)
+      keep.pad_value[static_cast<size_t>(c)] = k.per_channel_pad_value(c);
+    parsed.keep_aspect_ratio = keep;
+    parsed.height = parsed.width = keep.max_dimension;  // the sample buffer
+  } else {
+    const auto& resizer = ssd.image_resizer().fixed_shape_resizer();
+    parsed.height = resizer.height();
+    parsed.width = resizer.width();
+  }
   parsed.config = config;
   return parsed;
 }
@@ -217,7 +229,6 @@ SsdMetaArchitecture::SsdMetaArchitecture(const SsdConfig& config, int64_t num_cl
     config_.model.anchors_per_location.assign(static_cast<size_t>(ms->max_level - ms->min_level + 1),
                                               detect::anchors_per_location(*ms));
     model_ = build_model(config_.model);
-    anchors_ = detect::generate_multiscale_anchors(*ms, model_->feature_map_sizes(h, w), h, w);
   } else {
     const auto& fpn = config_.model.fpn;
     if (fpn.enabled && config_.anchors.num_layers != fpn.max_level - fpn.min_level + 1)
@@ -228,8 +239,22 @@ SsdMetaArchitecture::SsdMetaArchitecture(const SsdConfig& config, int64_t num_cl
                   " (the OD API's FPN configs use multiscale_anchor_generator with the same levels)");
     config_.model.anchors_per_location = detect::anchors_per_location(config_.anchors);
     model_ = build_model(config_.model);
-    anchors_ = detect::generate_ssd_anchors(config_.anchors, model_->feature_map_sizes(h, w), h, w);
   }
+  anchors_ = generate_anchors(h, w);
+}
+
+at::Tensor SsdMetaArchitecture::generate_anchors(int64_t height, int64_t width) const {
+  const auto sizes = model_->feature_map_sizes(height, width);
+  if (const auto& ms = config_.multiscale_anchors) return detect::generate_multiscale_anchors(*ms, sizes, height, width);
+  return detect::generate_ssd_anchors(config_.anchors, sizes, height, width);
+}
+
+at::Tensor SsdMetaArchitecture::anchors(int64_t height, int64_t width) const {
+  if (height <= 0 || (height == input_.height && width == input_.width)) return anchors_;
+  std::lock_guard<std::mutex> lock(anchors_mutex_);
+  auto& a = anchors_by_size_[{height, width}];
+  if (!a.defined()) a = generate_anchors(height, width);
+  return a;
 }
 
 std::shared_ptr<torch::nn::Module> SsdMetaArchitecture::module() { return model_.ptr(); }
@@ -244,21 +269,23 @@ models::TfNameMap SsdMetaArchitecture::tf_name_map(const std::string& checkpoint
 
 at::Tensor SsdMetaArchitecture::forward(const at::Tensor& images, const data::Batch*) { return model_->forward(images); }
 
-std::map<std::string, at::Tensor> SsdMetaArchitecture::loss(const at::Tensor& outputs,
+std::map<std::string, at::Tensor> SsdMetaArchitecture::loss(const at::Tensor& outputs, const InputShape& input,
                                                             const std::vector<at::Tensor>& gt_boxes,
                                                             const std::vector<at::Tensor>& gt_classes) {
   const int64_t code = config_.model.box_code_size;
   auto codes = outputs.narrow(2, 0, code);
   auto logits = outputs.narrow(2, code, outputs.size(2) - code);
-  return detect::ssd_loss(codes, logits, anchors_.to(outputs.device()), gt_boxes, gt_classes, config_.loss);
+  const auto a = anchors(input.height, input.width);
+  return detect::ssd_loss(codes, logits, a.to(outputs.device()), gt_boxes, gt_classes, config_.loss);
 }
 
-std::vector<detect::Detections> SsdMetaArchitecture::postprocess(const at::Tensor& outputs) const {
+std::vector<detect::Detections> SsdMetaArchitecture::postprocess(const at::Tensor& outputs,
+                                                                 const InputShape& input) const {
   torch::NoGradGuard no_grad;
   auto out = outputs.to(torch::kCPU, torch::kFloat);
   const int64_t code = config_.model.box_code_size;
   // Unclipped into NMS, clipped after it (multiclass_nms), as the OD API does.
-  auto boxes = detect::decode_boxes(out.narrow(2, 0, code), anchors_, config_.loss.coder);
+  auto boxes = detect::decode_boxes(out.narrow(2, 0, code), anchors(input.height, input.width), config_.loss.coder);
   auto logits = out.narrow(2, code, out.size(2) - code);
   at::Tensor scores;
   if (config_.score_converter == "SIGMOID")
@@ -269,8 +296,18 @@ std::vector<detect::Detections> SsdMetaArchitecture::postprocess(const at::Tenso
     scores = logits;
   scores = scores.narrow(2, 1, scores.size(2) - 1);  // drop the background column
   std::vector<detect::Detections> result;
-  for (int64_t i = 0; i < out.size(0); ++i)
-    result.push_back(detect::multiclass_nms(boxes[i].contiguous(), scores[i].contiguous(), config_.nms));
+  for (int64_t i = 0; i < out.size(0); ++i) {
+    detect::BatchNmsOptions nms = config_.nms;
+    if (static_cast<size_t>(i) < input.image_sizes.size()) {
+      // SSDMetaArch's clip window (the image inside the padded input); the evaluation then
+      // expresses the boxes in the image's frame (eval_util), done here.
+      const auto [h, w] = input.image_sizes[static_cast<size_t>(i)];
+      nms.clip_window = {0.0f, 0.0f, static_cast<float>(h) / static_cast<float>(input.height),
+                         static_cast<float>(w) / static_cast<float>(input.width)};
+      nms.change_coordinate_frame = true;
+    }
+    result.push_back(detect::multiclass_nms(boxes[i].contiguous(), scores[i].contiguous(), nms));
+  }
   return result;
 }
 
@@ -290,10 +327,17 @@ std::string SsdMetaArchitecture::name() const {
 }
 
 std::string SsdMetaArchitecture::describe() const {
+  if (input_.keep_aspect_ratio && !input_.keep_aspect_ratio->pad_to_max_dimension)
+    return fmt::format("{} ({} classes, anchors for each input size: {} at {}x{})", name(), config_.model.num_classes,
+                       anchors_.size(0), input_.height, input_.width);
   return fmt::format("{} ({} classes, {} anchors)", name(), config_.model.num_classes, anchors_.size(0));
 }
 
 void SsdMetaArchitecture::export_onnx(const std::string& path, bool include_preprocessing) {
+  if (input_.keep_aspect_ratio && !input_.keep_aspect_ratio->pad_to_max_dimension)
+    throw Error("ONNX export needs a fixed input size: keep_aspect_ratio_resizer without pad_to_max_dimension runs "
+                "each image at its own size, with anchors of that size (export the TensorFlow checkpoint instead, or "
+                "set pad_to_max_dimension: true)");
   model_->eval();
   exporting::DetectionOnnxOptions o;
   o.height = input_.height;

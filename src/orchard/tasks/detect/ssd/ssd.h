@@ -4,9 +4,12 @@
 // with hard example mining, and batch non-max suppression (orchard/detect).
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "orchard/detect/anchors.h"
 #include "orchard/detect/box_ops.h"
@@ -36,9 +39,10 @@ class SsdMetaArchitecture : public MetaArchitecture {
   // -> [B, A, box_code_size + num_classes + 1]: box codes, then class logits (column 0 the
   // background), per anchor.
   at::Tensor forward(const at::Tensor& images, const data::Batch* targets) override;
-  std::map<std::string, at::Tensor> loss(const at::Tensor& outputs, const std::vector<at::Tensor>& gt_boxes,
+  std::map<std::string, at::Tensor> loss(const at::Tensor& outputs, const InputShape& input,
+                                         const std::vector<at::Tensor>& gt_boxes,
                                          const std::vector<at::Tensor>& gt_classes) override;
-  std::vector<detect::Detections> postprocess(const at::Tensor& outputs) const override;
+  std::vector<detect::Detections> postprocess(const at::Tensor& outputs, const InputShape& input) const override;
   bool is_prediction_head_parameter(const std::string& name) const override;
   models::TfNameMap tf_name_map(const std::string& checkpoint_type) const override;
   std::map<std::string, std::string> signature() const override;
@@ -48,12 +52,18 @@ class SsdMetaArchitecture : public MetaArchitecture {
   const SsdConfig& config() const { return config_; }
   detect::SsdModel& model() { return model_; }
   const at::Tensor& anchors() const { return anchors_; }  // [A, 4] for the configured input size
+  // [A, 4] for a height x width input (generated once per size, as the OD API generates them from
+  // the feature maps of each input: normalised, base size from min(height, width)).
+  at::Tensor anchors(int64_t height, int64_t width) const;
 
  private:
+  at::Tensor generate_anchors(int64_t height, int64_t width) const;
   SsdConfig config_;
   data::DetectionInputOptions input_;
   detect::SsdModel model_{nullptr};
   at::Tensor anchors_;
+  mutable std::mutex anchors_mutex_;
+  mutable std::map<std::pair<int64_t, int64_t>, at::Tensor> anchors_by_size_;
 };
 
 // The registry entry: pipeline.config's model.ssd.
