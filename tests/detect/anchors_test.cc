@@ -158,5 +158,41 @@ TEST(MultiscaleAnchors, RetinaNet640CountsAndErrors) {
   EXPECT_THROW(generate_multiscale_anchors(o, maps, 640, 640), Error);
 }
 
+// Faster R-CNN's grid anchors as the samples configure them (base 256, stride 16, scales
+// 0.25 .. 2, aspect ratios 0.5, 1, 2): worked by hand from grid_anchor_generator.tile_anchors.
+TEST(GridAnchors, HandComputedBoxesAndOrder) {
+  GridAnchorOptions o;
+  o.scales = {0.25f, 0.5f, 1.0f, 2.0f};
+  EXPECT_EQ(anchors_per_location(o), 12);
+  const auto a = generate_grid_anchors(o, 2, 3);
+  ASSERT_EQ(a.sizes(), (std::vector<int64_t>{2 * 3 * 12, 4}));
+  auto box = [&](int64_t k) {
+    return std::vector<float>{a[k][0].item<float>(), a[k][1].item<float>(), a[k][2].item<float>(), a[k][3].item<float>()};
+  };
+  auto near = [](const std::vector<float>& got, const std::vector<float>& want) {
+    for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(got[i], want[i], 1e-3f) << i;
+  };
+  // Cell (0, 0) is centred at the origin. Anchor 0: aspect ratio 0.5, scale 0.25: height
+  // 0.25 / sqrt(0.5) * 256 = 90.51, width 0.25 * sqrt(0.5) * 256 = 45.25.
+  near(box(0), {-45.2548f, -22.6274f, 45.2548f, 22.6274f});
+  // Anchor 5: aspect ratio 1 (the second group of four), scale 0.5: a 128 square.
+  near(box(5), {-64.f, -64.f, 64.f, 64.f});
+  // Anchor 11: aspect ratio 2, scale 2: height 362.04, width 724.08.
+  near(box(11), {-181.0193f, -362.0387f, 181.0193f, 362.0387f});
+  // Cell (0, 1): x + 16; cell (1, 2) (the last): y + 16, x + 32.
+  near(box(12 + 5), {-64.f, -48.f, 64.f, 80.f});
+  near(box(5 * 12 + 5), {-48.f, -32.f, 80.f, 96.f});
+  // Offsets and non-square bases move and stretch them.
+  o.offset_height = 8;
+  o.offset_width = 4;
+  o.base_height = 128;
+  near(box(5), {-64.f, -64.f, 64.f, 64.f});  // (the tensor above is unchanged)
+  const auto b = generate_grid_anchors(o, 1, 1);
+  EXPECT_NEAR(b[5][0].item<float>(), 8.f - 32.f, 1e-4f);
+  EXPECT_NEAR(b[5][1].item<float>(), 4.f - 64.f, 1e-4f);
+  o.scales.clear();
+  EXPECT_THROW(generate_grid_anchors(o, 1, 1), Error);
+}
+
 }  // namespace
 }  // namespace orchard::detect

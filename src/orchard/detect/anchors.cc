@@ -184,4 +184,38 @@ at::Tensor generate_multiscale_anchors(const MultiscaleAnchorOptions& o,
   return torch::from_blob(out.data(), {n, 4}, at::kFloat).clone();
 }
 
+int64_t anchors_per_location(const GridAnchorOptions& o) {
+  return static_cast<int64_t>(o.scales.size() * o.aspect_ratios.size());
+}
+
+at::Tensor generate_grid_anchors(const GridAnchorOptions& o, int64_t grid_height, int64_t grid_width) {
+  if (o.scales.empty() || o.aspect_ratios.empty())
+    throw Error("grid_anchor_generator: scales and aspect_ratios must not be empty");
+  if (grid_height <= 0 || grid_width <= 0) throw Error("grid anchors: the feature map size must be positive");
+  for (float r : o.aspect_ratios)
+    if (!(r > 0)) throw Error("grid_anchor_generator: aspect ratios must be positive");
+  // float32 throughout, as the TF graph computes them.
+  std::vector<float> heights, widths;
+  for (float ratio : o.aspect_ratios) {
+    const float root = std::sqrt(ratio);
+    for (float scale : o.scales) {
+      heights.push_back(scale / root * o.base_height);
+      widths.push_back(scale * root * o.base_width);
+    }
+  }
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(grid_height * grid_width) * heights.size() * 4);
+  for (int64_t y = 0; y < grid_height; ++y) {
+    const float cy = static_cast<float>(y) * o.stride_height + o.offset_height;
+    for (int64_t x = 0; x < grid_width; ++x) {
+      const float cx = static_cast<float>(x) * o.stride_width + o.offset_width;
+      for (size_t a = 0; a < heights.size(); ++a)
+        out.insert(out.end(), {cy - 0.5f * heights[a], cx - 0.5f * widths[a], cy + 0.5f * heights[a],
+                               cx + 0.5f * widths[a]});
+    }
+  }
+  const auto n = static_cast<int64_t>(out.size() / 4);
+  return torch::from_blob(out.data(), {n, 4}, at::kFloat).clone();
+}
+
 }  // namespace orchard::detect

@@ -81,4 +81,25 @@ at::Tensor generate_multiscale_anchors(const MultiscaleAnchorOptions& options,
                                        const std::vector<std::pair<int64_t, int64_t>>& feature_map_sizes,
                                        int64_t image_height, int64_t image_width);
 
+// Faster R-CNN's first-stage anchors: grid_anchor_generator { ... } (GridAnchorGenerator,
+// anchor_generators/grid_anchor_generator.py) in pixels of the input.
+struct GridAnchorOptions {
+  float base_height = 256.0f, base_width = 256.0f;  // height, width
+  float stride_height = 16.0f, stride_width = 16.0f;
+  float offset_height = 0.0f, offset_width = 0.0f;
+  std::vector<float> scales{0.5f, 1.0f, 2.0f};         // the proto's lists (the configs give them)
+  std::vector<float> aspect_ratios{0.5f, 1.0f, 2.0f};  // width / height
+};
+
+// scales x aspect_ratios.
+int64_t anchors_per_location(const GridAnchorOptions& options);
+
+// All anchors of a grid_height x grid_width feature map, [H * W * A, 4] float32 (ymin, xmin, ymax,
+// xmax) in input pixels, unclipped: cell (i, j) centred at (i * stride_height + offset_height,
+// j * stride_width + offset_width) (the first at the origin by default, no half-stride shift);
+// within a cell aspect ratio by aspect ratio, the scales within each (ops.meshgrid's order);
+// height scale / sqrt(ratio) * base_height, width scale * sqrt(ratio) * base_width. Cells
+// row-major, as the NHWC reshape of the RPN's outputs.
+at::Tensor generate_grid_anchors(const GridAnchorOptions& options, int64_t grid_height, int64_t grid_width);
+
 }  // namespace orchard::detect
