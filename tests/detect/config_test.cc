@@ -473,6 +473,24 @@ TEST(PipelineConfig, TheOdApiSampleConfigsValidateOrSayWhyNot) {
   EXPECT_EQ(expected.size(), got.size());
 }
 
+// The 29 two-stage sample configs (tests/fixtures/od_api_two_stage_configs) parse as TensorFlow
+// parses them (Context R-CNN's input readers included) and stop with their one-line reason.
+TEST(PipelineConfig, TheTwoStageSampleConfigsParseAndSayWhyNot) {
+  const std::filesystem::path dir = ORCHARD_TEST_FIXTURES "/od_api_two_stage_configs";
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".config") continue;
+    const std::string name = entry.path().stem().string();
+    ++count;
+    ConfigIssues issues;
+    const auto c = parse_pipeline_config(test::read_bytes(entry.path().string()), name, /*strict=*/false, &issues);
+    EXPECT_TRUE(issues.unknown.empty()) << name << ": " << issues.unknown.front();
+    EXPECT_TRUE(c.model().has_faster_rcnn()) << name;
+    expect_error([&] { validate_pipeline_config(c, name); }, {name + ": model.faster_rcnn is not supported"});
+  }
+  EXPECT_EQ(count, 29);
+}
+
 // SSDMobileNetV2MnasFPNFeatureExtractor's own checks: levels 3..6, sides multiples of 64.
 TEST(PipelineConfig, MnasFpnNeedsItsLevelsAndSides) {
   const std::string path =
