@@ -601,6 +601,50 @@ INSTANTIATE_TEST_SUITE_P(
                    500, 0.3}),
     [](const auto& info) { return info.param.name; });
 
+// The families whose inputs or backbones are larger, at batch 8: a third CTest entry.
+INSTANTIATE_TEST_SUITE_P(
+    SsdLarge, DetectFamily,
+    ::testing::Values(
+        // embedded_ssd_mobilenet_v1 (embedded_ssd_mobilenet_v1_coco's layout): 256x256 only, five
+        // maps with 'VALID' extra layers. 0.98 after 600 steps when written.
+        FamilyCase{"embedded_ssd_mobilenet_v1",
+                   {{"\"ssd_mobilenet_v2\"", "\"embedded_ssd_mobilenet_v1\""},
+                    {"height: 96\n        width: 96", "height: 256\n        width: 256"},
+                    {"num_layers: 6", "num_layers: 5"},
+                    {"batch_size: 32", "batch_size: 8"}},
+                   400, 0.5},
+        // RetinaNet (ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco14_sync's layout) at 96x96:
+        // ResNet-50 C3..C5 + FPN to level 6, the weight-shared tower, multiscale anchors, focal loss.
+        // 0.92 after 400 steps when written.
+        FamilyCase{"ssd_resnet50_v1_fpn",
+                   {{"\"ssd_mobilenet_v2\"",
+                     "\"ssd_resnet50_v1_fpn\"\n      fpn {\n        min_level: 3\n        max_level: 6\n"
+                     "        additional_layer_depth: 64\n      }\n      override_base_feature_extractor_hyperparams: true"},
+                    {"      depth_multiplier: 0.35\n      min_depth: 8\n", ""},
+                    {kPlainPredictor, R"(weight_shared_convolutional_box_predictor {
+        depth: 64
+        num_layers_before_predictor: 2
+        kernel_size: 3
+        class_prediction_bias_init: -4.6
+)"},
+                    {R"(ssd_anchor_generator {
+        num_layers: 6
+        min_scale: 0.15
+        max_scale: 0.95
+)",
+                     R"(multiscale_anchor_generator {
+        min_level: 3
+        max_level: 6
+        anchor_scale: 3.0
+        scales_per_octave: 2
+)"},
+                    {"        reduce_boxes_in_lowest_layer: false\n", ""},
+                    {"weighted_sigmoid {\n        }", "weighted_sigmoid_focal {\n          alpha: 0.25\n          gamma: 2.0\n        }"},
+                    {kHardExampleMiner, ""},
+                    {"batch_size: 32", "batch_size: 8"}},
+                   300, 0.5}),
+    [](const auto& info) { return info.param.name; });
+
 class DetectErrors : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
