@@ -229,21 +229,26 @@ at::Tensor nms(const at::Tensor& boxes, const at::Tensor& scores, float iou_thre
 }
 
 Detections multiclass_nms(const at::Tensor& boxes, const at::Tensor& scores, const BatchNmsOptions& o) {
-  check_boxes(boxes, "multiclass_nms boxes");
+  const bool per_class = boxes.dim() == 3;  // q = num_classes: a box per class
+  if (!per_class) check_boxes(boxes, "multiclass_nms boxes");
   TORCH_CHECK(scores.dim() == 2 && scores.size(0) == boxes.size(0), "multiclass_nms: scores must be [",
               boxes.size(0), ", num_classes], got ", scores.sizes());
+  TORCH_CHECK(!per_class || (boxes.size(1) == scores.size(1) && boxes.size(2) == 4),
+              "multiclass_nms: class-specific boxes must be [A, num_classes, 4], got ", boxes.sizes());
   check_iou_threshold(o.iou_threshold);
   const int64_t num_anchors = scores.size(0), num_classes = scores.size(1);
-  const auto b = boxes.to(at::kCPU, at::kFloat).contiguous();
+  // [A, 4], or [C, A, 4]: one block of boxes per class.
+  const auto b = per_class ? boxes.to(at::kCPU, at::kFloat).permute({1, 0, 2}).contiguous()
+                           : boxes.to(at::kCPU, at::kFloat).contiguous();
   const auto s = scores.to(at::kCPU, at::kFloat).t().contiguous();  // [C, A]: one row per class
-  const float* box_data = b.data_ptr<float>();
   const float* score_data = s.data_ptr<float>();
+  auto boxes_of = [&, data = b.data_ptr<float>()](int64_t c) { return data + (per_class ? c * num_anchors * 4 : 0); };
 
   std::vector<std::vector<int64_t>> kept(num_classes);
   at::parallel_for(0, num_classes, 1, [&](int64_t begin, int64_t end) {
     NmsScratch scratch;
     for (int64_t c = begin; c < end; ++c) {
-      nms_kernel(box_data, score_data + c * num_anchors, num_anchors, o.iou_threshold, o.max_detections_per_class,
+      nms_kernel(boxes_of(c), score_data + c * num_anchors, num_anchors, o.iou_threshold, o.max_detections_per_class,
                  o.score_threshold, &scratch, &kept[c]);
     }
   });
@@ -265,7 +270,7 @@ Detections multiclass_nms(const at::Tensor& boxes, const at::Tensor& scores, con
   for (const Kept& k : all) {
     if (o.max_total_detections > 0 && static_cast<int64_t>(out_scores.size()) >= o.max_total_detections) break;
     std::array<float, 4> box;
-    std::copy_n(box_data + 4 * k.index, 4, box.begin());
+    std::copy_n(boxes_of(k.cls) + 4 * k.index, 4, box.begin());
     if (o.clip) {
       for (int j = 0; j < 4; ++j) box[j] = std::max(std::min(box[j], w[2 + j % 2]), w[j % 2]);
       // clip_to_window(filter_nonoverlapping=True): boxes outside the window end up flat.

@@ -102,7 +102,8 @@ struct Detections {
 // classes merged by descending score (ties: lower class, then NMS order), clipped, and
 // cut to max_total_detections.
 // boxes [A, 4] decoded, scores [A, num_classes] after the score converter with the
-// background column removed.
+// background column removed. Class-specific boxes (q = num_classes, Faster R-CNN's second
+// stage): boxes [A, num_classes, 4], each class suppressed and reported with its own.
 Detections multiclass_nms(const at::Tensor& boxes, const at::Tensor& scores, const BatchNmsOptions& options);
 
 }  // namespace orchard::detect

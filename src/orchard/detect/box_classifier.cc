@@ -1,0 +1,86 @@
+#include "orchard/detect/box_classifier.h"
+
+#include <torch/torch.h>
+
+#include "orchard/core/error.h"
+#include "orchard/detect/sampler.h"
+#include "orchard/detect/ssd_loss.h"
+
+namespace orchard::detect {
+
+ProposalTargets sample_proposals(const at::Tensor& proposals, const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
+                                 const BoxClassifierOptions& options) {
+  // create_target_assigner('FasterRCNN', 'detection').
+  ArgMaxMatcherOptions matcher;
+  matcher.matched_threshold = 0.5f;
+  matcher.unmatched_threshold = 0.5f;
+  matcher.negatives_lower_than_unmatched = true;
+  matcher.force_match_for_each_row = false;
+  const SsdTargets t = assign_targets(proposals, gt_boxes, gt_classes, matcher, FasterRcnnBoxCoderOptions());
+  const auto sampled = balanced_sample(t.cls_weights > 0, t.matched, options.batch_size, options.balance_fraction);
+  const auto rows = sampled.nonzero().view(-1);  // ascending: the proposals' order
+  return {proposals.index_select(0, rows), t.cls_targets.index_select(0, rows), t.reg_targets.index_select(0, rows)};
+}
+
+std::map<std::string, at::Tensor> box_classifier_loss(const at::Tensor& refined_box_encodings,
+                                                      const at::Tensor& class_logits,
+                                                      const std::vector<ProposalTargets>& targets,
+                                                      const BoxClassifierOptions& options) {
+  if (refined_box_encodings.dim() != 3 || refined_box_encodings.size(2) != 4 || class_logits.dim() != 2 ||
+      class_logits.size(1) != refined_box_encodings.size(1) + 1 || class_logits.size(0) != refined_box_encodings.size(0))
+    throw Error("box_classifier_loss: refined_box_encodings must be [P, K, 4] and class_logits [P, K + 1]");
+  const double images = static_cast<double>(std::max<size_t>(targets.size(), 1));
+  auto localization = torch::zeros({}, refined_box_encodings.options());
+  auto classification = torch::zeros({}, refined_box_encodings.options());
+  int64_t offset = 0;
+  for (const auto& t : targets) {
+    const int64_t n = t.classes.size(0);
+    if (n == 0) continue;
+    if (offset + n > refined_box_encodings.size(0)) throw Error("box_classifier_loss: more targets than predictions");
+    const auto encodings = refined_box_encodings.narrow(0, offset, n);
+    const auto logits = class_logits.narrow(0, offset, n);
+    const auto classes = t.classes.to(encodings.device(), torch::kLong);
+    const auto positive = (classes > 0).to(encodings.scalar_type());
+    // The box of each proposal's target class (background rows pick class 1, weight 0).
+    const auto row = (classes - 1).clamp_min(0).view({n, 1, 1}).expand({n, 1, 4});
+    const auto chosen = encodings.gather(1, row).squeeze(1);
+    const auto diff = (chosen - t.reg_targets.to(encodings.device())).abs();
+    const auto huber = torch::where(diff <= 1.0, 0.5 * diff * diff, diff - 0.5).sum(1);
+    const double scale = 1.0 / (static_cast<double>(n) * images);
+    localization = localization + (huber * positive).sum() * scale;
+    const auto ce = torch::nn::functional::cross_entropy(
+        logits, classes, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    classification = classification + ce.sum() * scale;
+    offset += n;
+  }
+  if (offset != refined_box_encodings.size(0)) throw Error("box_classifier_loss: fewer targets than predictions");
+  return {{"BoxClassifierLoss/localization_loss", localization * options.localization_weight},
+          {"BoxClassifierLoss/classification_loss", classification * options.classification_weight}};
+}
+
+Detections box_classifier_detections(const at::Tensor& refined_box_encodings, const at::Tensor& class_logits,
+                                     const at::Tensor& proposals, int64_t image_height, int64_t image_width,
+                                     BatchNmsOptions nms, const std::string& score_converter) {
+  torch::NoGradGuard no_grad;
+  const auto codes = refined_box_encodings.detach().to(torch::kCPU, torch::kFloat);
+  const auto logits = class_logits.detach().to(torch::kCPU, torch::kFloat);
+  // [K, P, 4] against the proposals, back to [P, K, 4].
+  const auto boxes = decode_boxes(codes.permute({1, 0, 2}), proposals.detach().to(torch::kCPU, torch::kFloat),
+                                  FasterRcnnBoxCoderOptions())
+                         .permute({1, 0, 2})
+                         .contiguous();
+  at::Tensor scores;
+  if (score_converter == "SOFTMAX")
+    scores = logits.softmax(1);
+  else if (score_converter == "SIGMOID")
+    scores = logits.sigmoid();
+  else
+    scores = logits;
+  scores = scores.narrow(1, 1, scores.size(1) - 1).contiguous();
+  nms.clip = true;
+  nms.clip_window = {0.0f, 0.0f, static_cast<float>(image_height), static_cast<float>(image_width)};
+  nms.change_coordinate_frame = true;
+  return multiclass_nms(boxes, scores, nms);
+}
+
+}  // namespace orchard::detect

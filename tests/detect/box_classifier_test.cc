@@ -1,0 +1,96 @@
+// Faster R-CNN's second stage around its network, worked by hand: which proposals become
+// positives and how many are sampled, the loss's per-image normalisation, and the final
+// detections with class-specific boxes clipped to the image and normalised to it.
+#include "orchard/detect/box_classifier.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <vector>
+
+namespace orchard::detect {
+namespace {
+
+TEST(BoxClassifier, SampleProposalsMatchesAtHalfAndBalances) {
+  torch::manual_seed(0);
+  // A 10x10 box of class 2; proposals: itself (IoU 1), shifted by 2 (IoU 80/120 = 0.67), shifted
+  // by 5 (IoU 50/150 = 0.33: background), three far away (background).
+  const auto gt = torch::tensor({0.f, 0.f, 10.f, 10.f}).view({1, 4});
+  const auto classes = torch::tensor({2}, torch::kLong);
+  const auto proposals = torch::tensor({0.f, 0.f, 10.f, 10.f, 0.f, 2.f, 10.f, 12.f, 0.f, 5.f, 10.f, 15.f,
+                                        50.f, 50.f, 60.f, 60.f, 70.f, 70.f, 80.f, 80.f, 90.f, 90.f, 99.f, 99.f})
+                             .view({6, 4});
+  BoxClassifierOptions o;
+  o.batch_size = 4;
+  o.balance_fraction = 0.5f;  // two positives at most: both
+  auto t = sample_proposals(proposals, gt, classes, o);
+  ASSERT_EQ(t.classes.size(0), 4);
+  EXPECT_EQ(t.classes[0].item<int64_t>(), 2);  // the proposals' order is kept
+  EXPECT_EQ(t.classes[1].item<int64_t>(), 2);
+  EXPECT_EQ(t.classes[2].item<int64_t>(), 0);
+  EXPECT_EQ(t.classes[3].item<int64_t>(), 0);
+  EXPECT_TRUE(t.boxes[0].equal(proposals[0]));
+  EXPECT_NEAR(t.reg_targets[0].abs().sum().item<float>(), 0.f, 1e-5);  // the box itself
+  // tx = 10 * (5 - 7) / 10 = -2 for the shifted one.
+  EXPECT_NEAR(t.reg_targets[1][1].item<float>(), -2.f, 1e-5);
+  EXPECT_NEAR(t.reg_targets[1][0].item<float>(), 0.f, 1e-5);
+  o.balance_fraction = 0.25f;  // one positive at most
+  t = sample_proposals(proposals, gt, classes, o);
+  EXPECT_EQ((t.classes > 0).sum().item<int64_t>(), 1);
+  EXPECT_EQ(t.classes.size(0), 4);
+  // No boxes: every proposal is background.
+  t = sample_proposals(proposals, torch::zeros({0, 4}), torch::zeros({0}, torch::kLong), o);
+  EXPECT_EQ(t.classes.size(0), 4);
+  EXPECT_EQ((t.classes > 0).sum().item<int64_t>(), 0);
+}
+
+TEST(BoxClassifier, LossIsTheMeanOverImagesOfTheMeanOverProposals) {
+  // Image A: a positive of class 2 (target [0.5, 0, 0, 2]) and a background proposal; image B: a
+  // positive of class 1 (target 0). K = 2, logits 0: log 3 each.
+  std::vector<ProposalTargets> targets(2);
+  targets[0].classes = torch::tensor({2, 0}, torch::kLong);
+  targets[0].reg_targets = torch::tensor({0.5f, 0.f, 0.f, 2.f, 0.f, 0.f, 0.f, 0.f}).view({2, 4});
+  targets[1].classes = torch::tensor({1}, torch::kLong);
+  targets[1].reg_targets = torch::zeros({1, 4});
+  auto encodings = torch::zeros({3, 2, 4});
+  encodings[1][1] = torch::tensor({5.f, 5.f, 5.f, 5.f});  // background: no localization loss
+  encodings[2][0] = torch::tensor({2.f, 0.f, 0.f, 0.f});  // B's class-1 box: Huber 1.5
+  encodings[2][1] = torch::tensor({9.f, 9.f, 9.f, 9.f});  // not its class
+  const auto logits = torch::zeros({3, 3});
+  BoxClassifierOptions o;
+  o.localization_weight = 2.0f;
+  const auto losses = box_classifier_loss(encodings, logits, targets, o);
+  // A: 1.625 / (2 proposals x 2 images); B: 1.5 / (1 x 2).
+  EXPECT_NEAR(losses.at("BoxClassifierLoss/localization_loss").item<float>(), 2.0f * (1.625f / 4 + 1.5f / 2), 1e-5);
+  // A: 2 log 3 / 4; B: log 3 / 2.
+  EXPECT_NEAR(losses.at("BoxClassifierLoss/classification_loss").item<float>(), std::log(3.0f), 1e-5);
+  EXPECT_THROW(box_classifier_loss(encodings.narrow(0, 0, 2), logits.narrow(0, 0, 2), targets, o), std::exception);
+}
+
+TEST(BoxClassifier, DetectionsUseEachClassesBoxClippedAndNormalisedToTheImage) {
+  // Two proposals in a 10 x 20 image (inside a larger padded input); class 1 for the first with
+  // its class-1 box moved down a pixel (ty = 10 * 1 / 10), class 2 for the second.
+  const auto proposals = torch::tensor({0.f, 0.f, 10.f, 10.f, 0.f, 10.f, 10.f, 20.f}).view({2, 4});
+  auto codes = torch::zeros({2, 2, 4});
+  codes[0][0] = torch::tensor({1.f, 0.f, 0.f, 0.f});
+  const auto logits = torch::tensor({0.f, 5.f, 0.f, 0.f, 0.f, 5.f}).view({2, 3});
+  BatchNmsOptions nms;
+  nms.score_threshold = 0.1f;
+  nms.iou_threshold = 0.6f;
+  const auto d = box_classifier_detections(codes, logits, proposals, 10, 20, nms);
+  ASSERT_EQ(d.boxes.size(0), 2);
+  const float top = std::exp(5.f) / (std::exp(5.f) + 2.f);
+  EXPECT_NEAR(d.scores[0].item<float>(), top, 1e-6);
+  EXPECT_EQ(d.classes[0].item<int64_t>(), 1);
+  EXPECT_EQ(d.classes[1].item<int64_t>(), 2);
+  // [1, 0, 11, 10] clipped to [1, 0, 10, 10], over 10 x 20.
+  const std::vector<float> first = {0.1f, 0.f, 1.f, 0.5f}, second = {0.f, 0.5f, 1.f, 1.f};
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_NEAR(d.boxes[0][j].item<float>(), first[static_cast<size_t>(j)], 1e-5) << j;
+    EXPECT_NEAR(d.boxes[1][j].item<float>(), second[static_cast<size_t>(j)], 1e-5) << j;
+  }
+}
+
+}  // namespace
+}  // namespace orchard::detect
