@@ -257,6 +257,7 @@ Image decode_crop(const std::string& bytes, CropWindow crop, int min_height, int
                          what);
     case ImageFormat::kPng: {
       Image full = decode_png(bytes, max_pixels, what);
+      if (crop.width <= 0 || crop.height <= 0) return full;  // an empty window: the whole image, as for JPEG
       if (crop.x < 0 || crop.y < 0 || crop.x + crop.width > full.width || crop.y + crop.height > full.height)
         throw DataError(what + ": crop window outside the image");
       return crop_image(full, crop);

@@ -44,7 +44,8 @@ Image decode_image(const std::string& bytes, const std::string& what, int64_t ma
 // rows outside the window are skipped and columns cropped at iMCU granularity. When the
 // window is at least 2x larger than `min_height` x `min_width`, the DCT scales it down
 // by 2, 4 or 8 during decoding, so the result may be smaller than the window but never
-// smaller than the minimum. PNG input falls back to decode + crop.
+// smaller than the minimum. An empty window (height or width <= 0) means the whole image.
+// PNG input falls back to decode + crop.
 Image decode_crop(const std::string& bytes, CropWindow crop, int min_height, int min_width,
                   const std::string& what, int64_t max_pixels = kDefaultMaxImagePixels);
 
