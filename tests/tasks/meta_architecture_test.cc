@@ -11,6 +11,7 @@
 #include "orchard/detect/config.h"
 #include "orchard/proto/object_detection/pipeline.pb.h"
 #include "orchard/tasks/detect/detection.h"
+#include "orchard/tasks/detect/faster_rcnn/faster_rcnn.h"
 #include "orchard/tasks/detect/ssd/ssd.h"
 
 namespace orchard::tasks {
@@ -36,9 +37,13 @@ TEST(MetaArchitectures, TheModelOneofCasePicksTheRegisteredParser) {
 
   odp::TrainEvalPipelineConfig frcnn = pipeline;
   frcnn.mutable_model()->mutable_faster_rcnn();  // the oneof moves to faster_rcnn
-  EXPECT_EQ(error_of([&] { meta_architecture_for(frcnn); }), "model.faster_rcnn is not supported; Orchard implements ssd");
+  EXPECT_EQ(meta_architecture_for(frcnn).name, "faster_rcnn");
+  odp::TrainEvalPipelineConfig center_net = pipeline;
+  center_net.mutable_model()->mutable_center_net();
+  EXPECT_EQ(error_of([&] { meta_architecture_for(center_net); }),
+            "model.center_net is not supported; Orchard implements ssd or faster_rcnn");
   EXPECT_EQ(error_of([&] { meta_architecture_for(odp::TrainEvalPipelineConfig()); }),
-            "model is not set; Orchard implements ssd");
+            "model is not set; Orchard implements ssd or faster_rcnn");
   EXPECT_EQ(error_of([] { register_meta_architecture(ssd_meta_architecture()); }),
             "meta-architecture 'ssd' is registered twice");
 }
@@ -131,6 +136,106 @@ TEST(MetaArchitectures, TheOdApiSampleConfigsBuildWithTheirAnchors) {
     auto& ssd = dynamic_cast<SsdMetaArchitecture&>(task.meta_architecture());
     EXPECT_EQ(ssd.name(), want.first) << name;
     EXPECT_EQ(ssd.anchors().size(0), want.second) << name;
+  }
+}
+
+// faster_rcnn_resnet50_coco builds its model through the task: keep_aspect_ratio_resizer 600..1024
+// (each image at its own size, anchors generated for it: 12 per cell of the stride-16 map).
+TEST(MetaArchitectures, FasterRcnnResnet50CocoBuildsThroughTheTask) {
+  const auto pipeline = detect::load_pipeline_config(
+      ORCHARD_TEST_FIXTURES "/od_api_two_stage_configs/faster_rcnn_resnet50_coco.config", /*strict=*/false);
+  const auto config = detection_config(pipeline, /*channels_last=*/false);
+  EXPECT_EQ(config.num_classes, 90);
+  ASSERT_TRUE(config.input.keep_aspect_ratio);
+  EXPECT_EQ(config.input.keep_aspect_ratio->min_dimension, 600);
+  DetectionTask task(config);
+  auto& frcnn = dynamic_cast<FasterRcnnMetaArchitecture&>(task.meta_architecture());
+  EXPECT_EQ(frcnn.name(), "faster_rcnn_resnet50");
+  EXPECT_EQ(frcnn.describe(), "faster_rcnn faster_rcnn_resnet50 (90 classes, stride 16, 12 anchors per location, 300 proposals)");
+  // 600x800: a 38x50 map.
+  const auto anchors = frcnn.anchors(600, 800);
+  EXPECT_EQ(anchors.size(0), 38 * 50 * 12);
+  // The first cell's first anchor: aspect ratio 0.5, scale 0.25 of 256: 64 / sqrt(0.5) high,
+  // 64 * sqrt(0.5) wide, centred at the origin.
+  EXPECT_NEAR(anchors[0][0].item<float>(), -32 * std::sqrt(2.0f), 1e-3);
+  EXPECT_NEAR(anchors[0][1].item<float>(), -16 * std::sqrt(2.0f), 1e-3);
+  const std::map<std::string, std::string> expected = {{"task", "detect"},
+                                                       {"model", "faster_rcnn_resnet50"},
+                                                       {"num_classes", "90"},
+                                                       {"features_stride", "16"},
+                                                       {"anchors_per_location", "12"}};
+  EXPECT_EQ(task.signature(), expected);
+  EXPECT_EQ(error_of([&] { frcnn.export_onnx("/tmp/never.onnx", false); }).rfind("ONNX export of faster_rcnn", 0), 0u);
+}
+
+// One training step and one inference of a small Faster R-CNN through the task: the four
+// losses, gradients to both stages, detections inside the image.
+TEST(MetaArchitectures, FasterRcnnTrainsAndDetectsThroughTheTask) {
+  odp::TrainEvalPipelineConfig pipeline = detect::parse_pipeline_config(R"(
+model { faster_rcnn {
+  num_classes: 2
+  image_resizer { fixed_shape_resizer { height: 64 width: 80 } }
+  feature_extractor { type: "faster_rcnn_resnet50" }
+  first_stage_anchor_generator { grid_anchor_generator {
+    height: 32 width: 32 scales: [0.5, 1.0] aspect_ratios: [1.0] height_stride: 16 width_stride: 16 } }
+  first_stage_max_proposals: 12
+  initial_crop_size: 4
+  maxpool_kernel_size: 2
+  maxpool_stride: 2
+  second_stage_box_predictor { mask_rcnn_box_predictor { } }
+  second_stage_batch_size: 8
+  second_stage_post_processing {
+    batch_non_max_suppression { score_threshold: 0.0 iou_threshold: 0.6 max_detections_per_class: 5 max_total_detections: 5 }
+    score_converter: SOFTMAX }
+} }
+train_config { optimizer { adam_optimizer { learning_rate { constant_learning_rate { learning_rate: 0.001 } } } } }
+train_input_reader { tf_record_input_reader { input_path: "x" } }
+)", "small.config", /*strict=*/true);
+  detect::validate_pipeline_config(pipeline, "small.config");
+  auto config = detection_config(pipeline, /*channels_last=*/false);
+  config.input.max_boxes = 3;
+  torch::manual_seed(3);
+  DetectionTask task(config);
+  data::Batch batch;
+  batch.size = 2;
+  batch.images = torch::rand({2, 3, 64, 80}) * 2 - 1;
+  batch.fields["boxes"] = torch::zeros({2, 3, 4});
+  batch.fields["boxes"][0][0] = torch::tensor({0.1f, 0.1f, 0.5f, 0.4f});
+  batch.fields["boxes"][0][1] = torch::tensor({0.5f, 0.5f, 0.9f, 0.9f});
+  batch.fields["boxes"][1][0] = torch::tensor({0.2f, 0.3f, 0.7f, 0.8f});
+  batch.fields["classes"] = torch::tensor({1, 2, 0, 2, 0, 0}, torch::kLong).view({2, 3});
+  batch.fields["is_crowd"] = torch::zeros({2, 3}, torch::kBool);
+  batch.fields["num_boxes"] = torch::tensor({2, 1}, torch::kLong);
+  task.module()->train();
+  const auto outputs = task.forward_train(batch);
+  const auto loss = task.loss(outputs, batch, 2);
+  for (const char* name : {"RPNLoss/localization_loss", "RPNLoss/objectness_loss", "BoxClassifierLoss/localization_loss",
+                           "BoxClassifierLoss/classification_loss"}) {
+    ASSERT_TRUE(loss.terms.count(name)) << name;
+    EXPECT_TRUE(std::isfinite(loss.terms.at(name).item<double>())) << name;
+  }
+  EXPECT_GT(loss.terms.at("BoxClassifierLoss/classification_loss").item<double>(), 0.1);  // ln 3 at the start
+  loss.total().backward();
+  for (const auto& p : task.module()->named_parameters())
+    if (p.key() == "rpn_conv.weight" || p.key() == "class_logits.weight" || p.key() == "box_encoding.weight" ||
+        p.key() == "first_stage_extractor.conv1.weight") {
+      ASSERT_TRUE(p.value().grad().defined()) << p.key();
+      EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0) << p.key();
+    }
+
+  task.module()->eval();
+  torch::NoGradGuard no_grad;
+  const auto inference = task.forward(batch.images);
+  const auto detections = task.postprocess(inference);
+  ASSERT_EQ(detections.size(), 2u);
+  for (const auto& d : detections) {
+    EXPECT_LE(d.boxes.size(0), 5);
+    if (d.boxes.numel() > 0) {
+      EXPECT_GE(d.boxes.min().item<float>(), 0.0f);
+      EXPECT_LE(d.boxes.max().item<float>(), 1.0f);
+      EXPECT_GE(d.classes.min().item<int64_t>(), 1);
+      EXPECT_LE(d.classes.max().item<int64_t>(), 2);
+    }
   }
 }
 

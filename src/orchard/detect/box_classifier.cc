@@ -8,15 +8,28 @@
 
 namespace orchard::detect {
 
-ProposalTargets sample_proposals(const at::Tensor& proposals, const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
-                                 const BoxClassifierOptions& options) {
-  // create_target_assigner('FasterRCNN', 'detection').
+namespace {
+
+// create_target_assigner('FasterRCNN', 'detection').
+SsdTargets detection_assignment(const at::Tensor& proposals, const at::Tensor& gt_boxes, const at::Tensor& gt_classes) {
   ArgMaxMatcherOptions matcher;
   matcher.matched_threshold = 0.5f;
   matcher.unmatched_threshold = 0.5f;
   matcher.negatives_lower_than_unmatched = true;
   matcher.force_match_for_each_row = false;
-  const SsdTargets t = assign_targets(proposals, gt_boxes, gt_classes, matcher, FasterRcnnBoxCoderOptions());
+  return assign_targets(proposals, gt_boxes, gt_classes, matcher, FasterRcnnBoxCoderOptions());
+}
+
+}  // namespace
+
+ProposalTargets assign_proposals(const at::Tensor& proposals, const at::Tensor& gt_boxes, const at::Tensor& gt_classes) {
+  const SsdTargets t = detection_assignment(proposals, gt_boxes, gt_classes);
+  return {proposals, t.cls_targets, t.reg_targets};
+}
+
+ProposalTargets sample_proposals(const at::Tensor& proposals, const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
+                                 const BoxClassifierOptions& options) {
+  const SsdTargets t = detection_assignment(proposals, gt_boxes, gt_classes);
   const auto sampled = balanced_sample(t.cls_weights > 0, t.matched, options.batch_size, options.balance_fraction);
   const auto rows = sampled.nonzero().view(-1);  // ascending: the proposals' order
   return {proposals.index_select(0, rows), t.cls_targets.index_select(0, rows), t.reg_targets.index_select(0, rows)};

@@ -37,6 +37,10 @@ struct ProposalTargets {
 ProposalTargets sample_proposals(const at::Tensor& proposals, const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
                                  const BoxClassifierOptions& options);
 
+// The same targets for every one of `proposals`, without sampling (the loss of proposals already
+// sampled, or of all of them in evaluation).
+ProposalTargets assign_proposals(const at::Tensor& proposals, const at::Tensor& gt_boxes, const at::Tensor& gt_classes);
+
 // "BoxClassifierLoss/localization_loss" and "BoxClassifierLoss/classification_loss":
 // refined_box_encodings [P, K, 4] (a box per class) and class_logits [P, K + 1] (background
 // first) of the images' sampled proposals, concatenated image by image as in `targets`. Huber

@@ -90,6 +90,53 @@ const char* const kImplemented[] = {
     "model.ssd.loss.hard_example_miner",
     "model.ssd.loss.classification_weight",
     "model.ssd.loss.localization_weight",
+    // model.faster_rcnn (tasks/detect/faster_rcnn): the ResNet-v1 extractors; the l2 weights of
+    // the samples (0) only.
+    "model.faster_rcnn.num_classes",
+    "model.faster_rcnn.number_of_stages=2",
+    "model.faster_rcnn.image_resizer.fixed_shape_resizer.height",
+    "model.faster_rcnn.image_resizer.fixed_shape_resizer.width",
+    "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer.min_dimension",
+    "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer.max_dimension",
+    "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer.pad_to_max_dimension",
+    "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer.per_channel_pad_value",
+    "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer.resize_method=BILINEAR",
+    "model.faster_rcnn.feature_extractor.type",
+    "model.faster_rcnn.feature_extractor.first_stage_features_stride",
+    "model.faster_rcnn.feature_extractor.batch_norm_trainable",
+    "model.faster_rcnn.first_stage_anchor_generator.grid_anchor_generator",
+    "model.faster_rcnn.first_stage_atrous_rate",
+    "model.faster_rcnn.first_stage_box_predictor_kernel_size",
+    "model.faster_rcnn.first_stage_box_predictor_depth",
+    "model.faster_rcnn.first_stage_minibatch_size",
+    "model.faster_rcnn.first_stage_positive_balance_fraction",
+    "model.faster_rcnn.first_stage_nms_score_threshold",
+    "model.faster_rcnn.first_stage_nms_iou_threshold",
+    "model.faster_rcnn.first_stage_max_proposals",
+    "model.faster_rcnn.first_stage_localization_loss_weight",
+    "model.faster_rcnn.first_stage_objectness_loss_weight",
+    "model.faster_rcnn.initial_crop_size",
+    "model.faster_rcnn.maxpool_kernel_size",
+    "model.faster_rcnn.maxpool_stride",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.use_dropout",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.dropout_keep_probability",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.op=FC",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.regularizer.l2_regularizer.weight=0",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.initializer.variance_scaling_initializer.factor=1",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.initializer.variance_scaling_initializer.uniform=true",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.initializer.variance_scaling_initializer.mode=FAN_AVG",
+    "model.faster_rcnn.second_stage_batch_size",
+    "model.faster_rcnn.second_stage_balance_fraction",
+    "model.faster_rcnn.second_stage_post_processing.batch_non_max_suppression.score_threshold",
+    "model.faster_rcnn.second_stage_post_processing.batch_non_max_suppression.iou_threshold",
+    "model.faster_rcnn.second_stage_post_processing.batch_non_max_suppression.max_detections_per_class",
+    "model.faster_rcnn.second_stage_post_processing.batch_non_max_suppression.max_total_detections",
+    "model.faster_rcnn.second_stage_post_processing.score_converter",
+    "model.faster_rcnn.second_stage_localization_loss_weight",
+    "model.faster_rcnn.second_stage_classification_loss_weight",
+    "model.faster_rcnn.first_stage_box_predictor_conv_hyperparams.op=CONV",
+    "model.faster_rcnn.first_stage_box_predictor_conv_hyperparams.regularizer.l2_regularizer.weight=0",
+    "model.faster_rcnn.first_stage_box_predictor_conv_hyperparams.initializer.truncated_normal_initializer",
     "train_config.batch_size",
     "train_config.data_augmentation_options.random_horizontal_flip",
     "train_config.data_augmentation_options.ssd_random_crop",
@@ -514,11 +561,67 @@ bool check_oneof(const pb::Message& m, const std::string& oneof_name, const std:
   return true;
 }
 
+// model.faster_rcnn: what FasterRcnnMetaArchitecture builds, and the OD API's own checks.
+void validate_faster_rcnn(const odp::FasterRcnn& f, std::vector<std::string>* problems) {
+  const std::string at = "model.faster_rcnn";
+  if (f.num_classes() <= 0)
+    problems->push_back(at + ".num_classes must be > 0 (got " + std::to_string(f.num_classes()) + ")");
+  if (f.number_of_stages() != 2)
+    problems->push_back(at + ".number_of_stages " + std::to_string(f.number_of_stages()) +
+                        " is not supported; Orchard implements 2 (" +
+                        (f.number_of_stages() == 3 ? "3 is Mask R-CNN's mask stage" : "proposals and box classifier") +
+                        ")");
+  const std::string& type = f.feature_extractor().type();
+  if (type != "faster_rcnn_resnet50" && type != "faster_rcnn_resnet101" && type != "faster_rcnn_resnet152")
+    problems->push_back(at + ".feature_extractor.type '" + type +
+                        "' is not supported; Orchard implements faster_rcnn_resnet50, faster_rcnn_resnet101 and "
+                        "faster_rcnn_resnet152");
+  const int stride = f.feature_extractor().first_stage_features_stride();
+  if (stride != 8 && stride != 16)  // the ResNet extractor's own check
+    problems->push_back(at + ".feature_extractor.first_stage_features_stride must be 8 or 16 (got " +
+                        std::to_string(stride) + ")");
+  check_oneof(f.image_resizer(), "image_resizer_oneof", at + ".image_resizer",
+              {"fixed_shape_resizer", "keep_aspect_ratio_resizer"}, problems);
+  if (f.image_resizer().has_keep_aspect_ratio_resizer()) {
+    const auto& k = f.image_resizer().keep_aspect_ratio_resizer();
+    if (k.min_dimension() <= 0 || k.min_dimension() > k.max_dimension())
+      problems->push_back(at + ".image_resizer.keep_aspect_ratio_resizer: min_dimension " +
+                          std::to_string(k.min_dimension()) + " must be positive and at most max_dimension " +
+                          std::to_string(k.max_dimension()));
+  }
+  check_oneof(f.first_stage_anchor_generator(), "anchor_generator_oneof", at + ".first_stage_anchor_generator",
+              {"grid_anchor_generator"}, problems);
+  if (f.second_stage_box_predictor().has_rfcn_box_predictor())
+    problems->push_back(at + ".second_stage_box_predictor.rfcn_box_predictor (R-FCN) is not supported; Orchard "
+                        "implements mask_rcnn_box_predictor (Faster R-CNN)");
+  else
+    check_oneof(f.second_stage_box_predictor(), "box_predictor_oneof", at + ".second_stage_box_predictor",
+                {"mask_rcnn_box_predictor"}, problems);
+  if (f.second_stage_box_predictor().mask_rcnn_box_predictor().predict_instance_masks())
+    problems->push_back(at + ".second_stage_box_predictor.mask_rcnn_box_predictor.predict_instance_masks (Mask R-CNN) "
+                        "is not supported");
+  if (f.second_stage_box_predictor().has_rfcn_box_predictor()) return;  // R-FCN crops position-sensitively
+  if (f.initial_crop_size() <= 0)
+    problems->push_back(at + ".initial_crop_size must be > 0 (got " + std::to_string(f.initial_crop_size()) + ")");
+  if (f.maxpool_kernel_size() <= 0 || f.maxpool_stride() <= 0)
+    problems->push_back(at + ".maxpool_kernel_size and maxpool_stride must be > 0");
+  if (f.first_stage_max_proposals() <= 0 || f.second_stage_batch_size() <= 0)
+    problems->push_back(at + ".first_stage_max_proposals and second_stage_batch_size must be > 0");
+  // The OD API (faster_rcnn_meta_arch): in training the second stage sees at most as many
+  // proposals as the first stage keeps.
+  if (f.second_stage_batch_size() > f.first_stage_max_proposals())
+    problems->push_back(at + ".second_stage_batch_size (" + std::to_string(f.second_stage_batch_size()) +
+                        ") must not exceed first_stage_max_proposals (" +
+                        std::to_string(f.first_stage_max_proposals()) + ")");
+}
+
 }  // namespace
 
 void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const std::string& source_name) {
   std::vector<std::string> problems;
-  if (check_oneof(config.model(), "model", "model", {"ssd"}, &problems)) {
+  const bool faster_rcnn = config.model().has_faster_rcnn();
+  if (faster_rcnn) validate_faster_rcnn(config.model().faster_rcnn(), &problems);
+  if (!faster_rcnn && check_oneof(config.model(), "model", "model", {"ssd", "faster_rcnn"}, &problems)) {
     const odp::Ssd& ssd = config.model().ssd();
     if (ssd.num_classes() <= 0)
       problems.push_back("model.ssd.num_classes must be > 0 (got " + std::to_string(ssd.num_classes()) + ")");

@@ -94,6 +94,18 @@ struct BottleneckImpl : torch::nn::Module {
     out = norm(*bn3, conv3(torch::relu(norm(*bn2, out))));
     return torch::relu(out + identity);
   }
+  // The unit at stride 1 with its 3x3 convolution dilated by `rate` (TF-Slim's atrous units
+  // past the output stride; rate 1 is forward_unstrided).
+  torch::Tensor forward_atrous(const torch::Tensor& x, int64_t rate) {
+    if (rate == 1) return forward_unstrided(x);
+    const auto identity = downsample ? norm(*downsample[1]->as<torch::nn::BatchNorm2d>(),
+                                            F::conv2d(x, downsample[0]->as<torch::nn::Conv2d>()->weight))
+                                     : x;
+    auto out = torch::relu(norm(*bn1, conv1(x)));
+    out = F::conv2d(out, conv2->weight, F::Conv2dFuncOptions().padding(rate).dilation(rate));
+    out = norm(*bn3, conv3(torch::relu(norm(*bn2, out))));
+    return torch::relu(out + identity);
+  }
   torch::nn::BatchNorm2d last_bn() { return bn3; }
   int64_t stride_;
   bool tf_same_;
@@ -106,6 +118,29 @@ struct BottleneckImpl : torch::nn::Module {
   torch::nn::Sequential downsample{nullptr};
 };
 TORCH_MODULE(Bottleneck);
+
+// he_normal convolutions (Keras: truncated normal, stddev sqrt(2 / fan_in); torchvision uses
+// kaiming_normal fan_out: TF's choice is the one the seed specifies), batch norms 1 and 0.
+void init_weights(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  for (auto& m : module.modules(/*include_self=*/false)) {
+    if (auto* c = m->as<torch::nn::Conv2d>()) {
+      const auto& w = c->weight;
+      const double fan_in = static_cast<double>(w.size(1) * w.size(2) * w.size(3));
+      const double std = std::sqrt(2.0 / fan_in) / 0.87962566103423978;  // stddev of the untruncated normal
+      w.normal_(0, std);
+      for (int round = 0; round < 20; ++round) {  // redraw the values beyond 2 sigma (only those)
+        const auto bad = w.abs() > 2 * std;
+        const int64_t n = bad.sum().item<int64_t>();
+        if (n == 0) break;
+        w.masked_scatter_(bad, torch::empty({n}, w.options()).normal_(0, std));
+      }
+    } else if (auto* b = m->as<torch::nn::BatchNorm2d>()) {
+      b->weight.fill_(1);
+      b->bias.zero_();
+    }
+  }
+}
 
 }  // namespace
 
@@ -133,30 +168,15 @@ ResNetImpl::ResNetImpl(const ResNetOptions& o) : options_(o), inplanes_(o.base_w
   layer1 = register_module("layer1", make_layer(o.base_width, o.layers[0], slim ? 2 : 1));
   layer2 = register_module("layer2", make_layer(o.base_width * 2, o.layers[1], 2));
   layer3 = register_module("layer3", make_layer(o.base_width * 4, o.layers[2], 2));
-  layer4 = register_module("layer4", make_layer(o.base_width * 8, o.layers[3], slim ? 1 : 2));
+  TORCH_CHECK(o.num_stages == 3 || o.num_stages == 4, "a ResNet has 3 or 4 stages, not ", o.num_stages);
+  TORCH_CHECK(o.num_stages == 4 || !o.include_top, "a ResNet without layer4 has no classifier");
+  if (o.num_stages == 4)
+    layer4 = register_module("layer4", make_layer(o.base_width * 8, o.layers[3], slim ? 1 : 2));
   if (o.include_top) fc = register_module("fc", torch::nn::Linear(inplanes_, o.num_classes));
 
   if (!o.initialize) return;
   torch::NoGradGuard no_grad;
-  for (auto& m : modules(/*include_self=*/false)) {
-    if (auto* c = m->as<torch::nn::Conv2d>()) {
-      // he_normal (Keras: truncated normal, stddev sqrt(2 / fan_in)); torchvision uses
-      // kaiming_normal fan_out. TF's choice is the one the seed specifies.
-      const auto& w = c->weight;
-      const double fan_in = static_cast<double>(w.size(1) * w.size(2) * w.size(3));
-      const double std = std::sqrt(2.0 / fan_in) / 0.87962566103423978;  // stddev of the untruncated normal
-      w.normal_(0, std);
-      for (int round = 0; round < 20; ++round) {  // redraw the values beyond 2 sigma (only those)
-        const auto bad = w.abs() > 2 * std;
-        const int64_t n = bad.sum().item<int64_t>();
-        if (n == 0) break;
-        w.masked_scatter_(bad, torch::empty({n}, w.options()).normal_(0, std));
-      }
-    } else if (auto* b = m->as<torch::nn::BatchNorm2d>()) {
-      b->weight.fill_(1);
-      b->bias.zero_();
-    }
-  }
+  init_weights(*this);
   if (fc) {
     fc->weight.normal_(0, 0.01);
     fc->bias.zero_();
@@ -169,29 +189,49 @@ ResNetImpl::ResNetImpl(const ResNetOptions& o) : options_(o), inplanes_(o.base_w
   }
 }
 
-torch::nn::Sequential ResNetImpl::make_layer(int64_t planes, int64_t blocks, int64_t stride) {
-  const bool bottleneck = options_.block == "bottleneck";
+torch::nn::Sequential resnet_stage(int64_t in_channels, int64_t planes, int64_t units, int64_t stride,
+                                   const ResNetOptions& o) {
+  const bool bottleneck = o.block == "bottleneck";
   const int64_t expansion = bottleneck ? BottleneckImpl::kExpansion : BasicBlockImpl::kExpansion;
   torch::nn::Sequential layer;
-  const int64_t strided = options_.layout == ResNetLayout::kSlim ? blocks - 1 : 0;
-  for (int64_t i = 0; i < blocks; ++i) {
+  const int64_t strided = o.layout == ResNetLayout::kSlim ? units - 1 : 0;
+  int64_t in = in_channels;
+  for (int64_t i = 0; i < units; ++i) {
     const int64_t s = i == strided ? stride : 1;
     torch::nn::Sequential down{nullptr};
     // A projection where the channels change (and, in v1.5, where the first block strides);
     // TF-Slim's strided last unit subsamples instead.
-    if (i == 0 && (inplanes_ != planes * expansion || (s != 1 && options_.layout != ResNetLayout::kSlim)))
-      down = torch::nn::Sequential(conv(inplanes_, planes * expansion, 1, s), bn(planes * expansion, options_));
+    if (i == 0 && (in != planes * expansion || (s != 1 && o.layout != ResNetLayout::kSlim)))
+      down = torch::nn::Sequential(conv(in, planes * expansion, 1, s), bn(planes * expansion, o));
     if (bottleneck)
-      layer->push_back(Bottleneck(inplanes_, planes, s, down, options_));
+      layer->push_back(Bottleneck(in, planes, s, down, o));
     else
-      layer->push_back(BasicBlock(inplanes_, planes, s, down, options_));
-    inplanes_ = planes * expansion;
+      layer->push_back(BasicBlock(in, planes, s, down, o));
+    in = planes * expansion;
   }
+  if (o.initialize) {
+    init_weights(*layer);
+    torch::NoGradGuard no_grad;
+    if (o.zero_init_residual)
+      for (auto& m : layer->modules(false)) {
+        if (auto* blk = m->as<BasicBlockImpl>()) blk->last_bn()->weight.zero_();
+        if (auto* blk = m->as<BottleneckImpl>()) blk->last_bn()->weight.zero_();
+      }
+  }
+  return layer;
+}
+
+torch::nn::Sequential ResNetImpl::make_layer(int64_t planes, int64_t blocks, int64_t stride) {
+  ResNetOptions o = options_;
+  o.initialize = false;  // the constructor initialises the whole network (one draw order)
+  auto layer = resnet_stage(inplanes_, planes, blocks, stride, o);
+  inplanes_ = planes * (options_.block == "bottleneck" ? BottleneckImpl::kExpansion : BasicBlockImpl::kExpansion);
   return layer;
 }
 
 torch::Tensor ResNetImpl::features(torch::Tensor x) {
   x = stem(std::move(x));
+  TORCH_CHECK(layer4, "features(): this ResNet has no layer4 (num_stages 3)");
   x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));
   return x.mean({2, 3});
 }
@@ -216,6 +256,29 @@ std::vector<torch::Tensor> ResNetImpl::slim_stage_outputs(torch::Tensor x, int s
     }
   }
   return out;
+}
+
+torch::Tensor ResNetImpl::slim_block3(torch::Tensor x, int64_t output_stride) {
+  TORCH_CHECK(options_.layout == ResNetLayout::kSlim && options_.block == "bottleneck",
+              "block3 at an output stride: TF-Slim bottleneck ResNets only");
+  TORCH_CHECK(output_stride == 8 || output_stride == 16, "output_stride must be 8 or 16, not ", output_stride);
+  // stack_blocks_dense: once the stride reaches output_stride, units run at stride 1 and the
+  // rate grows by the stride each would have had instead.
+  x = layer1->forward(stem(std::move(x)));  // stride 8
+  int64_t rate = 1;
+  for (auto* layer : {&layer2, &layer3}) {
+    const size_t n = (*layer)->size();
+    for (size_t i = 0; i < n; ++i) {
+      auto* unit = (*layer)[i]->as<BottleneckImpl>();
+      if (output_stride == 8 || layer == &layer3) {
+        x = unit->forward_atrous(x, rate);
+        rate *= unit->stride_;
+      } else {
+        x = unit->forward(x);
+      }
+    }
+  }
+  return x;
 }
 
 torch::Tensor ResNetImpl::stem(torch::Tensor x) {

@@ -44,6 +44,7 @@ struct ResNetOptions {
   bool initialize = true;                  // false: leave torch's default init (weights restored next)
   ResNetLayout layout = ResNetLayout::kTorchvision;  // kKeras / kSlim: bottleneck blocks only
   bool include_top = true;  // false: no fc (a detection backbone)
+  int num_stages = 4;       // 3: no layer4 (Faster R-CNN's first stage ends at block3)
 };
 
 // Replaces every batch norm's training-mode forward in the ResNets (e.g. by a synchronized
@@ -65,6 +66,10 @@ class ResNetImpl : public ImageModelImpl {
   // extractors): the outputs of stages 1..`stages` ("block1".."block4") before each stage's
   // last unit subsamples, at strides 4, 8, 16, 32. kSlim bottleneck ResNets only.
   std::vector<torch::Tensor> slim_stage_outputs(torch::Tensor x, int stages = 4);
+  // TF-Slim's resnet_v1 up to block3 with output_stride 16 (block3's strided last unit runs at
+  // stride 1) or 8 (block2's too, and block3's units with their 3x3 convolutions at rate 2), as
+  // the OD API's Faster R-CNN first stage calls it. kSlim bottleneck ResNets only.
+  torch::Tensor slim_block3(torch::Tensor x, int64_t output_stride);
   // Channels of stage s (1..4): base_width * 2^(s-1) * 4.
   int64_t stage_channels(int stage) const { return options_.base_width * (int64_t{1} << (stage - 1)) * 4; }
 
@@ -80,6 +85,12 @@ class ResNetImpl : public ImageModelImpl {
   torch::nn::Linear fc{nullptr};
 };
 TORCH_MODULE(ResNet);
+
+// One stage of `units` blocks of `planes` (x4 out for bottlenecks) on in_channels, as
+// ResNetImpl builds its layers for `o` (strides, projection shortcut), initialised as they are:
+// e.g. the block4 a Faster R-CNN's second stage runs on its crops (kSlim, stride 1).
+torch::nn::Sequential resnet_stage(int64_t in_channels, int64_t planes, int64_t units, int64_t stride,
+                                   const ResNetOptions& o);
 
 // TensorFlow names of a ResNet's variables (models/resnet_tf.cc). TF-Slim's resnet_v1_N under
 // `scope` ("resnet_v1_50"): conv1, blockL/unit_U/bottleneck_v1/{conv1,conv2,conv3,shortcut},

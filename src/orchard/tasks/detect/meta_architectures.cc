@@ -6,6 +6,7 @@
 #include "orchard/core/error.h"
 #include "orchard/proto/object_detection/pipeline.pb.h"
 #include "orchard/tasks/detect/meta_architecture.h"
+#include "orchard/tasks/detect/faster_rcnn/faster_rcnn.h"
 #include "orchard/tasks/detect/ssd/ssd.h"
 
 namespace orchard::tasks {
@@ -23,6 +24,7 @@ void register_builtin_meta_architectures() {
   if (done) return;
   done = true;
   register_meta_architecture(ssd_meta_architecture());
+  register_meta_architecture(faster_rcnn_meta_architecture());
 }
 
 void register_meta_architecture(MetaArchitectureEntry entry) {

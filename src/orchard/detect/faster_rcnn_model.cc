@@ -1,0 +1,164 @@
+#include "orchard/detect/faster_rcnn_model.h"
+
+#include <torch/nn/functional.h>
+#include <torch/nn/init.h>
+#include <torch/torch.h>
+
+#include <stdexcept>
+
+#include "orchard/detect/crop_and_resize.h"
+#include "orchard/models/mobilenet_v2.h"  // truncated_normal_
+
+namespace orchard::detect {
+namespace {
+
+namespace F = torch::nn::functional;
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+models::ResNetOptions resnet_options(const FasterRcnnModelOptions& o, int64_t depth) {
+  models::ResNetOptions r;
+  r.block = "bottleneck";
+  r.layers = depth == 50 ? std::vector<int64_t>{3, 4, 6, 3}
+             : depth == 101 ? std::vector<int64_t>{3, 4, 23, 3}
+                            : std::vector<int64_t>{3, 8, 36, 3};
+  r.layout = models::ResNetLayout::kSlim;
+  r.include_top = false;
+  r.bn_momentum = 1.0 - 0.997;  // resnet_arg_scope: decay 0.997, epsilon 1e-5
+  r.bn_eps = 1e-5;
+  r.initialize = o.initialize;
+  // Without a checkpoint, batch norms frozen at their initial statistics do not normalise: each
+  // residual branch starts at zero (gamma 0 in its last batch norm) so that the untrained
+  // network is its shortcut path and trains stably from scratch (Goyal et al. 2017). A
+  // checkpoint overwrites this.
+  r.zero_init_residual = true;
+  return r;
+}
+
+}  // namespace
+
+std::optional<int64_t> faster_rcnn_resnet_depth(const std::string& feature_extractor) {
+  if (feature_extractor == "faster_rcnn_resnet50") return 50;
+  if (feature_extractor == "faster_rcnn_resnet101") return 101;
+  if (feature_extractor == "faster_rcnn_resnet152") return 152;
+  return std::nullopt;
+}
+
+FasterRcnnModelImpl::FasterRcnnModelImpl(const FasterRcnnModelOptions& o) : options_(o) {
+  const auto depth = faster_rcnn_resnet_depth(o.feature_extractor);
+  TORCH_CHECK(depth, "Faster R-CNN feature extractor '", o.feature_extractor, "' is not a faster_rcnn_resnet*");
+  TORCH_CHECK(o.features_stride == 8 || o.features_stride == 16, "first_stage_features_stride must be 8 or 16");
+  scope_ = "resnet_v1_" + std::to_string(*depth);
+  auto first = resnet_options(o, *depth);
+  first.num_stages = 3;
+  first_stage_extractor_ = register_module("first_stage_extractor", models::ResNet(first));
+  const int64_t rate = o.rpn_atrous_rate, k = o.rpn_kernel_size;
+  rpn_conv_ = register_module("rpn_conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1024, o.rpn_depth, k)
+                                                                .padding(rate * (k - 1) / 2)
+                                                                .dilation(rate)));
+  const int64_t a = o.anchors_per_location;
+  rpn_box_ = register_module("rpn_box_encoding", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.rpn_depth, a * 4, 1)));
+  rpn_class_ = register_module("rpn_class", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.rpn_depth, a * 2, 1)));
+  second_stage_extractor_ =
+      register_module("second_stage_extractor", models::resnet_stage(1024, 512, 3, 1, resnet_options(o, *depth)));
+  box_encoding_ = register_module("box_encoding", torch::nn::Linear(2048, o.num_classes * 4));
+  class_logits_ = register_module("class_logits", torch::nn::Linear(2048, o.num_classes + 1));
+  if (!o.initialize) return;
+  torch::NoGradGuard no_grad;
+  // first_stage_box_predictor_conv_hyperparams (truncated normal) for the RPN's three
+  // convolutions; the box predictor's fc_hyperparams of the samples: variance scaling 1.0,
+  // FAN_AVG, uniform (Glorot uniform). Biases 0.
+  for (auto* conv : {&rpn_conv_, &rpn_box_, &rpn_class_}) {
+    models::truncated_normal_((*conv)->weight, o.rpn_init_stddev);
+    (*conv)->bias.zero_();
+  }
+  for (auto* fc : {&box_encoding_, &class_logits_}) {
+    torch::nn::init::xavier_uniform_((*fc)->weight);
+    (*fc)->bias.zero_();
+  }
+}
+
+std::pair<int64_t, int64_t> FasterRcnnModelImpl::feature_map_size(int64_t height, int64_t width) const {
+  // conv1 (7x7/2, padding 3), pool1 (3x3/2 SAME) and each strided unit (3x3/2, padding 1) all
+  // give ceil(n / 2).
+  const int halvings = options_.features_stride == 16 ? 4 : 3;
+  for (int i = 0; i < halvings; ++i) {
+    height = (height + 1) / 2;
+    width = (width + 1) / 2;
+  }
+  return {height, width};
+}
+
+FasterRcnnModelImpl::FirstStage FasterRcnnModelImpl::first_stage(const torch::Tensor& images) {
+  TORCH_CHECK(images.dim() == 4 && images.size(1) == 3, "Faster R-CNN expects images [B, 3, H, W], got ",
+              images.sizes());
+  TORCH_CHECK(images.size(2) >= 33 && images.size(3) >= 33, "Faster R-CNN's ResNet needs inputs of at least 33x33, got ",
+              images.size(2), "x", images.size(3));
+  // The ResNet-v1 extractor's preprocess: RGB in 0..255 minus the ImageNet channel means.
+  const auto means = torch::tensor({123.68f, 116.779f, 103.939f}, images.options()).view({1, 3, 1, 1});
+  const auto x = (images + 1) * 127.5 - means;
+  FirstStage out;
+  out.features = first_stage_extractor_->slim_block3(x, options_.features_stride);
+  const auto h = torch::clamp(rpn_conv_(out.features), 0, 6);  // ReLU6
+  const int64_t b = h.size(0);
+  out.box_encodings = rpn_box_(h).permute({0, 2, 3, 1}).reshape({b, -1, 4});
+  out.objectness = rpn_class_(h).permute({0, 2, 3, 1}).reshape({b, -1, 2});
+  return out;
+}
+
+std::pair<torch::Tensor, torch::Tensor> FasterRcnnModelImpl::second_stage(const torch::Tensor& features,
+                                                                           const torch::Tensor& boxes,
+                                                                           const torch::Tensor& box_indices) {
+  const int64_t c = options_.initial_crop_size;
+  auto x = crop_and_resize(features, boxes, box_indices, c, c);
+  if (options_.maxpool_kernel_size > 1 || options_.maxpool_stride > 1)
+    x = F::max_pool2d(x, F::MaxPool2dFuncOptions(options_.maxpool_kernel_size).stride(options_.maxpool_stride));
+  x = second_stage_extractor_->forward(x).mean({2, 3});  // MaskRCNNBoxPredictor's AvgPool
+  if (options_.use_dropout)
+    x = F::dropout(x, F::DropoutFuncOptions().p(1 - options_.dropout_keep_probability).training(is_training()));
+  return {box_encoding_(x).view({x.size(0), options_.num_classes, 4}), class_logits_(x)};
+}
+
+void FasterRcnnModelImpl::train(bool on) {
+  torch::nn::Module::train(on);
+  if (!on || options_.batch_norm_trainable) return;
+  for (auto& m : modules(/*include_self=*/false))
+    if (auto* bn = m->as<torch::nn::BatchNorm2d>()) bn->eval();
+}
+
+bool FasterRcnnModelImpl::is_prediction_head_parameter(const std::string& name) {
+  return starts_with(name, "box_encoding.") || starts_with(name, "class_logits.");
+}
+
+std::optional<models::TfName> FasterRcnnModelImpl::tf_name(const std::string& name, bool classification) const {
+  using models::TfLayout;
+  using models::TfName;
+  const std::string first = "first_stage_extractor.", second = "second_stage_extractor.";
+  if (starts_with(name, first)) {
+    const auto n = models::resnet_v1_slim_tf_name(name.substr(first.size()), scope_);
+    if (!n || classification) return n;
+    return TfName{"FirstStageFeatureExtractor/" + n->name, n->layout, n->default_value, n->depthwise_multiplier};
+  }
+  if (starts_with(name, second)) {  // block4 of the second stage: resnet_v1's layer4
+    const auto n = models::resnet_v1_slim_tf_name("layer4." + name.substr(second.size()), scope_);
+    if (!n || classification) return n;
+    return TfName{"SecondStageFeatureExtractor/" + n->name, n->layout, n->default_value, n->depthwise_multiplier};
+  }
+  if (classification) return std::nullopt;  // the detection layers are not in an ImageNet checkpoint
+  const auto dot = name.rfind('.');
+  if (dot == std::string::npos) throw std::invalid_argument("Faster R-CNN has no variable " + name);
+  const std::string module = name.substr(0, dot), field = name.substr(dot + 1);
+  std::string scope;
+  if (module == "rpn_conv") scope = "Conv";
+  else if (module == "rpn_box_encoding") scope = "FirstStageBoxPredictor/BoxEncodingPredictor";
+  else if (module == "rpn_class") scope = "FirstStageBoxPredictor/ClassPredictor";
+  else if (module == "box_encoding") scope = "SecondStageBoxPredictor/BoxEncodingPredictor";
+  else if (module == "class_logits") scope = "SecondStageBoxPredictor/ClassPredictor";
+  else throw std::invalid_argument("Faster R-CNN has no variable " + name);
+  const bool fc = module == "box_encoding" || module == "class_logits";
+  if (field == "weight") return TfName{scope + "/weights", fc ? TfLayout::kDense : TfLayout::kConv};
+  if (field == "bias") return TfName{scope + "/biases"};
+  throw std::invalid_argument("Faster R-CNN has no variable " + name);
+}
+
+}  // namespace orchard::detect

@@ -1,0 +1,297 @@
+#include "orchard/tasks/detect/faster_rcnn/faster_rcnn.h"
+
+#include <spdlog/fmt/fmt.h>
+#include <torch/torch.h>
+
+#include "orchard/core/error.h"
+#include "orchard/proto/object_detection/pipeline.pb.h"
+
+namespace orchard::tasks {
+namespace {
+
+namespace pb = object_detection::protos;
+
+// model.faster_rcnn -> FasterRcnnConfig (the message is validated by detect::validate_pipeline_config).
+ParsedModel parse_faster_rcnn(const pb::TrainEvalPipelineConfig& pipeline) {
+  const pb::FasterRcnn& f = pipeline.model().faster_rcnn();
+  auto config = std::make_shared<FasterRcnnConfig>();
+  FasterRcnnConfig& c = *config;
+  ParsedModel parsed;
+  parsed.num_classes = f.num_classes();
+
+  c.model.feature_extractor = f.feature_extractor().type();
+  c.model.features_stride = f.feature_extractor().first_stage_features_stride();
+  c.model.batch_norm_trainable = f.feature_extractor().batch_norm_trainable();
+  c.model.rpn_depth = f.first_stage_box_predictor_depth();
+  c.model.rpn_kernel_size = f.first_stage_box_predictor_kernel_size();
+  c.model.rpn_atrous_rate = f.first_stage_atrous_rate();
+  const auto& init = f.first_stage_box_predictor_conv_hyperparams().initializer();
+  if (init.has_truncated_normal_initializer()) c.model.rpn_init_stddev = init.truncated_normal_initializer().stddev();
+  c.model.initial_crop_size = f.initial_crop_size();
+  c.model.maxpool_kernel_size = f.maxpool_kernel_size();
+  c.model.maxpool_stride = f.maxpool_stride();
+  const auto& predictor = f.second_stage_box_predictor().mask_rcnn_box_predictor();
+  c.model.use_dropout = predictor.use_dropout();
+  c.model.dropout_keep_probability = predictor.dropout_keep_probability();
+
+  const auto& grid = f.first_stage_anchor_generator().grid_anchor_generator();
+  if (grid.scales_size() > 0) c.anchors.scales.assign(grid.scales().begin(), grid.scales().end());
+  if (grid.aspect_ratios_size() > 0) c.anchors.aspect_ratios.assign(grid.aspect_ratios().begin(), grid.aspect_ratios().end());
+  c.anchors.base_height = grid.height();
+  c.anchors.base_width = grid.width();
+  c.anchors.stride_height = grid.height_stride();
+  c.anchors.stride_width = grid.width_stride();
+  c.anchors.offset_height = grid.height_offset();
+  c.anchors.offset_width = grid.width_offset();
+  c.model.anchors_per_location = detect::anchors_per_location(c.anchors);
+
+  c.rpn.minibatch_size = f.first_stage_minibatch_size();
+  c.rpn.positive_fraction = f.first_stage_positive_balance_fraction();
+  c.rpn.nms_score_threshold = f.first_stage_nms_score_threshold();
+  c.rpn.nms_iou_threshold = f.first_stage_nms_iou_threshold();
+  c.rpn.max_proposals = f.first_stage_max_proposals();
+  c.rpn.localization_weight = f.first_stage_localization_loss_weight();
+  c.rpn.objectness_weight = f.first_stage_objectness_loss_weight();
+
+  c.second_stage.batch_size = f.second_stage_batch_size();
+  c.second_stage.balance_fraction = f.second_stage_balance_fraction();
+  c.second_stage.localization_weight = f.second_stage_localization_loss_weight();
+  c.second_stage.classification_weight = f.second_stage_classification_loss_weight();
+
+  const auto& post = f.second_stage_post_processing();
+  const auto& nms = post.batch_non_max_suppression();
+  c.nms.score_threshold = nms.score_threshold();
+  c.nms.iou_threshold = nms.iou_threshold();
+  c.nms.max_detections_per_class = nms.max_detections_per_class();
+  c.nms.max_total_detections = nms.max_total_detections();
+  c.score_converter = pb::PostProcessing::ScoreConverter_Name(post.score_converter());
+
+  const auto& resizer = f.image_resizer();
+  if (resizer.has_keep_aspect_ratio_resizer()) {
+    const auto& k = resizer.keep_aspect_ratio_resizer();
+    data::KeepAspectRatioResize keep;
+    keep.min_dimension = k.min_dimension();
+    keep.max_dimension = k.max_dimension();
+    keep.pad_to_max_dimension = k.pad_to_max_dimension();
+    for (int ch = 0; ch < 3 && ch < k.per_channel_pad_value_size(); ++ch)
+      keep.pad_value[static_cast<size_t>(ch)] = k.per_channel_pad_value(ch);
+    parsed.keep_aspect_ratio = keep;
+    parsed.height = parsed.width = keep.max_dimension;  // the sample buffer
+  } else {
+    parsed.height = resizer.fixed_shape_resizer().height();
+    parsed.width = resizer.fixed_shape_resizer().width();
+  }
+  parsed.config = config;
+  return parsed;
+}
+
+at::Tensor pixels(int64_t height, int64_t width, const at::TensorOptions& options) {
+  return torch::tensor({static_cast<float>(height), static_cast<float>(width), static_cast<float>(height),
+                        static_cast<float>(width)},
+                       options.dtype(torch::kFloat));
+}
+
+}  // namespace
+
+struct FasterRcnnMetaArchitecture::Unpacked {
+  bool training = false;  // the proposals are training's sampled minibatch
+  at::Tensor box_encodings, objectness;  // [B, A, 4], [B, A, 2]
+  at::Tensor boxes, valid;               // [B, P, 4], [B, P]
+  at::Tensor refined, logits;            // [B, P, K, 4], [B, P, K + 1]
+};
+
+std::unique_ptr<MetaArchitecture> FasterRcnnConfig::build(int64_t num_classes,
+                                                          const data::DetectionInputOptions& input) const {
+  return std::make_unique<FasterRcnnMetaArchitecture>(*this, num_classes, input);
+}
+
+FasterRcnnMetaArchitecture::FasterRcnnMetaArchitecture(const FasterRcnnConfig& config, int64_t num_classes,
+                                                       const data::DetectionInputOptions& input)
+    : config_(config), input_(input) {
+  config_.model.num_classes = num_classes;
+  try {
+    model_ = detect::FasterRcnnModel(config_.model);
+  } catch (const c10::Error& e) {
+    throw Error("model.faster_rcnn: " + std::string(e.what_without_backtrace()));
+  }
+}
+
+std::string FasterRcnnMetaArchitecture::name() const { return config_.model.feature_extractor; }
+
+std::shared_ptr<torch::nn::Module> FasterRcnnMetaArchitecture::module() { return model_.ptr(); }
+
+at::Tensor FasterRcnnMetaArchitecture::anchors(int64_t height, int64_t width) const {
+  std::lock_guard<std::mutex> lock(anchors_mutex_);
+  auto& a = anchors_by_size_[{height, width}];
+  if (!a.defined()) {
+    const auto [fh, fw] = model_->feature_map_size(height, width);
+    a = detect::generate_grid_anchors(config_.anchors, fh, fw);
+  }
+  return a;
+}
+
+at::Tensor FasterRcnnMetaArchitecture::forward(const at::Tensor& input_images, const data::Batch* targets) {
+  auto images = input_images;
+  if (images.dim() == 4 && images.size(1) != 3 && images.size(3) == 3) images = images.permute({0, 3, 1, 2});
+  const int64_t batch = images.size(0), height = images.size(2), width = images.size(3);
+  const bool training = targets != nullptr;
+  auto first = model_->first_stage(images);
+  const auto all_anchors = anchors(height, width);
+  TORCH_CHECK(first.box_encodings.size(1) == all_anchors.size(0), "Faster R-CNN: ", first.box_encodings.size(1),
+              " RPN predictions for ", all_anchors.size(0), " anchors");
+
+  // Proposals from the (pruned in training, clipped at inference) anchors, without gradient.
+  const auto kept = detect::rpn_anchors(all_anchors, height, width, training, config_.rpn);
+  const auto index = kept.index.to(images.device());
+  std::vector<std::pair<int64_t, int64_t>> image_sizes(static_cast<size_t>(batch), {height, width});
+  if (training && targets->fields.count("image_size")) {
+    const auto sizes = targets->field("image_size").to(torch::kCPU).contiguous();
+    for (int64_t i = 0; i < batch; ++i)
+      image_sizes[static_cast<size_t>(i)] = {sizes[i][0].item<int64_t>(), sizes[i][1].item<int64_t>()};
+  }
+  const auto proposals =
+      detect::rpn_proposals(first.box_encodings.detach().index_select(1, index).to(torch::kCPU, torch::kFloat),
+                            first.objectness.detach().index_select(1, index).to(torch::kCPU, torch::kFloat),
+                            kept.boxes.to(torch::kCPU, torch::kFloat), image_sizes, config_.rpn);
+
+  // The second stage's proposals: training's balanced minibatch against the ground truth (in
+  // pixels of each image, crowd regions left out), or all of them.
+  const int64_t slots = training ? config_.second_stage.batch_size : config_.rpn.max_proposals;
+  std::vector<at::Tensor> boxes(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) {
+    const auto& p = proposals[static_cast<size_t>(i)].boxes;
+    if (!training) {
+      boxes[static_cast<size_t>(i)] = p;
+      continue;
+    }
+    const int64_t n = targets->field("num_boxes")[i].item<int64_t>();
+    const auto trained = targets->field("is_crowd")[i].narrow(0, 0, n).logical_not().to(torch::kCPU);
+    const auto [h, w] = image_sizes[static_cast<size_t>(i)];
+    const auto gt = targets->field("boxes")[i].narrow(0, 0, n).to(torch::kCPU, torch::kFloat).index({trained}) *
+                    pixels(h, w, torch::TensorOptions());
+    const auto classes = targets->field("classes")[i].narrow(0, 0, n).to(torch::kCPU).index({trained});
+    boxes[static_cast<size_t>(i)] = detect::sample_proposals(p, gt, classes, config_.second_stage).boxes;
+  }
+  std::vector<at::Tensor> rows, image_index, slot;
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t n = boxes[static_cast<size_t>(i)].size(0);
+    TORCH_CHECK(n <= slots, "Faster R-CNN: ", n, " proposals for ", slots, " slots");
+    image_index.push_back(torch::full({n}, i, torch::kLong));
+    slot.push_back(torch::arange(n, torch::kLong) + i * slots);
+  }
+  const auto all_boxes = torch::cat(boxes).to(images.device(), torch::kFloat);
+  const auto box_index = torch::cat(image_index).to(images.device());
+  const int64_t k = config_.model.num_classes, columns = 4 + 1 + 4 * k + k + 1;
+  auto per_proposal = torch::zeros({batch * slots, columns}, images.options().dtype(torch::kFloat));
+  if (all_boxes.size(0) > 0) {
+    const auto normalised = all_boxes / pixels(height, width, all_boxes.options());
+    auto [refined, logits] = model_->second_stage(first.features, normalised, box_index);
+    const int64_t m = all_boxes.size(0);
+    const auto packed = torch::cat({all_boxes, torch::ones({m, 1}, all_boxes.options()),
+                                    refined.reshape({m, 4 * k}).to(torch::kFloat), logits.to(torch::kFloat)},
+                                   1);
+    per_proposal = per_proposal.index_copy(0, torch::cat(slot).to(images.device()), packed);
+  }
+  const auto flag = torch::full({batch, 1}, training ? 1.0f : 0.0f, per_proposal.options());
+  return torch::cat({flag, first.box_encodings.reshape({batch, -1}).to(torch::kFloat),
+                     first.objectness.reshape({batch, -1}).to(torch::kFloat), per_proposal.view({batch, -1})},
+                    1);
+}
+
+FasterRcnnMetaArchitecture::Unpacked FasterRcnnMetaArchitecture::unpack(const at::Tensor& outputs, int64_t height,
+                                                                        int64_t width) const {
+  const int64_t batch = outputs.size(0), a = anchors(height, width).size(0);
+  const int64_t k = config_.model.num_classes, columns = 4 + 1 + 4 * k + k + 1;
+  const int64_t rest = outputs.size(1) - 1 - 6 * a;
+  TORCH_CHECK(rest >= 0 && rest % columns == 0, "Faster R-CNN outputs of ", outputs.size(1), " values do not fit ", a,
+              " anchors of a ", height, "x", width, " input");
+  const int64_t slots = rest / columns;
+  Unpacked u;
+  u.training = batch > 0 && outputs[0][0].item<float>() > 0.5f;
+  u.box_encodings = outputs.narrow(1, 1, 4 * a).view({batch, a, 4});
+  u.objectness = outputs.narrow(1, 1 + 4 * a, 2 * a).view({batch, a, 2});
+  const auto p = outputs.narrow(1, 1 + 6 * a, rest).reshape({batch, slots, columns});
+  u.boxes = p.narrow(2, 0, 4);
+  u.valid = p.select(2, 4);
+  u.refined = p.narrow(2, 5, 4 * k).reshape({batch, slots, k, 4});
+  u.logits = p.narrow(2, 5 + 4 * k, k + 1);
+  return u;
+}
+
+std::map<std::string, at::Tensor> FasterRcnnMetaArchitecture::loss(const at::Tensor& outputs, const InputShape& input,
+                                                                   const std::vector<at::Tensor>& gt_boxes,
+                                                                   const std::vector<at::Tensor>& gt_classes) {
+  const Unpacked u = unpack(outputs, input.height, input.width);
+  const auto scale = pixels(input.height, input.width, outputs.options());
+  std::vector<at::Tensor> gt;
+  for (const auto& b : gt_boxes) gt.push_back(b.to(outputs.device(), torch::kFloat) * scale);
+  const auto kept = detect::rpn_anchors(anchors(input.height, input.width), input.height, input.width, u.training,
+                                        config_.rpn);
+  const auto index = kept.index.to(outputs.device());
+  auto losses = detect::rpn_loss(u.box_encodings.index_select(1, index), u.objectness.index_select(1, index),
+                                 kept.boxes.to(outputs.device()), gt, config_.rpn);
+  std::vector<detect::ProposalTargets> targets;
+  std::vector<at::Tensor> refined, logits;
+  for (int64_t i = 0; i < outputs.size(0); ++i) {
+    const auto rows = (u.valid[i] > 0.5f).nonzero().view(-1);
+    targets.push_back(detect::assign_proposals(u.boxes[i].index_select(0, rows).detach(), gt[static_cast<size_t>(i)],
+                                               gt_classes[static_cast<size_t>(i)].to(outputs.device())));
+    refined.push_back(u.refined[i].index_select(0, rows));
+    logits.push_back(u.logits[i].index_select(0, rows));
+  }
+  for (auto& [name, value] :
+       detect::box_classifier_loss(torch::cat(refined), torch::cat(logits), targets, config_.second_stage))
+    losses[name] = value;
+  return losses;
+}
+
+std::vector<detect::Detections> FasterRcnnMetaArchitecture::postprocess(const at::Tensor& outputs,
+                                                                       const InputShape& input) const {
+  torch::NoGradGuard no_grad;
+  const auto out = outputs.to(torch::kCPU, torch::kFloat);
+  const int64_t height = input.height > 0 ? input.height : input_.height;  // unset: the configured size
+  const int64_t width = input.height > 0 ? input.width : input_.width;
+  const Unpacked u = unpack(out, height, width);
+  std::vector<detect::Detections> result;
+  for (int64_t i = 0; i < out.size(0); ++i) {
+    const auto rows = (u.valid[i] > 0.5f).nonzero().view(-1);
+    int64_t h = height, w = width;
+    if (static_cast<size_t>(i) < input.image_sizes.size()) std::tie(h, w) = input.image_sizes[static_cast<size_t>(i)];
+    result.push_back(detect::box_classifier_detections(u.refined[i].index_select(0, rows),
+                                                       u.logits[i].index_select(0, rows),
+                                                       u.boxes[i].index_select(0, rows), h, w, config_.nms,
+                                                       config_.score_converter));
+  }
+  return result;
+}
+
+bool FasterRcnnMetaArchitecture::is_prediction_head_parameter(const std::string& name) const {
+  return detect::FasterRcnnModelImpl::is_prediction_head_parameter(name);
+}
+
+models::TfNameMap FasterRcnnMetaArchitecture::tf_name_map(const std::string& checkpoint_type) const {
+  const bool classification = checkpoint_type == "classification";
+  const detect::FasterRcnnModel model = model_;
+  return [model, classification](const std::string& name) { return model->tf_name(name, classification); };
+}
+
+std::map<std::string, std::string> FasterRcnnMetaArchitecture::signature() const {
+  return {{"model", name()},
+          {"features_stride", std::to_string(config_.model.features_stride)},
+          {"anchors_per_location", std::to_string(config_.model.anchors_per_location)}};
+}
+
+std::string FasterRcnnMetaArchitecture::describe() const {
+  return fmt::format("faster_rcnn {} ({} classes, stride {}, {} anchors per location, {} proposals)", name(),
+                     config_.model.num_classes, config_.model.features_stride, config_.model.anchors_per_location,
+                     config_.rpn.max_proposals);
+}
+
+void FasterRcnnMetaArchitecture::export_onnx(const std::string&, bool) {
+  throw Error("ONNX export of faster_rcnn is not implemented: its second stage crops a data-dependent number of "
+              "proposals (export the TensorFlow checkpoint, or use an SSD config for ONNX)");
+}
+
+MetaArchitectureEntry faster_rcnn_meta_architecture() { return {"faster_rcnn", parse_faster_rcnn}; }
+
+}  // namespace orchard::tasks

@@ -1,0 +1,73 @@
+// The OD API's `faster_rcnn` meta-architecture (FasterRCNNMetaArch) with the TF-Slim ResNet-v1
+// feature extractors: grid anchors, the RPN's targets, loss and proposals (detect/rpn.h), the
+// second stage on the proposals' crops (detect/faster_rcnn_model.h) with its minibatch, loss
+// and detections (detect/box_classifier.h). docs/od_api_two_stage.md has the OD API's facts.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "orchard/detect/anchors.h"
+#include "orchard/detect/box_classifier.h"
+#include "orchard/detect/box_ops.h"
+#include "orchard/detect/faster_rcnn_model.h"
+#include "orchard/detect/rpn.h"
+#include "orchard/tasks/detect/meta_architecture.h"
+
+namespace orchard::tasks {
+
+struct FasterRcnnConfig : MetaArchitectureConfig {
+  detect::FasterRcnnModelOptions model;
+  detect::GridAnchorOptions anchors;
+  detect::RpnOptions rpn;
+  detect::BoxClassifierOptions second_stage;
+  detect::BatchNmsOptions nms;  // second_stage_post_processing
+  std::string score_converter = "SOFTMAX";
+
+  std::unique_ptr<MetaArchitecture> build(int64_t num_classes, const data::DetectionInputOptions& input) const override;
+};
+
+class FasterRcnnMetaArchitecture : public MetaArchitecture {
+ public:
+  FasterRcnnMetaArchitecture(const FasterRcnnConfig& config, int64_t num_classes,
+                             const data::DetectionInputOptions& input);
+  std::string name() const override;  // the feature extractor: faster_rcnn_resnet50, ...
+  std::shared_ptr<torch::nn::Module> module() override;
+  // -> [B, F], per image: a layout flag (1: training's sampled proposals), the RPN's box
+  // encodings [A, 4] and objectness logits [A, 2] for all A anchors of the input, then P
+  // proposals (second_stage_batch_size sampled in training, first_stage_max_proposals at
+  // inference; unused slots zero): their boxes [P, 4] in input pixels, a validity flag [P],
+  // refined box encodings [P, K, 4] and class logits [P, K + 1].
+  at::Tensor forward(const at::Tensor& images, const data::Batch* targets) override;
+  std::map<std::string, at::Tensor> loss(const at::Tensor& outputs, const InputShape& input,
+                                         const std::vector<at::Tensor>& gt_boxes,
+                                         const std::vector<at::Tensor>& gt_classes) override;
+  std::vector<detect::Detections> postprocess(const at::Tensor& outputs, const InputShape& input) const override;
+  bool is_prediction_head_parameter(const std::string& name) const override;
+  models::TfNameMap tf_name_map(const std::string& checkpoint_type) const override;
+  std::map<std::string, std::string> signature() const override;
+  std::string describe() const override;
+  void export_onnx(const std::string& path, bool include_preprocessing) override;
+
+  detect::FasterRcnnModel& model() { return model_; }
+  // The grid anchors [A, 4] (input pixels) of a height x width input, generated once per size.
+  at::Tensor anchors(int64_t height, int64_t width) const;
+
+ private:
+  struct Unpacked;
+  Unpacked unpack(const at::Tensor& outputs, int64_t height, int64_t width) const;
+
+  FasterRcnnConfig config_;
+  data::DetectionInputOptions input_;
+  detect::FasterRcnnModel model_{nullptr};
+  mutable std::mutex anchors_mutex_;
+  mutable std::map<std::pair<int64_t, int64_t>, at::Tensor> anchors_by_size_;
+};
+
+// The registry entry: pipeline.config's model.faster_rcnn.
+MetaArchitectureEntry faster_rcnn_meta_architecture();
+
+}  // namespace orchard::tasks

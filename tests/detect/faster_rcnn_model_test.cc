@@ -1,0 +1,153 @@
+// Faster R-CNN's networks with the TF-Slim ResNet-v1 extractors (detect/faster_rcnn_model.h):
+// parameter counts and shapes as the OD API builds faster_rcnn_resnet50/101 (counts from
+// slim/nets/resnet_v1.py, the RPN of faster_rcnn_meta_arch.py and MaskRCNNBoxPredictor), the
+// output strides, and the TensorFlow names of its checkpoints.
+#include "orchard/detect/faster_rcnn_model.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <set>
+#include <string>
+
+namespace orchard::detect {
+namespace {
+
+int64_t count(torch::nn::Module& m, const std::string& prefix) {
+  int64_t n = 0;
+  for (const auto& p : m.named_parameters())
+    if (p.key().rfind(prefix, 0) == 0) n += p.value().numel();
+  return n;
+}
+
+// slim resnet_v1_50 without logits has 23,508,032 trainable variables (conv weights without
+// biases, batch norm gamma and beta), as torchvision's resnet50 (25,557,032) without its fc
+// (2048 x 1000 + 1000); its block4 (3 bottleneck units of depth 2048, bottleneck 512, on 1024
+// channels) has 14,964,736, so the first stage (conv1 .. block3) has 8,543,296. resnet_v1_101's
+// block3 has 17 more units of 1024 / 256: 17 x (1024*256 + 256*256*9 + 256*1024 + 3*2*256 +
+// 2*1024) = 17 x 1,117,184 more.
+TEST(FasterRcnnModel, ParameterCountsAreTheOdApis) {
+  FasterRcnnModelOptions o;
+  o.num_classes = 90;
+  o.anchors_per_location = 12;  // faster_rcnn_resnet50_coco: 4 scales x 3 aspect ratios
+  FasterRcnnModel model(o);
+  EXPECT_EQ(count(*model, "first_stage_extractor."), 8'543'296);
+  EXPECT_EQ(count(*model, "second_stage_extractor."), 14'964'736);
+  // 'Conv': 3x3x1024x512 + 512; FirstStageBoxPredictor: 1x1x512x(12*4) + 48, 1x1x512x(12*2) + 24.
+  EXPECT_EQ(count(*model, "rpn_conv."), 3 * 3 * 1024 * 512 + 512);
+  EXPECT_EQ(count(*model, "rpn_box_encoding."), 512 * 48 + 48);
+  EXPECT_EQ(count(*model, "rpn_class."), 512 * 24 + 24);
+  // SecondStageBoxPredictor: one FC each, 2048 -> 90 x 4 and 2048 -> 91.
+  EXPECT_EQ(count(*model, "box_encoding."), 2048 * 360 + 360);
+  EXPECT_EQ(count(*model, "class_logits."), 2048 * 91 + 91);
+
+  o.feature_extractor = "faster_rcnn_resnet101";
+  o.initialize = false;
+  FasterRcnnModel deep(o);
+  EXPECT_EQ(count(*deep, "first_stage_extractor."), 8'543'296 + 17 * 1'117'184);
+  EXPECT_EQ(count(*deep, "second_stage_extractor."), 14'964'736);
+}
+
+TEST(FasterRcnnModel, ShapesAtStride16And8) {
+  torch::manual_seed(0);
+  FasterRcnnModelOptions o;
+  o.num_classes = 3;
+  o.anchors_per_location = 9;
+  o.initial_crop_size = 6;
+  FasterRcnnModel model(o);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto images = torch::rand({2, 3, 100, 131}) * 2 - 1;
+  auto first = model->first_stage(images);
+  // ceil(100 / 16) = 7, ceil(131 / 16) = 9 (each stride-2 layer gives ceil(n / 2)).
+  EXPECT_EQ(model->feature_map_size(100, 131), (std::pair<int64_t, int64_t>{7, 9}));
+  EXPECT_EQ(first.features.sizes(), (std::vector<int64_t>{2, 1024, 7, 9}));
+  EXPECT_EQ(first.box_encodings.sizes(), (std::vector<int64_t>{2, 7 * 9 * 9, 4}));
+  EXPECT_EQ(first.objectness.sizes(), (std::vector<int64_t>{2, 7 * 9 * 9, 2}));
+  const auto boxes = torch::tensor({0.1f, 0.1f, 0.5f, 0.6f, 0.0f, 0.2f, 1.0f, 0.9f, 0.3f, 0.3f, 0.4f, 0.4f}).view({3, 4});
+  const auto [refined, logits] = model->second_stage(first.features, boxes, torch::tensor({0, 1, 1}, torch::kLong));
+  EXPECT_EQ(refined.sizes(), (std::vector<int64_t>{3, 3, 4}));
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{3, 4}));
+  EXPECT_TRUE(torch::isfinite(refined).all().item<bool>());
+
+  // The stride-16 block3 is TF-Slim's block3 end point before its last unit subsamples.
+  auto& resnet = *model->named_children()[0].value()->as<models::ResNetImpl>();
+  const auto x = (images + 1) * 127.5 - torch::tensor({123.68f, 116.779f, 103.939f}).view({1, 3, 1, 1});
+  EXPECT_TRUE(torch::allclose(resnet.slim_stage_outputs(x, 3).back(), first.features, 1e-4, 1e-4));
+
+  // Stride 8 (the _atrous configs): block2's last unit and all of block3 at stride 1.
+  o.features_stride = 8;
+  o.rpn_atrous_rate = 2;
+  FasterRcnnModel atrous(o);
+  atrous->eval();
+  const auto f8 = atrous->first_stage(images);
+  EXPECT_EQ(atrous->feature_map_size(100, 131), (std::pair<int64_t, int64_t>{13, 17}));
+  EXPECT_EQ(f8.features.sizes(), (std::vector<int64_t>{2, 1024, 13, 17}));
+  EXPECT_EQ(f8.box_encodings.size(1), 13 * 17 * 9);
+}
+
+// Frozen batch norms (batch_norm_trainable false, the samples) keep their statistics in training.
+TEST(FasterRcnnModel, BatchNormsStayFrozenUnlessTrainable) {
+  FasterRcnnModelOptions o;
+  o.num_classes = 2;
+  o.anchors_per_location = 3;
+  FasterRcnnModel model(o);
+  model->train();
+  int frozen = 0, total = 0;
+  for (const auto& m : model->modules(false))
+    if (auto* bn = m->as<torch::nn::BatchNorm2d>()) {
+      ++total;
+      frozen += !bn->is_training();
+    }
+  EXPECT_GT(total, 50);
+  EXPECT_EQ(frozen, total);
+  EXPECT_TRUE(model->is_training());
+  o.batch_norm_trainable = true;
+  FasterRcnnModel trainable(o);
+  trainable->train();
+  for (const auto& m : trainable->modules(false))
+    if (auto* bn = m->as<torch::nn::BatchNorm2d>()) EXPECT_TRUE(bn->is_training());
+}
+
+TEST(FasterRcnnModel, TensorFlowNamesAreTheOdApis) {
+  FasterRcnnModelOptions o;
+  o.num_classes = 90;
+  o.initialize = false;
+  FasterRcnnModel model(o);
+  auto name = [&](const std::string& n, bool classification = false) {
+    const auto t = model->tf_name(n, classification);
+    return t ? t->name : std::string("(none)");
+  };
+  EXPECT_EQ(name("first_stage_extractor.conv1.weight"), "FirstStageFeatureExtractor/resnet_v1_50/conv1/weights");
+  EXPECT_EQ(name("first_stage_extractor.layer3.5.bn3.running_var"),
+            "FirstStageFeatureExtractor/resnet_v1_50/block3/unit_6/bottleneck_v1/conv3/BatchNorm/moving_variance");
+  EXPECT_EQ(name("second_stage_extractor.0.downsample.0.weight"),
+            "SecondStageFeatureExtractor/resnet_v1_50/block4/unit_1/bottleneck_v1/shortcut/weights");
+  EXPECT_EQ(name("rpn_conv.weight"), "Conv/weights");
+  EXPECT_EQ(name("rpn_class.bias"), "FirstStageBoxPredictor/ClassPredictor/biases");
+  EXPECT_EQ(name("box_encoding.weight"), "SecondStageBoxPredictor/BoxEncodingPredictor/weights");
+  EXPECT_EQ(model->tf_name("box_encoding.weight", false)->layout, models::TfLayout::kDense);
+  // A classification checkpoint (restore_from_classification_checkpoint_fn strips the stage
+  // scopes): both stages read resnet_v1_50/...; the detection layers are not in it.
+  EXPECT_EQ(name("first_stage_extractor.layer1.2.conv2.weight", true),
+            "resnet_v1_50/block1/unit_3/bottleneck_v1/conv2/weights");
+  EXPECT_EQ(name("second_stage_extractor.2.conv3.weight", true), "resnet_v1_50/block4/unit_3/bottleneck_v1/conv3/weights");
+  EXPECT_EQ(name("rpn_conv.weight", true), "(none)");
+  // Every variable has one name of its own.
+  std::set<std::string> seen;
+  int named = 0;
+  for (const auto& p : model->named_parameters()) {
+    const auto t = model->tf_name(p.key(), false);
+    ASSERT_TRUE(t) << p.key();
+    EXPECT_TRUE(seen.insert(t->name).second) << t->name;
+    ++named;
+  }
+  // conv1 + its batch norm (3), 13 units of 3 convs and 3 batch norms (9 each) and 3 shortcuts
+  // (3 each) to block3, block4 (30), the RPN (6) and the box predictor (4).
+  EXPECT_EQ(named, 3 + 13 * 9 + 3 * 3 + 30 + 6 + 4);
+  EXPECT_TRUE(FasterRcnnModelImpl::is_prediction_head_parameter("class_logits.weight"));
+  EXPECT_FALSE(FasterRcnnModelImpl::is_prediction_head_parameter("rpn_class.weight"));
+}
+
+}  // namespace
+}  // namespace orchard::detect
