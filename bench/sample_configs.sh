@@ -6,12 +6,13 @@
 # evaluates; the table (config -> result: "trains + evaluates" or the one-line error) goes to
 # stdout in Markdown, the logs to $OUT/<config>.log.
 #
-#   bash bench/sample_configs.sh [ORCHARD_BIN] [OUT_DIR] [NAME_GLOB]   # e.g. 'ssdlite_mobilenet_v3*' 
+#   bash bench/sample_configs.sh [ORCHARD_BIN] [OUT_DIR] [NAME_GLOB]   # e.g. 'ssdlite_mobilenet_v3*'
+#   CONFIGS=tests/fixtures/od_api_two_stage_configs bash bench/sample_configs.sh   # the 29 two-stage ones
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-$here/build/orchard}
 out=${2:-/tmp/orchard-sample-configs}
-configs=$here/tests/fixtures/od_api_configs
+configs=${CONFIGS:-$here/tests/fixtures/od_api_configs}
 mkdir -p "$out"
 data=$out/shapes
 [ -d "$data" ] || "$bin" data shapes --task detection --out_dir "$data" --num_train 16 --num_validation 4 --seed 1 >/dev/null 2>&1

@@ -856,5 +856,179 @@ TEST(ResizeKeepAspectRatio, TrainsEvaluatesAndPredictsAtEachImagesShape) {
   }
 }
 
+
+// Faster R-CNN (faster_rcnn_resnet50_coco's model: ResNet-50 C4, stride 16, the RPN, 2x2 max-pooled
+// crops through block4) at 160x160 on the shapes set, trained from scratch with the sample's
+// frozen batch norms; it must learn the set, predict boxes on the objects and export its
+// variables under the OD API's names.
+TEST(FasterRcnnShapes, LearnsPredictsAndExports) {
+  one_thread_per_process();
+  TempDir root;
+  const std::string data = root.file("shapes");
+  auto r = run({"data", "shapes", "--task", "detection", "--out_dir", data, "--num_train", "2000", "--num_validation",
+                "200", "--seed", "5", "--image_size", "160"},
+               root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string text = read_file((fs::path(data) / "pipeline.config").string());
+  const auto model_start = text.find("model {"), model_end = text.find("train_config {");
+  ASSERT_LT(model_start, model_end);
+  text.replace(model_start, model_end - model_start, R"(model {
+  faster_rcnn {
+    num_classes: 3
+    image_resizer {
+      fixed_shape_resizer {
+        height: 160
+        width: 160
+      }
+    }
+    feature_extractor {
+      type: "faster_rcnn_resnet50"
+      first_stage_features_stride: 16
+    }
+    first_stage_anchor_generator {
+      grid_anchor_generator {
+        height: 32
+        width: 32
+        scales: [0.5, 1.0, 2.0]
+        aspect_ratios: [0.5, 1.0, 2.0]
+        height_stride: 16
+        width_stride: 16
+      }
+    }
+    first_stage_box_predictor_conv_hyperparams {
+      op: CONV
+      regularizer {
+        l2_regularizer {
+          weight: 0.0
+        }
+      }
+      initializer {
+        truncated_normal_initializer {
+          stddev: 0.01
+        }
+      }
+    }
+    first_stage_nms_score_threshold: 0.0
+    first_stage_nms_iou_threshold: 0.7
+    first_stage_max_proposals: 32
+    first_stage_localization_loss_weight: 2.0
+    first_stage_objectness_loss_weight: 1.0
+    initial_crop_size: 8
+    maxpool_kernel_size: 2
+    maxpool_stride: 2
+    second_stage_box_predictor {
+      mask_rcnn_box_predictor {
+        use_dropout: false
+        dropout_keep_probability: 1.0
+        fc_hyperparams {
+          op: FC
+          regularizer {
+            l2_regularizer {
+              weight: 0.0
+            }
+          }
+          initializer {
+            variance_scaling_initializer {
+              factor: 1.0
+              uniform: true
+              mode: FAN_AVG
+            }
+          }
+        }
+      }
+    }
+    second_stage_batch_size: 16
+    second_stage_post_processing {
+      batch_non_max_suppression {
+        score_threshold: 0.0
+        iou_threshold: 0.6
+        max_detections_per_class: 100
+        max_total_detections: 100
+      }
+      score_converter: SOFTMAX
+    }
+    second_stage_localization_loss_weight: 2.0
+    second_stage_classification_loss_weight: 1.0
+  }
+}
+)");
+  text = replace(text, "batch_size: 32", "batch_size: 2");
+  text = replace(text, "learning_rate_base: 0.01", "learning_rate_base: 0.002");
+  text = replace(text, "warmup_learning_rate: 0.001", "warmup_learning_rate: 0.0002");
+  constexpr int kFrcnnSteps = 400;
+  text = replace(text, "total_steps: 1200", "total_steps: " + std::to_string(kFrcnnSteps));
+  const std::string cfg = root.file("faster_rcnn.config"), stats = root.file("stats.json"), model = root.file("model");
+  atomic_write_file(cfg, text);
+  r = run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", model, "--num_train_steps",
+           std::to_string(kFrcnnSteps), "--save_checkpoints_steps", std::to_string(kFrcnnSteps), "--log_steps", "100",
+           "--seed", "1", "--stats_file", stats, "--num_preprocess_threads", "1", "--strict"},
+          root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "detect: faster_rcnn faster_rcnn_resnet50 (3 classes, stride 16, 9 anchors per location"))
+      << r.err;
+  const json s = json::parse(test::read_bytes(stats));
+  for (const char* loss : {"RPNLoss/localization_loss", "RPNLoss/objectness_loss", "BoxClassifierLoss/localization_loss",
+                           "BoxClassifierLoss/classification_loss"})
+    EXPECT_TRUE(s.contains(std::string("eval_Loss/") + loss)) << loss;
+  const double ap50 = s.at("eval_DetectionBoxes_Precision/mAP@.50IOU").get<double>();
+  // 0.14 after 400 steps when written (2 threads): from scratch at batch 2 it has seen 800
+  // images (the SSD tests see 25,600); a second stage that does not learn stays near 0.
+  std::cout << "faster_rcnn_resnet50: AP50 " << ap50 << " after " << kFrcnnSteps << " steps\n";
+  EXPECT_GE(ap50, 0.07) << s.dump(2);
+
+  // predict: confident boxes lie on the objects.
+  const std::string images = root.file("images");
+  fs::create_directories(images);
+  std::map<std::string, std::vector<data::Box>> truth;
+  {
+    TFRecordReader reader((fs::path(data) / "validation-00000-of-00001").string());
+    std::string rec;
+    for (int i = 0; i < 4 && reader.next(&rec); ++i) {
+      const auto ex = data::parse_detection_example(rec, "validation", 3);
+      const std::string name = "v" + std::to_string(i) + ".jpg";
+      test::write_bytes((fs::path(images) / name).string(), ex.encoded);
+      truth[name] = ex.boxes;
+    }
+  }
+  r = run({"detect", "predict", "--model_dir", model, images, "--json", "--min_score", "0.5"}, root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  int confident = 0, on_objects = 0;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);
+    const std::string name = fs::path(j.at("file").get<std::string>()).filename().string();
+    for (const auto& d : j.at("detections")) {
+      ++confident;
+      const auto b = d.at("box").get<std::vector<float>>();
+      float best = 0;
+      for (const auto& t : truth.at(name)) {
+        const float ih = std::min(b[2], t.ymax) - std::max(b[0], t.ymin);
+        const float iw = std::min(b[3], t.xmax) - std::max(b[1], t.xmin);
+        const float inter = std::max(0.f, ih) * std::max(0.f, iw);
+        const float uni = (b[2] - b[0]) * (b[3] - b[1]) + (t.ymax - t.ymin) * (t.xmax - t.xmin) - inter;
+        best = std::max(best, uni > 0 ? inter / uni : 0.f);
+      }
+      on_objects += best >= 0.5f;
+    }
+  }
+  EXPECT_GT(confident, 0) << r.out;
+  EXPECT_GE(on_objects * 2, confident) << r.out;
+
+  // A TensorFlow checkpoint under the OD API's names; ONNX is refused with the reason.
+  r = run({"detect", "export", "--model_dir", model, "--format", "tf", "--out", root.file("tf/model.ckpt")}, root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run({"checkpoint", "inspect", root.file("tf"), "--pipeline_config_path", cfg}, root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "0 missing, 0 with another shape")) << r.out;
+  for (const char* name : {"FirstStageFeatureExtractor/resnet_v1_50/block3/unit_6/bottleneck_v1/conv3/weights",
+                           "SecondStageFeatureExtractor/resnet_v1_50/block4/unit_1/bottleneck_v1/shortcut/weights",
+                           "FirstStageBoxPredictor/ClassPredictor/weights", "SecondStageBoxPredictor/ClassPredictor/biases",
+                           "Conv/weights"})
+    EXPECT_TRUE(contains(r.out, name)) << name;
+  r = run({"detect", "export", "--model_dir", model, "--format", "onnx", "--out", root.file("m.onnx")}, root);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "ONNX export of faster_rcnn is not implemented")) << r.err;
+}
+
 }  // namespace
 }  // namespace orchard::cli
