@@ -5,10 +5,14 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <limits>
 #include <random>
+#include <sstream>
+#include <string>
 
 #include "orchard/core/error.h"
+#include "orchard/detect/coco_mask.h"
 
 namespace orchard {
 namespace detect {
@@ -335,6 +339,258 @@ TEST(CocoEval, RejectsNonFiniteValues) {
   EXPECT_THROW(ev.add_detection(det(1, 1, 0, 0, 10, 10, nan)), Error);
   EXPECT_THROW(ev.add_ground_truth(gt(1, 1, 0, nan, 10, 10)), Error);
   EXPECT_EQ(ev.num_images(), 0u);
+}
+
+// Instance masks (iouType 'segm'). Images are 20x20; masks are made from pixel rectangles.
+constexpr int64_t kImageSize = 20;
+
+struct Pixels {
+  std::vector<uint8_t> v = std::vector<uint8_t>(kImageSize * kImageSize, 0);
+  // Sets (value 1) or clears (0) the rectangle of columns [x, x + w) and rows [y, y + h).
+  Pixels& fill(int x, int y, int w, int h, uint8_t value = 1) {
+    for (int r = y; r < y + h; ++r)
+      for (int c = x; c < x + w; ++c) v[r * kImageSize + c] = value;
+    return *this;
+  }
+  Rle rle() const { return rle_encode(v.data(), kImageSize, kImageSize); }
+};
+
+CocoGroundTruth mask_gt(int64_t image, int64_t category, const Pixels& mask, double area, bool crowd = false) {
+  CocoGroundTruth g = gt(image, category, 0, 0, 0, 0, crowd, area);
+  g.mask = mask.rle();
+  return g;
+}
+
+CocoDetection mask_det(int64_t image, int64_t category, const Pixels& mask, double score) {
+  CocoDetection d = det(image, category, 0, 0, 0, 0, score);
+  d.mask = mask.rle();
+  return d;
+}
+
+// The ground truth is the 10x10 square at (0, 0); the detection is that square less the 8x5 block of columns
+// 1-8, rows 2-6, so its tight box is the same square. Mask IoU 60 / 100 = 0.6, exactly the third threshold:
+// a match at .50, .55, .60, a false positive at the seven others (as in LowIouDetectionCountsAtLowThresholdsOnly),
+// while the box evaluator, given the masks' boxes, sees IoU 1.
+TEST(CocoEvalSegm, MaskIouDecidesTheMatch) {
+  CocoEvaluator masks(CocoIouType::kSegm), boxes;
+  CocoGroundTruth g = mask_gt(1, 1, Pixels().fill(0, 0, 10, 10), 100);
+  g.w = g.h = 10;
+  CocoDetection d = mask_det(1, 1, Pixels().fill(0, 0, 10, 10).fill(1, 2, 8, 5, 0), 0.9);
+  d.w = d.h = 10;
+  EXPECT_EQ(rle_area(d.mask), 60u);
+  for (CocoEvaluator* ev : {&masks, &boxes}) {
+    ev->add_ground_truth(g);
+    ev->add_detection(d);
+  }
+  expect_stats(masks.evaluate(), {0.3, 1, 0, 0.3, -1, -1, 0.3, 0.3, 0.3, 0.3, -1, -1});
+  expect_stats(boxes.evaluate(), {1, 1, 1, 1, -1, -1, 1, 1, 1, 1, -1, -1});
+  // The box evaluator does not keep the masks.
+  EXPECT_TRUE(boxes.ground_truths()[0].mask.counts.empty());
+  EXPECT_TRUE(boxes.detections()[0].mask.counts.empty());
+  EXPECT_EQ(masks.detections()[0].mask.counts, d.mask.counts);
+}
+
+// A crowd region (columns 0-9, 200 pixels) and an object (the 5x5 square at (15, 15)). Detection A, the 10x10
+// square at (5, 0), has half its pixels in the crowd region: crowd IoU 50 / 100 = .5 (the union would give
+// 50 / 250). At .50 it is absorbed and B finds the object: AP 1; at the nine other thresholds A is a false
+// positive ranked above B: AP .5. Mean (1 + 9 * .5) / 10 = .55. AR@1 keeps only A: 0.
+TEST(CocoEvalSegm, CrowdIouUsesTheDetectionArea) {
+  CocoEvaluator ev(CocoIouType::kSegm);
+  ev.add_ground_truth(mask_gt(1, 1, Pixels().fill(15, 15, 5, 5), 25));
+  ev.add_ground_truth(mask_gt(1, 1, Pixels().fill(0, 0, 10, 20), 200, true));
+  ev.add_detection(mask_det(1, 1, Pixels().fill(5, 0, 10, 10), 0.95));
+  ev.add_detection(mask_det(1, 1, Pixels().fill(15, 15, 5, 5), 0.9));
+  expect_stats(ev.evaluate(), {0.55, 1, 0.5, 0.55, -1, -1, 0, 1, 1, 1, -1, -1});
+}
+
+// The area ranges: a ground truth by its `area` field (2000, medium, although its mask has 40 pixels), an
+// unmatched detection by its mask's area (4 pixels, small, although its box is 50x50, medium). The false
+// positive F scores above the true positive D. all: F then D, precision .5 at full recall: AP .5.
+// medium: F is outside the range and ignored: AP 1. small and large: no ground truth, -1.
+TEST(CocoEvalSegm, AreaRangesUseTheGroundTruthAreaAndTheDetectionMask) {
+  CocoEvaluator ev(CocoIouType::kSegm);
+  ev.add_ground_truth(mask_gt(1, 1, Pixels().fill(0, 0, 8, 5), 2000));
+  CocoDetection f = mask_det(1, 1, Pixels().fill(15, 15, 2, 2), 0.95);
+  f.w = f.h = 50;
+  ev.add_detection(f);
+  ev.add_detection(mask_det(1, 1, Pixels().fill(0, 0, 8, 5), 0.9));
+  expect_stats(ev.evaluate(), {0.5, 0.5, 0.5, -1, 1, -1, 0, 1, 1, -1, 1, -1});
+}
+
+// Without an `area`, a ground truth's range comes from its box (w * h), as the OD API exports it: the 20x20
+// box is small (400) whatever the mask.
+TEST(CocoEvalSegm, MissingGroundTruthAreaUsesTheBox) {
+  CocoEvaluator ev(CocoIouType::kSegm);
+  CocoGroundTruth g = mask_gt(1, 1, Pixels().fill(0, 0, 20, 20), -1);
+  g.w = g.h = 20;
+  ev.add_ground_truth(g);
+  ev.add_detection(mask_det(1, 1, Pixels().fill(0, 0, 20, 20), 0.9));
+  expect_stats(ev.evaluate(), {1, 1, 1, 1, -1, -1, 1, 1, 1, 1, -1, -1});
+}
+
+// One object in each of two images, both found: A (.6) in image 1, B (.8) in image 2, and a copy of B in image 2.
+// Within its image the copy comes after B, so it is the false positive whatever its score. Scored .5, it ranks
+// last: AP 1. Scored .7, between B and A: tp 1 1 2, fp 0 1 1, recall .5 .5 1, precision 1 .5 2/3, envelope
+// 1 2/3 2/3: AP (51 + 100/3) / 101, as in DuplicateDetectionIsAFalsePositive.
+TEST(CocoEvalSegm, DuplicateMaskIsAFalsePositive) {
+  for (double copy_score : {0.5, 0.7}) {
+    CocoEvaluator ev(CocoIouType::kSegm);
+    ev.add_ground_truth(mask_gt(1, 1, Pixels().fill(0, 0, 5, 5), 25));
+    ev.add_ground_truth(mask_gt(2, 1, Pixels().fill(3, 3, 6, 4), 24));
+    ev.add_detection(mask_det(1, 1, Pixels().fill(0, 0, 5, 5), 0.6));
+    ev.add_detection(mask_det(2, 1, Pixels().fill(3, 3, 6, 4), 0.8));
+    ev.add_detection(mask_det(2, 1, Pixels().fill(3, 3, 6, 4), copy_score));
+    const CocoMetrics m = ev.evaluate();
+    const double ap = copy_score < 0.6 ? 1 : 253.0 / 303.0;
+    EXPECT_NEAR(m.stats[0], ap, kTol) << copy_score;
+    EXPECT_NEAR(m.stats[8], 1, kTol) << copy_score;
+  }
+}
+
+TEST(CocoEvalSegm, NamedFollowsTheObjectDetectionApiMaskEvaluator) {
+  CocoEvaluator ev(CocoIouType::kSegm);
+  EXPECT_EQ(ev.iou_type(), CocoIouType::kSegm);
+  ev.add_ground_truth(mask_gt(1, 3, Pixels().fill(0, 0, 5, 5), 25));
+  ev.add_detection(mask_det(1, 3, Pixels().fill(0, 0, 5, 5), 0.9));
+  const CocoMetrics m = ev.evaluate();
+  EXPECT_EQ(m.iou_type, CocoIouType::kSegm);
+  const auto named = m.named({{3, "person"}});
+  ASSERT_EQ(named.size(), 13u);
+  const char* const expected[12] = {
+      "DetectionMasks_Precision/mAP",
+      "DetectionMasks_Precision/mAP@.50IOU",
+      "DetectionMasks_Precision/mAP@.75IOU",
+      "DetectionMasks_Precision/mAP (small)",
+      "DetectionMasks_Precision/mAP (medium)",
+      "DetectionMasks_Precision/mAP (large)",
+      "DetectionMasks_Recall/AR@1",
+      "DetectionMasks_Recall/AR@10",
+      "DetectionMasks_Recall/AR@100",
+      "DetectionMasks_Recall/AR@100 (small)",
+      "DetectionMasks_Recall/AR@100 (medium)",
+      "DetectionMasks_Recall/AR@100 (large)",
+  };
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(named[i].first, expected[i]);
+  EXPECT_EQ(named[12].first, "DetectionMasks_PerformanceByCategory/mAP/person");
+  EXPECT_NEAR(named[12].second, 1, kTol);
+}
+
+TEST(CocoEvalSegm, RejectsMissingOrMismatchedMasks) {
+  CocoEvaluator ev(CocoIouType::kSegm);
+  EXPECT_THROW(ev.add_ground_truth(gt(1, 1, 0, 0, 10, 10)), Error);     // no mask
+  EXPECT_THROW(ev.add_detection(det(1, 1, 0, 0, 10, 10, 0.5)), Error);  // no mask
+  CocoDetection bad = mask_det(1, 1, Pixels().fill(0, 0, 5, 5), 0.5);
+  bad.mask.counts.pop_back();
+  EXPECT_THROW(ev.add_detection(bad), Error);  // counts do not add up to 20 x 20
+  EXPECT_EQ(ev.num_images(), 0u);
+
+  ev.add_ground_truth(mask_gt(1, 1, Pixels().fill(0, 0, 5, 5), 25));
+  CocoDetection small = det(1, 1, 0, 0, 0, 0, 0.5);
+  const std::vector<uint8_t> pixels(100, 1);
+  small.mask = rle_encode(pixels.data(), 10, 10);
+  ev.add_detection(small);
+  EXPECT_THROW(ev.evaluate(), Error);
+
+  CocoEvaluator boxes;
+  EXPECT_THROW(boxes.merge(ev), Error);
+}
+
+TEST(CocoEvalSegm, MergeKeepsTheMasks) {
+  CocoEvaluator a(CocoIouType::kSegm), b(CocoIouType::kSegm);
+  a.add_ground_truth(mask_gt(1, 1, Pixels().fill(0, 0, 5, 5), 25));
+  a.add_ground_truth(mask_gt(2, 1, Pixels().fill(0, 0, 5, 5), 25));
+  b.add_detection(mask_det(1, 1, Pixels().fill(0, 0, 5, 5), 0.9));
+  a.merge(b);
+  EXPECT_NEAR(a.evaluate().stats[0], kHalfRecallAp, kTol);
+}
+
+// tests/fixtures/coco_mask/segm_eval.txt: a random data set with polygons, crowd RLEs and detection RLEs, and
+// what the real pycocotools COCOeval(iouType='segm') computes on it (see the README there). Ground truths go
+// through rle_from_polygon + rle_merge as annToRLE takes them.
+TEST(CocoEvalSegm, AgreesWithPycocotools) {
+  std::ifstream file(ORCHARD_TEST_FIXTURES "/coco_mask/segm_eval.txt");
+  ASSERT_TRUE(file) << "missing fixture";
+  auto number = [](std::istringstream& in) {
+    std::string token;
+    in >> token;
+    return std::strtod(token.c_str(), nullptr);
+  };
+  CocoEvaluator ev(CocoIouType::kSegm);
+  std::map<int64_t, std::pair<int64_t, int64_t>> sizes;
+  std::vector<double> expected_stats;
+  std::map<int64_t, double> expected_ap;
+  std::string line;
+  while (std::getline(file, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream in(line);
+    std::string kind;
+    in >> kind;
+    if (kind == "image") {
+      int64_t id = 0, h = 0, w = 0;
+      in >> id >> h >> w;
+      sizes[id] = {h, w};
+      ev.add_image(id);
+    } else if (kind == "gtp" || kind == "gtr") {
+      CocoGroundTruth g;
+      int crowd = 0;
+      in >> g.image_id >> g.category_id >> crowd;
+      g.iscrowd = crowd != 0;
+      g.area = number(in);
+      const auto [h, w] = sizes.at(g.image_id);
+      size_t n = 0;
+      in >> n;
+      if (kind == "gtp") {
+        std::vector<Rle> parts;
+        for (size_t i = 0; i < n; ++i) {
+          size_t k = 0;
+          in >> k;
+          std::vector<double> xy(k);
+          for (double& v : xy) v = number(in);
+          parts.push_back(rle_from_polygon(xy, h, w));
+        }
+        g.mask = rle_merge(parts);
+      } else {
+        g.mask.h = h;
+        g.mask.w = w;
+        g.mask.counts.resize(n);
+        for (uint32_t& c : g.mask.counts) in >> c;
+      }
+      ev.add_ground_truth(g);
+    } else if (kind == "dt") {
+      CocoDetection d;
+      in >> d.image_id >> d.category_id;
+      d.score = number(in);
+      std::string counts;
+      in >> counts;
+      const auto [h, w] = sizes.at(d.image_id);
+      d.mask = rle_from_string(counts == "-" ? "" : counts, h, w);
+      ev.add_detection(d);
+    } else {
+      ASSERT_EQ(kind, "expect") << line;
+      std::string what;
+      in >> what;
+      if (what == "stats") {
+        for (int i = 0; i < 12; ++i) expected_stats.push_back(number(in));
+      } else {
+        int64_t id = 0;
+        in >> id;
+        expected_ap[id] = number(in);
+      }
+    }
+  }
+  ASSERT_EQ(expected_stats.size(), 12u);
+  EXPECT_EQ(ev.num_images(), 10u);
+  const CocoMetrics m = ev.evaluate();
+  for (int i = 0; i < 12; ++i) EXPECT_NEAR(m.stats[i], expected_stats[i], kTol) << "stats[" << i << "]";
+  // pycocotools also lists category 8, which has detections but no ground truth: -1.
+  for (const auto& [id, ap] : expected_ap) {
+    if (ap == -1) {
+      EXPECT_EQ(m.per_category_ap.count(id), 0u) << id;
+      continue;
+    }
+    ASSERT_EQ(m.per_category_ap.count(id), 1u) << id;
+    EXPECT_NEAR(m.per_category_ap.at(id), ap, kTol) << id;
+  }
 }
 
 // Not a test: the evaluate() time for a COCO-val-sized case (5000 images, 80 categories,

@@ -54,6 +54,13 @@ double box_iou(const CocoDetection& d, const CocoGroundTruth& g) {
   return inter / union_area;
 }
 
+// Boxes of the masks of one cell, for the prefilter maskApi.c's rleIou applies: masks whose tight
+// boxes do not overlap have IoU 0 without walking their runs.
+bool mask_boxes_overlap(const std::vector<double>& a, const std::vector<double>& b) {
+  return std::fmin(a[0] + a[2], b[0] + b[2]) - std::fmax(a[0], b[0]) > 0 &&
+         std::fmin(a[1] + a[3], b[1] + b[3]) - std::fmax(a[1], b[1]) > 0;
+}
+
 bool outside(double area, int a) { return area < kAreaRanges[a][0] || area > kAreaRanges[a][1]; }
 
 // What evaluateImg() decides for one kept detection, for every area range: bit t of `tp` is
@@ -68,23 +75,54 @@ struct DetResult {
 
 // Buffers reused across cells so that the per-cell work does not allocate.
 struct CellScratch {
-  std::vector<double> iou;          // [D, G], ground truths in insertion order
-  std::vector<int32_t> gt_order;    // non-ignored ground truths first, stable
-  std::vector<uint8_t> gt_ignored;  // by position in gt_order
-  std::vector<uint8_t> gt_crowd;    // by position in gt_order
-  std::vector<uint8_t> gt_matched;  // by position in gt_order
+  std::vector<double> iou;                           // [D, G], ground truths in insertion order
+  std::vector<double> det_area;                      // [D]: the box's (bbox) or the mask's (segm) area
+  std::vector<std::vector<double>> det_box, gt_box;  // segm: the masks' tight boxes
+  std::vector<int32_t> gt_order;                     // non-ignored ground truths first, stable
+  std::vector<uint8_t> gt_ignored;                   // by position in gt_order
+  std::vector<uint8_t> gt_crowd;                     // by position in gt_order
+  std::vector<uint8_t> gt_matched;                   // by position in gt_order
 };
 
 // evaluateImg() for one (category, image) cell and every area range. `dets` are sorted by
 // score and already cut to 100; results go to out[0 .. D).
-void evaluate_cell(const CocoGroundTruth* const* gts, int num_gts, const CocoDetection* const* dets, int num_dets,
-                   const std::array<double, kNumIouThrs>& iou_thrs, CellScratch& s, DetResult* out,
-                   int64_t* num_not_ignored) {
+void evaluate_cell(CocoIouType iou_type, const CocoGroundTruth* const* gts, int num_gts,
+                   const CocoDetection* const* dets, int num_dets, const std::array<double, kNumIouThrs>& iou_thrs,
+                   CellScratch& s, DetResult* out, int64_t* num_not_ignored) {
   const int G = num_gts;
   const int D = num_dets;
   s.iou.resize(static_cast<size_t>(D) * G);
-  for (int d = 0; d < D; ++d)
-    for (int g = 0; g < G; ++g) s.iou[static_cast<size_t>(d) * G + g] = box_iou(*dets[d], *gts[g]);
+  s.det_area.resize(D);
+  if (iou_type == CocoIouType::kBbox) {
+    for (int d = 0; d < D; ++d) {
+      s.det_area[d] = dets[d]->w * dets[d]->h;
+      for (int g = 0; g < G; ++g) s.iou[static_cast<size_t>(d) * G + g] = box_iou(*dets[d], *gts[g]);
+    }
+  } else {
+    const Rle& first = G > 0 ? gts[0]->mask : dets[0]->mask;
+    auto check_size = [&](const Rle& mask, int64_t image_id, int64_t category_id) {
+      if (mask.h == first.h && mask.w == first.w) return;
+      std::ostringstream msg;
+      msg << "COCO segm (image " << image_id << ", category " << category_id << "): masks of different sizes, "
+          << first.h << "x" << first.w << " and " << mask.h << "x" << mask.w;
+      throw Error(msg.str());
+    };
+    s.gt_box.resize(G);
+    for (int g = 0; g < G; ++g) {
+      check_size(gts[g]->mask, gts[g]->image_id, gts[g]->category_id);
+      s.gt_box[g] = rle_to_bbox(gts[g]->mask);
+    }
+    s.det_box.resize(D);
+    for (int d = 0; d < D; ++d) {
+      check_size(dets[d]->mask, dets[d]->image_id, dets[d]->category_id);
+      s.det_box[d] = rle_to_bbox(dets[d]->mask);
+      s.det_area[d] = static_cast<double>(rle_area(dets[d]->mask));
+    }
+    for (int d = 0; d < D; ++d)
+      for (int g = 0; g < G; ++g)
+        s.iou[static_cast<size_t>(d) * G + g] =
+            mask_boxes_overlap(s.det_box[d], s.gt_box[g]) ? rle_iou(dets[d]->mask, gts[g]->mask, gts[g]->iscrowd) : 0.0;
+  }
 
   for (int d = 0; d < D; ++d) {
     out[d].score = dets[d]->score;
@@ -117,7 +155,7 @@ void evaluate_cell(const CocoGroundTruth* const* gts, int num_gts, const CocoDet
     }
     if (G == 0) {  // nothing to match: every detection is unmatched at every threshold
       for (int d = 0; d < D; ++d)
-        if (outside(dets[d]->w * dets[d]->h, a)) out[d].ignored[a] = kAllThresholds;
+        if (outside(s.det_area[d], a)) out[d].ignored[a] = kAllThresholds;
       continue;
     }
     for (int t = 0; t < kNumIouThrs; ++t) {
@@ -138,7 +176,7 @@ void evaluate_cell(const CocoGroundTruth* const* gts, int num_gts, const CocoDet
           m = gi;
         }
         if (m == -1) {
-          if (outside(dets[d]->w * dets[d]->h, a)) out[d].ignored[a] |= bit;
+          if (outside(s.det_area[d], a)) out[d].ignored[a] |= bit;
           continue;
         }
         s.gt_matched[m] = 1;
@@ -263,26 +301,32 @@ void check_finite(bool ok, const char* what, int64_t image_id, int64_t category_
   throw Error(msg.str());
 }
 
+void check_mask(const Rle& mask, const char* what, int64_t image_id, int64_t category_id) {
+  std::ostringstream where;
+  where << "COCO segm " << what << " (image " << image_id << ", category " << category_id << ")";
+  if (mask.h <= 0 || mask.w <= 0) throw Error(where.str() + ": no mask");
+  rle_check(mask, where.str());
+}
+
+// The OD API's prefix for each evaluator (CocoDetectionEvaluator, CocoMaskEvaluator).
+const char* metric_prefix(CocoIouType iou_type) {
+  return iou_type == CocoIouType::kSegm ? "DetectionMasks_" : "DetectionBoxes_";
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, double>> CocoMetrics::named() const {
+  // coco_tools.COCO_METRIC_NAMES_AND_INDEX.
   static const char* const kNames[12] = {
-      "DetectionBoxes_Precision/mAP",
-      "DetectionBoxes_Precision/mAP@.50IOU",
-      "DetectionBoxes_Precision/mAP@.75IOU",
-      "DetectionBoxes_Precision/mAP (small)",
-      "DetectionBoxes_Precision/mAP (medium)",
-      "DetectionBoxes_Precision/mAP (large)",
-      "DetectionBoxes_Recall/AR@1",
-      "DetectionBoxes_Recall/AR@10",
-      "DetectionBoxes_Recall/AR@100",
-      "DetectionBoxes_Recall/AR@100 (small)",
-      "DetectionBoxes_Recall/AR@100 (medium)",
-      "DetectionBoxes_Recall/AR@100 (large)",
+      "Precision/mAP",         "Precision/mAP@.50IOU",   "Precision/mAP@.75IOU",
+      "Precision/mAP (small)", "Precision/mAP (medium)", "Precision/mAP (large)",
+      "Recall/AR@1",           "Recall/AR@10",           "Recall/AR@100",
+      "Recall/AR@100 (small)", "Recall/AR@100 (medium)", "Recall/AR@100 (large)",
   };
+  const std::string prefix = metric_prefix(iou_type);
   std::vector<std::pair<std::string, double>> out;
   out.reserve(12);
-  for (int i = 0; i < 12; ++i) out.emplace_back(kNames[i], stats[i]);
+  for (int i = 0; i < 12; ++i) out.emplace_back(prefix + kNames[i], stats[i]);
   return out;
 }
 
@@ -292,7 +336,7 @@ std::vector<std::pair<std::string, double>> CocoMetrics::named(
   for (const auto& [id, ap] : per_category_ap) {
     const auto it = category_names.find(id);
     const std::string name = it != category_names.end() ? it->second : std::to_string(id);
-    out.emplace_back("DetectionBoxes_PerformanceByCategory/mAP/" + name, ap);
+    out.emplace_back(std::string(metric_prefix(iou_type)) + "PerformanceByCategory/mAP/" + name, ap);
   }
   return out;
 }
@@ -303,19 +347,24 @@ void CocoEvaluator::add_ground_truth(const CocoGroundTruth& gt) {
   check_finite(std::isfinite(gt.x) && std::isfinite(gt.y) && std::isfinite(gt.w) && std::isfinite(gt.h) &&
                    std::isfinite(gt.area),
                "ground truth", gt.image_id, gt.category_id);
+  if (iou_type_ == CocoIouType::kSegm) check_mask(gt.mask, "ground truth", gt.image_id, gt.category_id);
   image_ids_.insert(gt.image_id);
   gts_.push_back(gt);
+  if (iou_type_ == CocoIouType::kBbox) gts_.back().mask = Rle();
 }
 
 void CocoEvaluator::add_detection(const CocoDetection& det) {
   check_finite(std::isfinite(det.x) && std::isfinite(det.y) && std::isfinite(det.w) && std::isfinite(det.h) &&
                    std::isfinite(det.score),
                "detection", det.image_id, det.category_id);
+  if (iou_type_ == CocoIouType::kSegm) check_mask(det.mask, "detection", det.image_id, det.category_id);
   image_ids_.insert(det.image_id);
   dets_.push_back(det);
+  if (iou_type_ == CocoIouType::kBbox) dets_.back().mask = Rle();
 }
 
 void CocoEvaluator::merge(const CocoEvaluator& other) {
+  if (other.iou_type_ != iou_type_) throw Error("CocoEvaluator::merge: a bbox and a segm evaluator cannot be merged");
   image_ids_.insert(other.image_ids_.begin(), other.image_ids_.end());
   gts_.insert(gts_.end(), other.gts_.begin(), other.gts_.end());
   dets_.insert(dets_.end(), other.dets_.begin(), other.dets_.end());
@@ -345,6 +394,7 @@ CocoMetrics CocoEvaluator::evaluate() const {
   const size_t K = categories.size();
 
   CocoMetrics metrics;
+  metrics.iou_type = iou_type_;
   metrics.stats.fill(-1);
   if (K == 0) return metrics;
 
@@ -412,7 +462,7 @@ CocoMetrics CocoEvaluator::evaluate() const {
     cell_dets.clear();
     for (; di < det_keys.size() && det_keys[di].cell == cell; ++di)
       if (cell_dets.size() < static_cast<size_t>(kMaxDetsLast)) cell_dets.push_back(&dets_[det_keys[di].index]);
-    evaluate_cell(cell_gts.data(), static_cast<int>(cell_gts.size()), cell_dets.data(),
+    evaluate_cell(iou_type_, cell_gts.data(), static_cast<int>(cell_gts.size()), cell_dets.data(),
                   static_cast<int>(cell_dets.size()), iou_thrs, cell_scratch, by_category.data() + category_next[k],
                   &num_not_ignored[k * kNumAreas]);
     category_next[k] += cell_dets.size();
