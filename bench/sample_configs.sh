@@ -14,8 +14,9 @@ bin=${1:-$here/build/orchard}
 out=${2:-/tmp/orchard-sample-configs}
 configs=${CONFIGS:-$here/tests/fixtures/od_api_configs}
 mkdir -p "$out"
-data=$out/shapes
-[ -d "$data" ] || "$bin" data shapes --task detection --out_dir "$data" --num_train 16 --num_validation 4 --seed 1 >/dev/null 2>&1
+data=$out/shapes-masks  # with each object's mask, for the Mask R-CNN configs
+[ -d "$data" ] || "$bin" data shapes --task detection --include_masks --out_dir "$data" --num_train 16 --num_validation 4 \
+  --seed 1 >/dev/null 2>&1
 echo "| config | result |"
 echo "|---|---|"
 for cfg in "$configs"/${3:-*}.config; do

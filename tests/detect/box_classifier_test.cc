@@ -92,5 +92,51 @@ TEST(BoxClassifier, DetectionsUseEachClassesBoxClippedAndNormalisedToTheImage) {
   }
 }
 
+// Mask targets: the matched mask cropped at the proposal as tf.image.crop_and_resize samples it.
+// A 4x4 mask of ones in its two left columns; the proposal (0, 0, 4, 4) px is (0, 0, 1, 1)
+// normalised, its 2x2 crop samples columns 0 and 3: [1, 0]. The proposal (0, 0, 2, 2) is
+// (0, 0, .5, .5): columns 0 and 1.5, where the ones end halfway: [1, .5]. Background: zeros.
+TEST(MaskTargets, CropTheMatchedMaskAtTheProposal) {
+  auto gt = torch::zeros({2, 4, 4}, torch::kBool);
+  gt[1].narrow(1, 0, 2).fill_(true);
+  const auto proposals = torch::tensor({{0.f, 0.f, 4.f, 4.f}, {0.f, 0.f, 2.f, 2.f}, {0.f, 0.f, 4.f, 4.f}});
+  const auto match = torch::tensor({int64_t{1}, int64_t{1}, int64_t{-1}});
+  const auto t = mask_targets(gt, proposals, match, 2, 2);
+  ASSERT_EQ(t.sizes(), (std::vector<int64_t>{3, 2, 2}));
+  EXPECT_TRUE(torch::allclose(t[0], torch::tensor({{1.f, 0.f}, {1.f, 0.f}})));
+  EXPECT_TRUE(torch::allclose(t[1], torch::tensor({{1.f, .5f}, {1.f, .5f}})));
+  EXPECT_EQ(t[2].abs().sum().item<float>(), 0.f);
+  // The other ground truth (all zeros) when matched to it.
+  EXPECT_EQ(mask_targets(gt, proposals, torch::tensor({int64_t{0}, int64_t{-1}, int64_t{-1}}), 2, 2).sum().item<float>(),
+            0.f);
+}
+
+// Mask loss: logit 0 costs ln 2 per pixel whatever the target; only positives count and the sum is
+// divided by their pixels: one positive of 2x2 pixels -> 4 ln 2 / 4, times the weight 4.
+TEST(MaskLoss, MeanPerPixelOfThePositivesTimesTheWeight) {
+  const auto logits = torch::zeros({2, 2, 2});
+  const auto targets = torch::tensor({{{1.f, 0.f}, {0.f, 1.f}}, {{1.f, 1.f}, {1.f, 1.f}}});
+  EXPECT_NEAR(mask_loss(logits, targets, torch::tensor({1.f, 0.f}), 4.f).item<float>(), 4 * std::log(2.0), 1e-6);
+  EXPECT_NEAR(mask_loss(logits, targets, torch::tensor({1.f, 1.f}), 1.f).item<float>(), std::log(2.0), 1e-6);
+  EXPECT_EQ(mask_loss(logits, targets, torch::tensor({0.f, 0.f}), 1.f).item<float>(), 0.f);  // max(0, 1)
+  // A confident right answer costs little, a confident wrong one a lot.
+  const auto right = (targets * 2 - 1) * 10;
+  EXPECT_LT(mask_loss(right, targets, torch::tensor({1.f, 1.f}), 1.f).item<float>(), 1e-4);
+  EXPECT_GT(mask_loss(-right, targets, torch::tensor({1.f, 1.f}), 1.f).item<float>(), 9.f);
+}
+
+// reframe_box_masks_to_image_masks: a 2x2 box mask of ones in the box (.25, .25, .75, .75) of a
+// 4x4 image. The inverse box is (-.5, -.5, 1.5, 1.5): rows sample y = -.5 + i * 2 / 3 of the box
+// mask (-.5, .17, .83, 1.5); the outer two fall outside it (0), the inner two inside (1).
+TEST(PasteBoxMasks, InverseCropIntoTheImage) {
+  const auto pasted = paste_box_masks(torch::ones({1, 2, 2}), torch::tensor({{.25f, .25f, .75f, .75f}}), 4, 4);
+  ASSERT_EQ(pasted.sizes(), (std::vector<int64_t>{1, 4, 4}));
+  const auto expected = torch::tensor({{0.f, 0.f, 0.f, 0.f}, {0.f, 1.f, 1.f, 0.f}, {0.f, 1.f, 1.f, 0.f}, {0.f, 0.f, 0.f, 0.f}});
+  EXPECT_TRUE(torch::allclose(pasted[0], expected)) << pasted;
+  // A left-right ramp in a box covering the whole image comes back as itself.
+  const auto ramp = torch::tensor({{{0.f, 1.f, 2.f}, {0.f, 1.f, 2.f}, {0.f, 1.f, 2.f}}});
+  EXPECT_TRUE(torch::allclose(paste_box_masks(ramp, torch::tensor({{0.f, 0.f, 1.f, 1.f}}), 3, 3), ramp));
+}
+
 }  // namespace
 }  // namespace orchard::detect

@@ -235,7 +235,7 @@ TEST(PipelineConfig, SetButUnimplementedFieldsAreListed) {
                  "  data_augmentation_options {\n    random_horizontal_flip");
   text = replace(
       text, "num_examples: 8000",
-      "num_examples: 8000\n  metrics_set: 'coco_detection_metrics'\n  metrics_set: 'coco_mask_metrics'");
+      "num_examples: 8000\n  metrics_set: 'coco_detection_metrics'\n  metrics_set: 'lvis_mask_metrics'");
   text = replace(text, "use_dropout: false", "use_dropout: false\n        use_depthwise: true");
   text = replace(text, "min_depth: 16", "min_depth: 16\n      pad_to_multiple: 1\n      use_depthwise: false");
   ConfigIssues issues;
@@ -478,8 +478,7 @@ TEST(PipelineConfig, TheOdApiSampleConfigsValidateOrSayWhyNot) {
 // the others stop with their one-line reason.
 TEST(PipelineConfig, TheTwoStageSampleConfigsValidateOrSayWhyNot) {
   const std::filesystem::path dir = ORCHARD_TEST_FIXTURES "/od_api_two_stage_configs";
-  const char* const kNotResNet = "' is not supported; Orchard implements faster_rcnn_resnet50, faster_rcnn_resnet101 and faster_rcnn_resnet152";
-  const char* const kMask = "model.faster_rcnn.number_of_stages 3 is not supported; Orchard implements 2 (3 is Mask R-CNN's mask stage)";
+  const char* const kNotResNet = "' is not supported; Orchard implements faster_rcnn_resnet50, faster_rcnn_resnet101, faster_rcnn_resnet152 and faster_rcnn_inception_v2";
   const std::map<std::string, std::string> expected = {
       {"context_rcnn_resnet101_snapshot_serengeti", "model.faster_rcnn.context_config (line 95)"},
       {"context_rcnn_resnet101_snapshot_serengeti_sync", "model.faster_rcnn.context_config"},
@@ -488,8 +487,8 @@ TEST(PipelineConfig, TheTwoStageSampleConfigsValidateOrSayWhyNot) {
       {"faster_rcnn_inception_resnet_v2_atrous_oid", kNotResNet},
       {"faster_rcnn_inception_resnet_v2_atrous_oid_v4", kNotResNet},
       {"faster_rcnn_inception_resnet_v2_atrous_pets", kNotResNet},
-      {"faster_rcnn_inception_v2_coco", kNotResNet},
-      {"faster_rcnn_inception_v2_pets", kNotResNet},
+      {"faster_rcnn_inception_v2_coco", ""},
+      {"faster_rcnn_inception_v2_pets", ""},
       {"faster_rcnn_nas_coco", kNotResNet},
       {"faster_rcnn_resnet101_atrous_coco", ""},
       {"faster_rcnn_resnet101_ava_v2.1", ""},
@@ -503,11 +502,11 @@ TEST(PipelineConfig, TheTwoStageSampleConfigsValidateOrSayWhyNot) {
       {"faster_rcnn_resnet50_coco", ""},
       {"faster_rcnn_resnet50_fgvc", ""},
       {"faster_rcnn_resnet50_pets", ""},
-      {"mask_rcnn_inception_resnet_v2_atrous_coco", kMask},
-      {"mask_rcnn_inception_v2_coco", kMask},
-      {"mask_rcnn_resnet101_atrous_coco", kMask},
-      {"mask_rcnn_resnet101_pets", kMask},
-      {"mask_rcnn_resnet50_atrous_coco", kMask},
+      {"mask_rcnn_inception_resnet_v2_atrous_coco", kNotResNet},
+      {"mask_rcnn_inception_v2_coco", ""},
+      {"mask_rcnn_resnet101_atrous_coco", ""},
+      {"mask_rcnn_resnet101_pets", ""},
+      {"mask_rcnn_resnet50_atrous_coco", ""},
       {"rfcn_resnet101_coco", "rfcn_resnet101_coco: model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor (R-FCN) is not supported; Orchard implements mask_rcnn_box_predictor (Faster R-CNN)"},
       {"rfcn_resnet101_pets", "rfcn_box_predictor (R-FCN) is not supported"},
   };

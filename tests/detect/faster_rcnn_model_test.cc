@@ -145,8 +145,105 @@ TEST(FasterRcnnModel, TensorFlowNamesAreTheOdApis) {
   // conv1 + its batch norm (3), 13 units of 3 convs and 3 batch norms (9 each) and 3 shortcuts
   // (3 each) to block3, block4 (30), the RPN (6) and the box predictor (4).
   EXPECT_EQ(named, 3 + 13 * 9 + 3 * 3 + 30 + 6 + 4);
-  EXPECT_TRUE(FasterRcnnModelImpl::is_prediction_head_parameter("class_logits.weight"));
-  EXPECT_FALSE(FasterRcnnModelImpl::is_prediction_head_parameter("rpn_class.weight"));
+  EXPECT_TRUE(model->is_prediction_head_parameter("class_logits.weight"));
+  EXPECT_FALSE(model->is_prediction_head_parameter("rpn_class.weight"));
+}
+
+// faster_rcnn_inception_v2 (models/faster_rcnn_inception_v2_feature_extractor.py): slim's
+// inception_v2_base to Mixed_4e (576 channels at stride 16) in the first stage, Mixed_5a..5c
+// (1024) on the crops. Trainable variables from slim/nets/inception_v2.py's layer table (conv
+// kernels, batch norm gamma and beta): the stem (separable 7x7 of multiplier 8: 1176 + 1536,
+// Conv2d_2b 4096, Conv2d_2c 110,592, their batch norms) and Mixed_3b..4e: 4,261,656;
+// Mixed_5a..5c: 5,901,632 (together 10,163,288, Inception-v2 without its logits).
+TEST(FasterRcnnModel, InceptionV2SplitIsTheOdApis) {
+  torch::manual_seed(0);
+  FasterRcnnModelOptions o;
+  o.feature_extractor = "faster_rcnn_inception_v2";
+  o.num_classes = 90;
+  o.anchors_per_location = 12;
+  o.initial_crop_size = 14;
+  FasterRcnnModel model(o);
+  EXPECT_EQ(count(*model, "first_stage_extractor."), 4'261'656);
+  EXPECT_EQ(count(*model, "second_stage_extractor."), 5'901'632);
+  EXPECT_EQ(count(*model, "rpn_conv."), 3 * 3 * 576 * 512 + 512);
+  EXPECT_EQ(count(*model, "box_encoding."), 1024 * 360 + 360);
+  EXPECT_EQ(count(*model, "class_logits."), 1024 * 91 + 91);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto images = torch::rand({1, 3, 100, 131}) * 2 - 1;
+  const auto first = model->first_stage(images);
+  EXPECT_EQ(model->feature_map_size(100, 131), (std::pair<int64_t, int64_t>{7, 9}));
+  EXPECT_EQ(first.features.sizes(), (std::vector<int64_t>{1, 576, 7, 9}));
+  // 14x14 crops, max pooled to 7x7, Mixed_5a halves them: 4x4x1024.
+  const auto features = model->box_classifier_features(first.features, torch::tensor({{0.1f, 0.1f, 0.6f, 0.7f}}),
+                                                       torch::tensor({int64_t{0}}));
+  EXPECT_EQ(features.sizes(), (std::vector<int64_t>{1, 1024, 4, 4}));
+  auto name = [&](const std::string& n, bool classification = false) {
+    const auto t = model->tf_name(n, classification);
+    return t ? t->name : std::string("(none)");
+  };
+  EXPECT_EQ(name("first_stage_extractor.Mixed_4e.Branch_2.Conv2d_0c_3x3.conv.weight"),
+            "FirstStageFeatureExtractor/InceptionV2/Mixed_4e/Branch_2/Conv2d_0c_3x3/weights");
+  EXPECT_EQ(name("second_stage_extractor.Mixed_5a.Branch_0.Conv2d_1a_3x3.bn.running_mean"),
+            "SecondStageFeatureExtractor/InceptionV2/Mixed_5a/Branch_0/Conv2d_1a_3x3/BatchNorm/moving_mean");
+  EXPECT_EQ(name("second_stage_extractor.Mixed_5c.Branch_3.Conv2d_0b_1x1.conv.weight", true),
+            "InceptionV2/Mixed_5c/Branch_3/Conv2d_0b_1x1/weights");  // an ImageNet checkpoint's name
+  std::set<std::string> seen;
+  for (const auto& p : model->named_parameters()) EXPECT_TRUE(seen.insert(name(p.key())).second) << p.key();
+  // A mask head on it: the automatic depth from 1024 channels and 90 classes is 256.
+  EXPECT_EQ(mask_conv_depth(1024, 90), 256);
+}
+
+// MaskRCNNMaskHead (predictors/heads/mask_head.py) of mask_rcnn_resnet50_atrous_coco: depth
+// 0 -> 2^round((2 log2 2048 + 3 log2 90) / 5) = 2^round(8.29) = 256; 4 layers: 3 ReLU 3x3
+// convolutions of 256 on the 7x7 block4 output bilinearly resized to 33x33, then a 3x3
+// convolution to the 90 classes: 2048*256*9 + 256 + 2 * (256*256*9 + 256) + 256*90*9 + 90.
+TEST(FasterRcnnModel, MaskHeadIsTheOdApis) {
+  EXPECT_EQ(mask_conv_depth(2048, 90), 256);
+  EXPECT_EQ(mask_conv_depth(2048, 3), 32);   // (22 + 4.75) / 5 = 5.35
+  EXPECT_EQ(mask_conv_depth(1024, 37), 128);  // mask_rcnn_resnet101_pets sets 256 explicitly
+  torch::manual_seed(0);
+  FasterRcnnModelOptions o;
+  o.num_classes = 90;
+  o.features_stride = 8;
+  o.predict_instance_masks = true;
+  o.mask_height = o.mask_width = 33;
+  o.mask_conv_depth = 0;
+  o.mask_num_conv_layers = 4;
+  FasterRcnnModel model(o);
+  EXPECT_EQ(count(*model, "mask_convs."), 2048 * 256 * 9 + 256 + 2 * (256 * 256 * 9 + 256) + 256 * 90 * 9 + 90);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto box_features = torch::randn({5, 2048, 7, 7});
+  const auto masks = model->mask_predictor(box_features);
+  EXPECT_EQ(masks.sizes(), (std::vector<int64_t>{5, 90, 33, 33}));
+  // TF names: slim.conv2d's default scopes under SecondStageBoxPredictor, in order; the last
+  // convolution (one channel per class) is re-initialised for new classes.
+  EXPECT_EQ(model->tf_name("mask_convs.0.weight", false)->name, "SecondStageBoxPredictor/Conv/weights");
+  EXPECT_EQ(model->tf_name("mask_convs.3.bias", false)->name, "SecondStageBoxPredictor/Conv_3/biases");
+  EXPECT_TRUE(model->is_prediction_head_parameter("mask_convs.3.weight"));
+  EXPECT_FALSE(model->is_prediction_head_parameter("mask_convs.2.weight"));
+  EXPECT_FALSE(model->tf_name("mask_convs.0.weight", true));  // not in an ImageNet checkpoint
+
+  // The resize is TF's resize_bilinear with align_corners: corners kept, a linear ramp stays
+  // linear. With one hidden convolution and the identity at its centre tap, the head is linear
+  // and shows it.
+  FasterRcnnModelOptions small = o;
+  small.num_classes = 1;
+  small.mask_height = small.mask_width = 5;
+  small.mask_conv_depth = 1;
+  small.mask_num_conv_layers = 1;
+  small.masks_are_class_agnostic = true;
+  FasterRcnnModel linear(small);
+  auto& conv = *linear->named_parameters().find("mask_convs.0.weight");
+  conv.zero_();
+  conv[0][0][1][1] = 1;  // the first channel's centre
+  linear->named_parameters().find("mask_convs.0.bias")->zero_();
+  auto ramp = torch::zeros({1, 2048, 3, 3});
+  ramp[0][0] = torch::tensor({{0.f, 1.f, 2.f}, {0.f, 1.f, 2.f}, {0.f, 1.f, 2.f}});
+  const auto out = linear->mask_predictor(ramp);
+  ASSERT_EQ(out.sizes(), (std::vector<int64_t>{1, 1, 5, 5}));
+  for (int64_t x = 0; x < 5; ++x) EXPECT_NEAR(out[0][0][2][x].item<float>(), 0.5f * x, 1e-6) << x;
 }
 
 }  // namespace

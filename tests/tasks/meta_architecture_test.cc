@@ -239,6 +239,119 @@ train_input_reader { tf_record_input_reader { input_path: "x" } }
   }
 }
 
+// Mask R-CNN through the task: the mask loss of the sampled positives (sigmoid cross entropy
+// against crops of their masks; hand-worked in detect/box_classifier_test.cc), gradients into the mask head and the backbone,
+// the loss falling as the head fits one batch, and masks for the final detections at inference
+// (number_of_stages 3).
+TEST(MetaArchitectures, MaskRcnnTrainsAndPredictsMasksThroughTheTask) {
+  odp::TrainEvalPipelineConfig pipeline = detect::parse_pipeline_config(R"(
+model { faster_rcnn {
+  num_classes: 2
+  number_of_stages: 3
+  image_resizer { fixed_shape_resizer { height: 64 width: 80 } }
+  feature_extractor { type: "faster_rcnn_resnet50" }
+  first_stage_anchor_generator { grid_anchor_generator {
+    height: 32 width: 32 scales: [0.5, 1.0] aspect_ratios: [1.0] height_stride: 16 width_stride: 16 } }
+  first_stage_max_proposals: 12
+  initial_crop_size: 4
+  maxpool_kernel_size: 2
+  maxpool_stride: 2
+  second_stage_box_predictor { mask_rcnn_box_predictor {
+    predict_instance_masks: true mask_height: 6 mask_width: 6 mask_prediction_conv_depth: 0
+    mask_prediction_num_conv_layers: 2
+    conv_hyperparams { op: CONV initializer { truncated_normal_initializer { stddev: 0.01 } } } } }
+  second_stage_batch_size: 8
+  second_stage_post_processing {
+    batch_non_max_suppression { score_threshold: 0.0 iou_threshold: 0.6 max_detections_per_class: 5 max_total_detections: 5 }
+    score_converter: SOFTMAX }
+  second_stage_mask_prediction_loss_weight: 4.0
+} }
+train_config { optimizer { adam_optimizer { learning_rate { constant_learning_rate { learning_rate: 0.001 } } } } }
+train_input_reader { tf_record_input_reader { input_path: "x" } load_instance_masks: true mask_type: PNG_MASKS }
+)", "mask.config", /*strict=*/true);
+  detect::validate_pipeline_config(pipeline, "mask.config");
+  auto config = detection_config(pipeline, /*channels_last=*/false);
+  config.input.max_boxes = 3;
+  torch::manual_seed(3);
+  DetectionTask task(config);
+  EXPECT_NE(task.meta_architecture().describe().find("6x6 masks"), std::string::npos);
+  data::Batch batch;
+  batch.size = 2;
+  batch.images = torch::rand({2, 3, 64, 80}) * 2 - 1;
+  batch.fields["boxes"] = torch::zeros({2, 3, 4});
+  batch.fields["boxes"][0][0] = torch::tensor({0.1f, 0.1f, 0.5f, 0.4f});
+  batch.fields["boxes"][0][1] = torch::tensor({0.5f, 0.5f, 0.9f, 0.9f});
+  batch.fields["boxes"][1][0] = torch::tensor({0.2f, 0.3f, 0.7f, 0.8f});
+  batch.fields["classes"] = torch::tensor({1, 2, 0, 2, 0, 0}, torch::kLong).view({2, 3});
+  batch.fields["is_crowd"] = torch::zeros({2, 3}, torch::kBool);
+  batch.fields["num_boxes"] = torch::tensor({2, 1}, torch::kLong);
+  // Each object's mask: the left half of its box (rows and columns in pixels of 64x80).
+  auto masks = torch::zeros({2, 3, 64, 80}, torch::kBool);
+  masks[0][0].slice(0, 6, 32).slice(1, 8, 20).fill_(true);
+  masks[0][1].slice(0, 32, 58).slice(1, 40, 56).fill_(true);
+  masks[1][0].slice(0, 13, 45).slice(1, 24, 44).fill_(true);
+  batch.fields["masks"] = masks;
+
+  task.module()->train();
+  torch::optim::Adam adam(task.module()->parameters(), torch::optim::AdamOptions(1e-3));
+  double first = 0, last = 0;
+  for (int step = 0; step < 25; ++step) {
+    const auto outputs = task.forward_train(batch);
+    const auto loss = task.loss(outputs, batch, 2);
+    ASSERT_TRUE(loss.terms.count("BoxClassifierLoss/mask_loss"));
+    const double mask = loss.terms.at("BoxClassifierLoss/mask_loss").item<double>();
+    ASSERT_TRUE(std::isfinite(mask));
+    if (step == 0) {
+      first = mask;
+      EXPECT_GT(mask, 0.5);
+      adam.zero_grad();
+      loss.total().backward();
+      for (const char* name : {"mask_convs.0.weight", "mask_convs.1.weight", "first_stage_extractor.conv1.weight"}) {
+        const auto& grad = task.module()->named_parameters()[name].grad();
+        ASSERT_TRUE(grad.defined()) << name;
+        EXPECT_GT(grad.abs().sum().item<double>(), 0) << name;
+      }
+      adam.step();
+      continue;
+    }
+    last = mask;
+    adam.zero_grad();
+    loss.total().backward();
+    adam.step();
+  }
+  EXPECT_LT(last, 0.5 * first) << first << " -> " << last;  // the head learns the half-box masks
+
+  // A batch without masks cannot train a mask head: the error says what to set.
+  data::Batch no_masks = batch;
+  no_masks.fields.erase("masks");
+  try {
+    task.forward_train(no_masks);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("load_instance_masks: true"), std::string::npos) << e.what();
+  }
+
+  task.module()->eval();
+  torch::NoGradGuard no_grad;
+  const auto detections = task.postprocess(task.forward(batch.images));
+  ASSERT_EQ(detections.size(), 2u);
+  int64_t found = 0;
+  for (const auto& d : detections) {
+    ASSERT_TRUE(d.masks.defined());
+    ASSERT_EQ(d.masks.dim(), 3);
+    EXPECT_EQ(d.masks.size(0), d.boxes.size(0));
+    EXPECT_LE(d.boxes.size(0), 5);
+    found += d.boxes.size(0);
+    if (d.boxes.size(0) == 0) continue;
+    EXPECT_EQ(d.masks.size(1), 6);
+    EXPECT_GE(d.masks.min().item<float>(), 0.0f);  // probabilities
+    EXPECT_LE(d.masks.max().item<float>(), 1.0f);
+    EXPECT_GE(d.boxes.min().item<float>(), 0.0f);
+    EXPECT_LE(d.boxes.max().item<float>(), 1.0f);
+  }
+  EXPECT_GT(found, 0);
+}
+
 // ssd_random_crop_fixed_aspect_ratio (facessd, fullyconv): ssd_random_crop's operations with the
 // crop's aspect ratio fixed; without operations the OD API's 7 defaults.
 TEST(MetaArchitectures, FixedAspectRatioCropMapsOntoTheSsdCrop) {

@@ -100,6 +100,9 @@ void add_data_command(CLI::App& app) {
     c->add_option("--min_objects", o->min_objects,
                   "Fewest objects per image (default: 1, captioning 2; captions describe 1 or 2)");
     c->add_option("--max_objects", o->max_objects, "Most objects per image (default: 4, captioning 2)");
+    c->add_flag("--include_masks", o->include_masks,
+                "detection: each object's visible pixels as its instance mask (image/object/mask, one 0/1 PNG per "
+                "box; Mask R-CNN's load_instance_masks)");
     c->callback([o] {
       auto [tr, va] = data::write_shapes_dataset(*o);
       if (o->task == "detection") {
@@ -107,9 +110,10 @@ void add_data_command(CLI::App& app) {
         atomic_write_file(config,
                           detect::shapes_pipeline_config(fs::absolute(o->out_dir).lexically_normal().string(),
                                                          o->image_size));
-        spdlog::info("wrote {} train and {} validation detection records to {} (+ label_map.pbtxt); train with: "
-                     "orchard detect train --pipeline_config_path {} --model_dir MODEL_DIR",
-                     tr, va, o->out_dir, config);
+        spdlog::info(
+            "wrote {} train and {} validation detection records{} to {} (+ label_map.pbtxt); train with: "
+            "orchard detect train --pipeline_config_path {} --model_dir MODEL_DIR",
+            tr, va, o->include_masks ? " with instance masks" : "", o->out_dir, config);
       } else if (o->task == "captioning") {
         spdlog::info("wrote {} train and {} validation images, 5 caption records each, to {} (+ word_counts.txt); "
                      "train with: orchard caption train --input_file_pattern '{}/train-*' --train_dir TRAIN_DIR",
@@ -132,12 +136,17 @@ void add_data_command(CLI::App& app) {
     c->add_option("--num_shards", o->num_shards, "Number of shards")->capture_default_str();
     c->add_option("--prefix", o->prefix, "Shard name prefix (train, validation, ...)")->capture_default_str();
     c->add_option("--limit", o->limit, "Only the first N images (0 = all)");
+    c->add_flag("--include_masks", o->include_masks,
+                "detection: each annotation's segmentation as its instance mask (image/object/mask, one 0/1 PNG per "
+                "box), as create_coco_tf_record.py --include_masks");
     c->add_option("--vocab_file", cap->vocab_file,
                   "captioning: use this word_counts.txt (e.g. the training set's) instead of building one");
     c->add_option("--min_word_count", cap->min_word_count, "captioning: words seen fewer times become <UNK>")
         ->capture_default_str();
     c->callback([o, cap, task] {
       if (*task == "captioning") {
+        if (o->include_masks)
+          throw Error("--include_masks writes instance masks into detection records: it needs --task detection");
         cap->annotations = o->annotations;
         cap->image_dir = o->image_dir;
         cap->out_dir = o->out_dir;
@@ -153,9 +162,11 @@ void add_data_command(CLI::App& app) {
       }
       if (*task != "detection") throw Error("--task must be detection or captioning, not '" + *task + "'");
       const auto r = data::convert_coco_detection(*o);
-      spdlog::info("wrote {} images with {} boxes ({} crowd; {} empty or outside the image skipped) to {}/{}-*; "
-                   "label_map.pbtxt has ids up to {} (model.ssd.num_classes)",
-                   r.images, r.boxes, r.crowd, r.skipped_boxes, o->out_dir, o->prefix, r.max_category_id);
+      spdlog::info(
+          "wrote {} images with {} boxes{} ({} crowd; {} empty or outside the image skipped) to {}/{}-*; "
+          "label_map.pbtxt has ids up to {} (model.ssd.num_classes)",
+          r.images, r.boxes, o->include_masks ? " and their masks" : "", r.crowd, r.skipped_boxes, o->out_dir,
+          o->prefix, r.max_category_id);
     });
   }
   {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "orchard/data/caption.h"
 #include "orchard/data/detection.h"
 #include "orchard/data/image.h"
+#include "orchard/detect/coco_mask.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -76,6 +78,87 @@ auto json_errors_as_data_errors(const std::string& path, Fn&& fn) {
   } catch (const json::exception& e) {
     throw DataError(path + ": malformed COCO json: " + e.what());
   }
+}
+
+// A polygon's (or a box's) coordinates: numbers only.
+std::vector<double> coordinates(const json& list, const std::string& what) {
+  std::vector<double> xy;
+  if (list.is_array())
+    for (const json& v : list)
+      if (v.is_number()) xy.push_back(v.get<double>());
+  if (!list.is_array() || xy.size() != list.size())
+    throw DataError(what + ": a segmentation polygon must be a list of x, y pixel coordinates [x0, y0, x1, y1, ...]");
+  return xy;
+}
+
+// The run lengths of an annotation's segmentation as pycocotools' frPyObjects reads it (with the
+// image's height and width): a list of polygons, each rasterised, merged into one mask (the
+// union create_coco_tf_record.py takes with np.amax), or, when the first entry holds exactly 4
+// numbers, a list of boxes [x, y, w, h] (frBbox); or an RLE object {size, counts}, `counts` a list
+// (uncompressed, as crowd regions are annotated) or COCO's compressed string.
+detect::Rle segmentation_rle(const json& seg, int64_t height, int64_t width, const std::string& what) {
+  if (seg.is_array()) {
+    if (seg.empty()) return detect::Rle{height, width, {static_cast<uint32_t>(height * width)}};  // no pixel
+    const bool boxes = seg[0].is_array() && seg[0].size() == 4;
+    if (!boxes && !(seg[0].is_array() && seg[0].size() > 4))  // frPyObjects' "input type is not supported"
+      throw DataError(what + ": a segmentation's first polygon needs at least 3 points (or 4 numbers: a box)");
+    std::vector<detect::Rle> parts;
+    for (const json& entry : seg) {
+      std::vector<double> xy = coordinates(entry, what);
+      if (boxes) {
+        if (xy.size() != 4) throw DataError(what + ": a segmentation of boxes must hold [x, y, w, h] each");
+        const double x0 = xy[0], y0 = xy[1], x1 = x0 + xy[2], y1 = y0 + xy[3];
+        xy = {x0, y0, x0, y1, x1, y1, x1, y0};
+      }
+      try {
+        parts.push_back(detect::rle_from_polygon(xy, height, width));
+      } catch (const DataError&) {
+        throw;
+      } catch (const Error& e) {  // an odd or empty list, a coordinate out of range
+        throw DataError(what + ": " + e.what());
+      }
+    }
+    return detect::rle_merge(parts);
+  }
+  if (!seg.is_object() || !seg.contains("size") || !seg.contains("counts"))
+    throw DataError(what + ": 'segmentation' must be a list of polygons or an RLE {\"size\", \"counts\"}");
+  const json& size = seg["size"];
+  if (!size.is_array() || size.size() != 2 || !size[0].is_number_integer() || !size[1].is_number_integer())
+    throw DataError(what + ": an RLE's 'size' must be [height, width]");
+  detect::Rle rle;
+  rle.h = size[0].get<int64_t>();
+  rle.w = size[1].get<int64_t>();
+  if (rle.h != height || rle.w != width)
+    throw DataError(what + ": the RLE is " + std::to_string(rle.h) + "x" + std::to_string(rle.w) +
+                    " but the image is " + std::to_string(height) + "x" + std::to_string(width));
+  const json& counts = seg["counts"];
+  if (counts.is_string()) return detect::rle_from_string(counts.get<std::string>(), rle.h, rle.w, what);
+  if (!counts.is_array()) throw DataError(what + ": an RLE's 'counts' must be a list of run lengths or a string");
+  for (const json& c : counts) {
+    if (!c.is_number_integer() || c.get<int64_t>() < 0 ||
+        c.get<int64_t>() > int64_t{std::numeric_limits<uint32_t>::max()})
+      throw DataError(what + ": an RLE's run lengths must be non-negative integers, not " + c.dump());
+    rle.counts.push_back(static_cast<uint32_t>(c.get<int64_t>()));
+  }
+  detect::rle_check(rle, what);  // the runs cover the image exactly
+  return rle;
+}
+
+// An annotation's instance mask as create_coco_tf_record.py --include_masks writes it: the
+// decoded segmentation, a single-channel PNG of 0s and 1s.
+std::string segmentation_png(const json& a, int64_t height, int64_t width, const std::string& path) {
+  const std::string what = path + ": annotation " + std::to_string(int_field(a, "id", path, -1));
+  if (!a.contains("segmentation"))
+    throw DataError(what + " has no 'segmentation' (--include_masks makes each annotation's mask from it)");
+  std::vector<uint8_t> mask;
+  try {
+    mask = detect::rle_decode(segmentation_rle(a["segmentation"], height, width, what));
+  } catch (const DataError&) {
+    throw;
+  } catch (const Error& e) {  // rle_from_string's and rle_check's messages name `what`
+    throw DataError(e.what());
+  }
+  return encode_gray_png(mask.data(), static_cast<int>(height), static_cast<int>(width));
 }
 
 CocoCaptionResult captions_to_records(const CocoCaptionOptions& o) {
@@ -201,6 +284,7 @@ CocoConvertResult instances_to_records(const CocoConvertOptions& o) {
         d.texts.push_back(categories[category]);
         const bool crowd = int_field(*a, "iscrowd", o.annotations, 0) != 0;
         d.crowd.push_back(crowd);
+        if (o.include_masks) d.masks.push_back(segmentation_png(*a, size.height, size.width, o.annotations));
         result.crowd += crowd;
         ++result.boxes;
       }

@@ -1,7 +1,11 @@
 // COCO instances json + images -> TF OD API detection records (create_coco_tf_record.py):
 // boxes normalised [ymin, xmin, ymax, xmax], labels = COCO category ids (so the label map
 // and num_classes follow the json's categories, 90 for COCO 2017), crowd regions marked with
-// image/object/is_crowd, plus label_map.pbtxt.
+// image/object/is_crowd, plus label_map.pbtxt. With include_masks, each kept annotation's
+// segmentation becomes its instance mask as create_coco_tf_record.py --include_masks makes it
+// (pycocotools' frPyObjects, merge, decode): polygons rasterised and merged, an RLE (`counts` a
+// list, uncompressed, as crowd regions have it, or COCO's compressed string) decoded; written
+// to image/object/mask as one single-channel 0/1 PNG of the image's size per box.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +20,7 @@ struct CocoConvertOptions {
   std::string prefix = "train";  // shard names <prefix>-00000-of-0000N
   int num_shards = 8;
   int64_t limit = 0;  // > 0: only the first N images (tests, smoke runs)
+  bool include_masks = false;
 };
 
 struct CocoConvertResult {
@@ -27,7 +32,8 @@ struct CocoConvertResult {
 };
 
 // Streams images into shards of contiguous ranges (one image read at a time). Errors name the
-// json path (and the annotation or image) that is wrong.
+// json path (and the annotation or image) that is wrong: with include_masks also a missing or
+// malformed segmentation, or an RLE whose size is not the image's.
 CocoConvertResult convert_coco_detection(const CocoConvertOptions& options);
 
 // COCO captions json + images -> im2txt SequenceExample records (build_mscoco_data.py): one

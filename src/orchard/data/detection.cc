@@ -33,9 +33,33 @@ Image crop_image(const Image& img, const CropWindow& c) {
   return out;
 }
 
+// image/object/mask as PNG_MASKS: one encoded image per box, each of the image's size (by its
+// header; preprocess_detection decodes the ones it needs).
+void read_masks_into(const ExampleView& ex, const std::string& source, size_t boxes, DetectionExample* d) {
+  constexpr const char* kKey = "image/object/mask";
+  const auto& features = ex.features().feature();
+  const auto it = features.find(kKey);
+  if (it == features.end()) return;
+  if (it->second.kind_case() == tensorflow::Feature::kFloatList)
+    bad(source, kKey,
+        "a float list (the OD API's NUMERICAL_MASKS) is not supported; Orchard reads PNG_MASKS (one PNG per "
+        "object, as create_coco_tf_record.py --include_masks writes them)");
+  d->masks = ex.bytes_list(kKey);
+  if (!d->masks.empty() && d->masks.size() != boxes)
+    bad(source, kKey, std::to_string(d->masks.size()) + " masks for " + std::to_string(boxes) + " boxes");
+  for (size_t i = 0; i < d->masks.size(); ++i) {
+    const ImageSize size = image_size(d->masks[i], source + ": " + kKey + " " + std::to_string(i));
+    if (size.height != d->height || size.width != d->width)
+      bad(source, kKey,
+          "mask " + std::to_string(i) + " is " + std::to_string(size.height) + "x" + std::to_string(size.width) +
+              " but the image is " + std::to_string(d->height) + "x" + std::to_string(d->width));
+  }
+}
+
 }  // namespace
 
-DetectionExample parse_detection_example(const std::string& record, const std::string& source, int64_t num_classes) {
+DetectionExample parse_detection_example(const std::string& record, const std::string& source, int64_t num_classes,
+                                         bool read_masks) {
   ExampleView ex(record, source);
   DetectionExample d;
   d.encoded = ex.bytes("image/encoded");
@@ -94,6 +118,7 @@ DetectionExample parse_detection_example(const std::string& record, const std::s
               "; labels are label-map ids from 1 to num_classes (" + std::to_string(num_classes) +
               "), 0 is reserved for the background");
   }
+  if (read_masks) read_masks_into(ex, source, n, &d);
   return d;
 }
 
@@ -125,6 +150,10 @@ std::string make_detection_example(const DetectionExample& d, const std::string&
                                    {"image/object/group_of", &d.group_of}})
     if (!flags->empty()) set_int64s(f, key, std::vector<int64_t>(flags->begin(), flags->end()));
   if (!d.image_labels.empty()) set_int64s(f, "image/class/label", d.image_labels);
+  if (!d.masks.empty()) {
+    auto* masks = (*f->mutable_feature())["image/object/mask"].mutable_bytes_list();
+    for (const auto& m : d.masks) masks->add_value(m);
+  }
   return serialize_deterministic(ex);
 }
 
@@ -160,6 +189,46 @@ void keep_boxes_in_crop(int height, int width, const CropWindow& c, float overla
   }
   *boxes = std::move(kept);
   *classes = std::move(kept_classes);
+}
+
+// The instance masks of the first n boxes kept, index[i] naming box i's mask in the record:
+// the `window` of the decoded mask (in the record image's pixels), mirrored when `flip`, then
+// resized to out_h x out_w as the OD API resizes masks, TF1's resize_images NEAREST_NEIGHBOR
+// without align_corners (source pixel floor(dst * in / out), in float32 as TF computes it);
+// each written top-left into its [options.height, options.width] plane of `out`.
+void write_masks(const DetectionExample& example, const std::vector<int64_t>& index, int64_t n,
+                 const CropWindow& window, bool flip, int out_h, int out_w, int full_h, int full_w,
+                 const DetectionInputOptions& options, bool* out, const std::string& what) {
+  const float scale_y = static_cast<float>(window.height) / static_cast<float>(out_h);
+  const float scale_x = static_cast<float>(window.width) / static_cast<float>(out_w);
+  std::vector<size_t> rows(static_cast<size_t>(out_h)), cols(static_cast<size_t>(out_w));
+  for (int y = 0; y < out_h; ++y) {
+    const int r = std::min(static_cast<int>(std::floor(static_cast<float>(y) * scale_y)), window.height - 1);
+    rows[static_cast<size_t>(y)] = static_cast<size_t>(window.y + r);
+  }
+  for (int x = 0; x < out_w; ++x) {
+    int c = std::min(static_cast<int>(std::floor(static_cast<float>(x) * scale_x)), window.width - 1);
+    if (flip) c = window.width - 1 - c;  // flipped before the resize, as the augmentation precedes the resizer
+    cols[static_cast<size_t>(x)] = static_cast<size_t>(window.x + c);
+  }
+  const size_t H = static_cast<size_t>(options.height), W = static_cast<size_t>(options.width);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto k = static_cast<size_t>(index[static_cast<size_t>(i)]);
+    const std::string field = what + ": image/object/mask " + std::to_string(k);
+    const Image mask = decode_image(example.masks[k], field, options.max_image_pixels);
+    if (mask.height != full_h || mask.width != full_w)
+      throw DataError(field + ": the mask is " + std::to_string(mask.height) + "x" + std::to_string(mask.width) +
+                      " but the image is " + std::to_string(full_h) + "x" + std::to_string(full_w));
+    bool* plane = out + static_cast<size_t>(i) * H * W;
+    for (size_t y = 0; y < rows.size(); ++y) {
+      // decode_image gives RGB (a grey PNG's value in all three channels).
+      const uint8_t* row = mask.pixels.data() + rows[y] * static_cast<size_t>(full_w) * 3;
+      for (size_t x = 0; x < cols.size(); ++x) {
+        const uint8_t* p = row + cols[x] * 3;
+        plane[y * W + x] = (p[0] | p[1] | p[2]) != 0;
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -217,7 +286,14 @@ std::vector<FieldSpec> detection_fields(int64_t max_boxes, int64_t num_classes) 
           {"image_labels", at::kBool, {num_classes + 1}}, {"image_size", at::kLong, {2}}};
 }
 
-DetectionTargets detection_targets(const SampleOut& out, size_t first) {
+std::vector<FieldSpec> detection_fields(const DetectionInputOptions& options, int64_t num_classes) {
+  auto fields = detection_fields(options.max_boxes, num_classes);
+  if (options.load_instance_masks)
+    fields.push_back({"masks", at::kBool, {options.max_boxes, options.height, options.width}});
+  return fields;
+}
+
+DetectionTargets detection_targets(const SampleOut& out, size_t first, bool masks) {
   DetectionTargets t;
   t.boxes = out.field<float>(first);
   t.classes = out.field<int64_t>(first + 1);
@@ -229,6 +305,7 @@ DetectionTargets detection_targets(const SampleOut& out, size_t first) {
   t.group_of = out.field<bool>(first + 7);
   t.image_labels = out.field<bool>(first + 8);
   t.image_size = out.field<int64_t>(first + 9);
+  if (masks) t.masks = out.field<bool>(first + 10);
   return t;
 }
 
@@ -258,7 +335,16 @@ std::pair<int, int> resized_image_size(int height, int width, const DetectionInp
 int64_t preprocess_detection(const DetectionExample& example, const DetectionInputOptions& options, bool training,
                              std::mt19937_64& rng, float* image, const DetectionTargets* targets,
                              const std::string& what) {
+  const bool masks = options.load_instance_masks && targets && targets->masks;
+  if (masks && example.masks.size() != example.boxes.size())
+    throw DataError(what + ": image/object/mask: " +
+                    (example.masks.empty() ? std::string("load_instance_masks is set but the record has no masks")
+                                           : std::to_string(example.masks.size()) + " masks") +
+                    " for its " + std::to_string(example.boxes.size()) +
+                    " boxes (convert with --include_masks, or leave load_instance_masks unset)");
   Image img = decode_image(example.encoded, what, options.max_image_pixels);
+  const int full_h = img.height, full_w = img.width;
+  CropWindow window{0, 0, img.height, img.width};  // the crops' composition, in the record image's pixels
   std::vector<Box> boxes = example.boxes;
   // The crops carry each box's index in the record, which names its class and flags after.
   std::vector<int64_t> index(boxes.size());
@@ -274,9 +360,13 @@ int64_t preprocess_detection(const DetectionExample& example, const DetectionInp
       if (crop->empty()) continue;
       const CropWindow c = ssd_random_crop(img.height, img.width, *crop, &boxes, &index, rng);
       img = crop_image(img, c);
-      if (crop == &aug.ssd_random_crop && aug.crop_to_aspect_ratio > 0)
-        img = crop_image(img, random_crop_to_aspect_ratio(img.height, img.width, aug.crop_to_aspect_ratio, &boxes,
-                                                          &index, rng));
+      window = CropWindow{window.y + c.y, window.x + c.x, c.height, c.width};
+      if (crop == &aug.ssd_random_crop && aug.crop_to_aspect_ratio > 0) {
+        const CropWindow r =
+            random_crop_to_aspect_ratio(img.height, img.width, aug.crop_to_aspect_ratio, &boxes, &index, rng);
+        img = crop_image(img, r);
+        window = CropWindow{window.y + r.y, window.x + r.x, r.height, r.width};
+      }
     }
   }
   if (flip)
@@ -331,6 +421,7 @@ int64_t preprocess_detection(const DetectionExample& example, const DetectionInp
   if (t.image_labels)
     for (int64_t label : example.image_labels)
       if (label >= 1 && label <= t.num_classes) t.image_labels[label] = true;
+  if (masks) write_masks(example, index, n, window, flip, out_h, out_w, full_h, full_w, options, t.masks, what);
   return n;
 }
 

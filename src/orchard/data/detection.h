@@ -4,7 +4,10 @@
 // MobileNet feature extractors expect.
 //
 // Boxes are normalised [ymin, xmin, ymax, xmax] in [0, 1]; classes are label-map ids,
-// 1-based (0 is the background and never appears in records).
+// 1-based (0 is the background and never appears in records). Instance masks (Mask R-CNN's
+// ground truth) are the OD API's PNG_MASKS: image/object/mask holds one PNG per box, single
+// channel, the image's size, a pixel in the mask where its value is > 0 (0/1 as
+// create_coco_tf_record.py --include_masks writes them).
 #pragma once
 
 #include <array>
@@ -32,11 +35,16 @@ struct DetectionExample {
   std::vector<bool> difficult;     // image/object/difficult (may be empty: none)
   std::vector<bool> group_of;      // image/object/group_of (may be empty: none)
   std::vector<int64_t> image_labels;  // image/class/label: verified image-level labels (Open Images)
+  std::vector<std::string> masks;     // image/object/mask: one encoded PNG per box (may be empty: none)
 };
 
 // Parses and checks one record: the four bbox lists and the labels have one length, boxes lie
-// in [0, 1] with min <= max, labels in 1..num_classes. Errors name `source` and the field.
-DetectionExample parse_detection_example(const std::string& record, const std::string& source, int64_t num_classes);
+// in [0, 1] with min <= max, labels in 1..num_classes. With `read_masks`, image/object/mask is
+// read too: as many masks as boxes (or none), each of the image's size by its header (decoded
+// only by preprocess_detection); a float list there (the OD API's NUMERICAL_MASKS) is refused.
+// Errors name `source` and the field.
+DetectionExample parse_detection_example(const std::string& record, const std::string& source, int64_t num_classes,
+                                         bool read_masks = true);
 
 // One tf.train.Example in the TF OD API schema (what `orchard data coco|shapes` write).
 std::string make_detection_example(const DetectionExample& example, const std::string& format);
@@ -90,6 +98,9 @@ struct DetectionInputOptions {
   int64_t max_boxes = 100;  // max_number_of_boxes: further boxes are dropped
   DetectionAugmentation augmentation;  // training only
   int64_t max_image_pixels = kDefaultMaxImagePixels;  // larger images are data errors (image.h)
+  // The input readers' load_instance_masks (mask_type PNG_MASKS): the samples carry a "masks"
+  // field, and a record with boxes but no image/object/mask is a data error.
+  bool load_instance_masks = false;
 };
 
 // What the pipeline carries per sample besides the image, in this order:
@@ -107,7 +118,17 @@ struct DetectionInputOptions {
 //   "image_size"    int64 [2]               height, width of the resized image, top-left in the
 //                                           sample's buffer (the rest is padding); the boxes are
 //                                           normalised to it
+// and, with load_instance_masks (the second overload), last:
+//   "masks"         bool [max_boxes, H, W]  mask i of box i, H x W = options.height x width (the
+//                                           sample buffer's): flipped and cropped as the image,
+//                                           resized to image_size by nearest neighbour (TF1's
+//                                           resize_images: source pixel floor(dst * in / out)),
+//                                           top-left like the image; false in the padding and for
+//                                           the padded boxes. Memory: max_boxes * H * W bytes per
+//                                           sample (100 boxes at 1024 x 1024: 100 MB), times the
+//                                           batch and the prefetched batches.
 std::vector<FieldSpec> detection_fields(int64_t max_boxes, int64_t num_classes);
+std::vector<FieldSpec> detection_fields(const DetectionInputOptions& options, int64_t num_classes);
 uint64_t detection_image_key(const DetectionExample& example);
 
 // The detection fields of one sample, at fields[first...] of `out` (detection_fields' order).
@@ -123,8 +144,10 @@ struct DetectionTargets {
   bool* image_labels = nullptr;
   int64_t* image_size = nullptr;
   int64_t num_classes = 0;  // image_labels has num_classes + 1 entries
+  bool* masks = nullptr;    // [max_boxes, options.height, options.width]; null: not filled
 };
-DetectionTargets detection_targets(const SampleOut& out, size_t first = 0);
+// `masks`: the fields end with "masks" (detection_fields with load_instance_masks).
+DetectionTargets detection_targets(const SampleOut& out, size_t first = 0, bool masks = false);
 
 // The size a height x width image (after augmentation) is resized to: the fixed_shape_resizer's,
 // or resize_to_range's (float32 and round-half-to-even, as TF computes it).
@@ -132,7 +155,10 @@ std::pair<int, int> resized_image_size(int height, int width, const DetectionInp
 
 // Decodes, augments (when training), resizes and scales to [-1, 1] into `image`
 // (3 * height * width floats, CHW or HWC; a smaller resized image lies top-left, the rest is
-// the pad value), and fills `targets` (null: the image only). Returns the number of boxes.
+// the pad value), and fills `targets` (null: the image only). With load_instance_masks and
+// targets->masks, the masks of the boxes kept go through the same flip and crops, then the
+// nearest-neighbour resize; one that does not decode or differs in size from the image is a
+// DataError naming `what` and image/object/mask. Returns the number of boxes.
 int64_t preprocess_detection(const DetectionExample& example, const DetectionInputOptions& options, bool training,
                              std::mt19937_64& rng, float* image, const DetectionTargets* targets,
                              const std::string& what);

@@ -157,8 +157,9 @@ std::string multilabel_record(const Scene& scene, const std::string& format, con
   return serialize_deterministic(ex);
 }
 
-// TF OD API schema: one box per shape, labelled with its kind (label-map id kind + 1).
-std::string detection_record(const Scene& scene, const std::string& format, const std::string& name) {
+// TF OD API schema: one box per shape, labelled with its kind (label-map id kind + 1); with
+// `masks` each shape's visible pixels.
+std::string detection_record(const Scene& scene, const std::string& format, const std::string& name, bool masks) {
   DetectionExample d;
   d.encoded = format == "png" ? encode_png(scene.image) : encode_jpeg(scene.image, 95);
   d.height = scene.height;
@@ -169,6 +170,8 @@ std::string detection_record(const Scene& scene, const std::string& format, cons
     d.classes.push_back(obj.kind + 1);
     d.texts.push_back(kShapeKinds[static_cast<size_t>(obj.kind)]);
   }
+  for (size_t i = 0; masks && i < scene.objects.size(); ++i)
+    d.masks.push_back(encode_gray_png(shapes_object_mask(scene, i).data(), scene.height, scene.width));
   return make_detection_example(d, format);
 }
 
@@ -204,7 +207,8 @@ std::vector<T> generate(const ShapesOptions& o, const std::string& split, int64_
 
 std::vector<std::string> make_split(const ShapesOptions& o, const std::string& split, int64_t count) {
   return generate<std::string>(o, split, count, [&](int64_t, const Scene& scene, const std::string& name) {
-    return o.task == "detection" ? detection_record(scene, o.format, name) : multilabel_record(scene, o.format, name);
+    return o.task == "detection" ? detection_record(scene, o.format, name, o.include_masks)
+                                 : multilabel_record(scene, o.format, name);
   });
 }
 
@@ -244,6 +248,7 @@ Scene make_scene(std::mt19937_64& rng, const SceneOptions& o) {
   scene.image.pixels.assign(static_cast<size_t>(height) * width * 3, 0);
   cv::Mat mat(height, width, CV_8UC3, scene.image.pixels.data());
   fill_background(rng, mat);
+  scene.object_index.assign(static_cast<size_t>(height) * width, 0);
 
   const int min_px = std::max(3, static_cast<int>(std::lround(o.min_size * n)));
   const int max_px = std::max(min_px, static_cast<int>(std::lround(o.max_size * n)));
@@ -275,6 +280,12 @@ Scene make_scene(std::mt19937_64& rng, const SceneOptions& o) {
     cv::Scalar rgb;
     for (int c = 0; c < 3; ++c) rgb[c] = (c == obj.colour ? 210 : 40) + uniform_int(rng, -20, 20);
     mat.setTo(rgb, mask);
+    const auto id = static_cast<uint8_t>(scene.objects.size() + 1);  // at most 64 objects
+    for (int r = box.y0; r < box.y1; ++r) {
+      const uint8_t* m = mask.ptr<uint8_t>(r);
+      for (int c = box.x0; c < box.x1; ++c)
+        if (m[c]) scene.object_index[static_cast<size_t>(r) * width + c] = id;
+    }
     const float rows = static_cast<float>(height), cols = static_cast<float>(width);
     obj.ymin = box.y0 / rows;
     obj.xmin = box.x0 / cols;
@@ -285,6 +296,15 @@ Scene make_scene(std::mt19937_64& rng, const SceneOptions& o) {
   }
   add_noise(rng, scene.image.pixels);
   return scene;
+}
+
+std::vector<uint8_t> shapes_object_mask(const Scene& scene, size_t object) {
+  if (object >= scene.objects.size())
+    throw Error("shapes: object " + std::to_string(object) + " of a scene of " + std::to_string(scene.objects.size()));
+  std::vector<uint8_t> mask(scene.object_index.size());
+  const auto id = static_cast<uint8_t>(object + 1);
+  for (size_t p = 0; p < mask.size(); ++p) mask[p] = scene.object_index[p] == id;
+  return mask;
 }
 
 std::vector<std::string> shapes_multilabel_classes() {
@@ -333,6 +353,9 @@ std::pair<int64_t, int64_t> write_shapes_dataset(const ShapesOptions& o) {
   if (o.task != "multilabel" && o.task != "detection" && o.task != "captioning")
     throw Error("--task must be multilabel, detection or captioning, not '" + o.task + "'");
   if (o.format != "png" && o.format != "jpeg") throw Error("--format must be png or jpeg, not '" + o.format + "'");
+  if (o.include_masks && o.task != "detection")
+    throw Error("--include_masks writes instance masks into detection records: it needs --task detection, not '" +
+                o.task + "'");
   if (o.out_dir.empty()) throw Error("--out_dir is required");
   if (o.num_train < 0 || o.num_validation < 0) throw Error("--num_train and --num_validation must be >= 0");
   if (o.train_shards < 1 || o.validation_shards < 1)

@@ -43,12 +43,19 @@ struct Scene {
   // than half of an earlier object's box (counting all later objects together).
   std::vector<ShapeObject> objects;
   Image image;  // [height, width, 3] RGB
+  // [height, width], row-major: i + 1 where object i is the one visible (drawn last there), 0 on
+  // the background. An object's visible pixels are its instance mask (as COCO annotates the
+  // visible part); its box stays the tight box of the whole drawn shape.
+  std::vector<uint8_t> object_index;
 };
 
 // Draws one scene. Uses only rng() itself (no std:: distributions, whose results differ
 // between standard libraries), so a seed gives the same pixels everywhere. Throws Error
 // for invalid options, or when min_objects cannot be placed without covering each other.
 Scene make_scene(std::mt19937_64& rng, const SceneOptions& options);
+
+// Object `object`'s visible pixels: [height, width] row-major, 1 inside, 0 elsewhere.
+std::vector<uint8_t> shapes_object_mask(const Scene& scene, size_t object);
 
 // Multi-label classes: the kinds, then the colours (circle, square, triangle, red, green, blue).
 std::vector<std::string> shapes_multilabel_classes();
@@ -77,6 +84,9 @@ struct ShapesOptions {
   // Captions describe one or two objects.
   int min_objects = -1;
   int max_objects = -1;
+  // Detection: each object's visible pixels as its instance mask (image/object/mask, one 0/1
+  // single-channel PNG per box, as create_coco_tf_record.py --include_masks writes them).
+  bool include_masks = false;
 };
 
 // The scene of record `index` of `split` ("train" or "validation"). Every record has its
@@ -90,13 +100,12 @@ Scene shapes_scene(const ShapesOptions& options, const std::string& split, int64
 // class_num float32 multi-hot values, little-endian, as tf.decode_raw(label, tf.float32)
 // reads them), name ("shapes-<split>-<index>", index zero-padded to 6 digits).
 // Detection records follow the TF OD API schema (data/detection.h): one box per shape,
-// class = kind + 1 (circle 1, square 2, triangle 3), source_id = the name; label_map.pbtxt
-// replaces labels.txt.
+// class = kind + 1 (circle 1, square 2, triangle 3), source_id = the name, with include_masks
+// each object's mask (shapes_object_mask); label_map.pbtxt replaces labels.txt.
 // Captioning records follow im2txt's SequenceExample schema (data/caption.h): scenes of two
-// objects by default (sides 0.3-0.45 of the image), one record per (image, caption) pair with the five shapes_captions, image_id =
-// index + 1, records in a seeded random order; word_counts.txt (from the training captions,
-// min_word_count 4) replaces labels.txt.
-// The output is a pure function of the options (byte-identical for one build: the image
+// objects by default (sides 0.3-0.45 of the image), one record per (image, caption) pair with the five shapes_captions,
+// image_id = index + 1, records in a seeded random order; word_counts.txt (from the training captions, min_word_count
+// 4) replaces labels.txt. The output is a pure function of the options (byte-identical for one build: the image
 // encoders and OpenCV are part of it). Returns {train count, validation count}.
 std::pair<int64_t, int64_t> write_shapes_dataset(const ShapesOptions& options);
 

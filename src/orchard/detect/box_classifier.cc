@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "orchard/core/error.h"
+#include "orchard/detect/crop_and_resize.h"
 #include "orchard/detect/sampler.h"
 #include "orchard/detect/ssd_loss.h"
 
@@ -24,7 +25,7 @@ SsdTargets detection_assignment(const at::Tensor& proposals, const at::Tensor& g
 
 ProposalTargets assign_proposals(const at::Tensor& proposals, const at::Tensor& gt_boxes, const at::Tensor& gt_classes) {
   const SsdTargets t = detection_assignment(proposals, gt_boxes, gt_classes);
-  return {proposals, t.cls_targets, t.reg_targets};
+  return {proposals, t.cls_targets, t.reg_targets, t.match};
 }
 
 ProposalTargets sample_proposals(const at::Tensor& proposals, const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
@@ -32,7 +33,8 @@ ProposalTargets sample_proposals(const at::Tensor& proposals, const at::Tensor& 
   const SsdTargets t = detection_assignment(proposals, gt_boxes, gt_classes);
   const auto sampled = balanced_sample(t.cls_weights > 0, t.matched, options.batch_size, options.balance_fraction);
   const auto rows = sampled.nonzero().view(-1);  // ascending: the proposals' order
-  return {proposals.index_select(0, rows), t.cls_targets.index_select(0, rows), t.reg_targets.index_select(0, rows)};
+  return {proposals.index_select(0, rows), t.cls_targets.index_select(0, rows), t.reg_targets.index_select(0, rows),
+          t.match.index_select(0, rows)};
 }
 
 std::map<std::string, at::Tensor> box_classifier_loss(const at::Tensor& refined_box_encodings,
@@ -94,6 +96,55 @@ Detections box_classifier_detections(const at::Tensor& refined_box_encodings, co
   nms.clip_window = {0.0f, 0.0f, static_cast<float>(image_height), static_cast<float>(image_width)};
   nms.change_coordinate_frame = true;
   return multiclass_nms(boxes, scores, nms);
+}
+
+at::Tensor mask_targets(const at::Tensor& gt_masks, const at::Tensor& proposals, const at::Tensor& match,
+                        int64_t mask_height, int64_t mask_width) {
+  if (gt_masks.dim() != 3 || proposals.dim() != 2 || proposals.size(1) != 4 || match.dim() != 1 ||
+      match.size(0) != proposals.size(0))
+    throw Error("mask_targets: gt_masks must be [G, H, W], proposals [P, 4] and match [P]");
+  const int64_t p = proposals.size(0);
+  auto out = torch::zeros({p, mask_height, mask_width}, proposals.options().dtype(torch::kFloat));
+  const auto positive = (match >= 0).nonzero().view(-1);
+  if (positive.numel() == 0 || gt_masks.size(0) == 0) return out;
+  // The proposals normalised to the masks' frame: pixel y on a mask of height H is y / H, the
+  // OD API's normalisation by the image size.
+  const float h = static_cast<float>(gt_masks.size(1)), w = static_cast<float>(gt_masks.size(2));
+  const auto scale = torch::tensor({h, w, h, w}, proposals.options().dtype(torch::kFloat));
+  const auto boxes = proposals.index_select(0, positive).to(torch::kFloat) / scale;
+  const auto crops = crop_and_resize(gt_masks.to(torch::kFloat).unsqueeze(1), boxes,
+                                     match.index_select(0, positive).to(torch::kLong), mask_height, mask_width);
+  return out.index_copy(0, positive, crops.squeeze(1));
+}
+
+at::Tensor mask_loss(const at::Tensor& mask_logits, const at::Tensor& targets, const at::Tensor& weights, float weight) {
+  if (mask_logits.dim() != 3 || targets.sizes() != mask_logits.sizes() || weights.dim() != 1 ||
+      weights.size(0) != mask_logits.size(0))
+    throw Error("mask_loss: mask_logits and targets must be [P, mh, mw] and weights [P]");
+  const auto w = weights.to(mask_logits.dtype());
+  const auto ce = torch::nn::functional::binary_cross_entropy_with_logits(
+      mask_logits, targets.to(mask_logits.dtype()),
+      torch::nn::functional::BinaryCrossEntropyWithLogitsFuncOptions().reduction(torch::kNone));
+  const auto pixels = static_cast<double>(mask_logits.size(1) * mask_logits.size(2));
+  const auto normaliser = torch::clamp_min(w.sum() * pixels, 1.0);
+  return (ce.sum({1, 2}) * w).sum() / normaliser * weight;
+}
+
+at::Tensor paste_box_masks(const at::Tensor& box_masks, const at::Tensor& boxes, int64_t image_height,
+                           int64_t image_width) {
+  if (box_masks.dim() != 3 || boxes.dim() != 2 || boxes.size(1) != 4 || boxes.size(0) != box_masks.size(0))
+    throw Error("paste_box_masks: box_masks must be [K, mh, mw] and boxes [K, 4]");
+  const int64_t k = box_masks.size(0);
+  if (k == 0) return torch::zeros({0, image_height, image_width}, box_masks.options().dtype(torch::kFloat));
+  // The unit square in the frame of each box: its corners map to the box, (0, 0) and (1, 1) of
+  // the image to (-y1 / h, -x1 / w) and ((1 - y1) / h, (1 - x1) / w).
+  const auto b = boxes.to(torch::kFloat);
+  const auto y1 = b.select(1, 0), x1 = b.select(1, 1);
+  const auto h = (b.select(1, 2) - y1).clamp_min(1e-4), w = (b.select(1, 3) - x1).clamp_min(1e-4);  // as TF's
+  const auto inverse = torch::stack({-y1 / h, -x1 / w, (1 - y1) / h, (1 - x1) / w}, 1);
+  return crop_and_resize(box_masks.to(torch::kFloat).unsqueeze(1), inverse, torch::arange(k, torch::kLong),
+                         image_height, image_width)
+      .squeeze(1);
 }
 
 }  // namespace orchard::detect

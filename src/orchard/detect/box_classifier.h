@@ -27,6 +27,7 @@ struct ProposalTargets {
   at::Tensor boxes;        // [P, 4] the sampled proposals, in their (score) order
   at::Tensor classes;      // [P] int64: the matched box's class (1-based), 0 for background
   at::Tensor reg_targets;  // [P, 4] the matched box encoded against the proposal (0 for background)
+  at::Tensor match;        // [P] int64: the matched ground-truth row, negative for background
 };
 
 // Training: matches `proposals` [K, 4] to the ground truth (gt_boxes [G, 4], gt_classes [G]
@@ -59,5 +60,25 @@ std::map<std::string, at::Tensor> box_classifier_loss(const at::Tensor& refined_
 Detections box_classifier_detections(const at::Tensor& refined_box_encodings, const at::Tensor& class_logits,
                                      const at::Tensor& proposals, int64_t image_height, int64_t image_width,
                                      BatchNmsOptions nms, const std::string& score_converter = "SOFTMAX");
+
+// Mask R-CNN's mask targets (FasterRCNNMetaArch._loss_box_classifier): each proposal's matched
+// ground-truth mask cropped at the proposal and resized bilinearly to mask_height x mask_width
+// (tf.image.crop_and_resize), zeros for background. gt_masks [G, H, W] (bool or float) share the
+// pixel frame of `proposals` [P, 4] (pixels, top-left origin); match [P] as ProposalTargets'.
+// -> [P, mask_height, mask_width] float32 in [0, 1].
+at::Tensor mask_targets(const at::Tensor& gt_masks, const at::Tensor& proposals, const at::Tensor& match,
+                        int64_t mask_height, int64_t mask_width);
+
+// "BoxClassifierLoss/mask_loss": sigmoid cross entropy of the target class's mask logits
+// [P, mh, mw] against `targets` [P, mh, mw], weighted per proposal by `weights` [P] (1 for
+// positives), summed and divided by max(sum(weights) * mh * mw, 1) (the mean per pixel of the
+// positives over the whole batch), times `weight` (second_stage_mask_prediction_loss_weight).
+at::Tensor mask_loss(const at::Tensor& mask_logits, const at::Tensor& targets, const at::Tensor& weights, float weight);
+
+// ops.reframe_box_masks_to_image_masks: box-relative masks [K, mh, mw] of `boxes` [K, 4]
+// (normalised to the image) pasted into image_height x image_width masks [K, H, W] float32, by
+// crop_and_resize with each box's inverse transform (bilinear, 0 outside the box).
+at::Tensor paste_box_masks(const at::Tensor& box_masks, const at::Tensor& boxes, int64_t image_height,
+                           int64_t image_width);
 
 }  // namespace orchard::detect

@@ -95,6 +95,9 @@ struct Detections {
   at::Tensor boxes;    // [K, 4] float32, normalised
   at::Tensor scores;   // [K] float32
   at::Tensor classes;  // [K] int64, 1-based (column c of `scores` is class c + 1)
+  // Mask R-CNN: [K, mask_height, mask_width] float32 mask probabilities in each box's frame
+  // (paste_box_masks puts them into the image); undefined for models without masks.
+  at::Tensor masks;
 };
 
 // TF multiclass_non_max_suppression for one image with one box per anchor shared by all

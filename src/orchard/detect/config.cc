@@ -94,6 +94,7 @@ const char* const kImplemented[] = {
     // the samples (0) only.
     "model.faster_rcnn.num_classes",
     "model.faster_rcnn.number_of_stages=2",
+    "model.faster_rcnn.number_of_stages=3",
     "model.faster_rcnn.image_resizer.fixed_shape_resizer.height",
     "model.faster_rcnn.image_resizer.fixed_shape_resizer.width",
     "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer.min_dimension",
@@ -120,6 +121,17 @@ const char* const kImplemented[] = {
     "model.faster_rcnn.maxpool_stride",
     "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.use_dropout",
     "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.dropout_keep_probability",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.predict_instance_masks",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.mask_height",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.mask_width",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.mask_prediction_conv_depth",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.mask_prediction_num_conv_layers",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.masks_are_class_agnostic",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.convolve_then_upsample_masks",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.conv_hyperparams.op=CONV",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.conv_hyperparams.regularizer.l2_regularizer.weight=0",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.conv_hyperparams.initializer.truncated_normal_initializer",
+    "model.faster_rcnn.second_stage_mask_prediction_loss_weight",
     "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.op=FC",
     "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.regularizer.l2_regularizer.weight=0",
     "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.initializer.variance_scaling_initializer.factor=1",
@@ -166,8 +178,11 @@ const char* const kImplemented[] = {
     "train_input_reader.tf_record_input_reader.input_path",
     "train_input_reader.max_number_of_boxes",
     "train_input_reader.num_epochs",
+    "train_input_reader.load_instance_masks",
+    "train_input_reader.mask_type",  // PNG_MASKS; others refused by detection_config with load_instance_masks
     "eval_config.num_examples",
     "eval_config.metrics_set=coco_detection_metrics",
+    "eval_config.metrics_set=coco_mask_metrics",
     "eval_config.metrics_set=pascal_voc_detection_metrics",
     "eval_config.metrics_set=weighted_pascal_voc_detection_metrics",
     "eval_config.metrics_set=oid_V2_detection_metrics",
@@ -184,6 +199,8 @@ const char* const kImplemented[] = {
     "eval_input_reader.num_epochs",
     "eval_input_reader.tf_record_input_reader.input_path",
     "eval_input_reader.sample_1_of_n_examples",
+    "eval_input_reader.load_instance_masks",
+    "eval_input_reader.mask_type",
     "model.ssd.post_processing.batch_non_max_suppression.use_static_shapes",  // same detections, unpadded
 };
 
@@ -566,20 +583,30 @@ void validate_faster_rcnn(const odp::FasterRcnn& f, std::vector<std::string>* pr
   const std::string at = "model.faster_rcnn";
   if (f.num_classes() <= 0)
     problems->push_back(at + ".num_classes must be > 0 (got " + std::to_string(f.num_classes()) + ")");
-  if (f.number_of_stages() != 2)
+  if (f.number_of_stages() != 2 && f.number_of_stages() != 3)
     problems->push_back(at + ".number_of_stages " + std::to_string(f.number_of_stages()) +
-                        " is not supported; Orchard implements 2 (" +
-                        (f.number_of_stages() == 3 ? "3 is Mask R-CNN's mask stage" : "proposals and box classifier") +
-                        ")");
+                        " is not supported; Orchard implements 2 (proposals and box classifier) and 3 (Mask R-CNN's "
+                        "masks on the final detections)");
+  const auto& mask_predictor = f.second_stage_box_predictor().mask_rcnn_box_predictor();
+  if (mask_predictor.predict_instance_masks()) {
+    if (mask_predictor.mask_height() <= 0 || mask_predictor.mask_width() <= 0 ||
+        mask_predictor.mask_prediction_num_conv_layers() < 1)
+      problems->push_back(at + ".second_stage_box_predictor.mask_rcnn_box_predictor: mask_height, mask_width and "
+                          "mask_prediction_num_conv_layers must be positive");
+  }
   const std::string& type = f.feature_extractor().type();
-  if (type != "faster_rcnn_resnet50" && type != "faster_rcnn_resnet101" && type != "faster_rcnn_resnet152")
+  if (type != "faster_rcnn_resnet50" && type != "faster_rcnn_resnet101" && type != "faster_rcnn_resnet152" &&
+      type != "faster_rcnn_inception_v2")
     problems->push_back(at + ".feature_extractor.type '" + type +
-                        "' is not supported; Orchard implements faster_rcnn_resnet50, faster_rcnn_resnet101 and "
-                        "faster_rcnn_resnet152");
+                        "' is not supported; Orchard implements faster_rcnn_resnet50, faster_rcnn_resnet101, "
+                        "faster_rcnn_resnet152 and faster_rcnn_inception_v2");
   const int stride = f.feature_extractor().first_stage_features_stride();
-  if (stride != 8 && stride != 16)  // the ResNet extractor's own check
+  if (stride != 8 && stride != 16)  // the extractors' own check
     problems->push_back(at + ".feature_extractor.first_stage_features_stride must be 8 or 16 (got " +
                         std::to_string(stride) + ")");
+  else if (type == "faster_rcnn_inception_v2" && stride != 16)  // accepted by the OD API but not applied
+    problems->push_back(at + ".feature_extractor.first_stage_features_stride 8: faster_rcnn_inception_v2's first "
+                        "stage (to Mixed_4e) has stride 16 whatever this field says; set 16");
   check_oneof(f.image_resizer(), "image_resizer_oneof", at + ".image_resizer",
               {"fixed_shape_resizer", "keep_aspect_ratio_resizer"}, problems);
   if (f.image_resizer().has_keep_aspect_ratio_resizer()) {
@@ -597,9 +624,6 @@ void validate_faster_rcnn(const odp::FasterRcnn& f, std::vector<std::string>* pr
   else
     check_oneof(f.second_stage_box_predictor(), "box_predictor_oneof", at + ".second_stage_box_predictor",
                 {"mask_rcnn_box_predictor"}, problems);
-  if (f.second_stage_box_predictor().mask_rcnn_box_predictor().predict_instance_masks())
-    problems->push_back(at + ".second_stage_box_predictor.mask_rcnn_box_predictor.predict_instance_masks (Mask R-CNN) "
-                        "is not supported");
   if (f.second_stage_box_predictor().has_rfcn_box_predictor()) return;  // R-FCN crops position-sensitively
   if (f.initial_crop_size() <= 0)
     problems->push_back(at + ".initial_crop_size must be > 0 (got " + std::to_string(f.initial_crop_size()) + ")");

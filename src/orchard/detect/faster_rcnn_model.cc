@@ -4,6 +4,7 @@
 #include <torch/nn/init.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <stdexcept>
 
 #include "orchard/detect/crop_and_resize.h"
@@ -37,6 +38,14 @@ models::ResNetOptions resnet_options(const FasterRcnnModelOptions& o, int64_t de
 
 }  // namespace
 
+int64_t mask_conv_depth(int64_t feature_channels, int64_t num_classes) {
+  // Python 3's round (half to even), as the OD API runs it.
+  const double log_depth = std::nearbyint((2.0 * std::log2(static_cast<double>(feature_channels)) +
+                                           3.0 * std::log2(static_cast<double>(num_classes))) /
+                                          5.0);
+  return static_cast<int64_t>(std::llround(std::pow(2.0, log_depth)));
+}
+
 std::optional<int64_t> faster_rcnn_resnet_depth(const std::string& feature_extractor) {
   if (feature_extractor == "faster_rcnn_resnet50") return 50;
   if (feature_extractor == "faster_rcnn_resnet101") return 101;
@@ -44,25 +53,62 @@ std::optional<int64_t> faster_rcnn_resnet_depth(const std::string& feature_extra
   return std::nullopt;
 }
 
+bool is_faster_rcnn_feature_extractor(const std::string& feature_extractor) {
+  return faster_rcnn_resnet_depth(feature_extractor) || feature_extractor == "faster_rcnn_inception_v2";
+}
+
 FasterRcnnModelImpl::FasterRcnnModelImpl(const FasterRcnnModelOptions& o) : options_(o) {
-  const auto depth = faster_rcnn_resnet_depth(o.feature_extractor);
-  TORCH_CHECK(depth, "Faster R-CNN feature extractor '", o.feature_extractor, "' is not a faster_rcnn_resnet*");
+  TORCH_CHECK(is_faster_rcnn_feature_extractor(o.feature_extractor), "Faster R-CNN feature extractor '",
+              o.feature_extractor, "' is not implemented");
   TORCH_CHECK(o.features_stride == 8 || o.features_stride == 16, "first_stage_features_stride must be 8 or 16");
-  scope_ = "resnet_v1_" + std::to_string(*depth);
-  auto first = resnet_options(o, *depth);
-  first.num_stages = 3;
-  first_stage_extractor_ = register_module("first_stage_extractor", models::ResNet(first));
+  const auto depth = faster_rcnn_resnet_depth(o.feature_extractor);
+  int64_t features = 1024, box_features = 2048;
+  if (depth) {
+    scope_ = "resnet_v1_" + std::to_string(*depth);
+    auto first = resnet_options(o, *depth);
+    first.num_stages = 3;
+    first_stage_extractor_ = register_module("first_stage_extractor", models::ResNet(first));
+  } else {
+    // FasterRCNNInceptionV2FeatureExtractor: inception_v2_base to Mixed_4e (stride 16, whatever
+    // first_stage_features_stride says), then Mixed_5a..5c on the crops; slim.conv2d's ReLU and
+    // initializer with the extractor's batch norm (decay 0.9997, epsilon 0.001, gamma).
+    scope_ = "InceptionV2";
+    models::InceptionV2Options io;
+    io.relu6 = false;
+    io.final_endpoint = "Mixed_4e";
+    inception_first_ = register_module("first_stage_extractor", models::InceptionV2(io));
+    io.first_layer = "Mixed_5a";
+    io.final_endpoint = "Mixed_5c";
+    inception_second_ = register_module("second_stage_extractor", models::InceptionV2(io));
+    features = inception_first_->output_channels();
+    box_features = inception_second_->output_channels();
+  }
   const int64_t rate = o.rpn_atrous_rate, k = o.rpn_kernel_size;
-  rpn_conv_ = register_module("rpn_conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1024, o.rpn_depth, k)
+  rpn_conv_ = register_module("rpn_conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(features, o.rpn_depth, k)
                                                                 .padding(rate * (k - 1) / 2)
                                                                 .dilation(rate)));
   const int64_t a = o.anchors_per_location;
   rpn_box_ = register_module("rpn_box_encoding", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.rpn_depth, a * 4, 1)));
   rpn_class_ = register_module("rpn_class", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.rpn_depth, a * 2, 1)));
-  second_stage_extractor_ =
-      register_module("second_stage_extractor", models::resnet_stage(1024, 512, 3, 1, resnet_options(o, *depth)));
-  box_encoding_ = register_module("box_encoding", torch::nn::Linear(2048, o.num_classes * 4));
-  class_logits_ = register_module("class_logits", torch::nn::Linear(2048, o.num_classes + 1));
+  if (depth)
+    second_stage_extractor_ =
+        register_module("second_stage_extractor", models::resnet_stage(1024, 512, 3, 1, resnet_options(o, *depth)));
+  box_encoding_ = register_module("box_encoding", torch::nn::Linear(box_features, o.num_classes * 4));
+  class_logits_ = register_module("class_logits", torch::nn::Linear(box_features, o.num_classes + 1));
+  if (o.predict_instance_masks) {
+    TORCH_CHECK(o.mask_height > 0 && o.mask_width > 0 && o.mask_num_conv_layers >= 1,
+                "mask_height, mask_width and mask_prediction_num_conv_layers must be positive");
+    const int64_t mask_depth = o.mask_conv_depth > 0 ? o.mask_conv_depth : mask_conv_depth(box_features, o.num_classes);
+    const int64_t hidden = o.mask_num_conv_layers - 1 + (o.convolve_then_upsample ? 1 : 0);
+    mask_convs_ = register_module("mask_convs", torch::nn::ModuleList());
+    int64_t channels = box_features;
+    for (int64_t i = 0; i < hidden; ++i) {
+      mask_convs_->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, mask_depth, 3).padding(1)));
+      channels = mask_depth;
+    }
+    const int64_t masks = o.masks_are_class_agnostic ? 1 : o.num_classes;
+    mask_convs_->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, masks, 3).padding(1)));
+  }
   if (!o.initialize) return;
   torch::NoGradGuard no_grad;
   // first_stage_box_predictor_conv_hyperparams (truncated normal) for the RPN's three
@@ -76,12 +122,18 @@ FasterRcnnModelImpl::FasterRcnnModelImpl(const FasterRcnnModelOptions& o) : opti
     torch::nn::init::xavier_uniform_((*fc)->weight);
     (*fc)->bias.zero_();
   }
+  if (mask_convs_)
+    for (auto& p : mask_convs_->named_parameters()) {
+      auto value = p.value();
+      if (p.key().find("weight") != std::string::npos) models::truncated_normal_(value, o.mask_init_stddev);
+      else value.zero_();
+    }
 }
 
 std::pair<int64_t, int64_t> FasterRcnnModelImpl::feature_map_size(int64_t height, int64_t width) const {
   // conv1 (7x7/2, padding 3), pool1 (3x3/2 SAME) and each strided unit (3x3/2, padding 1) all
-  // give ceil(n / 2).
-  const int halvings = options_.features_stride == 16 ? 4 : 3;
+  // give ceil(n / 2); Inception-v2's 'SAME' stride-2 layers too, four of them to Mixed_4e.
+  const int halvings = options_.features_stride == 16 || inception_first_ ? 4 : 3;
   for (int i = 0; i < halvings; ++i) {
     height = (height + 1) / 2;
     width = (width + 1) / 2;
@@ -94,11 +146,15 @@ FasterRcnnModelImpl::FirstStage FasterRcnnModelImpl::first_stage(const torch::Te
               images.sizes());
   TORCH_CHECK(images.size(2) >= 33 && images.size(3) >= 33, "Faster R-CNN's ResNet needs inputs of at least 33x33, got ",
               images.size(2), "x", images.size(3));
-  // The ResNet-v1 extractor's preprocess: RGB in 0..255 minus the ImageNet channel means.
-  const auto means = torch::tensor({123.68f, 116.779f, 103.939f}, images.options()).view({1, 3, 1, 1});
-  const auto x = (images + 1) * 127.5 - means;
   FirstStage out;
-  out.features = first_stage_extractor_->slim_block3(x, options_.features_stride);
+  if (inception_first_) {  // its preprocess: x * 2 / 255 - 1, Orchard's input
+    out.features = inception_first_->forward_layers(images);
+  } else {
+    // The ResNet-v1 extractor's preprocess: RGB in 0..255 minus the ImageNet channel means.
+    const auto means = torch::tensor({123.68f, 116.779f, 103.939f}, images.options()).view({1, 3, 1, 1});
+    const auto x = (images + 1) * 127.5 - means;
+    out.features = first_stage_extractor_->slim_block3(x, options_.features_stride);
+  }
   const auto h = torch::clamp(rpn_conv_(out.features), 0, 6);  // ReLU6
   const int64_t b = h.size(0);
   out.box_encodings = rpn_box_(h).permute({0, 2, 3, 1}).reshape({b, -1, 4});
@@ -109,14 +165,43 @@ FasterRcnnModelImpl::FirstStage FasterRcnnModelImpl::first_stage(const torch::Te
 std::pair<torch::Tensor, torch::Tensor> FasterRcnnModelImpl::second_stage(const torch::Tensor& features,
                                                                            const torch::Tensor& boxes,
                                                                            const torch::Tensor& box_indices) {
+  return box_predictor(box_classifier_features(features, boxes, box_indices));
+}
+
+torch::Tensor FasterRcnnModelImpl::box_classifier_features(const torch::Tensor& features, const torch::Tensor& boxes,
+                                                           const torch::Tensor& box_indices) {
   const int64_t c = options_.initial_crop_size;
   auto x = crop_and_resize(features, boxes, box_indices, c, c);
   if (options_.maxpool_kernel_size > 1 || options_.maxpool_stride > 1)
     x = F::max_pool2d(x, F::MaxPool2dFuncOptions(options_.maxpool_kernel_size).stride(options_.maxpool_stride));
-  x = second_stage_extractor_->forward(x).mean({2, 3});  // MaskRCNNBoxPredictor's AvgPool
+  return inception_second_ ? inception_second_->forward_layers(x) : second_stage_extractor_->forward(x);
+}
+
+std::pair<torch::Tensor, torch::Tensor> FasterRcnnModelImpl::box_predictor(const torch::Tensor& box_features) {
+  auto x = box_features.mean({2, 3});  // MaskRCNNBoxPredictor's AvgPool
   if (options_.use_dropout)
     x = F::dropout(x, F::DropoutFuncOptions().p(1 - options_.dropout_keep_probability).training(is_training()));
   return {box_encoding_(x).view({x.size(0), options_.num_classes, 4}), class_logits_(x)};
+}
+
+torch::Tensor FasterRcnnModelImpl::mask_predictor(const torch::Tensor& box_features) {
+  TORCH_CHECK(mask_convs_, "this Faster R-CNN has no mask head (predict_instance_masks is false)");
+  const int64_t mh = options_.mask_height, mw = options_.mask_width;
+  auto x = box_features;
+  const auto n = static_cast<int64_t>(mask_convs_->size());
+  if (!options_.convolve_then_upsample)
+    x = F::interpolate(x, F::InterpolateFuncOptions()
+                              .size(std::vector<int64_t>{mh, mw})
+                              .mode(torch::kBilinear)
+                              .align_corners(true));
+  for (int64_t i = 0; i < n - 1; ++i) {
+    if (options_.convolve_then_upsample && i == n - 2) {  // before the last hidden convolution
+      const int64_t sy = mh / x.size(2), sx = mw / x.size(3);
+      x = x.repeat_interleave(sy, 2).repeat_interleave(sx, 3);
+    }
+    x = torch::relu(mask_convs_[static_cast<size_t>(i)]->as<torch::nn::Conv2d>()->forward(x));
+  }
+  return mask_convs_[static_cast<size_t>(n - 1)]->as<torch::nn::Conv2d>()->forward(x);
 }
 
 void FasterRcnnModelImpl::train(bool on) {
@@ -126,14 +211,24 @@ void FasterRcnnModelImpl::train(bool on) {
     if (auto* bn = m->as<torch::nn::BatchNorm2d>()) bn->eval();
 }
 
-bool FasterRcnnModelImpl::is_prediction_head_parameter(const std::string& name) {
-  return starts_with(name, "box_encoding.") || starts_with(name, "class_logits.");
+bool FasterRcnnModelImpl::is_prediction_head_parameter(const std::string& name) const {
+  if (starts_with(name, "box_encoding.") || starts_with(name, "class_logits.")) return true;
+  // The mask predictor's last convolution has a channel per class.
+  return mask_convs_ && name.rfind("mask_convs." + std::to_string(mask_convs_->size() - 1) + ".", 0) == 0;
 }
 
 std::optional<models::TfName> FasterRcnnModelImpl::tf_name(const std::string& name, bool classification) const {
   using models::TfLayout;
   using models::TfName;
   const std::string first = "first_stage_extractor.", second = "second_stage_extractor.";
+  if (inception_first_ && (starts_with(name, first) || starts_with(name, second))) {
+    const bool first_stage = starts_with(name, first);
+    const auto& net = first_stage ? inception_first_ : inception_second_;
+    const auto n = net->tf_name(name.substr((first_stage ? first : second).size()), scope_);
+    if (!n || classification) return n;
+    return TfName{(first_stage ? "FirstStageFeatureExtractor/" : "SecondStageFeatureExtractor/") + n->name, n->layout,
+                  n->default_value, n->depthwise_multiplier};
+  }
   if (starts_with(name, first)) {
     const auto n = models::resnet_v1_slim_tf_name(name.substr(first.size()), scope_);
     if (!n || classification) return n;
@@ -154,7 +249,10 @@ std::optional<models::TfName> FasterRcnnModelImpl::tf_name(const std::string& na
   else if (module == "rpn_class") scope = "FirstStageBoxPredictor/ClassPredictor";
   else if (module == "box_encoding") scope = "SecondStageBoxPredictor/BoxEncodingPredictor";
   else if (module == "class_logits") scope = "SecondStageBoxPredictor/ClassPredictor";
-  else throw std::invalid_argument("Faster R-CNN has no variable " + name);
+  else if (starts_with(module, "mask_convs.")) {  // slim.conv2d's default scopes, in order
+    const std::string index = module.substr(std::string("mask_convs.").size());
+    scope = "SecondStageBoxPredictor/Conv" + (index == "0" ? std::string() : "_" + index);
+  } else throw std::invalid_argument("Faster R-CNN has no variable " + name);
   const bool fc = module == "box_encoding" || module == "class_logits";
   if (field == "weight") return TfName{scope + "/weights", fc ? TfLayout::kDense : TfLayout::kConv};
   if (field == "bias") return TfName{scope + "/biases"};

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
@@ -17,13 +18,15 @@
 #include <optional>
 #include <string>
 
+#include "orchard/models/inception_v2.h"
 #include "orchard/models/resnet.h"
 #include "orchard/models/tf_names.h"
 
 namespace orchard::detect {
 
 struct FasterRcnnModelOptions {
-  std::string feature_extractor = "faster_rcnn_resnet50";  // or faster_rcnn_resnet101 / 152
+  // faster_rcnn_resnet50 / 101 / 152 or faster_rcnn_inception_v2.
+  std::string feature_extractor = "faster_rcnn_resnet50";
   int64_t num_classes = 90;                                // without the background
   int64_t features_stride = 16;                            // first_stage_features_stride: 16 or 8
   bool batch_norm_trainable = false;  // false (the samples): batch norms use their moving statistics
@@ -37,28 +40,54 @@ struct FasterRcnnModelOptions {
   int64_t maxpool_stride = 2;
   bool use_dropout = false;  // mask_rcnn_box_predictor
   double dropout_keep_probability = 1.0;
+  // Mask R-CNN: mask_rcnn_box_predictor's mask head (MaskRCNNMaskHead).
+  bool predict_instance_masks = false;
+  int64_t mask_height = 15;
+  int64_t mask_width = 15;
+  int64_t mask_conv_depth = 256;       // mask_prediction_conv_depth; 0: from the features and classes
+  int64_t mask_num_conv_layers = 2;    // mask_prediction_num_conv_layers, the predicting one included
+  bool masks_are_class_agnostic = false;
+  bool convolve_then_upsample = false;  // convolve_then_upsample_masks
+  double mask_init_stddev = 0.01;       // conv_hyperparams' truncated normal
   bool initialize = true;
 };
 
+// MaskRCNNMaskHead's automatic depth (mask_prediction_conv_depth 0): 2^round((2 log2 C + 3 log2 K) / 5)
+// for C feature channels and K classes.
+int64_t mask_conv_depth(int64_t feature_channels, int64_t num_classes);
+
 // The ResNet depth of a faster_rcnn_resnet* type (50, 101 or 152); nullopt for other types.
 std::optional<int64_t> faster_rcnn_resnet_depth(const std::string& feature_extractor);
+// The feature extractors implemented: the ResNet-v1 ones and faster_rcnn_inception_v2.
+bool is_faster_rcnn_feature_extractor(const std::string& feature_extractor);
 
 class FasterRcnnModelImpl : public torch::nn::Module {
  public:
   explicit FasterRcnnModelImpl(const FasterRcnnModelOptions& options);
 
   struct FirstStage {
-    torch::Tensor features;        // [B, 1024, Hf, Wf]: rpn_features_to_crop
+    torch::Tensor features;        // [B, C, Hf, Wf]: rpn_features_to_crop (ResNet 1024, Inception-v2 576)
     torch::Tensor box_encodings;   // [B, Hf * Wf * A, 4]
     torch::Tensor objectness;      // [B, Hf * Wf * A, 2] (background, object)
   };
-  // images [B, 3, H, W] in [-1, 1] (Orchard's input), as RGB 0..255 minus the ImageNet means.
+  // images [B, 3, H, W] in [-1, 1] (Orchard's input; ResNet-v1 sees RGB 0..255 minus the ImageNet
+  // means, Inception-v2 the input as it is).
   FirstStage first_stage(const torch::Tensor& images);
   // The box classifier on the crops of `features` at `boxes` [M, 4] (normalised to the padded
   // input) of images `box_indices` [M] -> refined box encodings [M, K, 4] and class logits
   // [M, K + 1] (background first).
   std::pair<torch::Tensor, torch::Tensor> second_stage(const torch::Tensor& features, const torch::Tensor& boxes,
                                                        const torch::Tensor& box_indices);
+  // second_stage in two parts: the box classifier features of the crops (crop_and_resize, max
+  // pool, block4 [M, 2048, h, w] or Mixed_5a..5c [M, 1024, h, w]), and the box predictor on them.
+  torch::Tensor box_classifier_features(const torch::Tensor& features, const torch::Tensor& boxes,
+                                        const torch::Tensor& box_indices);
+  std::pair<torch::Tensor, torch::Tensor> box_predictor(const torch::Tensor& box_features);
+  // Mask R-CNN's mask logits [M, K (1 if class agnostic), mask_height, mask_width] from the box
+  // classifier features: bilinear resize (align_corners) to the mask size, ReLU 3x3
+  // convolutions, a final linear 3x3 convolution (convolve_then_upsample: convolutions first,
+  // nearest-neighbour upsampling, one more convolution).
+  torch::Tensor mask_predictor(const torch::Tensor& box_features);
   // The first stage's feature map size for a height x width input.
   std::pair<int64_t, int64_t> feature_map_size(int64_t height, int64_t width) const;
 
@@ -66,7 +95,7 @@ class FasterRcnnModelImpl : public torch::nn::Module {
   void train(bool on = true) override;
   const FasterRcnnModelOptions& options() const { return options_; }
   // The class-specific outputs (re-initialised for a new num_classes).
-  static bool is_prediction_head_parameter(const std::string& name);
+  bool is_prediction_head_parameter(const std::string& name) const;
   // TF1 names of the OD API's Faster R-CNN (FirstStageFeatureExtractor/resnet_v1_50/..., Conv,
   // FirstStageBoxPredictor, SecondStageFeatureExtractor/resnet_v1_50/block4, SecondStageBoxPredictor);
   // `classification`: the TF-Slim ImageNet checkpoint's (resnet_v1_50/..., block4 of the
@@ -75,11 +104,13 @@ class FasterRcnnModelImpl : public torch::nn::Module {
 
  private:
   FasterRcnnModelOptions options_;
-  std::string scope_;  // resnet_v1_50 ...
-  models::ResNet first_stage_extractor_{nullptr};
+  std::string scope_;  // resnet_v1_50 ..., InceptionV2
+  models::ResNet first_stage_extractor_{nullptr};          // ResNet-v1 to block3
+  torch::nn::Sequential second_stage_extractor_{nullptr};  // its block4
+  models::InceptionV2 inception_first_{nullptr}, inception_second_{nullptr};  // to Mixed_4e; Mixed_5a..5c
   torch::nn::Conv2d rpn_conv_{nullptr}, rpn_box_{nullptr}, rpn_class_{nullptr};
-  torch::nn::Sequential second_stage_extractor_{nullptr};
   torch::nn::Linear box_encoding_{nullptr}, class_logits_{nullptr};
+  torch::nn::ModuleList mask_convs_{nullptr};  // SecondStageBoxPredictor/Conv, Conv_1, ...; the last predicts
 };
 TORCH_MODULE(FasterRcnnModel);
 

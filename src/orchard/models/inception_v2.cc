@@ -1,6 +1,7 @@
 #include "orchard/models/inception_v2.h"
 
 #include <torch/nn/functional.h>
+#include <torch/nn/init.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
 
@@ -15,20 +16,21 @@ namespace {
 
 namespace F = torch::nn::functional;
 
-// slim.conv2d under the config's arg scope: conv ('SAME', no bias), batch norm, ReLU6.
+torch::Tensor activation(const torch::Tensor& x, bool relu6) { return relu6 ? torch::clamp(x, 0.0, 6.0) : torch::relu(x); }
+
+// slim.conv2d under the config's arg scope: conv ('SAME', no bias), batch norm, ReLU6 (or ReLU).
 class UnitImpl : public torch::nn::Module {
  public:
-  UnitImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, const InceptionV2Options& o) {
+  UnitImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, const InceptionV2Options& o) : relu6(o.relu6) {
     conv = register_module("conv",
                            torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel).stride(stride).bias(false)));
     bn = register_module("bn",
                          torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(out).momentum(o.bn_momentum).eps(o.bn_eps)));
   }
-  torch::Tensor forward(const torch::Tensor& x) {
-    return torch::clamp(batch_norm(*bn, conv2d_tf_same(*conv, x)), 0.0, 6.0);
-  }
+  torch::Tensor forward(const torch::Tensor& x) { return activation(batch_norm(*bn, conv2d_tf_same(*conv, x)), relu6); }
   torch::nn::Conv2d conv{nullptr};
   torch::nn::BatchNorm2d bn{nullptr};
+  bool relu6 = true;
 };
 TORCH_MODULE(Unit);
 
@@ -36,7 +38,7 @@ TORCH_MODULE(Unit);
 // depthwise and pointwise convolutions back to back, then batch norm and ReLU6.
 class SeparableStemImpl : public torch::nn::Module {
  public:
-  SeparableStemImpl(int64_t multiplier, int64_t out, const InceptionV2Options& o) {
+  SeparableStemImpl(int64_t multiplier, int64_t out, const InceptionV2Options& o) : relu6(o.relu6) {
     depthwise = register_module(
         "depthwise",
         torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 3 * multiplier, 7).stride(2).groups(3).bias(false)));
@@ -46,10 +48,11 @@ class SeparableStemImpl : public torch::nn::Module {
                          torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(out).momentum(o.bn_momentum).eps(o.bn_eps)));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    return torch::clamp(batch_norm(*bn, pointwise->forward(conv2d_tf_same(*depthwise, x))), 0.0, 6.0);
+    return activation(batch_norm(*bn, pointwise->forward(conv2d_tf_same(*depthwise, x))), relu6);
   }
   torch::nn::Conv2d depthwise{nullptr}, pointwise{nullptr};
   torch::nn::BatchNorm2d bn{nullptr};
+  bool relu6 = true;
 };
 TORCH_MODULE(SeparableStem);
 
@@ -105,11 +108,24 @@ InceptionV2Impl::InceptionV2Impl(const InceptionV2Options& o) {
   const auto depth = [&](int64_t d) {
     return std::max(static_cast<int64_t>(static_cast<double>(d) * o.depth_multiplier), o.min_depth);
   };
+  static const std::vector<std::string> kMixed = {"Mixed_3b", "Mixed_3c", "Mixed_4a", "Mixed_4b", "Mixed_4c",
+                                                  "Mixed_4d", "Mixed_4e", "Mixed_5a", "Mixed_5b", "Mixed_5c"};
+  const auto first = std::find(kMixed.begin(), kMixed.end(), o.first_layer);
+  const auto final = std::find(kMixed.begin(), kMixed.end(), o.final_endpoint);
+  TORCH_CHECK(o.first_layer == "Conv2d_1a_7x7" || first != kMixed.end(), "InceptionV2 has no layer ", o.first_layer);
+  TORCH_CHECK(final != kMixed.end() && (first == kMixed.end() || first <= final), "InceptionV2 cannot end at ",
+              o.final_endpoint, " after starting at ", o.first_layer);
+  const auto built = [&](const std::string& name) {
+    const auto at = std::find(kMixed.begin(), kMixed.end(), name);
+    return (first == kMixed.end() || at >= first) && at <= final;
+  };
   const int64_t multiplier = std::min<int64_t>(depth(64) / 3, 8);
   stem_multiplier_ = multiplier;
-  stem_.push_back(register_module("Conv2d_1a_7x7", SeparableStem(multiplier, depth(64), o)));
-  stem_.push_back(register_module("Conv2d_2b_1x1", Unit(depth(64), depth(64), 1, 1, o)));
-  stem_.push_back(register_module("Conv2d_2c_3x3", Unit(depth(64), depth(192), 3, 1, o)));
+  if (first == kMixed.end()) {
+    stem_.push_back(register_module("Conv2d_1a_7x7", SeparableStem(multiplier, depth(64), o)));
+    stem_.push_back(register_module("Conv2d_2b_1x1", Unit(depth(64), depth(64), 1, 1, o)));
+    stem_.push_back(register_module("Conv2d_2c_3x3", Unit(depth(64), depth(192), 3, 1, o)));
+  }
   int64_t in = depth(192);
   // A standard block: Branch_0 1x1; Branch_1 1x1, 3x3; Branch_2 1x1, 3x3, 3x3; Branch_3 pool, 1x1.
   const auto standard = [&](const std::string& name, int64_t b0, int64_t b1a, int64_t b1b, int64_t b2a, int64_t b2b,
@@ -127,8 +143,10 @@ InceptionV2Impl::InceptionV2Impl(const InceptionV2Options& o) {
     pooled->add_pool(pool, 1);
     pooled->add_unit("Conv2d_0b_1x1", Unit(in, depth(b3), 1, 1, o));
     in = depth(b0) + depth(b1b) + depth(b2b) + depth(b3);
+    if (!built(name)) return;
     mixed_.push_back(register_module(name, m));
     mixed_names_.push_back(name);
+    output_channels_ = in;
   };
   // A reduction: Branch_0 1x1, 3x3 stride 2; Branch_1 1x1, 3x3, 3x3 stride 2; Branch_2 max pool.
   const auto reduction = [&](const std::string& name, int64_t b0a, int64_t b0b, int64_t b1a, int64_t b1b) {
@@ -142,8 +160,10 @@ InceptionV2Impl::InceptionV2Impl(const InceptionV2Options& o) {
     second->add_unit("Conv2d_1a_3x3", Unit(depth(b1b), depth(b1b), 3, 2, o));
     m->add_branch()->add_pool(Pool::kMax, 2);
     in = depth(b0b) + depth(b1b) + in;
+    if (!built(name)) return;
     mixed_.push_back(register_module(name, m));
     mixed_names_.push_back(name);
+    output_channels_ = in;
   };
   standard("Mixed_3b", 64, 64, 64, 64, 96, 32, Pool::kAvg);
   standard("Mixed_3c", 64, 64, 96, 64, 96, 64, Pool::kAvg);
@@ -161,7 +181,10 @@ InceptionV2Impl::InceptionV2Impl(const InceptionV2Options& o) {
   torch::NoGradGuard no_grad;
   for (auto& m : modules(/*include_self=*/false)) {
     if (auto* c = m->as<torch::nn::Conv2d>()) {
-      truncated_normal_(c->weight, o.init_stddev);
+      if (o.relu6)
+        truncated_normal_(c->weight, o.init_stddev);
+      else  // slim.conv2d's default: xavier_initializer (uniform, fan average)
+        torch::nn::init::xavier_uniform_(c->weight);
     } else if (auto* b = m->as<torch::nn::BatchNorm2d>()) {
       b->weight.fill_(1);
       b->bias.zero_();
@@ -169,7 +192,21 @@ InceptionV2Impl::InceptionV2Impl(const InceptionV2Options& o) {
   }
 }
 
+torch::Tensor InceptionV2Impl::forward_layers(const torch::Tensor& x) {
+  auto h = x;
+  if (!stem_.empty()) {
+    h = stem_[0]->as<SeparableStemImpl>()->forward(h);
+    h = max_pool2d_tf_same(h, 3, 2);  // MaxPool_2a_3x3
+    h = stem_[1]->as<UnitImpl>()->forward(h);
+    h = stem_[2]->as<UnitImpl>()->forward(h);
+    h = max_pool2d_tf_same(h, 3, 2);  // MaxPool_3a_3x3
+  }
+  for (auto& m : mixed_) h = m->as<MixedImpl>()->forward(h);
+  return h;
+}
+
 std::vector<torch::Tensor> InceptionV2Impl::forward(const torch::Tensor& x) {
+  TORCH_CHECK(!stem_.empty() && mixed_names_.back() == "Mixed_5c", "InceptionV2::forward needs the whole base");
   auto h = stem_[0]->as<SeparableStemImpl>()->forward(x);
   h = max_pool2d_tf_same(h, 3, 2);  // MaxPool_2a_3x3
   h = stem_[1]->as<UnitImpl>()->forward(h);

@@ -32,6 +32,13 @@ struct InceptionV2Options {
   int64_t min_depth = 16;
   double bn_momentum = 0.0003, bn_eps = 0.001;  // the configs' decay 0.9997, epsilon 0.001
   double init_stddev = 0.03;                    // the configs' truncated normal
+  // The layers built, from the stem (Conv2d_1a_7x7) or a mixed layer to a mixed layer: Faster
+  // R-CNN's first stage is Conv2d_1a_7x7 .. Mixed_4e, its second stage Mixed_5a .. Mixed_5c.
+  std::string first_layer = "Conv2d_1a_7x7";
+  std::string final_endpoint = "Mixed_5c";
+  // ReLU6 (the SSD configs' conv_hyperparams) or slim.conv2d's default ReLU with Glorot-uniform
+  // kernels (the Faster R-CNN extractor's arg scope, which sets only the batch norm).
+  bool relu6 = true;
 };
 
 class InceptionV2Impl : public torch::nn::Module {
@@ -39,6 +46,9 @@ class InceptionV2Impl : public torch::nn::Module {
   explicit InceptionV2Impl(const InceptionV2Options& options);
   // Mixed_4c (stride 16) and Mixed_5c (stride 32), the maps ssd_inception_v2 takes.
   std::vector<torch::Tensor> forward(const torch::Tensor& x);
+  // The built layers in order -> the last one's output (first_layer .. final_endpoint).
+  torch::Tensor forward_layers(const torch::Tensor& x);
+  int64_t output_channels() const { return output_channels_; }
   int64_t mixed_4c_channels() const { return mixed_4c_channels_; }
   int64_t mixed_5c_channels() const { return mixed_5c_channels_; }
   // TF's name of a variable under `scope` ("FeatureExtractor/InceptionV2" in the OD API);
@@ -46,7 +56,7 @@ class InceptionV2Impl : public torch::nn::Module {
   std::optional<TfName> tf_name(const std::string& name, const std::string& scope) const;
 
  private:
-  int64_t mixed_4c_channels_ = 0, mixed_5c_channels_ = 0, stem_multiplier_ = 1;
+  int64_t mixed_4c_channels_ = 0, mixed_5c_channels_ = 0, output_channels_ = 0, stem_multiplier_ = 1;
   std::vector<std::shared_ptr<torch::nn::Module>> stem_, mixed_;  // in order
   std::vector<std::string> mixed_names_;
 };

@@ -18,6 +18,8 @@
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/data/image.h"
+#include "orchard/detect/box_classifier.h"
+#include "orchard/detect/coco_mask.h"
 #include "orchard/detect/config.h"
 #include "orchard/detect/label_map.h"
 #include "orchard/train/optimizers.h"
@@ -386,6 +388,20 @@ Loaded load_for_inference(DetectFlags& f) {
   return load(f, f.pipeline_config_path.empty() ? cfg : f.pipeline_config_path);
 }
 
+// Blends `rgb` at half strength into the pixels where `mask` [H, W] (bool) is set.
+void tint(data::Image* image, const at::Tensor& mask, const std::array<uint8_t, 3>& rgb) {
+  const auto m = mask.to(torch::kUInt8).contiguous();
+  const uint8_t* on = m.data_ptr<uint8_t>();
+  const size_t n = static_cast<size_t>(image->height) * static_cast<size_t>(image->width);
+  if (static_cast<size_t>(m.numel()) != n) return;
+  for (size_t p = 0; p < n; ++p)
+    if (on[p])
+      for (size_t c = 0; c < 3; ++c) {
+        uint8_t& v = image->pixels[3 * p + c];
+        v = static_cast<uint8_t>((v + rgb[c] + 1) / 2);
+      }
+}
+
 void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const std::string& checkpoint,
                  const std::string& output_dir, double min_score, bool json_out, int64_t batch_size) {
   train::configure_threads(f.num_threads);
@@ -445,6 +461,7 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
       json boxes = json::array();
       std::vector<data::Box> drawn;
       std::vector<std::string> labels;
+      std::vector<at::Tensor> masks;  // Mask R-CNN: [H, W] bool in the image's pixels
       std::string line = files[i] + ": [xmin,ymin,xmax,ymax px]";
       for (int64_t k = 0; k < d.scores.size(0); ++k) {
         const double score = d.scores[k].item<double>();
@@ -453,12 +470,21 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
         const auto b = d.boxes[k];
         const data::Box box{b[0].item<float>(), b[1].item<float>(), b[2].item<float>(), b[3].item<float>()};
         const std::string name = l.label_map.display(static_cast<int>(cls));
-        boxes.push_back({{"class_id", cls},
-                         {"label", name},
-                         {"score", score},
-                         {"box", {box.ymin, box.xmin, box.ymax, box.xmax}}});
+        json entry = {{"class_id", cls}, {"label", name}, {"score", score}, {"box", {box.ymin, box.xmin, box.ymax, box.xmax}}};
         line += fmt::format(" {} {:.2f} [{:.0f},{:.0f},{:.0f},{:.0f}]", name, score, box.xmin * size.width,
                             box.ymin * size.height, box.xmax * size.width, box.ymax * size.height);
+        if (d.masks.defined()) {
+          // The box's mask pasted into the image and thresholded at 0.5 (the OD API's
+          // detection_masks reframed), as a COCO RLE.
+          const auto mask =
+              detect::paste_box_masks(d.masks.narrow(0, k, 1), d.boxes.narrow(0, k, 1), size.height, size.width)[0] > 0.5f;
+          const auto bytes = mask.to(torch::kUInt8).contiguous();
+          const auto rle = detect::rle_encode(bytes.data_ptr<uint8_t>(), size.height, size.width);
+          entry["mask"] = {{"size", {size.height, size.width}}, {"counts", detect::rle_to_string(rle)}};
+          line += fmt::format(" mask {} px", detect::rle_area(rle));
+          masks.push_back(mask);
+        }
+        boxes.push_back(entry);
         drawn.push_back(box);
         labels.push_back(fmt::format("{} {:.2f}", name, score));
       }
@@ -474,6 +500,7 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
         std::cout << line << "\n";
       if (!output_dir.empty()) {
         auto image = data::decode_image(encoded, files[i], f.max_image_pixels);
+        for (const auto& mask : masks) tint(&image, mask, {255, 32, 32});
         data::draw_boxes(&image, drawn, labels, {255, 32, 32});
         atomic_write_file(drawn_path(files[i]), data::encode_png(image));
       }

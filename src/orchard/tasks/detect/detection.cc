@@ -8,7 +8,9 @@
 
 #include "orchard/core/error.h"
 #include "orchard/data/image.h"
+#include "orchard/detect/box_classifier.h"
 #include "orchard/detect/coco_eval.h"
+#include "orchard/detect/coco_mask.h"
 #include "orchard/detect/voc_eval.h"
 
 namespace orchard::tasks {
@@ -28,11 +30,55 @@ data::Image to_image(const at::Tensor& input, bool channels_last) {
   return im;
 }
 
+// An instance mask's run lengths in an evaluation row stream: height, width, the number of runs,
+// the runs (exact in doubles up to 2^53 pixels).
+void append_rle(const detect::Rle& rle, std::vector<double>* out) {
+  out->push_back(static_cast<double>(rle.h));
+  out->push_back(static_cast<double>(rle.w));
+  out->push_back(static_cast<double>(rle.counts.size()));
+  for (uint32_t c : rle.counts) out->push_back(static_cast<double>(c));
+}
+
+// The masks of a row stream, in order.
+std::vector<detect::Rle> read_rles(const at::Tensor& rows, const char* name) {
+  std::vector<detect::Rle> out;
+  if (!rows.defined()) return out;
+  const auto v = rows.contiguous();
+  const double* p = v.data_ptr<double>();
+  const int64_t n = v.numel();
+  for (int64_t i = 0; i < n;) {
+    if (i + 3 > n) throw Error(std::string("evaluation rows ") + name + ": a truncated mask");
+    detect::Rle rle;
+    rle.h = static_cast<int64_t>(p[i]);
+    rle.w = static_cast<int64_t>(p[i + 1]);
+    const auto runs = static_cast<int64_t>(p[i + 2]);
+    i += 3;
+    if (runs < 0 || i + runs > n) throw Error(std::string("evaluation rows ") + name + ": a truncated mask");
+    rle.counts.reserve(static_cast<size_t>(runs));
+    for (int64_t r = 0; r < runs; ++r) rle.counts.push_back(static_cast<uint32_t>(p[i + r]));
+    i += runs;
+    out.push_back(std::move(rle));
+  }
+  return out;
+}
+
+detect::Rle encode_mask(const at::Tensor& mask) {  // [H, W] bool
+  const auto bytes = mask.to(torch::kUInt8).contiguous();
+  return detect::rle_encode(bytes.data_ptr<uint8_t>(), bytes.size(0), bytes.size(1));
+}
+
+bool has_metrics_set(const DetectionConfig& config, const std::string& name) {
+  return std::find(config.metrics_sets.begin(), config.metrics_sets.end(), name) != config.metrics_sets.end();
+}
+
 }  // namespace
 
 DetectionTask::DetectionTask(const DetectionConfig& config) : config_(config) {
   if (!config_.model) throw Error("detection: no model configured (pipeline.config's model)");
   meta_ = config_.model->build(config_.num_classes, config_.input);
+  if (has_metrics_set(config_, "coco_mask_metrics") && !meta_->predicts_masks())
+    throw Error("eval_config.metrics_set coco_mask_metrics needs a model that predicts instance masks (Mask R-CNN: "
+                "mask_rcnn_box_predictor.predict_instance_masks); " + meta_->name() + " predicts boxes only");
   for (auto& p : meta_->module()->parameters())
     if (p.dim() == 4) l2_params_.push_back(p);  // conv kernels: conv_hyperparams' l2_regularizer
 }
@@ -45,7 +91,7 @@ data::SampleSpec DetectionTask::sample_spec() const {
   data::SampleSpec spec;
   const int64_t h = config_.input.height, w = config_.input.width;
   spec.image_shape = config_.input.channels_last ? std::vector<int64_t>{h, w, 3} : std::vector<int64_t>{3, h, w};
-  spec.fields = data::detection_fields(config_.input.max_boxes, config_.num_classes);
+  spec.fields = data::detection_fields(config_.input, config_.num_classes);  // "masks" last with load_instance_masks
   return spec;
 }
 
@@ -54,8 +100,8 @@ data::ParseFn DetectionTask::parser(bool training) const {
   const int64_t num_classes = config_.num_classes;
   return [input, num_classes, training](const std::string& record, const std::string& source, std::mt19937_64& rng,
                                         const data::SampleOut& out) {
-    const auto example = data::parse_detection_example(record, source, num_classes);
-    auto targets = data::detection_targets(out);
+    const auto example = data::parse_detection_example(record, source, num_classes, input.load_instance_masks);
+    auto targets = data::detection_targets(out, 0, input.load_instance_masks);
     targets.num_classes = num_classes;
     data::preprocess_detection(example, input, training, rng, out.image, &targets, source);
   };
@@ -256,6 +302,40 @@ void DetectionTask::eval_step(const torch::Tensor& outputs, const data::Batch& b
   auto as_rows = [](std::vector<double>& v, int64_t k) {
     return torch::from_blob(v.data(), {static_cast<int64_t>(v.size()) / k, k}, torch::kDouble).clone();
   };
+  if (has_metrics_set(config_, "coco_mask_metrics")) {
+    // The masks in the original images' pixels, in the order of the box rows: the ground truth's
+    // cut from the sample buffer to the resized image and resized back (nearest neighbour), the
+    // detections' pasted from their boxes and thresholded at 0.5 (the OD API's eval_util).
+    if (!batch.fields.count("masks"))
+      throw Error("eval_config.metrics_set coco_mask_metrics needs the evaluation records' instance masks: set "
+                  "load_instance_masks: true and mask_type: PNG_MASKS in eval_input_reader");
+    const auto gt_masks = batch.field("masks").to(torch::kCPU);
+    std::vector<double> gt_runs, det_runs;
+    for (int64_t i = 0; i < batch.size; ++i) {
+      const int64_t h0 = sizes[i][0].item<int64_t>(), w0 = sizes[i][1].item<int64_t>();
+      int64_t h = shape.height > 0 ? shape.height : gt_masks.size(2), w = shape.height > 0 ? shape.width : gt_masks.size(3);
+      if (!shape.image_sizes.empty()) std::tie(h, w) = shape.image_sizes[static_cast<size_t>(i)];
+      const int64_t count = counts[i].item<int64_t>();
+      if (count > 0) {
+        const auto resized = torch::nn::functional::interpolate(
+            gt_masks[i].narrow(0, 0, count).narrow(1, 0, h).narrow(2, 0, w).to(torch::kFloat).unsqueeze(0),
+            torch::nn::functional::InterpolateFuncOptions()
+                .size(std::vector<int64_t>{h0, w0})
+                .mode(torch::kNearest))[0];
+        for (int64_t j = 0; j < count; ++j) append_rle(encode_mask(resized[j] > 0.5f), &gt_runs);
+      }
+      const auto& d = detections[static_cast<size_t>(i)];
+      const int64_t found = d.boxes.size(0);
+      if (found > 0 && !d.masks.defined()) throw Error("coco_mask_metrics: the model returned detections without masks");
+      for (int64_t k0 = 0; k0 < found; k0 += 16) {  // a few full-size masks at a time
+        const int64_t n = std::min<int64_t>(16, found - k0);
+        const auto pasted = detect::paste_box_masks(d.masks.narrow(0, k0, n), d.boxes.narrow(0, k0, n), h0, w0);
+        for (int64_t k = 0; k < n; ++k) append_rle(encode_mask(pasted[k] > 0.5f), &det_runs);
+      }
+    }
+    sums->append_rows("coco_mask_groundtruth", as_rows(gt_runs, 1));
+    sums->append_rows("coco_mask_detections", as_rows(det_runs, 1));
+  }
   sums->append_rows("coco_images", as_rows(images, 1));
   sums->append_rows("coco_groundtruth", as_rows(gts, 7));
   sums->append_rows("coco_detections", as_rows(dets, 7));
@@ -297,6 +377,42 @@ std::map<std::string, double> DetectionTask::compute_metrics(const MetricSums& s
   read("image_labels", &label_rows);
   auto flag = [](double flags, int bit) { return (static_cast<int>(flags) & bit) != 0; };
   for (const auto& metrics_set : config_.metrics_sets) {
+    if (metrics_set == "coco_mask_metrics") {
+      // pycocotools' segm evaluation of the masks, each in the order of its box row.
+      const auto gt_masks = read_rles(s.rows("coco_mask_groundtruth"), "coco_mask_groundtruth");
+      const auto det_masks = read_rles(s.rows("coco_mask_detections"), "coco_mask_detections");
+      if (gt_masks.size() != gt_rows.size() || det_masks.size() != det_rows.size())
+        throw Error(fmt::format("coco_mask_metrics: {} ground-truth masks for {} boxes, {} detection masks for {}",
+                                gt_masks.size(), gt_rows.size(), det_masks.size(), det_rows.size()));
+      detect::CocoEvaluator coco(detect::CocoIouType::kSegm);
+      for (const auto& r : image_rows) coco.add_image(static_cast<int64_t>(r[0]));
+      for (size_t i = 0; i < gt_rows.size(); ++i) {
+        const auto& r = gt_rows[i];
+        detect::CocoGroundTruth g;
+        g.image_id = static_cast<int64_t>(r[0]);
+        g.category_id = static_cast<int64_t>(r[1]);
+        g.x = r[2], g.y = r[3], g.w = r[4], g.h = r[5];
+        g.iscrowd = flag(r[6], kCrowd);
+        g.mask = gt_masks[i];
+        coco.add_ground_truth(g);
+      }
+      for (size_t i = 0; i < det_rows.size(); ++i) {
+        const auto& r = det_rows[i];
+        detect::CocoDetection d;
+        d.image_id = static_cast<int64_t>(r[0]);
+        d.category_id = static_cast<int64_t>(r[1]);
+        d.score = r[2];
+        d.x = r[3], d.y = r[4], d.w = r[5], d.h = r[6];
+        d.mask = det_masks[i];
+        coco.add_detection(d);
+      }
+      std::map<int64_t, std::string> names;
+      if (config_.per_category_metrics)
+        for (size_t c = 0; c < config_.class_names.size(); ++c) names[static_cast<int64_t>(c + 1)] = config_.class_names[c];
+      const auto result = coco.evaluate();
+      for (const auto& [name, value] : config_.per_category_metrics ? result.named(names) : result.named()) m[name] = value;
+      continue;
+    }
     if (metrics_set == "coco_detection_metrics") {
       detect::CocoEvaluator coco;
       for (const auto& r : image_rows) coco.add_image(static_cast<int64_t>(r[0]));

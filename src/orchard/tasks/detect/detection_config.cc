@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "orchard/core/error.h"
 #include "orchard/detect/voc_eval.h"
 #include "orchard/proto/object_detection/pipeline.pb.h"
 #include "orchard/tasks/detect/detection.h"
@@ -25,6 +26,18 @@ data::SsdRandomCropOperation crop_operation(const Op& op) {
   return o;
 }
 
+// load_instance_masks of one input reader; masks are read as PNG_MASKS only (mask_type unset
+// reads them too: the bench's and the samples' records hold PNGs whatever the proto's default).
+bool loads_instance_masks(const object_detection::protos::InputReader& reader, const char* name) {
+  if (!reader.load_instance_masks()) return false;
+  if (reader.has_mask_type() && reader.mask_type() != object_detection::protos::PNG_MASKS)
+    throw Error(std::string(name) + ".mask_type " +
+                object_detection::protos::InstanceMaskType_Name(reader.mask_type()) +
+                " is not supported: Orchard reads PNG_MASKS (image/object/mask as one PNG per object, as "
+                "create_coco_tf_record.py --include_masks writes them)");
+  return true;
+}
+
 }  // namespace
 
 DetectionConfig detection_config(const object_detection::protos::TrainEvalPipelineConfig& pipeline,
@@ -40,6 +53,12 @@ DetectionConfig detection_config(const object_detection::protos::TrainEvalPipeli
   c.input.keep_aspect_ratio = model.keep_aspect_ratio;
   c.input.channels_last = channels_last;
   c.input.max_boxes = pipeline.train_input_reader().max_number_of_boxes();
+  // Training and evaluation share one sample layout: the masks are loaded for both when either
+  // input reader asks for them (Orchard reads the first eval_input_reader).
+  const bool train_masks = loads_instance_masks(pipeline.train_input_reader(), "train_input_reader");
+  const bool eval_masks =
+      pipeline.eval_input_reader_size() > 0 && loads_instance_masks(pipeline.eval_input_reader(0), "eval_input_reader");
+  c.input.load_instance_masks = train_masks || eval_masks;
   for (const auto& step : pipeline.train_config().data_augmentation_options()) {
     if (step.has_random_horizontal_flip()) {
       c.input.augmentation.random_horizontal_flip = true;
@@ -78,7 +97,7 @@ DetectionConfig detection_config(const object_detection::protos::TrainEvalPipeli
   // Sets Orchard does not compute were reported by validate_pipeline_config and are left out.
   std::vector<std::string> sets;
   for (const auto& set : pipeline.eval_config().metrics_set())
-    if (set == "coco_detection_metrics" || detect::VocMetricsOptions::is_metrics_set(set))
+    if (set == "coco_detection_metrics" || set == "coco_mask_metrics" || detect::VocMetricsOptions::is_metrics_set(set))
       if (std::find(sets.begin(), sets.end(), set) == sets.end()) sets.push_back(set);
   if (!sets.empty()) c.metrics_sets = sets;
   c.num_visualizations = static_cast<int>(pipeline.eval_config().num_visualizations());

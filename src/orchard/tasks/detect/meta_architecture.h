@@ -52,6 +52,8 @@ class MetaArchitecture {
   virtual std::map<std::string, at::Tensor> loss(const at::Tensor& outputs, const InputShape& input,
                                                  const std::vector<at::Tensor>& gt_boxes,
                                                  const std::vector<at::Tensor>& gt_classes) = 0;
+  // Whether postprocess returns instance masks (Detections::masks).
+  virtual bool predicts_masks() const { return false; }
   // Score conversion, box decoding and non-max suppression, on the CPU; boxes clipped to each
   // image and normalised to it (not to the padded input).
   virtual std::vector<detect::Detections> postprocess(const at::Tensor& outputs, const InputShape& input) const = 0;

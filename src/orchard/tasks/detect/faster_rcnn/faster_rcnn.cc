@@ -33,6 +33,17 @@ ParsedModel parse_faster_rcnn(const pb::TrainEvalPipelineConfig& pipeline) {
   const auto& predictor = f.second_stage_box_predictor().mask_rcnn_box_predictor();
   c.model.use_dropout = predictor.use_dropout();
   c.model.dropout_keep_probability = predictor.dropout_keep_probability();
+  c.model.predict_instance_masks = predictor.predict_instance_masks();
+  c.model.mask_height = predictor.mask_height();
+  c.model.mask_width = predictor.mask_width();
+  c.model.mask_conv_depth = predictor.mask_prediction_conv_depth();
+  c.model.mask_num_conv_layers = predictor.mask_prediction_num_conv_layers();
+  c.model.masks_are_class_agnostic = predictor.masks_are_class_agnostic();
+  c.model.convolve_then_upsample = predictor.convolve_then_upsample_masks();
+  const auto& mask_init = predictor.conv_hyperparams().initializer();
+  if (mask_init.has_truncated_normal_initializer())
+    c.model.mask_init_stddev = mask_init.truncated_normal_initializer().stddev();
+  c.mask_loss_weight = f.second_stage_mask_prediction_loss_weight();
 
   const auto& grid = f.first_stage_anchor_generator().grid_anchor_generator();
   if (grid.scales_size() > 0) c.anchors.scales.assign(grid.scales().begin(), grid.scales().end());
@@ -98,6 +109,9 @@ struct FasterRcnnMetaArchitecture::Unpacked {
   at::Tensor box_encodings, objectness;  // [B, A, 4], [B, A, 2]
   at::Tensor boxes, valid;               // [B, P, 4], [B, P]
   at::Tensor refined, logits;            // [B, P, K, 4], [B, P, K + 1]
+  // Mask R-CNN, training: [B, P, mh * mw] twice and [B, P]; inference: [B, D, 7 + mh * mw].
+  at::Tensor mask_logits, mask_targets, mask_weights;
+  at::Tensor detections;
 };
 
 std::unique_ptr<MetaArchitecture> FasterRcnnConfig::build(int64_t num_classes,
@@ -135,6 +149,10 @@ at::Tensor FasterRcnnMetaArchitecture::forward(const at::Tensor& input_images, c
   if (images.dim() == 4 && images.size(1) != 3 && images.size(3) == 3) images = images.permute({0, 3, 1, 2});
   const int64_t batch = images.size(0), height = images.size(2), width = images.size(3);
   const bool training = targets != nullptr;
+  const bool masks = config_.model.predict_instance_masks;
+  if (training && masks && !targets->fields.count("masks"))
+    throw Error("model.faster_rcnn predicts instance masks (Mask R-CNN) but the training records' masks are not "
+                "loaded: set load_instance_masks: true and mask_type: PNG_MASKS in train_input_reader");
   auto first = model_->first_stage(images);
   const auto all_anchors = anchors(height, width);
   TORCH_CHECK(first.box_encodings.size(1) == all_anchors.size(0), "Faster R-CNN: ", first.box_encodings.size(1),
@@ -157,7 +175,8 @@ at::Tensor FasterRcnnMetaArchitecture::forward(const at::Tensor& input_images, c
   // The second stage's proposals: training's balanced minibatch against the ground truth (in
   // pixels of each image, crowd regions left out), or all of them.
   const int64_t slots = training ? config_.second_stage.batch_size : config_.rpn.max_proposals;
-  std::vector<at::Tensor> boxes(static_cast<size_t>(batch));
+  const int64_t mh = config_.model.mask_height, mw = config_.model.mask_width;
+  std::vector<at::Tensor> boxes(static_cast<size_t>(batch)), sampled_classes, sampled_mask_targets;
   for (int64_t i = 0; i < batch; ++i) {
     const auto& p = proposals[static_cast<size_t>(i)].boxes;
     if (!training) {
@@ -170,9 +189,16 @@ at::Tensor FasterRcnnMetaArchitecture::forward(const at::Tensor& input_images, c
     const auto gt = targets->field("boxes")[i].narrow(0, 0, n).to(torch::kCPU, torch::kFloat).index({trained}) *
                     pixels(h, w, torch::TensorOptions());
     const auto classes = targets->field("classes")[i].narrow(0, 0, n).to(torch::kCPU).index({trained});
-    boxes[static_cast<size_t>(i)] = detect::sample_proposals(p, gt, classes, config_.second_stage).boxes;
+    const auto sample = detect::sample_proposals(p, gt, classes, config_.second_stage);
+    boxes[static_cast<size_t>(i)] = sample.boxes;
+    if (masks) {
+      // The masks share the proposals' pixel frame: the image top-left in the sample buffer.
+      const auto gt_masks = targets->field("masks")[i].narrow(0, 0, n).to(torch::kCPU).index({trained});
+      sampled_classes.push_back(sample.classes);
+      sampled_mask_targets.push_back(detect::mask_targets(gt_masks, sample.boxes, sample.match, mh, mw));
+    }
   }
-  std::vector<at::Tensor> rows, image_index, slot;
+  std::vector<at::Tensor> image_index, slot;
   for (int64_t i = 0; i < batch; ++i) {
     const int64_t n = boxes[static_cast<size_t>(i)].size(0);
     TORCH_CHECK(n <= slots, "Faster R-CNN: ", n, " proposals for ", slots, " slots");
@@ -181,40 +207,114 @@ at::Tensor FasterRcnnMetaArchitecture::forward(const at::Tensor& input_images, c
   }
   const auto all_boxes = torch::cat(boxes).to(images.device(), torch::kFloat);
   const auto box_index = torch::cat(image_index).to(images.device());
-  const int64_t k = config_.model.num_classes, columns = 4 + 1 + 4 * k + k + 1;
+  const int64_t k = config_.model.num_classes;
+  const int64_t columns = 4 + 1 + 4 * k + k + 1 + (training && masks ? 2 * mh * mw + 1 : 0);
   auto per_proposal = torch::zeros({batch * slots, columns}, images.options().dtype(torch::kFloat));
+  at::Tensor refined, logits;
   if (all_boxes.size(0) > 0) {
     const auto normalised = all_boxes / pixels(height, width, all_boxes.options());
-    auto [refined, logits] = model_->second_stage(first.features, normalised, box_index);
+    const auto box_features = model_->box_classifier_features(first.features, normalised, box_index);
+    std::tie(refined, logits) = model_->box_predictor(box_features);
     const int64_t m = all_boxes.size(0);
-    const auto packed = torch::cat({all_boxes, torch::ones({m, 1}, all_boxes.options()),
-                                    refined.reshape({m, 4 * k}).to(torch::kFloat), logits.to(torch::kFloat)},
-                                   1);
-    per_proposal = per_proposal.index_copy(0, torch::cat(slot).to(images.device()), packed);
+    std::vector<at::Tensor> parts = {all_boxes, torch::ones({m, 1}, all_boxes.options()),
+                                     refined.reshape({m, 4 * k}).to(torch::kFloat), logits.to(torch::kFloat)};
+    if (training && masks) {
+      // The mask of each proposal's target class (background: channel 0, weight 0).
+      const auto classes = torch::cat(sampled_classes).to(images.device(), torch::kLong);
+      const auto channel = config_.model.masks_are_class_agnostic ? torch::zeros_like(classes)
+                                                                  : (classes - 1).clamp_min(0);
+      const auto chosen = model_->mask_predictor(box_features)
+                              .gather(1, channel.view({m, 1, 1, 1}).expand({m, 1, mh, mw}))
+                              .reshape({m, mh * mw});
+      parts.push_back(chosen.to(torch::kFloat));
+      parts.push_back(torch::cat(sampled_mask_targets).reshape({m, mh * mw}).to(images.device(), torch::kFloat));
+      parts.push_back((classes > 0).to(torch::kFloat).unsqueeze(1));
+    }
+    per_proposal = per_proposal.index_copy(0, torch::cat(slot).to(images.device()), torch::cat(parts, 1));
   }
   const auto flag = torch::full({batch, 1}, training ? 1.0f : 0.0f, per_proposal.options());
-  return torch::cat({flag, first.box_encodings.reshape({batch, -1}).to(torch::kFloat),
-                     first.objectness.reshape({batch, -1}).to(torch::kFloat), per_proposal.view({batch, -1})},
-                    1);
+  std::vector<at::Tensor> out = {flag, first.box_encodings.reshape({batch, -1}).to(torch::kFloat),
+                                 first.objectness.reshape({batch, -1}).to(torch::kFloat),
+                                 per_proposal.view({batch, -1})};
+  if (!training && masks) out.push_back(third_stage(first.features, proposals, refined, logits, height, width));
+  return torch::cat(out, 1);
+}
+
+at::Tensor FasterRcnnMetaArchitecture::third_stage(const at::Tensor& features,
+                                                   const std::vector<detect::Proposals>& proposals,
+                                                   const at::Tensor& refined, const at::Tensor& logits, int64_t height,
+                                                   int64_t width) {
+  // _predict_third_stage: the box classifier's detections (normalised to the input), crops of
+  // the features at them through the second stage again, and the mask of each one's class.
+  const int64_t batch = features.size(0), d = config_.nms.max_total_detections;
+  const int64_t mh = config_.model.mask_height, mw = config_.model.mask_width, columns = 7 + mh * mw;
+  auto out = torch::zeros({batch, d, columns}, features.options().dtype(torch::kFloat));
+  std::vector<at::Tensor> boxes, image_index, classes, slot, rows;
+  int64_t offset = 0;
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t n = proposals[static_cast<size_t>(i)].boxes.size(0);
+    auto det = detect::Detections();
+    if (n > 0)
+      det = detect::box_classifier_detections(refined.narrow(0, offset, n), logits.narrow(0, offset, n),
+                                              proposals[static_cast<size_t>(i)].boxes, height, width, config_.nms,
+                                              config_.score_converter);
+    offset += n;
+    if (!det.boxes.defined() || det.boxes.size(0) == 0) continue;
+    const int64_t found = std::min(det.boxes.size(0), d);
+    boxes.push_back(det.boxes.narrow(0, 0, found));
+    classes.push_back(det.classes.narrow(0, 0, found));
+    image_index.push_back(torch::full({found}, i, torch::kLong));
+    slot.push_back(torch::arange(found, torch::kLong) + i * d);
+    rows.push_back(torch::cat({det.boxes.narrow(0, 0, found), det.scores.narrow(0, 0, found).unsqueeze(1),
+                               det.classes.narrow(0, 0, found).to(torch::kFloat).unsqueeze(1),
+                               torch::ones({found, 1})},
+                              1));
+  }
+  if (boxes.empty()) return out.view({batch, -1});
+  const auto device = features.device();
+  const auto all_boxes = torch::cat(boxes).to(device);
+  const auto box_features = model_->box_classifier_features(features, all_boxes, torch::cat(image_index).to(device));
+  const auto all_classes = torch::cat(classes).to(device);
+  const int64_t m = all_boxes.size(0);
+  const auto channel =
+      config_.model.masks_are_class_agnostic ? torch::zeros_like(all_classes) : (all_classes - 1).clamp_min(0);
+  const auto masks = model_->mask_predictor(box_features)
+                         .gather(1, channel.view({m, 1, 1, 1}).expand({m, 1, mh, mw}))
+                         .sigmoid()
+                         .reshape({m, mh * mw});
+  const auto packed = torch::cat({torch::cat(rows).to(device), masks.to(torch::kFloat)}, 1);
+  return out.view({batch * d, columns}).index_copy(0, torch::cat(slot).to(device), packed).view({batch, -1});
 }
 
 FasterRcnnMetaArchitecture::Unpacked FasterRcnnMetaArchitecture::unpack(const at::Tensor& outputs, int64_t height,
                                                                         int64_t width) const {
   const int64_t batch = outputs.size(0), a = anchors(height, width).size(0);
-  const int64_t k = config_.model.num_classes, columns = 4 + 1 + 4 * k + k + 1;
-  const int64_t rest = outputs.size(1) - 1 - 6 * a;
-  TORCH_CHECK(rest >= 0 && rest % columns == 0, "Faster R-CNN outputs of ", outputs.size(1), " values do not fit ", a,
-              " anchors of a ", height, "x", width, " input");
-  const int64_t slots = rest / columns;
+  const int64_t k = config_.model.num_classes;
+  const bool masks = config_.model.predict_instance_masks;
+  const int64_t mh = config_.model.mask_height, mw = config_.model.mask_width;
   Unpacked u;
   u.training = batch > 0 && outputs[0][0].item<float>() > 0.5f;
+  const int64_t slots = u.training ? config_.second_stage.batch_size : config_.rpn.max_proposals;
+  const int64_t columns = 4 + 1 + 4 * k + k + 1 + (u.training && masks ? 2 * mh * mw + 1 : 0);
+  const int64_t detections = !u.training && masks ? config_.nms.max_total_detections * (7 + mh * mw) : 0;
+  TORCH_CHECK(outputs.size(1) == 1 + 6 * a + slots * columns + detections, "Faster R-CNN outputs of ",
+              outputs.size(1), " values do not fit ", a, " anchors of a ", height, "x", width, " input");
   u.box_encodings = outputs.narrow(1, 1, 4 * a).view({batch, a, 4});
   u.objectness = outputs.narrow(1, 1 + 4 * a, 2 * a).view({batch, a, 2});
-  const auto p = outputs.narrow(1, 1 + 6 * a, rest).reshape({batch, slots, columns});
+  const auto p = outputs.narrow(1, 1 + 6 * a, slots * columns).reshape({batch, slots, columns});
   u.boxes = p.narrow(2, 0, 4);
   u.valid = p.select(2, 4);
   u.refined = p.narrow(2, 5, 4 * k).reshape({batch, slots, k, 4});
   u.logits = p.narrow(2, 5 + 4 * k, k + 1);
+  if (u.training && masks) {
+    const int64_t at = 5 + 4 * k + k + 1;
+    u.mask_logits = p.narrow(2, at, mh * mw);
+    u.mask_targets = p.narrow(2, at + mh * mw, mh * mw);
+    u.mask_weights = p.select(2, at + 2 * mh * mw);
+  }
+  if (detections > 0)
+    u.detections = outputs.narrow(1, 1 + 6 * a + slots * columns, detections)
+                       .reshape({batch, config_.nms.max_total_detections, 7 + mh * mw});
   return u;
 }
 
@@ -242,6 +342,14 @@ std::map<std::string, at::Tensor> FasterRcnnMetaArchitecture::loss(const at::Ten
   for (auto& [name, value] :
        detect::box_classifier_loss(torch::cat(refined), torch::cat(logits), targets, config_.second_stage))
     losses[name] = value;
+  // The mask loss of training's sampled proposals (evaluation reports the box losses only).
+  if (u.mask_logits.defined()) {
+    const int64_t mh = config_.model.mask_height, mw = config_.model.mask_width;
+    const auto weights = (u.mask_weights * (u.valid > 0.5f).to(u.mask_weights.dtype())).reshape({-1});
+    losses["BoxClassifierLoss/mask_loss"] =
+        detect::mask_loss(u.mask_logits.reshape({-1, mh, mw}), u.mask_targets.reshape({-1, mh, mw}).detach(), weights,
+                          config_.mask_loss_weight);
+  }
   return losses;
 }
 
@@ -254,9 +362,25 @@ std::vector<detect::Detections> FasterRcnnMetaArchitecture::postprocess(const at
   const Unpacked u = unpack(out, height, width);
   std::vector<detect::Detections> result;
   for (int64_t i = 0; i < out.size(0); ++i) {
-    const auto rows = (u.valid[i] > 0.5f).nonzero().view(-1);
     int64_t h = height, w = width;
     if (static_cast<size_t>(i) < input.image_sizes.size()) std::tie(h, w) = input.image_sizes[static_cast<size_t>(i)];
+    if (u.detections.defined()) {  // Mask R-CNN's third stage: detections normalised to the input
+      const auto d = u.detections[i];
+      const auto rows = (d.select(1, 6) > 0.5f).nonzero().view(-1);
+      const auto kept = d.index_select(0, rows);
+      const float sy = static_cast<float>(height) / static_cast<float>(h);
+      const float sx = static_cast<float>(width) / static_cast<float>(w);
+      detect::Detections det;
+      det.boxes = (kept.narrow(1, 0, 4) * torch::tensor({sy, sx, sy, sx})).clamp(0, 1).contiguous();
+      det.scores = kept.select(1, 4).contiguous();
+      det.classes = kept.select(1, 5).round().to(torch::kLong).contiguous();
+      det.masks = kept.narrow(1, 7, kept.size(1) - 7)
+                      .reshape({-1, config_.model.mask_height, config_.model.mask_width})
+                      .contiguous();
+      result.push_back(det);
+      continue;
+    }
+    const auto rows = (u.valid[i] > 0.5f).nonzero().view(-1);
     result.push_back(detect::box_classifier_detections(u.refined[i].index_select(0, rows),
                                                        u.logits[i].index_select(0, rows),
                                                        u.boxes[i].index_select(0, rows), h, w, config_.nms,
@@ -266,7 +390,7 @@ std::vector<detect::Detections> FasterRcnnMetaArchitecture::postprocess(const at
 }
 
 bool FasterRcnnMetaArchitecture::is_prediction_head_parameter(const std::string& name) const {
-  return detect::FasterRcnnModelImpl::is_prediction_head_parameter(name);
+  return model_->is_prediction_head_parameter(name);
 }
 
 models::TfNameMap FasterRcnnMetaArchitecture::tf_name_map(const std::string& checkpoint_type) const {
@@ -276,15 +400,21 @@ models::TfNameMap FasterRcnnMetaArchitecture::tf_name_map(const std::string& che
 }
 
 std::map<std::string, std::string> FasterRcnnMetaArchitecture::signature() const {
-  return {{"model", name()},
-          {"features_stride", std::to_string(config_.model.features_stride)},
-          {"anchors_per_location", std::to_string(config_.model.anchors_per_location)}};
+  std::map<std::string, std::string> s = {{"model", name()},
+                                          {"features_stride", std::to_string(config_.model.features_stride)},
+                                          {"anchors_per_location", std::to_string(config_.model.anchors_per_location)}};
+  if (config_.model.predict_instance_masks)
+    s["masks"] = std::to_string(config_.model.mask_height) + "x" + std::to_string(config_.model.mask_width);
+  return s;
 }
 
 std::string FasterRcnnMetaArchitecture::describe() const {
-  return fmt::format("faster_rcnn {} ({} classes, stride {}, {} anchors per location, {} proposals)", name(),
+  return fmt::format("faster_rcnn {} ({} classes, stride {}, {} anchors per location, {} proposals{})", name(),
                      config_.model.num_classes, config_.model.features_stride, config_.model.anchors_per_location,
-                     config_.rpn.max_proposals);
+                     config_.rpn.max_proposals,
+                     config_.model.predict_instance_masks
+                         ? fmt::format(", {}x{} masks", config_.model.mask_height, config_.model.mask_width)
+                         : std::string());
 }
 
 void FasterRcnnMetaArchitecture::export_onnx(const std::string&, bool) {

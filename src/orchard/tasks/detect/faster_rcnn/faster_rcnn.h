@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "orchard/detect/anchors.h"
 #include "orchard/detect/box_classifier.h"
@@ -26,6 +27,7 @@ struct FasterRcnnConfig : MetaArchitectureConfig {
   detect::BoxClassifierOptions second_stage;
   detect::BatchNmsOptions nms;  // second_stage_post_processing
   std::string score_converter = "SOFTMAX";
+  float mask_loss_weight = 1.0f;  // second_stage_mask_prediction_loss_weight (model.predict_instance_masks)
 
   std::unique_ptr<MetaArchitecture> build(int64_t num_classes, const data::DetectionInputOptions& input) const override;
 };
@@ -41,10 +43,16 @@ class FasterRcnnMetaArchitecture : public MetaArchitecture {
   // proposals (second_stage_batch_size sampled in training, first_stage_max_proposals at
   // inference; unused slots zero): their boxes [P, 4] in input pixels, a validity flag [P],
   // refined box encodings [P, K, 4] and class logits [P, K + 1].
+  // Mask R-CNN adds, in training, per proposal the mask logits of its target class [mh * mw],
+  // the mask target [mh * mw] and a weight (1: positive); at inference the third stage's final
+  // detections (number_of_stages 3: the box classifier's NMS, then masks from crops at the
+  // detected boxes), D = max_total_detections slots of [box (4, normalised to the input), score,
+  // class, valid, mask probabilities (mh * mw)].
   at::Tensor forward(const at::Tensor& images, const data::Batch* targets) override;
   std::map<std::string, at::Tensor> loss(const at::Tensor& outputs, const InputShape& input,
                                          const std::vector<at::Tensor>& gt_boxes,
                                          const std::vector<at::Tensor>& gt_classes) override;
+  bool predicts_masks() const override { return config_.model.predict_instance_masks; }
   std::vector<detect::Detections> postprocess(const at::Tensor& outputs, const InputShape& input) const override;
   bool is_prediction_head_parameter(const std::string& name) const override;
   models::TfNameMap tf_name_map(const std::string& checkpoint_type) const override;
@@ -58,6 +66,8 @@ class FasterRcnnMetaArchitecture : public MetaArchitecture {
 
  private:
   struct Unpacked;
+  at::Tensor third_stage(const at::Tensor& features, const std::vector<detect::Proposals>& proposals,
+                         const at::Tensor& refined, const at::Tensor& logits, int64_t height, int64_t width);
   Unpacked unpack(const at::Tensor& outputs, int64_t height, int64_t width) const;
 
   FasterRcnnConfig config_;
