@@ -478,15 +478,15 @@ TEST(PipelineConfig, TheOdApiSampleConfigsValidateOrSayWhyNot) {
 // the others stop with their one-line reason.
 TEST(PipelineConfig, TheTwoStageSampleConfigsValidateOrSayWhyNot) {
   const std::filesystem::path dir = ORCHARD_TEST_FIXTURES "/od_api_two_stage_configs";
-  const char* const kNotResNet = "' is not supported; Orchard implements faster_rcnn_resnet50, faster_rcnn_resnet101, faster_rcnn_resnet152 and faster_rcnn_inception_v2";
+  const char* const kNotResNet = "' is not supported; Orchard implements faster_rcnn_resnet50, faster_rcnn_resnet101, faster_rcnn_resnet152, faster_rcnn_inception_v2 and faster_rcnn_inception_resnet_v2";
   const std::map<std::string, std::string> expected = {
       {"context_rcnn_resnet101_snapshot_serengeti", "model.faster_rcnn.context_config (line 95)"},
       {"context_rcnn_resnet101_snapshot_serengeti_sync", "model.faster_rcnn.context_config"},
-      {"faster_rcnn_inception_resnet_v2_atrous_coco", kNotResNet},
-      {"faster_rcnn_inception_resnet_v2_atrous_cosine_lr_coco", kNotResNet},
-      {"faster_rcnn_inception_resnet_v2_atrous_oid", kNotResNet},
-      {"faster_rcnn_inception_resnet_v2_atrous_oid_v4", kNotResNet},
-      {"faster_rcnn_inception_resnet_v2_atrous_pets", kNotResNet},
+      {"faster_rcnn_inception_resnet_v2_atrous_coco", ""},
+      {"faster_rcnn_inception_resnet_v2_atrous_cosine_lr_coco", ""},
+      {"faster_rcnn_inception_resnet_v2_atrous_oid", ""},
+      {"faster_rcnn_inception_resnet_v2_atrous_oid_v4", ""},
+      {"faster_rcnn_inception_resnet_v2_atrous_pets", ""},
       {"faster_rcnn_inception_v2_coco", ""},
       {"faster_rcnn_inception_v2_pets", ""},
       {"faster_rcnn_nas_coco", kNotResNet},
@@ -502,7 +502,7 @@ TEST(PipelineConfig, TheTwoStageSampleConfigsValidateOrSayWhyNot) {
       {"faster_rcnn_resnet50_coco", ""},
       {"faster_rcnn_resnet50_fgvc", ""},
       {"faster_rcnn_resnet50_pets", ""},
-      {"mask_rcnn_inception_resnet_v2_atrous_coco", kNotResNet},
+      {"mask_rcnn_inception_resnet_v2_atrous_coco", ""},
       {"mask_rcnn_inception_v2_coco", ""},
       {"mask_rcnn_resnet101_atrous_coco", ""},
       {"mask_rcnn_resnet101_pets", ""},

@@ -194,6 +194,50 @@ TEST(FasterRcnnModel, InceptionV2SplitIsTheOdApis) {
   EXPECT_EQ(mask_conv_depth(1024, 90), 256);
 }
 
+// faster_rcnn_inception_resnet_v2 (models/faster_rcnn_inception_resnet_v2_feature_extractor.py):
+// slim's inception_resnet_v2_base to PreAuxLogits (1088 channels, stride 16 or 8 atrous) in the
+// first stage, Mixed_7a .. Conv2d_7b_1x1 (1536) on 17x17 crops without max pool (the samples).
+// Counts (tests/models/inception_resnet_v2_test.cc works them from slim's layer table): 26,855,264
+// and 27,420,928.
+TEST(FasterRcnnModel, InceptionResnetV2SplitIsTheOdApis) {
+  torch::manual_seed(0);
+  FasterRcnnModelOptions o;
+  o.feature_extractor = "faster_rcnn_inception_resnet_v2";
+  o.num_classes = 90;
+  o.features_stride = 8;
+  o.anchors_per_location = 12;
+  o.initial_crop_size = 17;
+  o.maxpool_kernel_size = o.maxpool_stride = 1;
+  FasterRcnnModel model(o);
+  EXPECT_EQ(count(*model, "first_stage_extractor."), 26'855'264);
+  EXPECT_EQ(count(*model, "second_stage_extractor."), 27'420'928);
+  EXPECT_EQ(count(*model, "rpn_conv."), 3 * 3 * 1088 * 512 + 512);
+  EXPECT_EQ(count(*model, "class_logits."), 1536 * 91 + 91);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto images = torch::rand({1, 3, 99, 131}) * 2 - 1;
+  const auto first = model->first_stage(images);
+  EXPECT_EQ(model->feature_map_size(99, 131), (std::pair<int64_t, int64_t>{13, 17}));
+  EXPECT_EQ(first.features.sizes(), (std::vector<int64_t>{1, 1088, 13, 17}));
+  EXPECT_EQ(first.box_encodings.size(1), 13 * 17 * 12);
+  const auto features = model->box_classifier_features(first.features, torch::tensor({{0.1f, 0.1f, 0.6f, 0.7f}}),
+                                                       torch::tensor({int64_t{0}}));
+  EXPECT_EQ(features.sizes(), (std::vector<int64_t>{1, 1536, 8, 8}));
+  auto name = [&](const std::string& n, bool classification = false) {
+    const auto t = model->tf_name(n, classification);
+    return t ? t->name : std::string("(none)");
+  };
+  EXPECT_EQ(name("first_stage_extractor.Repeat_1.block17_20.Conv2d_1x1.bias"),
+            "FirstStageFeatureExtractor/InceptionResnetV2/Repeat_1/block17_20/Conv2d_1x1/biases");
+  EXPECT_EQ(name("second_stage_extractor.Conv2d_7b_1x1.bn.running_var"),
+            "SecondStageFeatureExtractor/InceptionResnetV2/Conv2d_7b_1x1/BatchNorm/moving_variance");
+  // An ImageNet checkpoint holds the second stage's block8 repeat as Repeat_2.
+  EXPECT_EQ(name("second_stage_extractor.Repeat.block8_1.Conv2d_1x1.weight", true),
+            "InceptionResnetV2/Repeat_2/block8_1/Conv2d_1x1/weights");
+  std::set<std::string> seen;
+  for (const auto& p : model->named_parameters()) EXPECT_TRUE(seen.insert(name(p.key())).second) << p.key();
+}
+
 // MaskRCNNMaskHead (predictors/heads/mask_head.py) of mask_rcnn_resnet50_atrous_coco: depth
 // 0 -> 2^round((2 log2 2048 + 3 log2 90) / 5) = 2^round(8.29) = 256; 4 layers: 3 ReLU 3x3
 // convolutions of 256 on the 7x7 block4 output bilinearly resized to 33x33, then a 3x3

@@ -596,10 +596,10 @@ void validate_faster_rcnn(const odp::FasterRcnn& f, std::vector<std::string>* pr
   }
   const std::string& type = f.feature_extractor().type();
   if (type != "faster_rcnn_resnet50" && type != "faster_rcnn_resnet101" && type != "faster_rcnn_resnet152" &&
-      type != "faster_rcnn_inception_v2")
+      type != "faster_rcnn_inception_v2" && type != "faster_rcnn_inception_resnet_v2")
     problems->push_back(at + ".feature_extractor.type '" + type +
                         "' is not supported; Orchard implements faster_rcnn_resnet50, faster_rcnn_resnet101, "
-                        "faster_rcnn_resnet152 and faster_rcnn_inception_v2");
+                        "faster_rcnn_resnet152, faster_rcnn_inception_v2 and faster_rcnn_inception_resnet_v2");
   const int stride = f.feature_extractor().first_stage_features_stride();
   if (stride != 8 && stride != 16)  // the extractors' own check
     problems->push_back(at + ".feature_extractor.first_stage_features_stride must be 8 or 16 (got " +

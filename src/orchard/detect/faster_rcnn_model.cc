@@ -54,7 +54,8 @@ std::optional<int64_t> faster_rcnn_resnet_depth(const std::string& feature_extra
 }
 
 bool is_faster_rcnn_feature_extractor(const std::string& feature_extractor) {
-  return faster_rcnn_resnet_depth(feature_extractor) || feature_extractor == "faster_rcnn_inception_v2";
+  return faster_rcnn_resnet_depth(feature_extractor) || feature_extractor == "faster_rcnn_inception_v2" ||
+         feature_extractor == "faster_rcnn_inception_resnet_v2";
 }
 
 FasterRcnnModelImpl::FasterRcnnModelImpl(const FasterRcnnModelOptions& o) : options_(o) {
@@ -68,6 +69,17 @@ FasterRcnnModelImpl::FasterRcnnModelImpl(const FasterRcnnModelOptions& o) : opti
     auto first = resnet_options(o, *depth);
     first.num_stages = 3;
     first_stage_extractor_ = register_module("first_stage_extractor", models::ResNet(first));
+  } else if (o.feature_extractor == "faster_rcnn_inception_resnet_v2") {
+    // FasterRCNNInceptionResnetV2FeatureExtractor: inception_resnet_v2_base to PreAuxLogits at
+    // output stride 16 or 8 (atrous), aligned feature maps; Mixed_7a .. Conv2d_7b_1x1 on the crops.
+    scope_ = "InceptionResnetV2";
+    models::InceptionResnetV2Options io;
+    io.output_stride = o.features_stride;
+    irv2_first_ = register_module("first_stage_extractor", models::InceptionResnetV2(io));
+    io.part = models::InceptionResnetV2Part::kSecondStage;
+    irv2_second_ = register_module("second_stage_extractor", models::InceptionResnetV2(io));
+    features = irv2_first_->output_channels();
+    box_features = irv2_second_->output_channels();
   } else {
     // FasterRCNNInceptionV2FeatureExtractor: inception_v2_base to Mixed_4e (stride 16, whatever
     // first_stage_features_stride says), then Mixed_5a..5c on the crops; slim.conv2d's ReLU and
@@ -149,6 +161,8 @@ FasterRcnnModelImpl::FirstStage FasterRcnnModelImpl::first_stage(const torch::Te
   FirstStage out;
   if (inception_first_) {  // its preprocess: x * 2 / 255 - 1, Orchard's input
     out.features = inception_first_->forward_layers(images);
+  } else if (irv2_first_) {  // the same preprocess
+    out.features = irv2_first_->forward(images);
   } else {
     // The ResNet-v1 extractor's preprocess: RGB in 0..255 minus the ImageNet channel means.
     const auto means = torch::tensor({123.68f, 116.779f, 103.939f}, images.options()).view({1, 3, 1, 1});
@@ -174,7 +188,9 @@ torch::Tensor FasterRcnnModelImpl::box_classifier_features(const torch::Tensor& 
   auto x = crop_and_resize(features, boxes, box_indices, c, c);
   if (options_.maxpool_kernel_size > 1 || options_.maxpool_stride > 1)
     x = F::max_pool2d(x, F::MaxPool2dFuncOptions(options_.maxpool_kernel_size).stride(options_.maxpool_stride));
-  return inception_second_ ? inception_second_->forward_layers(x) : second_stage_extractor_->forward(x);
+  if (inception_second_) return inception_second_->forward_layers(x);
+  if (irv2_second_) return irv2_second_->forward(x);
+  return second_stage_extractor_->forward(x);
 }
 
 std::pair<torch::Tensor, torch::Tensor> FasterRcnnModelImpl::box_predictor(const torch::Tensor& box_features) {
@@ -221,6 +237,14 @@ std::optional<models::TfName> FasterRcnnModelImpl::tf_name(const std::string& na
   using models::TfLayout;
   using models::TfName;
   const std::string first = "first_stage_extractor.", second = "second_stage_extractor.";
+  if (irv2_first_ && (starts_with(name, first) || starts_with(name, second))) {
+    const bool first_stage = starts_with(name, first);
+    const auto& net = first_stage ? irv2_first_ : irv2_second_;
+    const auto n = net->tf_name(name.substr((first_stage ? first : second).size()), scope_, classification);
+    if (!n || classification) return n;
+    return TfName{(first_stage ? "FirstStageFeatureExtractor/" : "SecondStageFeatureExtractor/") + n->name, n->layout,
+                  n->default_value, n->depthwise_multiplier};
+  }
   if (inception_first_ && (starts_with(name, first) || starts_with(name, second))) {
     const bool first_stage = starts_with(name, first);
     const auto& net = first_stage ? inception_first_ : inception_second_;

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 
+#include "orchard/models/inception_resnet_v2.h"
 #include "orchard/models/inception_v2.h"
 #include "orchard/models/resnet.h"
 #include "orchard/models/tf_names.h"
@@ -25,7 +26,7 @@
 namespace orchard::detect {
 
 struct FasterRcnnModelOptions {
-  // faster_rcnn_resnet50 / 101 / 152 or faster_rcnn_inception_v2.
+  // faster_rcnn_resnet50 / 101 / 152, faster_rcnn_inception_v2 or faster_rcnn_inception_resnet_v2.
   std::string feature_extractor = "faster_rcnn_resnet50";
   int64_t num_classes = 90;                                // without the background
   int64_t features_stride = 16;                            // first_stage_features_stride: 16 or 8
@@ -58,7 +59,8 @@ int64_t mask_conv_depth(int64_t feature_channels, int64_t num_classes);
 
 // The ResNet depth of a faster_rcnn_resnet* type (50, 101 or 152); nullopt for other types.
 std::optional<int64_t> faster_rcnn_resnet_depth(const std::string& feature_extractor);
-// The feature extractors implemented: the ResNet-v1 ones and faster_rcnn_inception_v2.
+// The feature extractors implemented: the ResNet-v1 ones, faster_rcnn_inception_v2 and
+// faster_rcnn_inception_resnet_v2.
 bool is_faster_rcnn_feature_extractor(const std::string& feature_extractor);
 
 class FasterRcnnModelImpl : public torch::nn::Module {
@@ -66,7 +68,8 @@ class FasterRcnnModelImpl : public torch::nn::Module {
   explicit FasterRcnnModelImpl(const FasterRcnnModelOptions& options);
 
   struct FirstStage {
-    torch::Tensor features;        // [B, C, Hf, Wf]: rpn_features_to_crop (ResNet 1024, Inception-v2 576)
+    torch::Tensor features;        // [B, C, Hf, Wf]: rpn_features_to_crop (ResNet 1024, Inception-v2 576,
+                                   // Inception-ResNet-v2 1088)
     torch::Tensor box_encodings;   // [B, Hf * Wf * A, 4]
     torch::Tensor objectness;      // [B, Hf * Wf * A, 2] (background, object)
   };
@@ -79,7 +82,8 @@ class FasterRcnnModelImpl : public torch::nn::Module {
   std::pair<torch::Tensor, torch::Tensor> second_stage(const torch::Tensor& features, const torch::Tensor& boxes,
                                                        const torch::Tensor& box_indices);
   // second_stage in two parts: the box classifier features of the crops (crop_and_resize, max
-  // pool, block4 [M, 2048, h, w] or Mixed_5a..5c [M, 1024, h, w]), and the box predictor on them.
+  // pool, block4 [M, 2048, h, w], Mixed_5a..5c [M, 1024, h, w] or Mixed_7a..Conv2d_7b_1x1
+  // [M, 1536, h, w]), and the box predictor on them.
   torch::Tensor box_classifier_features(const torch::Tensor& features, const torch::Tensor& boxes,
                                         const torch::Tensor& box_indices);
   std::pair<torch::Tensor, torch::Tensor> box_predictor(const torch::Tensor& box_features);
@@ -108,6 +112,7 @@ class FasterRcnnModelImpl : public torch::nn::Module {
   models::ResNet first_stage_extractor_{nullptr};          // ResNet-v1 to block3
   torch::nn::Sequential second_stage_extractor_{nullptr};  // its block4
   models::InceptionV2 inception_first_{nullptr}, inception_second_{nullptr};  // to Mixed_4e; Mixed_5a..5c
+  models::InceptionResnetV2 irv2_first_{nullptr}, irv2_second_{nullptr};     // to PreAuxLogits; Mixed_7a..
   torch::nn::Conv2d rpn_conv_{nullptr}, rpn_box_{nullptr}, rpn_class_{nullptr};
   torch::nn::Linear box_encoding_{nullptr}, class_logits_{nullptr};
   torch::nn::ModuleList mask_convs_{nullptr};  // SecondStageBoxPredictor/Conv, Conv_1, ...; the last predicts
