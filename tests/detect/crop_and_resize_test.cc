@@ -127,5 +127,38 @@ TEST(CropAndResize, AgreesWithTheKernelOnRandomBoxesAndPassesGradients) {
   }
 }
 
+// R-FCN's position-sensitive crops, hand-worked. A 3x3 map, 3x3 bins, crop 3x3 (one sample per
+// bin, at the bin's centre: y = (by + .5) / 3 * (H - 1)). Only group 4 (the centre bin) is
+// nonzero, 9 at pixel (1, 1): the box (0, 0, 1, 1) puts the centre bin's sample exactly there, so
+// the output is 9 / 9 bins = 1; a box whose centre bin falls elsewhere reads 0 from it.
+TEST(PositionSensitiveCropRegions, EachBinReadsItsOwnChannels) {
+  auto features = torch::zeros({1, 9, 3, 3});
+  features[0][4][1][1] = 9;
+  const auto one = position_sensitive_crop_regions(features, torch::tensor({{0.f, 0.f, 1.f, 1.f}}),
+                                                   torch::tensor({int64_t{0}}), 3, 3, 3, 3);
+  ASSERT_EQ(one.sizes(), (std::vector<int64_t>{1, 1}));
+  EXPECT_NEAR(one.item<float>(), 1.f, 1e-6);
+  // In group 0 the corner bin (0, 0) reads it instead: its box (0, 0, 1/3, 1/3) is sampled at its
+  // centre, pixel (1/3, 1/3), where pixel (1, 1) weighs 1/3 x 1/3.
+  auto corner = torch::zeros({1, 9, 3, 3});
+  corner[0][0][1][1] = 9;
+  const auto c = position_sensitive_crop_regions(corner, torch::tensor({{0.f, 0.f, 1.f, 1.f}}),
+                                                 torch::tensor({int64_t{0}}), 3, 3, 3, 3);
+  EXPECT_NEAR(c.item<float>(), 9.f * (1.f / 3) * (1.f / 3) / 9.f, 1e-5);
+  // Constant groups: group g holds g + 1 everywhere; each output channel is the mean over bins.
+  auto constant = torch::arange(1, 10, torch::kFloat).view({1, 9, 1, 1}).repeat({2, 2, 5, 4});  // C' = 2
+  const auto out = position_sensitive_crop_regions(constant, torch::tensor({{.1f, .2f, .8f, .9f}, {0.f, 0.f, .5f, .5f}}),
+                                                   torch::tensor({int64_t{1}, int64_t{0}}), 6, 6, 3, 3);
+  ASSERT_EQ(out.sizes(), (std::vector<int64_t>{2, 2}));
+  // repeat({2, 2, ...}) lays the 9 groups out twice along the channels: groups of 2 channels are
+  // (1, 2), (3, 4), ..., (17, 18) with values 1..9 then 1..9: means (1+3+5+7+9+2+4+6+8)/9, ...
+  const auto expected = torch::arange(1, 10, torch::kFloat).repeat({2}).view({9, 2}).mean(0);
+  EXPECT_TRUE(torch::allclose(out[0], expected)) << out;
+  EXPECT_TRUE(torch::allclose(out[1], expected)) << out;
+  EXPECT_THROW(position_sensitive_crop_regions(features, torch::tensor({{0.f, 0.f, 1.f, 1.f}}),
+                                               torch::tensor({int64_t{0}}), 4, 4, 3, 3),
+               c10::Error);
+}
+
 }  // namespace
 }  // namespace orchard::detect

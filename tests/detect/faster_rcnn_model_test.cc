@@ -238,6 +238,38 @@ TEST(FasterRcnnModel, InceptionResnetV2SplitIsTheOdApis) {
   for (const auto& p : model->named_parameters()) EXPECT_TRUE(seen.insert(name(p.key())).second) << p.key();
 }
 
+// R-FCN (rfcn_resnet101_coco: rfcn_box_predictor depth 1024, crop 18x18, 3x3 bins): block4 on the
+// whole stride-16 map, reduce_depth 1x1 2048 -> 1024 (+ bias), refined_locations 1x1 1024 -> 9 * 90
+// * 4 and class_predictions 1024 -> 9 * 91 (predictors/rfcn_box_predictor.py), no fully connected
+// layers; TF names SecondStageBoxPredictor/<conv>/{weights,biases}.
+TEST(FasterRcnnModel, RfcnPredictorIsTheOdApis) {
+  torch::manual_seed(0);
+  FasterRcnnModelOptions o;
+  o.feature_extractor = "faster_rcnn_resnet101";
+  o.num_classes = 90;
+  o.anchors_per_location = 12;
+  o.rfcn = true;
+  o.rfcn_crop_height = o.rfcn_crop_width = 18;
+  FasterRcnnModel model(o);
+  EXPECT_EQ(count(*model, "reduce_depth."), 2048 * 1024 + 1024);
+  EXPECT_EQ(count(*model, "refined_locations."), 1024 * 9 * 360 + 9 * 360);
+  EXPECT_EQ(count(*model, "class_predictions."), 1024 * 9 * 91 + 9 * 91);
+  EXPECT_EQ(count(*model, "box_encoding."), 0);
+  EXPECT_EQ(count(*model, "second_stage_extractor."), 14'964'736);  // block4
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto first = model->first_stage(torch::rand({2, 3, 64, 80}) * 2 - 1);
+  const auto [refined, logits] = model->second_stage(
+      first.features, torch::tensor({{0.1f, 0.1f, 0.5f, 0.6f}, {0.f, 0.2f, 1.f, .9f}, {.3f, .3f, .4f, .4f}}),
+      torch::tensor({0, 1, 1}, torch::kLong));
+  EXPECT_EQ(refined.sizes(), (std::vector<int64_t>{3, 90, 4}));
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{3, 91}));
+  EXPECT_EQ(model->tf_name("reduce_depth.weight", false)->name, "SecondStageBoxPredictor/reduce_depth/weights");
+  EXPECT_EQ(model->tf_name("class_predictions.bias", false)->name, "SecondStageBoxPredictor/class_predictions/biases");
+  EXPECT_TRUE(model->is_prediction_head_parameter("refined_locations.weight"));
+  EXPECT_FALSE(model->is_prediction_head_parameter("reduce_depth.weight"));
+}
+
 // MaskRCNNMaskHead (predictors/heads/mask_head.py) of mask_rcnn_resnet50_atrous_coco: depth
 // 0 -> 2^round((2 log2 2048 + 3 log2 90) / 5) = 2^round(8.29) = 256; 4 layers: 3 ReLU 3x3
 // convolutions of 256 on the 7x7 block4 output bilinearly resized to 33x33, then a 3x3

@@ -352,6 +352,75 @@ train_input_reader { tf_record_input_reader { input_path: "x" } load_instance_ma
   EXPECT_GT(found, 0);
 }
 
+// R-FCN through the task: the same losses as Faster R-CNN, from position-sensitive crops of the
+// whole-map block4 scores; gradients reach the score maps and the backbone; it fits one batch.
+TEST(MetaArchitectures, RfcnTrainsAndDetectsThroughTheTask) {
+  odp::TrainEvalPipelineConfig pipeline = detect::parse_pipeline_config(R"(
+model { faster_rcnn {
+  num_classes: 2
+  image_resizer { fixed_shape_resizer { height: 64 width: 80 } }
+  feature_extractor { type: "faster_rcnn_resnet50" }
+  first_stage_anchor_generator { grid_anchor_generator {
+    height: 32 width: 32 scales: [0.5, 1.0] aspect_ratios: [1.0] height_stride: 16 width_stride: 16 } }
+  first_stage_max_proposals: 12
+  second_stage_box_predictor { rfcn_box_predictor {
+    conv_hyperparams { op: CONV initializer { truncated_normal_initializer { stddev: 0.01 } } }
+    crop_height: 6 crop_width: 6 num_spatial_bins_height: 3 num_spatial_bins_width: 3 depth: 64 } }
+  second_stage_batch_size: 8
+  second_stage_post_processing {
+    batch_non_max_suppression { score_threshold: 0.0 iou_threshold: 0.6 max_detections_per_class: 5 max_total_detections: 5 }
+    score_converter: SOFTMAX }
+} }
+train_config { optimizer { adam_optimizer { learning_rate { constant_learning_rate { learning_rate: 0.001 } } } } }
+train_input_reader { tf_record_input_reader { input_path: "x" } }
+)", "rfcn.config", /*strict=*/true);
+  detect::validate_pipeline_config(pipeline, "rfcn.config");
+  auto config = detection_config(pipeline, /*channels_last=*/false);
+  config.input.max_boxes = 3;
+  torch::manual_seed(3);
+  DetectionTask task(config);
+  EXPECT_EQ(task.meta_architecture().describe().rfind("faster_rcnn (R-FCN) faster_rcnn_resnet50", 0), 0u)
+      << task.meta_architecture().describe();
+  data::Batch batch;
+  batch.size = 2;
+  batch.images = torch::rand({2, 3, 64, 80}) * 2 - 1;
+  batch.fields["boxes"] = torch::zeros({2, 3, 4});
+  batch.fields["boxes"][0][0] = torch::tensor({0.1f, 0.1f, 0.5f, 0.4f});
+  batch.fields["boxes"][0][1] = torch::tensor({0.5f, 0.5f, 0.9f, 0.9f});
+  batch.fields["boxes"][1][0] = torch::tensor({0.2f, 0.3f, 0.7f, 0.8f});
+  batch.fields["classes"] = torch::tensor({1, 2, 0, 2, 0, 0}, torch::kLong).view({2, 3});
+  batch.fields["is_crowd"] = torch::zeros({2, 3}, torch::kBool);
+  batch.fields["num_boxes"] = torch::tensor({2, 1}, torch::kLong);
+  task.module()->train();
+  torch::optim::Adam adam(task.module()->parameters(), torch::optim::AdamOptions(3e-4));
+  double first = 0, last = 0;
+  for (int step = 0; step < 30; ++step) {
+    const auto loss = task.loss(task.forward_train(batch), batch, 2);
+    const double cls = loss.terms.at("BoxClassifierLoss/classification_loss").item<double>();
+    ASSERT_TRUE(std::isfinite(cls));
+    ASSERT_TRUE(loss.terms.count("BoxClassifierLoss/localization_loss"));
+    adam.zero_grad();
+    loss.total().backward();
+    if (step == 0) {
+      first = cls;
+      for (const char* name : {"class_predictions.weight", "refined_locations.weight", "reduce_depth.weight",
+                               "first_stage_extractor.conv1.weight"}) {
+        const auto& grad = task.module()->named_parameters()[name].grad();
+        ASSERT_TRUE(grad.defined()) << name;
+        EXPECT_GT(grad.abs().sum().item<double>(), 0) << name;
+      }
+    }
+    last = cls;
+    adam.step();
+  }
+  EXPECT_LT(last, 0.6 * first) << first << " -> " << last;
+  task.module()->eval();
+  torch::NoGradGuard no_grad;
+  const auto detections = task.postprocess(task.forward(batch.images));
+  ASSERT_EQ(detections.size(), 2u);
+  for (const auto& d : detections) EXPECT_LE(d.boxes.size(0), 5);
+}
+
 // ssd_random_crop_fixed_aspect_ratio (facessd, fullyconv): ssd_random_crop's operations with the
 // crop's aspect ratio fixed; without operations the OD API's 7 defaults.
 TEST(MetaArchitectures, FixedAspectRatioCropMapsOntoTheSsdCrop) {

@@ -132,6 +132,16 @@ const char* const kImplemented[] = {
     "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.conv_hyperparams.regularizer.l2_regularizer.weight=0",
     "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.conv_hyperparams.initializer.truncated_normal_initializer",
     "model.faster_rcnn.second_stage_mask_prediction_loss_weight",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.conv_hyperparams.op=CONV",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.conv_hyperparams.regularizer.l2_regularizer.weight=0",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.conv_hyperparams.initializer.truncated_normal_initializer",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.conv_hyperparams.activation=RELU",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.num_spatial_bins_height",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.num_spatial_bins_width",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.depth",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.box_code_size=4",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.crop_height",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.crop_width",
     "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.op=FC",
     "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.regularizer.l2_regularizer.weight=0",
     "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.initializer.variance_scaling_initializer.factor=1",
@@ -618,12 +628,20 @@ void validate_faster_rcnn(const odp::FasterRcnn& f, std::vector<std::string>* pr
   }
   check_oneof(f.first_stage_anchor_generator(), "anchor_generator_oneof", at + ".first_stage_anchor_generator",
               {"grid_anchor_generator"}, problems);
-  if (f.second_stage_box_predictor().has_rfcn_box_predictor())
-    problems->push_back(at + ".second_stage_box_predictor.rfcn_box_predictor (R-FCN) is not supported; Orchard "
-                        "implements mask_rcnn_box_predictor (Faster R-CNN)");
-  else
-    check_oneof(f.second_stage_box_predictor(), "box_predictor_oneof", at + ".second_stage_box_predictor",
-                {"mask_rcnn_box_predictor"}, problems);
+  check_oneof(f.second_stage_box_predictor(), "box_predictor_oneof", at + ".second_stage_box_predictor",
+              {"mask_rcnn_box_predictor", "rfcn_box_predictor"}, problems);
+  if (f.second_stage_box_predictor().has_rfcn_box_predictor()) {
+    const auto& r = f.second_stage_box_predictor().rfcn_box_predictor();
+    if (type != "faster_rcnn_resnet50" && type != "faster_rcnn_resnet101" && type != "faster_rcnn_resnet152")
+      problems->push_back(at + ".second_stage_box_predictor.rfcn_box_predictor: Orchard implements R-FCN with the "
+                          "ResNet-v1 extractors (as the samples), not " + type);
+    // position_sensitive_crop_regions' own check.
+    if (r.num_spatial_bins_height() <= 0 || r.num_spatial_bins_width() <= 0 || r.depth() <= 0 ||
+        r.crop_height() % std::max(1, r.num_spatial_bins_height()) != 0 ||
+        r.crop_width() % std::max(1, r.num_spatial_bins_width()) != 0)
+      problems->push_back(at + ".second_stage_box_predictor.rfcn_box_predictor: crop_height and crop_width must be "
+                          "multiples of the positive num_spatial_bins_height and num_spatial_bins_width");
+  }
   if (f.second_stage_box_predictor().has_rfcn_box_predictor()) return;  // R-FCN crops position-sensitively
   if (f.initial_crop_size() <= 0)
     problems->push_back(at + ".initial_crop_size must be > 0 (got " + std::to_string(f.initial_crop_size()) + ")");

@@ -69,4 +69,32 @@ at::Tensor crop_and_resize(const at::Tensor& image, const at::Tensor& boxes, con
   return torch::where(valid, torch::stack(parts), out);
 }
 
+at::Tensor position_sensitive_crop_regions(const at::Tensor& features, const at::Tensor& boxes,
+                                           const at::Tensor& box_indices, int64_t crop_height, int64_t crop_width,
+                                           int64_t bins_height, int64_t bins_width) {
+  TORCH_CHECK(bins_height > 0 && bins_width > 0 && crop_height % bins_height == 0 && crop_width % bins_width == 0,
+              "position_sensitive_crop_regions: crop size ", crop_height, "x", crop_width,
+              " must be a multiple of the spatial bins ", bins_height, "x", bins_width);
+  const int64_t bins = bins_height * bins_width;
+  TORCH_CHECK(features.dim() == 4 && features.size(1) % bins == 0, "position_sensitive_crop_regions: ",
+              features.size(1), " channels do not split into ", bins, " bins");
+  TORCH_CHECK(boxes.dim() == 2 && boxes.size(1) == 4 && box_indices.size(0) == boxes.size(0),
+              "position_sensitive_crop_regions: boxes must be [M, 4] with an image index each");
+  const int64_t b = features.size(0), c = features.size(1) / bins, m = boxes.size(0);
+  // Group g of image i is "image" i * bins + g: each bin crops its own channels.
+  const auto groups = features.reshape({b * bins, c, features.size(2), features.size(3)});
+  const auto y0 = boxes.select(1, 0), x0 = boxes.select(1, 1);
+  const auto dy = (boxes.select(1, 2) - y0) / bins_height, dx = (boxes.select(1, 3) - x0) / bins_width;
+  std::vector<at::Tensor> bin_boxes, bin_index;
+  for (int64_t by = 0; by < bins_height; ++by)
+    for (int64_t bx = 0; bx < bins_width; ++bx) {
+      bin_boxes.push_back(torch::stack({y0 + by * dy, x0 + bx * dx, y0 + (by + 1) * dy, x0 + (bx + 1) * dx}, 1));
+      bin_index.push_back(box_indices.to(torch::kLong) * bins + (by * bins_width + bx));
+    }
+  // [bins, M, ...] -> one crop_and_resize over all bins of all boxes.
+  const auto crops = crop_and_resize(groups, torch::cat(bin_boxes), torch::cat(bin_index).to(features.device()),
+                                     crop_height / bins_height, crop_width / bins_width);
+  return crops.mean({2, 3}).view({bins, m, c}).mean(0);
+}
+
 }  // namespace orchard::detect

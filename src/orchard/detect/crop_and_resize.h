@@ -18,4 +18,14 @@ namespace orchard::detect {
 at::Tensor crop_and_resize(const at::Tensor& image, const at::Tensor& boxes, const at::Tensor& box_indices,
                            int64_t crop_height, int64_t crop_width, float extrapolation_value = 0.0f);
 
+// R-FCN's ops.position_sensitive_crop_regions with global_pool: the channels of `features`
+// [B, bins_h * bins_w * C, H, W] are bins_h * bins_w contiguous groups of C (group g = by * bins_w +
+// bx); bin (by, bx) of each box [M, 4] (normalised) is its (by, bx) cell of a bins_h x bins_w grid,
+// cropped from group g only to (crop_height / bins_h) x (crop_width / bins_w) samples
+// (crop_and_resize's); each bin's samples are averaged, then the bins -> [M, C]. crop_height and
+// crop_width must be multiples of the bins (the OD API's check).
+at::Tensor position_sensitive_crop_regions(const at::Tensor& features, const at::Tensor& boxes,
+                                           const at::Tensor& box_indices, int64_t crop_height, int64_t crop_width,
+                                           int64_t bins_height, int64_t bins_width);
+
 }  // namespace orchard::detect

@@ -105,8 +105,18 @@ FasterRcnnModelImpl::FasterRcnnModelImpl(const FasterRcnnModelOptions& o) : opti
   if (depth)
     second_stage_extractor_ =
         register_module("second_stage_extractor", models::resnet_stage(1024, 512, 3, 1, resnet_options(o, *depth)));
-  box_encoding_ = register_module("box_encoding", torch::nn::Linear(box_features, o.num_classes * 4));
-  class_logits_ = register_module("class_logits", torch::nn::Linear(box_features, o.num_classes + 1));
+  if (o.rfcn) {
+    TORCH_CHECK(depth, "R-FCN is implemented with the ResNet-v1 extractors");
+    const int64_t bins = o.rfcn_bins_height * o.rfcn_bins_width;
+    reduce_depth_ = register_module("reduce_depth", torch::nn::Conv2d(torch::nn::Conv2dOptions(box_features, o.rfcn_depth, 1)));
+    refined_locations_ = register_module(
+        "refined_locations", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.rfcn_depth, bins * o.num_classes * 4, 1)));
+    class_predictions_ = register_module(
+        "class_predictions", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.rfcn_depth, bins * (o.num_classes + 1), 1)));
+  } else {
+    box_encoding_ = register_module("box_encoding", torch::nn::Linear(box_features, o.num_classes * 4));
+    class_logits_ = register_module("class_logits", torch::nn::Linear(box_features, o.num_classes + 1));
+  }
   if (o.predict_instance_masks) {
     TORCH_CHECK(o.mask_height > 0 && o.mask_width > 0 && o.mask_num_conv_layers >= 1,
                 "mask_height, mask_width and mask_prediction_num_conv_layers must be positive");
@@ -131,8 +141,14 @@ FasterRcnnModelImpl::FasterRcnnModelImpl(const FasterRcnnModelOptions& o) : opti
     (*conv)->bias.zero_();
   }
   for (auto* fc : {&box_encoding_, &class_logits_}) {
+    if (!*fc) continue;
     torch::nn::init::xavier_uniform_((*fc)->weight);
     (*fc)->bias.zero_();
+  }
+  for (auto* conv : {&reduce_depth_, &refined_locations_, &class_predictions_}) {
+    if (!*conv) continue;
+    models::truncated_normal_((*conv)->weight, o.rfcn_init_stddev);
+    (*conv)->bias.zero_();
   }
   if (mask_convs_)
     for (auto& p : mask_convs_->named_parameters()) {
@@ -179,7 +195,16 @@ FasterRcnnModelImpl::FirstStage FasterRcnnModelImpl::first_stage(const torch::Te
 std::pair<torch::Tensor, torch::Tensor> FasterRcnnModelImpl::second_stage(const torch::Tensor& features,
                                                                            const torch::Tensor& boxes,
                                                                            const torch::Tensor& box_indices) {
-  return box_predictor(box_classifier_features(features, boxes, box_indices));
+  if (!options_.rfcn) return box_predictor(box_classifier_features(features, boxes, box_indices));
+  // RFCNMetaArch: block4 (stride 1) on the whole map, RfcnBoxPredictor's reduce_depth (ReLU, the
+  // conv_hyperparams' activation), then the position-sensitive score maps cropped per proposal.
+  const auto x = torch::relu(reduce_depth_(second_stage_extractor_->forward(features)));
+  const auto& o = options_;
+  const auto locations = position_sensitive_crop_regions(refined_locations_(x), boxes, box_indices, o.rfcn_crop_height,
+                                                         o.rfcn_crop_width, o.rfcn_bins_height, o.rfcn_bins_width);
+  const auto classes = position_sensitive_crop_regions(class_predictions_(x), boxes, box_indices, o.rfcn_crop_height,
+                                                       o.rfcn_crop_width, o.rfcn_bins_height, o.rfcn_bins_width);
+  return {locations.view({boxes.size(0), o.num_classes, 4}), classes};
 }
 
 torch::Tensor FasterRcnnModelImpl::box_classifier_features(const torch::Tensor& features, const torch::Tensor& boxes,
@@ -228,7 +253,9 @@ void FasterRcnnModelImpl::train(bool on) {
 }
 
 bool FasterRcnnModelImpl::is_prediction_head_parameter(const std::string& name) const {
-  if (starts_with(name, "box_encoding.") || starts_with(name, "class_logits.")) return true;
+  if (starts_with(name, "box_encoding.") || starts_with(name, "class_logits.") ||
+      starts_with(name, "refined_locations.") || starts_with(name, "class_predictions."))
+    return true;
   // The mask predictor's last convolution has a channel per class.
   return mask_convs_ && name.rfind("mask_convs." + std::to_string(mask_convs_->size() - 1) + ".", 0) == 0;
 }
@@ -273,6 +300,8 @@ std::optional<models::TfName> FasterRcnnModelImpl::tf_name(const std::string& na
   else if (module == "rpn_class") scope = "FirstStageBoxPredictor/ClassPredictor";
   else if (module == "box_encoding") scope = "SecondStageBoxPredictor/BoxEncodingPredictor";
   else if (module == "class_logits") scope = "SecondStageBoxPredictor/ClassPredictor";
+  else if (module == "reduce_depth" || module == "refined_locations" || module == "class_predictions")
+    scope = "SecondStageBoxPredictor/" + module;
   else if (starts_with(module, "mask_convs.")) {  // slim.conv2d's default scopes, in order
     const std::string index = module.substr(std::string("mask_convs.").size());
     scope = "SecondStageBoxPredictor/Conv" + (index == "0" ? std::string() : "_" + index);

@@ -41,6 +41,13 @@ struct FasterRcnnModelOptions {
   int64_t maxpool_stride = 2;
   bool use_dropout = false;  // mask_rcnn_box_predictor
   double dropout_keep_probability = 1.0;
+  // R-FCN (rfcn_box_predictor): the second stage runs block4 on the whole feature map, then
+  // 1x1 convolutions to position-sensitive score maps cropped per proposal.
+  bool rfcn = false;
+  int64_t rfcn_depth = 1024;  // rfcn_box_predictor.depth (reduce_depth)
+  int64_t rfcn_crop_height = 12, rfcn_crop_width = 12;
+  int64_t rfcn_bins_height = 3, rfcn_bins_width = 3;
+  double rfcn_init_stddev = 0.01;  // conv_hyperparams' truncated normal
   // Mask R-CNN: mask_rcnn_box_predictor's mask head (MaskRCNNMaskHead).
   bool predict_instance_masks = false;
   int64_t mask_height = 15;
@@ -115,6 +122,7 @@ class FasterRcnnModelImpl : public torch::nn::Module {
   models::InceptionResnetV2 irv2_first_{nullptr}, irv2_second_{nullptr};     // to PreAuxLogits; Mixed_7a..
   torch::nn::Conv2d rpn_conv_{nullptr}, rpn_box_{nullptr}, rpn_class_{nullptr};
   torch::nn::Linear box_encoding_{nullptr}, class_logits_{nullptr};
+  torch::nn::Conv2d reduce_depth_{nullptr}, refined_locations_{nullptr}, class_predictions_{nullptr};  // R-FCN
   torch::nn::ModuleList mask_convs_{nullptr};  // SecondStageBoxPredictor/Conv, Conv_1, ...; the last predicts
 };
 TORCH_MODULE(FasterRcnnModel);

@@ -33,6 +33,18 @@ ParsedModel parse_faster_rcnn(const pb::TrainEvalPipelineConfig& pipeline) {
   const auto& predictor = f.second_stage_box_predictor().mask_rcnn_box_predictor();
   c.model.use_dropout = predictor.use_dropout();
   c.model.dropout_keep_probability = predictor.dropout_keep_probability();
+  if (f.second_stage_box_predictor().has_rfcn_box_predictor()) {
+    const auto& rfcn = f.second_stage_box_predictor().rfcn_box_predictor();
+    c.model.rfcn = true;
+    c.model.rfcn_depth = rfcn.depth();
+    c.model.rfcn_crop_height = rfcn.crop_height();
+    c.model.rfcn_crop_width = rfcn.crop_width();
+    c.model.rfcn_bins_height = rfcn.num_spatial_bins_height();
+    c.model.rfcn_bins_width = rfcn.num_spatial_bins_width();
+    const auto& rfcn_init = rfcn.conv_hyperparams().initializer();
+    if (rfcn_init.has_truncated_normal_initializer())
+      c.model.rfcn_init_stddev = rfcn_init.truncated_normal_initializer().stddev();
+  }
   c.model.predict_instance_masks = predictor.predict_instance_masks();
   c.model.mask_height = predictor.mask_height();
   c.model.mask_width = predictor.mask_width();
@@ -213,8 +225,13 @@ at::Tensor FasterRcnnMetaArchitecture::forward(const at::Tensor& input_images, c
   at::Tensor refined, logits;
   if (all_boxes.size(0) > 0) {
     const auto normalised = all_boxes / pixels(height, width, all_boxes.options());
-    const auto box_features = model_->box_classifier_features(first.features, normalised, box_index);
-    std::tie(refined, logits) = model_->box_predictor(box_features);
+    at::Tensor box_features;  // the box classifier's maps of the crops (not R-FCN's: it crops scores)
+    if (config_.model.rfcn) {
+      std::tie(refined, logits) = model_->second_stage(first.features, normalised, box_index);
+    } else {
+      box_features = model_->box_classifier_features(first.features, normalised, box_index);
+      std::tie(refined, logits) = model_->box_predictor(box_features);
+    }
     const int64_t m = all_boxes.size(0);
     std::vector<at::Tensor> parts = {all_boxes, torch::ones({m, 1}, all_boxes.options()),
                                      refined.reshape({m, 4 * k}).to(torch::kFloat), logits.to(torch::kFloat)};
@@ -403,13 +420,15 @@ std::map<std::string, std::string> FasterRcnnMetaArchitecture::signature() const
   std::map<std::string, std::string> s = {{"model", name()},
                                           {"features_stride", std::to_string(config_.model.features_stride)},
                                           {"anchors_per_location", std::to_string(config_.model.anchors_per_location)}};
+  if (config_.model.rfcn) s["box_predictor"] = "rfcn";
   if (config_.model.predict_instance_masks)
     s["masks"] = std::to_string(config_.model.mask_height) + "x" + std::to_string(config_.model.mask_width);
   return s;
 }
 
 std::string FasterRcnnMetaArchitecture::describe() const {
-  return fmt::format("faster_rcnn {} ({} classes, stride {}, {} anchors per location, {} proposals{})", name(),
+  return fmt::format("{} {} ({} classes, stride {}, {} anchors per location, {} proposals{})",
+                     config_.model.rfcn ? "faster_rcnn (R-FCN)" : "faster_rcnn", name(),
                      config_.model.num_classes, config_.model.features_stride, config_.model.anchors_per_location,
                      config_.rpn.max_proposals,
                      config_.model.predict_instance_masks
