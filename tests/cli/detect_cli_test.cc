@@ -41,6 +41,19 @@ std::string replace(std::string text, const std::string& from, const std::string
   return text;
 }
 
+// The largest IoU of box `b` (normalised ymin, xmin, ymax, xmax) with any of `truth`.
+float best_iou(const std::vector<float>& b, const std::vector<data::Box>& truth) {
+  float best = 0;
+  for (const auto& t : truth) {
+    const float ih = std::min(b[2], t.ymax) - std::max(b[0], t.ymin);
+    const float iw = std::min(b[3], t.xmax) - std::max(b[1], t.xmin);
+    const float inter = std::max(0.f, ih) * std::max(0.f, iw);
+    const float uni = (b[2] - b[0]) * (b[3] - b[1]) + (t.ymax - t.ymin) * (t.xmax - t.xmin) - inter;
+    best = std::max(best, uni > 0 ? inter / uni : 0.f);
+  }
+  return best;
+}
+
 // One intra-op thread for every run: with two, any other busy process on a 2-core machine
 // (a parallel CTest job) makes libtorch's OpenMP barriers spin for seconds per step.
 void one_thread_per_process() { ::setenv("OMP_NUM_THREADS", "1", 1); }
@@ -840,15 +853,7 @@ TEST(ResizeKeepAspectRatio, TrainsEvaluatesAndPredictsAtEachImagesShape) {
         ++confident;
         tall_confident += name.rfind("tall", 0) == 0;
         const auto b = d.at("box").get<std::vector<float>>();
-        float best = 0;
-        for (const auto& t : truth.at(name)) {
-          const float ih = std::min(b[2], t.ymax) - std::max(b[0], t.ymin);
-          const float iw = std::min(b[3], t.xmax) - std::max(b[1], t.xmin);
-          const float inter = std::max(0.f, ih) * std::max(0.f, iw);
-          const float uni = (b[2] - b[0]) * (b[3] - b[1]) + (t.ymax - t.ymin) * (t.xmax - t.xmin) - inter;
-          best = std::max(best, uni > 0 ? inter / uni : 0.f);
-        }
-        on_objects += best >= 0.5f;
+        on_objects += best_iou(b, truth.at(name)) >= 0.5f;
       }
     }
     EXPECT_GE(confident, 4) << r.out;
@@ -1038,15 +1043,7 @@ TEST(TwoStageShapes, MaskRcnnLearnsPredictsAndExports) {
     for (const auto& d : j.at("detections")) {
       ++confident;
       const auto b = d.at("box").get<std::vector<float>>();
-      float best = 0;
-      for (const auto& t : truth.at(name)) {
-        const float ih = std::min(b[2], t.ymax) - std::max(b[0], t.ymin);
-        const float iw = std::min(b[3], t.xmax) - std::max(b[1], t.xmin);
-        const float inter = std::max(0.f, ih) * std::max(0.f, iw);
-        const float uni = (b[2] - b[0]) * (b[3] - b[1]) + (t.ymax - t.ymin) * (t.xmax - t.xmin) - inter;
-        best = std::max(best, uni > 0 ? inter / uni : 0.f);
-      }
-      on_objects += best >= 0.5f;
+      on_objects += best_iou(b, truth.at(name)) >= 0.5f;
       ASSERT_TRUE(d.contains("mask")) << line;
       const auto size = d.at("mask").at("size").get<std::vector<int64_t>>();
       ASSERT_EQ(size, (std::vector<int64_t>{160, 160}));

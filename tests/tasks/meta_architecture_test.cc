@@ -30,6 +30,21 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+// Two 64x80 images with three boxes of two classes, for the small two-stage configs below.
+data::Batch small_two_stage_batch() {
+  data::Batch batch;
+  batch.size = 2;
+  batch.images = torch::rand({2, 3, 64, 80}) * 2 - 1;
+  batch.fields["boxes"] = torch::zeros({2, 3, 4});
+  batch.fields["boxes"][0][0] = torch::tensor({0.1f, 0.1f, 0.5f, 0.4f});
+  batch.fields["boxes"][0][1] = torch::tensor({0.5f, 0.5f, 0.9f, 0.9f});
+  batch.fields["boxes"][1][0] = torch::tensor({0.2f, 0.3f, 0.7f, 0.8f});
+  batch.fields["classes"] = torch::tensor({1, 2, 0, 2, 0, 0}, torch::kLong).view({2, 3});
+  batch.fields["is_crowd"] = torch::zeros({2, 3}, torch::kBool);
+  batch.fields["num_boxes"] = torch::tensor({2, 1}, torch::kLong);
+  return batch;
+}
+
 TEST(MetaArchitectures, TheModelOneofCasePicksTheRegisteredParser) {
   register_builtin_meta_architectures();
   const auto pipeline = detect::load_pipeline_config(kCoco, /*strict=*/false);
@@ -196,16 +211,7 @@ train_input_reader { tf_record_input_reader { input_path: "x" } }
   config.input.max_boxes = 3;
   torch::manual_seed(3);
   DetectionTask task(config);
-  data::Batch batch;
-  batch.size = 2;
-  batch.images = torch::rand({2, 3, 64, 80}) * 2 - 1;
-  batch.fields["boxes"] = torch::zeros({2, 3, 4});
-  batch.fields["boxes"][0][0] = torch::tensor({0.1f, 0.1f, 0.5f, 0.4f});
-  batch.fields["boxes"][0][1] = torch::tensor({0.5f, 0.5f, 0.9f, 0.9f});
-  batch.fields["boxes"][1][0] = torch::tensor({0.2f, 0.3f, 0.7f, 0.8f});
-  batch.fields["classes"] = torch::tensor({1, 2, 0, 2, 0, 0}, torch::kLong).view({2, 3});
-  batch.fields["is_crowd"] = torch::zeros({2, 3}, torch::kBool);
-  batch.fields["num_boxes"] = torch::tensor({2, 1}, torch::kLong);
+  data::Batch batch = small_two_stage_batch();
   task.module()->train();
   const auto outputs = task.forward_train(batch);
   const auto loss = task.loss(outputs, batch, 2);
@@ -275,16 +281,7 @@ train_input_reader { tf_record_input_reader { input_path: "x" } load_instance_ma
   torch::manual_seed(3);
   DetectionTask task(config);
   EXPECT_NE(task.meta_architecture().describe().find("6x6 masks"), std::string::npos);
-  data::Batch batch;
-  batch.size = 2;
-  batch.images = torch::rand({2, 3, 64, 80}) * 2 - 1;
-  batch.fields["boxes"] = torch::zeros({2, 3, 4});
-  batch.fields["boxes"][0][0] = torch::tensor({0.1f, 0.1f, 0.5f, 0.4f});
-  batch.fields["boxes"][0][1] = torch::tensor({0.5f, 0.5f, 0.9f, 0.9f});
-  batch.fields["boxes"][1][0] = torch::tensor({0.2f, 0.3f, 0.7f, 0.8f});
-  batch.fields["classes"] = torch::tensor({1, 2, 0, 2, 0, 0}, torch::kLong).view({2, 3});
-  batch.fields["is_crowd"] = torch::zeros({2, 3}, torch::kBool);
-  batch.fields["num_boxes"] = torch::tensor({2, 1}, torch::kLong);
+  data::Batch batch = small_two_stage_batch();
   // Each object's mask: the left half of its box (rows and columns in pixels of 64x80).
   auto masks = torch::zeros({2, 3, 64, 80}, torch::kBool);
   masks[0][0].slice(0, 6, 32).slice(1, 8, 20).fill_(true);
@@ -381,16 +378,7 @@ train_input_reader { tf_record_input_reader { input_path: "x" } }
   DetectionTask task(config);
   EXPECT_EQ(task.meta_architecture().describe().rfind("faster_rcnn (R-FCN) faster_rcnn_resnet50", 0), 0u)
       << task.meta_architecture().describe();
-  data::Batch batch;
-  batch.size = 2;
-  batch.images = torch::rand({2, 3, 64, 80}) * 2 - 1;
-  batch.fields["boxes"] = torch::zeros({2, 3, 4});
-  batch.fields["boxes"][0][0] = torch::tensor({0.1f, 0.1f, 0.5f, 0.4f});
-  batch.fields["boxes"][0][1] = torch::tensor({0.5f, 0.5f, 0.9f, 0.9f});
-  batch.fields["boxes"][1][0] = torch::tensor({0.2f, 0.3f, 0.7f, 0.8f});
-  batch.fields["classes"] = torch::tensor({1, 2, 0, 2, 0, 0}, torch::kLong).view({2, 3});
-  batch.fields["is_crowd"] = torch::zeros({2, 3}, torch::kBool);
-  batch.fields["num_boxes"] = torch::tensor({2, 1}, torch::kLong);
+  data::Batch batch = small_two_stage_batch();
   task.module()->train();
   torch::optim::Adam adam(task.module()->parameters(), torch::optim::AdamOptions(3e-4));
   double first = 0, last = 0;
