@@ -199,6 +199,10 @@ TEST(VocEval, NamesAsTheObjectDetectionApi) {
   EXPECT_EQ(named[0].first, "OpenImagesV2_Precision/mAP@0.5IOU");
   EXPECT_EQ(named[1].first, "OpenImagesV2_PerformanceByCategory/AP@0.5IOU/cat");
   EXPECT_EQ(named[2].first, "OpenImagesV2_PerformanceByCategory/AP@0.5IOU/2");
+  // faster_rcnn_inception_resnet_v2_atrous_oid names the 2017 OD API's key of the same evaluator.
+  EXPECT_TRUE(VocMetricsOptions::is_metrics_set("open_images_metrics"));
+  EXPECT_EQ(VocMetricsOptions::for_metrics_set("open_images_metrics").prefix, "OpenImagesV2");
+  EXPECT_TRUE(VocMetricsOptions::for_metrics_set("open_images_metrics").use_group_of);
   EXPECT_NEAR(named[0].second, 1.0, kTol);
   EXPECT_THROW(VocMetricsOptions::for_metrics_set("coco_detection_metrics"), Error);
   EXPECT_THROW(e.add_detections(5, {det(0, 0, NAN, 1, 1, 0.5)}), Error);

@@ -197,6 +197,7 @@ const char* const kImplemented[] = {
     "eval_config.metrics_set=weighted_pascal_voc_detection_metrics",
     "eval_config.metrics_set=oid_V2_detection_metrics",
     "eval_config.metrics_set=open_images_V2_detection_metrics",
+    "eval_config.metrics_set=open_images_metrics",
     "eval_config.metrics_set=oid_challenge_detection_metrics",
     "eval_config.num_visualizations",
     "eval_config.max_evals",

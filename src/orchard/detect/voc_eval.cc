@@ -72,7 +72,8 @@ VocMetricsOptions VocMetricsOptions::for_metrics_set(const std::string& metrics_
     o.prefix = "WeightedPascalBoxes";
     o.use_weighted_mean_ap = true;
     o.use_difficult = true;
-  } else if (metrics_set == "oid_V2_detection_metrics" || metrics_set == "open_images_V2_detection_metrics") {
+  } else if (metrics_set == "oid_V2_detection_metrics" || metrics_set == "open_images_V2_detection_metrics" ||
+             metrics_set == "open_images_metrics") {  // the 2017 OD API's name of the same evaluator
     o.prefix = "OpenImagesV2";
     o.use_group_of = true;
   } else if (metrics_set == "oid_challenge_detection_metrics") {
@@ -88,7 +89,7 @@ VocMetricsOptions VocMetricsOptions::for_metrics_set(const std::string& metrics_
 
 bool VocMetricsOptions::is_metrics_set(const std::string& metrics_set) {
   for (const char* known : {"pascal_voc_detection_metrics", "weighted_pascal_voc_detection_metrics",
-                            "oid_V2_detection_metrics", "open_images_V2_detection_metrics",
+                            "oid_V2_detection_metrics", "open_images_V2_detection_metrics", "open_images_metrics",
                             "oid_challenge_detection_metrics"})
     if (metrics_set == known) return true;
   return false;

@@ -1,7 +1,8 @@
 // The TF Object Detection API's PASCAL VOC and Open Images detection metrics
 // (object_detection_evaluation.ObjectDetectionEvaluation with its per-image evaluation), in
 // plain C++: the `metrics_set`s pascal_voc_detection_metrics, weighted_pascal_voc_detection_metrics,
-// oid_V2_detection_metrics (= open_images_V2_detection_metrics) and
+// oid_V2_detection_metrics (= open_images_V2_detection_metrics, and open_images_metrics as the 2017
+// OD API named it) and
 // oid_challenge_detection_metrics.
 //
 // Per image and class: detections with ymin >= ymax or xmin >= xmax are dropped, the rest taken
