@@ -16,8 +16,24 @@ location (3 scales x 3 aspect ratios, Orchard's config 6), P6 from P5 and no bat
 head towers (the OD API: a batch norm per level after each tower conv), its ResNet is v1.5
 (stride in the first unit's 3x3; TF-Slim's in the last unit), the L1 box loss, and its
 GeneralizedRCNNTransform normalises the images inside the step.
+
+--model fasterrcnn_resnet50_fpn (issue 34, against the OD API's faster_rcnn_resnet50): torchvision's
+Faster R-CNN, built with weights=None (BatchNorm2d with batch statistics, every layer trainable),
+min_size = max_size = --size so that GeneralizedRCNNTransform keeps the S x S images at S x S, and
+--size_divisible (torchvision's 32 pads 600 to 608; the driver passes 1 so that both sides see the
+same pixels). Everything else is torchvision's default (bench/README.md lists how it differs from
+the OD API's model): ResNet-50 v1.5 + FPN P2-P6, 3 anchors per location and level, 2000 / 1000
+proposals after NMS in training / inference, 512 sampled RoIs per image, MultiScaleRoIAlign 7x7,
+TwoMLPHead 1024. --box_score_thresh / --box_detections_per_img (torchvision: 0.05 / 100) are the
+post-processing's; the driver passes the OD API config's 0.0 / 300 so that both NMS the same
+amount (untrained scores are ~1/91, all under 0.05).
+
+--mode infer: model.eval(), torch.no_grad(), model(images): the transform, both stages and the
+post-processing (detections per image in "check"). --clip_norm: torch.nn.utils.clip_grad_norm_
+before the step (the OD API config's gradient_clipping_by_norm; 0: none).
 """
 import argparse
+import math
 import torch
 import torchvision
 
@@ -28,7 +44,8 @@ from peer_timing import emit, time_loop
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="retinanet_resnet50_fpn",
-                   choices=["retinanet_resnet50_fpn", "ssdlite320_mobilenet_v3_large"])
+                   choices=["retinanet_resnet50_fpn", "ssdlite320_mobilenet_v3_large", "fasterrcnn_resnet50_fpn"])
+    p.add_argument("--mode", default="train", choices=["train", "infer"])
     p.add_argument("--size", type=int, default=640)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--boxes", type=int, default=4)
@@ -38,6 +55,12 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--budget_s", type=float, default=600)
+    p.add_argument("--impl", default="pytorch",
+                   help="the JSON line's impl (pytorch_tuned: run with Orchard's malloc settings)")
+    p.add_argument("--clip_norm", type=float, default=0)
+    p.add_argument("--size_divisible", type=int, default=32)
+    p.add_argument("--box_score_thresh", type=float, default=0.05)
+    p.add_argument("--box_detections_per_img", type=int, default=100)
     a = p.parse_args()
     peer_timing.budget_s = a.budget_s
     torch.set_num_threads(a.threads)
@@ -45,13 +68,17 @@ def main():
     if a.model == "retinanet_resnet50_fpn":
         model = torchvision.models.detection.retinanet_resnet50_fpn(
             weights=None, weights_backbone=None, num_classes=a.num_classes, min_size=a.size, max_size=a.size)
+    elif a.model == "fasterrcnn_resnet50_fpn":
+        model = torchvision.models.detection.fasterrcnn_resnet50_fpn(
+            weights=None, weights_backbone=None, num_classes=a.num_classes, min_size=a.size, max_size=a.size,
+            size_divisible=a.size_divisible, box_score_thresh=a.box_score_thresh,
+            box_detections_per_img=a.box_detections_per_img)
     else:
         if a.size != 320:
             raise SystemExit("ssdlite320_mobilenet_v3_large runs at 320x320 only")
         model = torchvision.models.detection.ssdlite320_mobilenet_v3_large(
             weights=None, weights_backbone=None, num_classes=a.num_classes)
-    model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    params = sum(p.numel() for p in model.parameters())
     images = [torch.rand(3, a.size, a.size) for _ in range(a.batch)]
     targets = []
     for _ in range(a.batch):
@@ -59,6 +86,26 @@ def main():
         size = torch.rand(a.boxes, 2) * 0.4 + 0.1
         yx = torch.cat([lo, lo + size], 1) * a.size  # ymin, xmin, ymax, xmax
         targets.append({"boxes": yx[:, [1, 0, 3, 2]], "labels": torch.randint(1, a.num_classes, (a.boxes,))})
+
+    if a.mode == "infer":
+        model.eval()
+        found = []
+
+        def infer(phase):
+            t0 = peer_timing.time.perf_counter()
+            with torch.no_grad():
+                out = model(images)
+            phase["forward_postprocess"] = peer_timing.time.perf_counter() - t0
+            found[:] = [len(o["boxes"]) for o in out]
+
+        r = time_loop(a.warmup, a.iters, infer)
+        r["check"] = {"detections": found, "params": params}
+        emit(a.impl, "infer", a.batch, "image", float(a.batch), a.threads, a.warmup, r,
+             model=a.model, height=a.size, width=a.size)
+        return
+
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     losses = {}
 
     def step(phase):
@@ -71,15 +118,19 @@ def main():
         total.backward()
         phase["backward"] = peer_timing.time.perf_counter() - t0
         t0 = peer_timing.time.perf_counter()
+        if a.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip_norm)
         opt.step()
         phase["optimizer"] = peer_timing.time.perf_counter() - t0
         losses["total"] = float(total)
+        losses["terms"] = {k: float(v) for k, v in l.items()}
 
     r = time_loop(a.warmup, a.iters, step)
-    r["check"] = {"total_loss": losses["total"], "params": sum(p.numel() for p in model.parameters())}
-    emit("pytorch", "train", a.batch, "image", float(a.batch), a.threads, a.warmup, r,
+    if not all(math.isfinite(v) for v in losses["terms"].values()):
+        raise SystemExit(f"peer_retinanet.py: a loss is not finite: {losses['terms']}")
+    r["check"] = {"total_loss": losses["total"], "losses": losses["terms"], "params": params}
+    emit(a.impl, "train", a.batch, "image", float(a.batch), a.threads, a.warmup, r,
          model=a.model, height=a.size, width=a.size)
-
 
 if __name__ == "__main__":
     main()
