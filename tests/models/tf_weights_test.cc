@@ -11,6 +11,7 @@
 
 #include "orchard/core/error.h"
 #include "orchard/core/tf_checkpoint.h"
+#include "orchard/detect/faster_rcnn_model.h"
 #include "orchard/detect/ssd_model.h"
 #include "orchard/models/inception_v3.h"
 #include "orchard/models/mobilenet_v2.h"
@@ -170,6 +171,35 @@ TEST(TfNameMaps, SsdMobileNetV1MatchesTheModelZoosCheckpointByNameAndShape) {
   EXPECT_EQ(model->tf_name("backbone.features.0.1.weight", "MobilenetV1")->name, "MobilenetV1/Conv2d_0/BatchNorm/gamma");
   EXPECT_THROW(model->tf_name("backbone.features.14.0.0.weight"), std::invalid_argument);
   EXPECT_THROW(model->tf_name("backbone.features.3.2.0.weight"), std::invalid_argument);
+}
+
+// The OD API zoo's two-stage checkpoints (faster_rcnn_resnet50_coco_2018_01_28 and
+// faster_rcnn_inception_v2_coco_2018_01_28, their sample configs' models: 90 classes, 12 anchors
+// per location): every model variable by name and shape. TF-Slim's resnet_v1_50 builds all four
+// blocks in the first stage too; its block4 there (50 variables) feeds nothing, and the OD API's
+// model leaves it unused as Orchard does.
+TEST(TfNameMaps, FasterRcnnMatchesTheModelZoosCheckpointsByNameAndShape) {
+  for (const std::string extractor : {"faster_rcnn_resnet50", "faster_rcnn_inception_v2"}) {
+    detect::FasterRcnnModelOptions o;
+    o.feature_extractor = extractor;
+    o.num_classes = 90;
+    o.anchors_per_location = 12;
+    o.initialize = false;
+    detect::FasterRcnnModel model(o);
+    const TfNameMap map = [&](const std::string& n) { return model->tf_name(n, false); };
+    const bool resnet = extractor == "faster_rcnn_resnet50";
+    const auto dir = kTf / (resnet ? "faster_rcnn_resnet50_coco_2018_01_28" : "faster_rcnn_inception_v2_coco_2018_01_28");
+    const tf::CheckpointReader zoo((dir / "model.ckpt").string());
+    const TfMapping m = match_tf_checkpoint(zoo, *model, map);
+    EXPECT_EQ(m.count(TfMatch::kMatched), resnet ? 275 : 356) << extractor;
+    EXPECT_EQ(m.count(TfMatch::kMissing), 0) << extractor;
+    EXPECT_EQ(m.count(TfMatch::kShapeMismatch), 0) << extractor;
+    std::set<std::string> unused(m.unused.begin(), m.unused.end());
+    EXPECT_EQ(unused.erase("global_step"), 1u);
+    for (const auto& name : unused)
+      EXPECT_EQ(name.rfind("FirstStageFeatureExtractor/resnet_v1_50/block4/", 0), 0u) << name;
+    EXPECT_EQ(unused.size(), resnet ? 50u : 0u) << extractor;
+  }
 }
 
 TEST(TfNameMaps, MobileNetV2AndInceptionV3FollowTfSlim) {
