@@ -1,6 +1,7 @@
 // One detection model from a pipeline.config through orchard::tasks::DetectionTask, the C++ side
-// of bench/retinanet.sh: the SSD family (RetinaNet: ssd_resnet50_v1_fpn, SSDLite) and Faster
-// R-CNN (faster_rcnn_resnet50); peer bench/peer_retinanet.py (torchvision).
+// of bench/retinanet.sh: the SSD family (RetinaNet: ssd_resnet50_v1_fpn, SSDLite), Faster R-CNN
+// (faster_rcnn_resnet50) and Mask R-CNN (mask_rcnn_resnet50_atrous: each groundtruth box gets the
+// ellipse inscribed in it as its instance mask); peer bench/peer_retinanet.py (torchvision).
 //
 // --mode train: forward with the targets, the task's loss (its named terms + L2), backward, the
 // config's gradient_clipping_by_norm and optimizer step, on random images in [-1, 1] with
@@ -12,7 +13,8 @@
 // any size, and the batch says so ("image_size"), as the input pipeline does. --breakdown
 // (faster_rcnn) times the parts separately instead: first stage, RPN proposals (decode + NMS),
 // the proposal sampling (train), crop_and_resize + max pool, block4 + box predictor, then the
-// backward of each stage (train) or the postprocess (infer).
+// backward of each stage (train) or the postprocess (infer); rows "4r"/"6r" time the grid_sample
+// crops (crop_and_resize_grid_sample) on the same boxes for reference, outside the total's parts.
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
@@ -86,6 +88,14 @@ void faster_rcnn_breakdown(orchard::tasks::FasterRcnnMetaArchitecture& meta, con
   auto crops = detect::crop_and_resize(features, all, box_index, crop, crop);
   crops = torch::max_pool2d(crops, c.model.maxpool_kernel_size, c.model.maxpool_stride);
   (*phase)["4_crop_and_resize_pool"] = seconds_since(t0);
+  {
+    // The same crops by the grid_sample path (what the CPU ran before its kernel; other devices).
+    torch::NoGradGuard no_grad;
+    t0 = wall_now();
+    torch::max_pool2d(detect::crop_and_resize_grid_sample(features, all, box_index, crop, crop),
+                      c.model.maxpool_kernel_size, c.model.maxpool_stride);
+    (*phase)["4r_reference_grid_sample_crop_pool"] = seconds_since(t0);
+  }
   t0 = wall_now();
   // box_classifier_features crops again (timed above) before block4.
   const auto [refined, logits] = model->box_predictor(model->box_classifier_features(features, all, box_index));
@@ -104,6 +114,10 @@ void faster_rcnn_breakdown(orchard::tasks::FasterRcnnMetaArchitecture& meta, con
     t0 = wall_now();
     again.backward(grad);
     (*phase)["6b_of_which_crop_and_resize_backward"] = seconds_since(t0);
+    const auto reference = detect::crop_and_resize_grid_sample(leaf, all, box_index, crop, crop);
+    t0 = wall_now();
+    reference.backward(grad);
+    (*phase)["6r_reference_grid_sample_backward"] = seconds_since(t0);
     return;
   }
   t0 = wall_now();
@@ -188,6 +202,19 @@ int main(int argc, char** argv) {
     b.fields["is_crowd"] = at::zeros({batch, max_boxes}, at::kBool);
     b.fields["num_boxes"] = at::full({batch}, boxes, at::kLong);
     b.fields["image_size"] = torch::tensor({h, w}, at::kLong).repeat({batch, 1});  // each image fills the input
+    if (task.meta_architecture().predicts_masks()) {
+      // Mask R-CNN: each box's instance mask is the ellipse inscribed in it (the peer's too).
+      const auto ys = (at::arange(h, at::kFloat) + 0.5) / h, xs = (at::arange(w, at::kFloat) + 0.5) / w;
+      const auto centre = (gt.narrow(2, 0, 2) + gt.narrow(2, 2, 2)) / 2, radius = (gt.narrow(2, 2, 2) - gt.narrow(2, 0, 2)) / 2;
+      auto rel = [&](const at::Tensor& axis, int64_t k) {  // [batch, max_boxes, n] squared offset / radius
+        return ((axis.view({1, 1, -1}) - centre.select(2, k).unsqueeze(2)) /
+                radius.select(2, k).clamp_min(1e-6).unsqueeze(2))
+            .pow(2);
+      };
+      auto masks = (rel(ys, 0).unsqueeze(3) + rel(xs, 1).unsqueeze(2)) <= 1;
+      masks.narrow(1, boxes, max_boxes - boxes).zero_();
+      b.fields["masks"] = masks;
+    }
     const auto input = task.input_shape(b);
 
     int64_t params = 0;

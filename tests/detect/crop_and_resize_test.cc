@@ -127,6 +127,31 @@ TEST(CropAndResize, AgreesWithTheKernelOnRandomBoxesAndPassesGradients) {
   }
 }
 
+// The CPU kernel and the grid_sample path (the one other devices take) give the same crops and
+// the same image gradient: several images, boxes partly outside and flipped, 1 and 150 channels
+// (the kernel works in blocks of 64), an input and an output gradient with channels-last strides.
+TEST(CropAndResize, KernelEqualsTheGridSamplePath) {
+  torch::manual_seed(5);
+  for (const int64_t channels : {int64_t{1}, int64_t{150}}) {
+    for (const bool channels_last : {false, true}) {
+      auto image = torch::randn({3, channels, 11, 8});
+      if (channels_last) image = image.contiguous(at::MemoryFormat::ChannelsLast);
+      const auto boxes = torch::rand({17, 4}) * 1.4 - 0.2;
+      const auto indices = torch::randint(0, 3, {17}, torch::kLong);
+      auto weights = torch::randn({17, channels, 5, 3});
+      if (channels_last) weights = weights.contiguous(at::MemoryFormat::ChannelsLast);
+      const auto a = image.clone().requires_grad_(true), b = image.clone().requires_grad_(true);
+      const auto kernel = crop_and_resize(a, boxes, indices, 5, 3, -1.5f);
+      const auto reference = crop_and_resize_grid_sample(b, boxes, indices, 5, 3, -1.5f);
+      EXPECT_LT((kernel - reference).abs().max().item<float>(), 1e-5f) << channels << " " << channels_last;
+      (kernel * weights).sum().backward();
+      (reference * weights).sum().backward();
+      EXPECT_LT((a.grad() - b.grad()).abs().max().item<float>(), 1e-4f) << channels << " " << channels_last;
+      EXPECT_GT(a.grad().abs().sum().item<float>(), 1.f);
+    }
+  }
+}
+
 // R-FCN's position-sensitive crops, hand-worked. A 3x3 map, 3x3 bins, crop 3x3 (one sample per
 // bin, at the bin's centre: y = (by + .5) / 3 * (H - 1)). Only group 4 (the centre bin) is
 // nonzero, 9 at pixel (1, 1): the box (0, 0, 1, 1) puts the centre bin's sample exactly there, so

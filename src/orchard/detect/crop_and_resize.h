@@ -15,8 +15,17 @@ namespace orchard::detect {
 // 0.5 (y1 + y2)(H - 1) when crop_height is 1 (columns alike); a sample whose y is outside
 // [0, H - 1] or whose x is outside [0, W - 1] is extrapolation_value, the others bilinear.
 // Differentiable with respect to `image`; the boxes get no gradient (the OD API stops it).
+// On the CPU a kernel of its own (channel vectors of a channels-last copy of the image; the crops
+// come back channels-last; float or double, other types computed in float); on other devices
+// crop_and_resize_grid_sample.
 at::Tensor crop_and_resize(const at::Tensor& image, const at::Tensor& boxes, const at::Tensor& box_indices,
                            int64_t crop_height, int64_t crop_width, float extrapolation_value = 0.0f);
+
+// The same crops from libtorch's grid_sample (align_corners: TF's sample positions) with the
+// extrapolation value set where TF sets it, for any device; its autograd gives the gradient.
+at::Tensor crop_and_resize_grid_sample(const at::Tensor& image, const at::Tensor& boxes,
+                                       const at::Tensor& box_indices, int64_t crop_height, int64_t crop_width,
+                                       float extrapolation_value = 0.0f);
 
 // R-FCN's ops.position_sensitive_crop_regions with global_pool: the channels of `features`
 // [B, bins_h * bins_w * C, H, W] are bins_h * bins_w contiguous groups of C (group g = by * bins_w +
