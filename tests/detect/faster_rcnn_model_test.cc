@@ -320,6 +320,24 @@ TEST(FasterRcnnModel, MaskHeadIsTheOdApis) {
   const auto out = linear->mask_predictor(ramp);
   ASSERT_EQ(out.sizes(), (std::vector<int64_t>{1, 1, 5, 5}));
   for (int64_t x = 0; x < 5; ++x) EXPECT_NEAR(out[0][0][2][x].item<float>(), 0.5f * x, 1e-6) << x;
+
+  // The head convolves the small map before resizing (the same linear map): its masks equal the
+  // OD API's order, resize_bilinear to 33x33 then the 3x3 convolutions, written out here.
+  namespace F = torch::nn::functional;
+  auto params = model->named_parameters();
+  auto x = F::interpolate(box_features, F::InterpolateFuncOptions()
+                                            .size(std::vector<int64_t>{33, 33})
+                                            .mode(torch::kBilinear)
+                                            .align_corners(true));
+  for (int i = 0; i < 4; ++i) {
+    const auto index = std::to_string(i);
+    x = F::conv2d(x, params["mask_convs." + index + ".weight"],
+                  F::Conv2dFuncOptions().bias(params["mask_convs." + index + ".bias"]).padding(1));
+    if (i < 3) x = torch::relu(x);
+  }
+  const double scale = x.abs().max().item<double>();
+  EXPECT_GT(scale, 1e-3);
+  EXPECT_LT((masks - x).abs().max().item<double>(), 1e-4 * scale);
 }
 
 }  // namespace

@@ -225,24 +225,63 @@ std::pair<torch::Tensor, torch::Tensor> FasterRcnnModelImpl::box_predictor(const
   return {box_encoding_(x).view({x.size(0), options_.num_classes, 4}), class_logits_(x)};
 }
 
+namespace {
+
+torch::Tensor resize_align_corners(const torch::Tensor& x, int64_t height, int64_t width) {
+  return F::interpolate(
+      x, F::InterpolateFuncOptions().size(std::vector<int64_t>{height, width}).mode(torch::kBilinear).align_corners(true));
+}
+
+// conv(resize(x)) for a stride-1 convolution padded k / 2 (the mask head's 3x3 'SAME'). The
+// bilinear resize is linear and treats every channel alike, so it commutes with the convolution's
+// channel mixing: each kernel tap's channel mix runs on the small map, the taps' maps are resized
+// and added at their offsets (zero outside, as the padding). The same values as resizing first,
+// up to float rounding, at (h w) / (height width) of the multiply-adds: 1/22 for 7x7 -> 33x33,
+// where the first mask convolution (2048 -> 256 channels) was most of Mask R-CNN's cost.
+torch::Tensor conv_of_resized(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, int64_t height, int64_t width) {
+  const auto& w = conv.weight;  // [O, C, kh, kw]
+  const int64_t out = w.size(0), kh = w.size(2), kw = w.size(3), n = x.size(0);
+  auto taps = F::conv2d(x, w.permute({0, 2, 3, 1}).reshape({out * kh * kw, w.size(1), 1, 1}));
+  taps = F::pad(resize_align_corners(taps, height, width), F::PadFuncOptions({kw / 2, kw / 2, kh / 2, kh / 2}))
+             .view({n, out, kh, kw, height + 2 * (kh / 2), width + 2 * (kw / 2)});
+  auto y = conv.bias.defined() ? conv.bias.view({1, out, 1, 1}).expand({n, out, height, width}) : torch::Tensor();
+  for (int64_t i = 0; i < kh; ++i)
+    for (int64_t j = 0; j < kw; ++j) {
+      const auto tap = taps.select(2, i).select(2, j).narrow(2, i, height).narrow(3, j, width);
+      y = y.defined() ? y + tap : tap;
+    }
+  return y;
+}
+
+}  // namespace
+
 torch::Tensor FasterRcnnModelImpl::mask_predictor(const torch::Tensor& box_features) {
   TORCH_CHECK(mask_convs_, "this Faster R-CNN has no mask head (predict_instance_masks is false)");
   const int64_t mh = options_.mask_height, mw = options_.mask_width;
   auto x = box_features;
   const auto n = static_cast<int64_t>(mask_convs_->size());
-  if (!options_.convolve_then_upsample)
-    x = F::interpolate(x, F::InterpolateFuncOptions()
-                              .size(std::vector<int64_t>{mh, mw})
-                              .mode(torch::kBilinear)
-                              .align_corners(true));
-  for (int64_t i = 0; i < n - 1; ++i) {
+  auto conv = [&](int64_t i) { return mask_convs_[static_cast<size_t>(i)]->as<torch::nn::Conv2d>(); };
+  int64_t first = 0;
+  if (!options_.convolve_then_upsample) {
+    // The resize to the mask size, then the first convolution (hidden, or the last when it is the
+    // only one): on the small map when the resize enlarges it (the samples' 7x7 -> 33x33).
+    if (x.size(2) * x.size(3) < mh * mw) {
+      x = conv_of_resized(*conv(0), x, mh, mw);
+    } else {
+      x = conv(0)->forward(resize_align_corners(x, mh, mw));
+    }
+    if (n == 1) return x;
+    x = torch::relu(x);
+    first = 1;
+  }
+  for (int64_t i = first; i < n - 1; ++i) {
     if (options_.convolve_then_upsample && i == n - 2) {  // before the last hidden convolution
       const int64_t sy = mh / x.size(2), sx = mw / x.size(3);
       x = x.repeat_interleave(sy, 2).repeat_interleave(sx, 3);
     }
-    x = torch::relu(mask_convs_[static_cast<size_t>(i)]->as<torch::nn::Conv2d>()->forward(x));
+    x = torch::relu(conv(i)->forward(x));
   }
-  return mask_convs_[static_cast<size_t>(n - 1)]->as<torch::nn::Conv2d>()->forward(x);
+  return conv(n - 1)->forward(x);
 }
 
 void FasterRcnnModelImpl::train(bool on) {
