@@ -28,6 +28,11 @@ TwoMLPHead 1024. --box_score_thresh / --box_detections_per_img (torchvision: 0.0
 post-processing's; the driver passes the OD API config's 0.0 / 300 so that both NMS the same
 amount (untrained scores are ~1/91, all under 0.05).
 
+--model maskrcnn_resnet50_fpn (issue 34, against the OD API's mask_rcnn_resnet50_atrous): the same
+with torchvision's mask branch (MultiScaleRoIAlign 14x14, four 3x3 convs of 256, a 2x deconvolution,
+28x28 masks per class; the mask loss on the positives of the 512 sampled RoIs), each groundtruth box's
+mask the ellipse inscribed in it.
+
 --mode infer: model.eval(), torch.no_grad(), model(images): the transform, both stages and the
 post-processing (detections per image in "check"). --clip_norm: torch.nn.utils.clip_grad_norm_
 before the step (the OD API config's gradient_clipping_by_norm; 0: none).
@@ -44,7 +49,8 @@ from peer_timing import emit, time_loop
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="retinanet_resnet50_fpn",
-                   choices=["retinanet_resnet50_fpn", "ssdlite320_mobilenet_v3_large", "fasterrcnn_resnet50_fpn"])
+                   choices=["retinanet_resnet50_fpn", "ssdlite320_mobilenet_v3_large", "fasterrcnn_resnet50_fpn",
+                            "maskrcnn_resnet50_fpn"])
     p.add_argument("--mode", default="train", choices=["train", "infer"])
     p.add_argument("--size", type=int, default=640)
     p.add_argument("--batch", type=int, default=2)
@@ -68,8 +74,8 @@ def main():
     if a.model == "retinanet_resnet50_fpn":
         model = torchvision.models.detection.retinanet_resnet50_fpn(
             weights=None, weights_backbone=None, num_classes=a.num_classes, min_size=a.size, max_size=a.size)
-    elif a.model == "fasterrcnn_resnet50_fpn":
-        model = torchvision.models.detection.fasterrcnn_resnet50_fpn(
+    elif a.model in ("fasterrcnn_resnet50_fpn", "maskrcnn_resnet50_fpn"):
+        model = getattr(torchvision.models.detection, a.model)(
             weights=None, weights_backbone=None, num_classes=a.num_classes, min_size=a.size, max_size=a.size,
             size_divisible=a.size_divisible, box_score_thresh=a.box_score_thresh,
             box_detections_per_img=a.box_detections_per_img)
@@ -85,7 +91,15 @@ def main():
         lo = torch.rand(a.boxes, 2) * 0.5
         size = torch.rand(a.boxes, 2) * 0.4 + 0.1
         yx = torch.cat([lo, lo + size], 1) * a.size  # ymin, xmin, ymax, xmax
-        targets.append({"boxes": yx[:, [1, 0, 3, 2]], "labels": torch.randint(1, a.num_classes, (a.boxes,))})
+        target = {"boxes": yx[:, [1, 0, 3, 2]], "labels": torch.randint(1, a.num_classes, (a.boxes,))}
+        if a.model == "maskrcnn_resnet50_fpn":
+            # Each box's instance mask: the ellipse inscribed in it (as bench/retinanet_bench.cc).
+            axis = torch.arange(a.size) + 0.5
+            centre, radius = (yx[:, :2] + yx[:, 2:]) / 2, (yx[:, 2:] - yx[:, :2]) / 2
+            dy = ((axis[None, :] - centre[:, :1]) / radius[:, :1]) ** 2
+            dx = ((axis[None, :] - centre[:, 1:]) / radius[:, 1:]) ** 2
+            target["masks"] = (dy[:, :, None] + dx[:, None, :] <= 1).to(torch.uint8)
+        targets.append(target)
 
     if a.mode == "infer":
         model.eval()

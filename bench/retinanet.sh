@@ -14,6 +14,9 @@
 # 600..1024: every image fed at SIZE x SIZE, default 600) vs torchvision's fasterrcnn_resnet50_fpn
 # at the same size (min_size = max_size = SIZE, no padding to a multiple of 32), with the config's
 # post-processing thresholds (score 0.0, 300 detections) and gradient clipping (10).
+# MODEL=mask_rcnn: the OD API's mask_rcnn_resnet50_atrous_coco.config (800..1365 resizer, fed at
+# SIZE x SIZE, default 600) vs torchvision's maskrcnn_resnet50_fpn, as faster_rcnn; each groundtruth
+# box carries the ellipse inscribed in it as its instance mask on both sides.
 # MODES="train infer" (default "train"): infer times eval-mode forward + postprocess, no gradient.
 # TUNED=1 also runs the peer with the glibc malloc settings Orchard applies to itself
 # ("pytorch_tuned", as bench/train.sh): stock glibc returns the freed activations to the OS and
@@ -23,6 +26,7 @@
 #   BATCH=4 REPEATS=1 bench/retinanet.sh
 #   MODEL=ssdlite bench/retinanet.sh         # batch 8
 #   MODEL=faster_rcnn MODES="train infer" bench/retinanet.sh   # batch 1, 600x600
+#   MODEL=mask_rcnn MODES="train infer" bench/retinanet.sh     # batch 1, 600x600
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD:-build-bench}
@@ -40,7 +44,10 @@ case "$MODEL" in
     SIZE=${SIZE:-600} BATCH=${BATCH:-1}
     # The config's gradient_clipping_by_norm and second_stage_post_processing, on the peer too.
     PEER_ARGS=(--size_divisible 1 --clip_norm 10 --box_score_thresh 0 --box_detections_per_img 300) ;;
-  *) echo "retinanet.sh: MODEL is retinanet, ssdlite or faster_rcnn, not '$MODEL'" >&2; exit 1 ;;
+  mask_rcnn) SAMPLE=mask_rcnn_resnet50_atrous_coco CONFIGS=od_api_two_stage_configs PEER=maskrcnn_resnet50_fpn
+    SIZE=${SIZE:-600} BATCH=${BATCH:-1}
+    PEER_ARGS=(--size_divisible 1 --clip_norm 10 --box_score_thresh 0 --box_detections_per_img 300) ;;
+  *) echo "retinanet.sh: MODEL is retinanet, ssdlite, faster_rcnn or mask_rcnn, not '$MODEL'" >&2; exit 1 ;;
 esac
 MODES=${MODES:-train}
 TUNED=${TUNED:-0}

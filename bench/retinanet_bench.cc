@@ -265,6 +265,15 @@ int main(int argc, char** argv) {
     } else {
       task.module()->eval();
       torch::NoGradGuard no_grad;
+      if (faster_rcnn && !breakdown) {
+        // An untrained two-stage model's class logits are ~100 (see faster_rcnn_breakdown): its
+        // softmax scores every class 0 and nothing reaches the third stage. Zero logits score every
+        // class 1 / (num_classes + 1) > the samples' threshold 0, so the post-processing keeps
+        // max_total_detections, as a trained model does under these configs (and torchvision at
+        // box_score_thresh 0), and Mask R-CNN predicts that many masks.
+        for (auto& p : task.module()->named_parameters())
+          if (p.key().find("class_logits.") != std::string::npos) p.value().zero_();
+      }
       std::vector<orchard::tasks::ImageDetections> detections;
       r = time_loop(warmup, iters, [&](std::map<std::string, double>* phase) {
         if (breakdown) return faster_rcnn_breakdown(*faster_rcnn, *fc, b, /*training=*/false, phase, &counts);
