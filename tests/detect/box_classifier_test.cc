@@ -68,6 +68,42 @@ TEST(BoxClassifier, LossIsTheMeanOverImagesOfTheMeanOverProposals) {
   EXPECT_THROW(box_classifier_loss(encodings.narrow(0, 0, 2), logits.narrow(0, 0, 2), targets, o), std::exception);
 }
 
+// hard_example_miner in the second stage: proposals A = (0, 0, 10, 10) and B = (0, 0, 10, 11)
+// overlap at IoU 100 / 110 = 0.91, C = (20, 20, 30, 30) is the ground truth (class 1). A and B are
+// background with logits (0, 5) and (0, 4): cross entropies log(1 + e^5) = 5.0067 and
+// log(1 + e^4) = 4.0181; C's logits (0, 0): log 2, and its box code (0.5, 0, 0, 0) a Huber loss of
+// 0.125. Each term is divided by the 3 proposals. NMS at 0.7 by classification loss keeps A, drops
+// B (A covers it) and keeps C: the loss is A's + C's; with one hard example, A's alone.
+TEST(BoxClassifier, HardExampleMinerKeepsTheWorstProposalsAfterNms) {
+  const auto proposals = torch::tensor({0.f, 0.f, 10.f, 10.f, 0.f, 0.f, 10.f, 11.f, 20.f, 20.f, 30.f, 30.f}).view({3, 4});
+  const auto gt = torch::tensor({20.f, 20.f, 30.f, 30.f}).view({1, 4});
+  const auto targets = assign_proposals(proposals, gt, torch::tensor({int64_t{1}}));
+  ASSERT_EQ(targets.classes.sizes(), (std::vector<int64_t>{3}));
+  EXPECT_EQ(targets.classes[2].item<int64_t>(), 1);
+  const auto logits = torch::tensor({0.f, 5.f, 0.f, 4.f, 0.f, 0.f}).view({3, 2});
+  auto refined = torch::zeros({3, 1, 4});
+  refined[2][0][0] = 0.5f;
+  const double a = std::log1p(std::exp(5.0)), b = std::log1p(std::exp(4.0)), c = std::log(2.0);
+  BoxClassifierOptions o;
+  auto loss = box_classifier_loss(refined, logits, {targets}, o);
+  EXPECT_NEAR(loss["BoxClassifierLoss/classification_loss"].item<double>(), (a + b + c) / 3, 1e-5);
+  o.miner.enabled = true;
+  o.miner.num_hard_examples = 2;
+  o.miner.iou_threshold = 0.7f;
+  o.miner.loss_type = MinerLossType::kClassification;
+  loss = box_classifier_loss(refined, logits, {targets}, o);
+  EXPECT_NEAR(loss["BoxClassifierLoss/classification_loss"].item<double>(), (a + c) / 3, 1e-5);
+  EXPECT_NEAR(loss["BoxClassifierLoss/localization_loss"].item<double>(), 0.125 / 3, 1e-6);
+  o.miner.num_hard_examples = 1;
+  loss = box_classifier_loss(refined, logits, {targets}, o);
+  EXPECT_NEAR(loss["BoxClassifierLoss/classification_loss"].item<double>(), a / 3, 1e-5);
+  EXPECT_NEAR(loss["BoxClassifierLoss/localization_loss"].item<double>(), 0.0, 1e-9);
+  // LOCALIZATION ranks C first (the only nonzero box term), then A (ties at 0 by index).
+  o.miner.loss_type = MinerLossType::kLocalization;
+  loss = box_classifier_loss(refined, logits, {targets}, o);
+  EXPECT_NEAR(loss["BoxClassifierLoss/classification_loss"].item<double>(), c / 3, 1e-5);
+}
+
 TEST(BoxClassifier, DetectionsUseEachClassesBoxClippedAndNormalisedToTheImage) {
   // Two proposals in a 10 x 20 image (inside a larger padded input); class 1 for the first with
   // its class-1 box moved down a pixel (ty = 10 * 1 / 10), class 2 for the second.

@@ -185,8 +185,8 @@ TEST(MetaArchitectures, FasterRcnnResnet50CocoBuildsThroughTheTask) {
 
 // One training step and one inference of a small Faster R-CNN through the task: the four
 // losses, gradients to both stages, detections inside the image.
-TEST(MetaArchitectures, FasterRcnnTrainsAndDetectsThroughTheTask) {
-  odp::TrainEvalPipelineConfig pipeline = detect::parse_pipeline_config(R"(
+// A small Faster R-CNN (ResNet-50, 64x80 input, 12 proposals, 8 sampled).
+const std::string kSmallFasterRcnn = R"(
 model { faster_rcnn {
   num_classes: 2
   image_resizer { fixed_shape_resizer { height: 64 width: 80 } }
@@ -205,7 +205,10 @@ model { faster_rcnn {
 } }
 train_config { optimizer { adam_optimizer { learning_rate { constant_learning_rate { learning_rate: 0.001 } } } } }
 train_input_reader { tf_record_input_reader { input_path: "x" } }
-)", "small.config", /*strict=*/true);
+)";
+
+TEST(MetaArchitectures, FasterRcnnTrainsAndDetectsThroughTheTask) {
+  odp::TrainEvalPipelineConfig pipeline = detect::parse_pipeline_config(kSmallFasterRcnn, "small.config", /*strict=*/true);
   detect::validate_pipeline_config(pipeline, "small.config");
   auto config = detection_config(pipeline, /*channels_last=*/false);
   config.input.max_boxes = 3;
@@ -243,6 +246,42 @@ train_input_reader { tf_record_input_reader { input_path: "x" } }
       EXPECT_LE(d.classes.max().item<int64_t>(), 2);
     }
   }
+}
+
+// hard_example_miner: every one of the 12 proposals reaches the second stage (no sampling; the
+// outputs hold 12 slots per image) and the loss sums the mined ones (hand-worked in
+// detect/box_classifier_test.cc); gradients reach the box classifier.
+TEST(MetaArchitectures, FasterRcnnHardExampleMinerTakesEveryProposal) {
+  std::string text = kSmallFasterRcnn;
+  const std::string sampled = "second_stage_batch_size: 8";
+  text.replace(text.find(sampled), sampled.size(), sampled + "\n  hard_example_miner { num_hard_examples: 3 }");
+  odp::TrainEvalPipelineConfig pipeline = detect::parse_pipeline_config(text, "small.config", /*strict=*/true);
+  detect::validate_pipeline_config(pipeline, "small.config");
+  auto config = detection_config(pipeline, /*channels_last=*/false);
+  config.input.max_boxes = 3;
+  torch::manual_seed(3);
+  DetectionTask task(config);
+  data::Batch batch = small_two_stage_batch();
+  task.module()->train();
+  const auto outputs = task.forward_train(batch);
+  const auto loss = task.loss(outputs, batch, 2);
+  const double classification = loss.terms.at("BoxClassifierLoss/classification_loss").item<double>();
+  EXPECT_TRUE(std::isfinite(classification));
+  EXPECT_GT(classification, 0.0);
+  loss.total().backward();
+  const auto params = task.module()->named_parameters();
+  ASSERT_TRUE(params["class_logits.weight"].grad().defined());
+  EXPECT_GT(params["class_logits.weight"].grad().abs().sum().item<double>(), 0);
+  // Without the miner the same model's outputs hold 8 slots per image: 12 are wider.
+  odp::TrainEvalPipelineConfig plain = detect::parse_pipeline_config(kSmallFasterRcnn, "small.config", true);
+  auto plain_config = detection_config(plain, /*channels_last=*/false);
+  plain_config.input.max_boxes = 3;
+  torch::manual_seed(3);
+  DetectionTask sampled_task(plain_config);
+  sampled_task.module()->train();
+  const auto sampled_outputs = sampled_task.forward_train(batch);
+  const int64_t k = 2, columns = 4 + 1 + 4 * k + k + 1;
+  EXPECT_EQ(outputs.size(1) - sampled_outputs.size(1), (12 - 8) * columns);
 }
 
 // Mask R-CNN through the task: the mask loss of the sampled positives (sigmoid cross entropy

@@ -62,10 +62,33 @@ std::map<std::string, at::Tensor> box_classifier_loss(const at::Tensor& refined_
     const auto diff = (chosen - t.reg_targets.to(encodings.device())).abs();
     const auto huber = torch::where(diff <= 1.0, 0.5 * diff * diff, diff - 0.5).sum(1);
     const double scale = 1.0 / (static_cast<double>(n) * images);
-    localization = localization + (huber * positive).sum() * scale;
-    const auto ce = torch::nn::functional::cross_entropy(
-        logits, classes, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
-    classification = classification + ce.sum() * scale;
+    auto loc = huber * positive * scale;
+    auto cls = torch::nn::functional::cross_entropy(
+                   logits, classes, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone)) *
+               scale;
+    if (options.miner.enabled) {
+      at::Tensor rank;
+      {
+        torch::NoGradGuard no_grad;
+        const auto c = cls.detach().to(torch::kCPU, torch::kFloat), l = loc.detach().to(torch::kCPU, torch::kFloat);
+        switch (options.miner.loss_type) {
+          case MinerLossType::kClassification: rank = c; break;
+          case MinerLossType::kLocalization: rank = l; break;
+          case MinerLossType::kBoth:
+            rank = c * options.classification_weight + l * options.localization_weight;
+            break;
+        }
+      }
+      HardExampleMinerOptions m = options.miner;
+      m.max_negatives_per_positive = 0;  // no matches passed: the NMS selection as it is
+      const auto kept = mine_hard_examples(t.boxes.detach().to(torch::kCPU, torch::kFloat), rank.contiguous(),
+                                           t.match.to(torch::kCPU), m)
+                            .indices.to(encodings.device());
+      loc = loc.index_select(0, kept);
+      cls = cls.index_select(0, kept);
+    }
+    localization = localization + loc.sum();
+    classification = classification + cls.sum();
     offset += n;
   }
   if (offset != refined_box_encodings.size(0)) throw Error("box_classifier_loss: fewer targets than predictions");

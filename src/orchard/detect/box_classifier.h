@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "orchard/detect/box_ops.h"
+#include "orchard/detect/ssd_loss.h"
 
 namespace orchard::detect {
 
@@ -20,6 +21,15 @@ struct BoxClassifierOptions {
   float balance_fraction = 0.25f;      // second_stage_balance_fraction
   float localization_weight = 1.0f;    // second_stage_localization_loss_weight
   float classification_weight = 1.0f;  // second_stage_classification_loss_weight
+  // model.faster_rcnn.hard_example_miner (set: `miner.enabled`): training keeps every proposal
+  // (no sampling) and the loss sums the mined ones' terms (box_classifier_loss).
+  HardExampleMinerOptions miner = no_miner();
+
+  static HardExampleMinerOptions no_miner() {
+    HardExampleMinerOptions m;
+    m.enabled = false;
+    return m;
+  }
 };
 
 // One image's sampled proposals and their targets.
@@ -47,7 +57,12 @@ ProposalTargets assign_proposals(const at::Tensor& proposals, const at::Tensor& 
 // first) of the images' sampled proposals, concatenated image by image as in `targets`. Huber
 // (delta 1) on the target class's box of the positives and softmax cross entropy on all; each
 // proposal's terms divided by its image's proposal count times the number of images, so the loss
-// is the mean over images of the mean over their proposals; times the weights.
+// is the mean over images of the mean over their proposals; times the weights. With the miner
+// (options.miner.enabled, the OD API's _unpad_proposals_and_apply_hard_mining): of each image's
+// proposals only those HardExampleMiner keeps contribute (NMS over the proposal boxes at
+// iou_threshold ranked by their terms (BOTH: weighted by the loss weights), at most
+// num_hard_examples; no negative ratio: the OD API passes no matches). TF's code returns after
+// the batch's first image; Orchard mines every image.
 std::map<std::string, at::Tensor> box_classifier_loss(const at::Tensor& refined_box_encodings,
                                                       const at::Tensor& class_logits,
                                                       const std::vector<ProposalTargets>& targets,

@@ -156,6 +156,8 @@ const char* const kImplemented[] = {
     "model.faster_rcnn.second_stage_post_processing.score_converter",
     "model.faster_rcnn.second_stage_localization_loss_weight",
     "model.faster_rcnn.second_stage_classification_loss_weight",
+    // The OD API's Faster R-CNN mines without matches: the negative ratios have no effect there.
+    "model.faster_rcnn.hard_example_miner",
     "model.faster_rcnn.first_stage_box_predictor_conv_hyperparams.op=CONV",
     "model.faster_rcnn.first_stage_box_predictor_conv_hyperparams.regularizer.l2_regularizer.weight=0",
     "model.faster_rcnn.first_stage_box_predictor_conv_hyperparams.initializer.truncated_normal_initializer",

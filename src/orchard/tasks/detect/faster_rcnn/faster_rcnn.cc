@@ -80,6 +80,17 @@ ParsedModel parse_faster_rcnn(const pb::TrainEvalPipelineConfig& pipeline) {
   c.second_stage.balance_fraction = f.second_stage_balance_fraction();
   c.second_stage.localization_weight = f.second_stage_localization_loss_weight();
   c.second_stage.classification_weight = f.second_stage_classification_loss_weight();
+  if (f.has_hard_example_miner()) {
+    // model_builder's build_hard_example_miner: the proto's defaults (64 examples, NMS 0.7, BOTH).
+    const auto& m = f.hard_example_miner();
+    c.second_stage.miner.enabled = true;
+    c.second_stage.miner.num_hard_examples = m.num_hard_examples();
+    c.second_stage.miner.iou_threshold = m.iou_threshold();
+    c.second_stage.miner.loss_type =
+        detect::miner_loss_type_from_name(pb::HardExampleMiner::LossType_Name(m.loss_type()));
+    c.second_stage.miner.max_negatives_per_positive = 0;
+    c.second_stage.miner.min_negatives_per_image = 0;
+  }
 
   const auto& post = f.second_stage_post_processing();
   const auto& nms = post.batch_non_max_suppression();
@@ -186,7 +197,7 @@ at::Tensor FasterRcnnMetaArchitecture::forward(const at::Tensor& input_images, c
 
   // The second stage's proposals: training's balanced minibatch against the ground truth (in
   // pixels of each image, crowd regions left out), or all of them.
-  const int64_t slots = training ? config_.second_stage.batch_size : config_.rpn.max_proposals;
+  const int64_t slots = proposal_slots(training);
   const int64_t mh = config_.model.mask_height, mw = config_.model.mask_width;
   std::vector<at::Tensor> boxes(static_cast<size_t>(batch)), sampled_classes, sampled_mask_targets;
   for (int64_t i = 0; i < batch; ++i) {
@@ -201,7 +212,9 @@ at::Tensor FasterRcnnMetaArchitecture::forward(const at::Tensor& input_images, c
     const auto gt = targets->field("boxes")[i].narrow(0, 0, n).to(torch::kCPU, torch::kFloat).index({trained}) *
                     pixels(h, w, torch::TensorOptions());
     const auto classes = targets->field("classes")[i].narrow(0, 0, n).to(torch::kCPU).index({trained});
-    const auto sample = detect::sample_proposals(p, gt, classes, config_.second_stage);
+    // With a hard example miner the OD API samples nothing: every proposal goes on, mined in the loss.
+    const auto sample = config_.second_stage.miner.enabled ? detect::assign_proposals(p, gt, classes)
+                                                           : detect::sample_proposals(p, gt, classes, config_.second_stage);
     boxes[static_cast<size_t>(i)] = sample.boxes;
     if (masks) {
       // The masks share the proposals' pixel frame: the image top-left in the sample buffer.
@@ -328,7 +341,7 @@ FasterRcnnMetaArchitecture::Unpacked FasterRcnnMetaArchitecture::unpack(const at
   const int64_t mh = config_.model.mask_height, mw = config_.model.mask_width;
   Unpacked u;
   u.training = batch > 0 && outputs[0][0].item<float>() > 0.5f;
-  const int64_t slots = u.training ? config_.second_stage.batch_size : config_.rpn.max_proposals;
+  const int64_t slots = proposal_slots(u.training);
   const int64_t columns = 4 + 1 + 4 * k + k + 1 + (u.training && masks ? 2 * mh * mw + 1 : 0);
   const int64_t detections = !u.training && masks ? config_.nms.max_total_detections * (7 + mh * mw) : 0;
   TORCH_CHECK(outputs.size(1) == 1 + 6 * a + slots * columns + detections, "Faster R-CNN outputs of ",

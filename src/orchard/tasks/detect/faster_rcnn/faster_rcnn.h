@@ -69,6 +69,12 @@ class FasterRcnnMetaArchitecture : public MetaArchitecture {
   at::Tensor third_stage(const at::Tensor& features, const std::vector<detect::Proposals>& proposals,
                          const at::Tensor& refined, const at::Tensor& logits, int64_t height, int64_t width);
   Unpacked unpack(const at::Tensor& outputs, int64_t height, int64_t width) const;
+  // Second-stage boxes per image in the outputs: training's sampled minibatch, or every
+  // proposal (inference, and training with a hard example miner).
+  int64_t proposal_slots(bool training) const {
+    return training && !config_.second_stage.miner.enabled ? config_.second_stage.batch_size
+                                                           : config_.rpn.max_proposals;
+  }
 
   FasterRcnnConfig config_;
   data::DetectionInputOptions input_;
