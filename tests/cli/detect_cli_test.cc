@@ -994,9 +994,10 @@ TEST(TwoStageShapes, MaskRcnnLearnsPredictsAndExports) {
     text = replace(text, reader, std::string(reader) + "\n  load_instance_masks: true\n  mask_type: PNG_MASKS");
   const std::string cfg = root.file("mask_rcnn.config"), stats = root.file("stats.json"), model = root.file("model");
   atomic_write_file(cfg, text);
+  // One evaluation, at the end: no time-based checkpoint (and its evaluation) on a slow machine.
   r = run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", model, "--num_train_steps",
-           std::to_string(kSteps), "--save_checkpoints_steps", std::to_string(kSteps), "--log_steps", "100", "--seed",
-           "1", "--stats_file", stats, "--num_preprocess_threads", "1", "--strict"},
+           std::to_string(kSteps), "--save_checkpoints_steps", std::to_string(kSteps), "--save_checkpoints_secs", "0",
+           "--log_steps", "100", "--seed", "1", "--stats_file", stats, "--num_preprocess_threads", "1", "--strict"},
           root);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "detect: faster_rcnn faster_rcnn_resnet50 (3 classes, stride 16, 9 anchors per location"))
