@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <map>
+#include <memory>
 
 #include "orchard/core/error.h"
 #include "orchard/detect/config.h"
@@ -207,13 +208,19 @@ train_config { optimizer { adam_optimizer { learning_rate { constant_learning_ra
 train_input_reader { tf_record_input_reader { input_path: "x" } }
 )";
 
-TEST(MetaArchitectures, FasterRcnnTrainsAndDetectsThroughTheTask) {
-  odp::TrainEvalPipelineConfig pipeline = detect::parse_pipeline_config(kSmallFasterRcnn, "small.config", /*strict=*/true);
+// The task of a small config text (validated, 3 boxes per image), its weights from seed 3.
+std::unique_ptr<DetectionTask> small_task(const std::string& text) {
+  const odp::TrainEvalPipelineConfig pipeline = detect::parse_pipeline_config(text, "small.config", /*strict=*/true);
   detect::validate_pipeline_config(pipeline, "small.config");
   auto config = detection_config(pipeline, /*channels_last=*/false);
   config.input.max_boxes = 3;
   torch::manual_seed(3);
-  DetectionTask task(config);
+  return std::make_unique<DetectionTask>(config);
+}
+
+TEST(MetaArchitectures, FasterRcnnTrainsAndDetectsThroughTheTask) {
+  auto owned = small_task(kSmallFasterRcnn);
+  DetectionTask& task = *owned;
   data::Batch batch = small_two_stage_batch();
   task.module()->train();
   const auto outputs = task.forward_train(batch);
@@ -255,12 +262,8 @@ TEST(MetaArchitectures, FasterRcnnHardExampleMinerTakesEveryProposal) {
   std::string text = kSmallFasterRcnn;
   const std::string sampled = "second_stage_batch_size: 8";
   text.replace(text.find(sampled), sampled.size(), sampled + "\n  hard_example_miner { num_hard_examples: 3 }");
-  odp::TrainEvalPipelineConfig pipeline = detect::parse_pipeline_config(text, "small.config", /*strict=*/true);
-  detect::validate_pipeline_config(pipeline, "small.config");
-  auto config = detection_config(pipeline, /*channels_last=*/false);
-  config.input.max_boxes = 3;
-  torch::manual_seed(3);
-  DetectionTask task(config);
+  auto owned = small_task(text);
+  DetectionTask& task = *owned;
   data::Batch batch = small_two_stage_batch();
   task.module()->train();
   const auto outputs = task.forward_train(batch);
@@ -273,13 +276,9 @@ TEST(MetaArchitectures, FasterRcnnHardExampleMinerTakesEveryProposal) {
   ASSERT_TRUE(params["class_logits.weight"].grad().defined());
   EXPECT_GT(params["class_logits.weight"].grad().abs().sum().item<double>(), 0);
   // Without the miner the same model's outputs hold 8 slots per image: 12 are wider.
-  odp::TrainEvalPipelineConfig plain = detect::parse_pipeline_config(kSmallFasterRcnn, "small.config", true);
-  auto plain_config = detection_config(plain, /*channels_last=*/false);
-  plain_config.input.max_boxes = 3;
-  torch::manual_seed(3);
-  DetectionTask sampled_task(plain_config);
-  sampled_task.module()->train();
-  const auto sampled_outputs = sampled_task.forward_train(batch);
+  auto sampled_task = small_task(kSmallFasterRcnn);
+  sampled_task->module()->train();
+  const auto sampled_outputs = sampled_task->forward_train(batch);
   const int64_t k = 2, columns = 4 + 1 + 4 * k + k + 1;
   EXPECT_EQ(outputs.size(1) - sampled_outputs.size(1), (12 - 8) * columns);
 }

@@ -67,23 +67,13 @@ std::map<std::string, at::Tensor> box_classifier_loss(const at::Tensor& refined_
                    logits, classes, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone)) *
                scale;
     if (options.miner.enabled) {
-      at::Tensor rank;
-      {
-        torch::NoGradGuard no_grad;
-        const auto c = cls.detach().to(torch::kCPU, torch::kFloat), l = loc.detach().to(torch::kCPU, torch::kFloat);
-        switch (options.miner.loss_type) {
-          case MinerLossType::kClassification: rank = c; break;
-          case MinerLossType::kLocalization: rank = l; break;
-          case MinerLossType::kBoth:
-            rank = c * options.classification_weight + l * options.localization_weight;
-            break;
-        }
-      }
+      const auto rank = miner_rank_losses(cls, loc, options.miner.loss_type, options.classification_weight,
+                                          options.localization_weight);
       HardExampleMinerOptions m = options.miner;
       m.max_negatives_per_positive = 0;  // no matches passed: the NMS selection as it is
-      const auto kept = mine_hard_examples(t.boxes.detach().to(torch::kCPU, torch::kFloat), rank.contiguous(),
-                                           t.match.to(torch::kCPU), m)
-                            .indices.to(encodings.device());
+      const auto kept =
+          mine_hard_examples(t.boxes.detach().to(torch::kCPU, torch::kFloat), rank, t.match.to(torch::kCPU), m)
+              .indices.to(encodings.device());
       loc = loc.index_select(0, kept);
       cls = cls.index_select(0, kept);
     }

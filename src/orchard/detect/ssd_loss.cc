@@ -48,6 +48,19 @@ MinerLossType miner_loss_type_from_name(const std::string& name) {
   throw Error("hard_example_miner: loss_type must be CLASSIFICATION, LOCALIZATION or BOTH, not '" + name + "'");
 }
 
+at::Tensor miner_rank_losses(const at::Tensor& classification_losses, const at::Tensor& localization_losses,
+                             MinerLossType type, float classification_weight, float localization_weight) {
+  at::NoGradGuard no_grad;
+  const auto c = classification_losses.detach().to(at::kCPU, at::kFloat);
+  const auto l = localization_losses.detach().to(at::kCPU, at::kFloat);
+  switch (type) {
+    case MinerLossType::kClassification: return c.contiguous();
+    case MinerLossType::kLocalization: return l.contiguous();
+    case MinerLossType::kBoth: break;
+  }
+  return (c * classification_weight + l * localization_weight).contiguous();
+}
+
 MinedAnchors mine_hard_examples(const at::Tensor& decoded_boxes, const at::Tensor& losses, const at::Tensor& match,
                                 const HardExampleMinerOptions& o) {
   TORCH_CHECK(match.dim() == 1 && match.size(0) == decoded_boxes.size(0), "mine_hard_examples: match must be [",
@@ -164,15 +177,8 @@ std::map<std::string, at::Tensor> ssd_loss(const at::Tensor& box_encodings, cons
     {
       at::NoGradGuard no_grad;
       decoded = decode_boxes(box_encodings.detach().to(at::kFloat), a, o.coder).to(at::kCPU).contiguous();
-      const auto cls_l = cls_losses.detach().to(at::kFloat), loc_l = loc_losses.detach().to(at::kFloat);
-      switch (o.miner.loss_type) {
-        case MinerLossType::kClassification: rank_losses = cls_l; break;
-        case MinerLossType::kLocalization: rank_losses = loc_l; break;
-        case MinerLossType::kBoth:
-          rank_losses = cls_l * o.classification_weight + loc_l * o.localization_weight;
-          break;
-      }
-      rank_losses = rank_losses.to(at::kCPU).contiguous();
+      rank_losses = miner_rank_losses(cls_losses, loc_losses, o.miner.loss_type, o.classification_weight,
+                                      o.localization_weight);
     }
     const auto matches_cpu = matches.to(at::kCPU);
     std::vector<MinedAnchors> mined(static_cast<size_t>(batch));

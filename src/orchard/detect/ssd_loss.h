@@ -78,6 +78,11 @@ struct MinedAnchors {
   int64_t num_negatives = 0;  // K - num_positives (TF counts kept ignored anchors here too)
 };
 
+// What HardExampleMiner ranks by: the classification or the localization losses, or (BOTH)
+// their sum weighted by the loss weights; float on the CPU, contiguous, without gradient.
+at::Tensor miner_rank_losses(const at::Tensor& classification_losses, const at::Tensor& localization_losses,
+                             MinerLossType type, float classification_weight, float localization_weight);
+
 // HardExampleMiner for one image: NMS over decoded_boxes [A, 4] ranked by losses [A]
 // (at most num_hard_examples), then all positives and the first
 // max(min_negatives_per_image, max_negatives_per_positive * positives) negatives of that
