@@ -68,6 +68,55 @@ TEST(BoxClassifier, LossIsTheMeanOverImagesOfTheMeanOverProposals) {
   EXPECT_THROW(box_classifier_loss(encodings.narrow(0, 0, 2), logits.narrow(0, 0, 2), targets, o), std::exception);
 }
 
+// second_stage_classification_loss: weighted_sigmoid sums the sigmoid cross entropies of the
+// K + 1 columns (background included) against one-hot or k-hot targets; weighted_softmax divides
+// the logits by logit_scale. One proposal, K = 2, logits (0, 1, -1).
+TEST(BoxClassifier, SigmoidLossOnKHotTargetsAndSoftmaxLogitScale) {
+  const auto softplus = [](double x) { return std::log1p(std::exp(x)); };
+  std::vector<ProposalTargets> targets(1);
+  targets[0].classes = torch::tensor({1}, torch::kLong);
+  targets[0].reg_targets = torch::zeros({1, 4});
+  const auto encodings = torch::zeros({1, 2, 4});
+  const auto logits = torch::tensor({0.f, 1.f, -1.f}).view({1, 3});
+  BoxClassifierOptions o;
+  o.sigmoid = true;
+  o.classification_weight = 2.0f;
+  // One-hot class 1: -log(1 - s(0)) - log s(1) - log(1 - s(-1)) = sp(0) + sp(-1) + sp(-1).
+  auto loss = box_classifier_loss(encodings, logits, targets, o).at("BoxClassifierLoss/classification_loss");
+  EXPECT_NEAR(loss.item<double>(), 2.0 * (softplus(0) + 2 * softplus(-1)), 1e-5);
+  // Labels 1 and 2 of one merged box: sp(0) + sp(-1) + sp(1).
+  targets[0].class_targets = torch::tensor({0.f, 1.f, 1.f}).view({1, 3});
+  loss = box_classifier_loss(encodings, logits, targets, o).at("BoxClassifierLoss/classification_loss");
+  EXPECT_NEAR(loss.item<double>(), 2.0 * (softplus(0) + softplus(-1) + softplus(1)), 1e-5);
+  // Softmax over the k-hot targets: -(log p1 + log p2); logit_scale 2 halves the logits.
+  o.sigmoid = false;
+  o.logit_scale = 2.0f;
+  const double lse = std::log(1 + std::exp(0.5) + std::exp(-0.5));
+  loss = box_classifier_loss(encodings, logits, targets, o).at("BoxClassifierLoss/classification_loss");
+  EXPECT_NEAR(loss.item<double>(), 2.0 * ((lse - 0.5) + (lse + 0.5)), 1e-5);
+  targets[0].class_targets = at::Tensor();
+  loss = box_classifier_loss(encodings, logits, targets, o).at("BoxClassifierLoss/classification_loss");
+  EXPECT_NEAR(loss.item<double>(), 2.0 * (lse - 0.5), 1e-5);
+}
+
+// merge_boxes_with_multiple_labels: boxes equal after quantising to int64(v * 9999) are one (0.5
+// and 0.50004 both give 4999), the first of them, in first-occurrence order, with every label
+// k-hot and the lowest as its class.
+TEST(BoxClassifier, MergeBoxesWithMultipleLabels) {
+  const auto boxes = torch::tensor({0.f, 0.f, 0.5f, 0.5f, 0.1f, 0.1f, 0.2f, 0.2f, 0.f, 0.f, 0.5f, 0.5f,
+                                    0.f, 0.f, 0.50004f, 0.5f, 0.1f, 0.1f, 0.2f, 0.3f})
+                         .view({5, 4});
+  const auto classes = torch::tensor({3, 2, 1, 3, 2}, torch::kLong);
+  const auto m = merge_boxes_with_multiple_labels(boxes, classes, 4);
+  ASSERT_EQ(m.boxes.size(0), 3);
+  EXPECT_TRUE(torch::equal(m.boxes, boxes.index_select(0, torch::tensor({0, 1, 4}, torch::kLong))));
+  EXPECT_TRUE(torch::equal(m.labels, torch::tensor({1.f, 0.f, 1.f, 0.f, 0.f, 1.f, 0.f, 0.f, 0.f, 1.f, 0.f, 0.f})
+                                         .view({3, 4})));
+  EXPECT_TRUE(torch::equal(m.classes, torch::tensor({1, 2, 2}, torch::kLong)));
+  EXPECT_EQ(merge_boxes_with_multiple_labels(torch::zeros({0, 4}), torch::zeros({0}, torch::kLong), 4).boxes.size(0), 0);
+  EXPECT_THROW(merge_boxes_with_multiple_labels(boxes, torch::tensor({3, 2, 1, 5, 2}, torch::kLong), 4), std::exception);
+}
+
 // hard_example_miner in the second stage: proposals A = (0, 0, 10, 10) and B = (0, 0, 10, 11)
 // overlap at IoU 100 / 110 = 0.91, C = (20, 20, 30, 30) is the ground truth (class 1). A and B are
 // background with logits (0, 5) and (0, 4): cross entropies log(1 + e^5) = 5.0067 and

@@ -534,6 +534,27 @@ TEST(PipelineConfig, TheTwoStageSampleConfigsValidateOrSayWhyNot) {
   EXPECT_EQ(expected.size(), got.size());
 }
 
+// faster_rcnn_resnet101_ava_v2.1 is implemented field for field (second_stage_classification_loss
+// weighted_sigmoid, merge_multiple_label_boxes); the focal loss there, and merging boxes for an
+// SSD, are refused with the reason.
+TEST(PipelineConfig, AvaMultiLabelFieldsAreImplementedForFasterRcnn) {
+  const std::string path = ORCHARD_TEST_FIXTURES "/od_api_two_stage_configs/faster_rcnn_resnet101_ava_v2.1.config";
+  std::string text = test::read_bytes(path);
+  ConfigIssues issues;
+  validate_pipeline_config(parse_pipeline_config(text, "ava.config", /*strict=*/true, &issues), "ava.config");
+  EXPECT_TRUE(issues.unimplemented.empty()) << issues.unimplemented.front();
+  const std::string focal = replace(text, "weighted_sigmoid {\n        anchorwise_output: true\n      }",
+                                    "weighted_sigmoid_focal {\n      }");
+  ASSERT_NE(focal, text);
+  expect_error([&] { validate_pipeline_config(parse_pipeline_config(focal, "ava.config", false), "ava.config"); },
+               {"model.faster_rcnn.second_stage_classification_loss.weighted_sigmoid_focal is not supported; Orchard "
+                "implements weighted_sigmoid or weighted_softmax"});
+  const std::string ssd_path = ORCHARD_TEST_FIXTURES "/od_api_configs/ssdlite_mobilenet_v2_coco.config";
+  const std::string ssd = replace(test::read_bytes(ssd_path), "train_config: {", "train_config: {\n  merge_multiple_label_boxes: true");
+  expect_error([&] { validate_pipeline_config(parse_pipeline_config(ssd, "ssd.config", false), "ssd.config"); },
+               {"train_config.merge_multiple_label_boxes is not supported with model.ssd"});
+}
+
 // SSDMobileNetV2MnasFPNFeatureExtractor's own checks: levels 3..6, sides multiples of 64.
 TEST(PipelineConfig, MnasFpnNeedsItsLevelsAndSides) {
   const std::string path =

@@ -283,6 +283,63 @@ TEST(MetaArchitectures, FasterRcnnHardExampleMinerTakesEveryProposal) {
   EXPECT_EQ(outputs.size(1) - sampled_outputs.size(1), (12 - 8) * columns);
 }
 
+// faster_rcnn_resnet101_ava_v2.1's multi-label training: second_stage_classification_loss
+// weighted_sigmoid and train_config.merge_multiple_label_boxes. Two boxes of the same coordinates
+// with labels 1 and 2 in each image: merged, the proposals on them learn both labels (k-hot
+// sigmoid targets; hand-worked in detect/box_classifier_test.cc), so only the box classifier's
+// classification loss changes; the RPN's losses and the box regression stay as they were.
+TEST(MetaArchitectures, FasterRcnnMultiLabelBoxesMergeForTheSigmoidLoss) {
+  std::string sigmoid = kSmallFasterRcnn;
+  const std::string converter = "score_converter: SOFTMAX }";
+  sigmoid.replace(sigmoid.find(converter), converter.size(),
+                  "score_converter: SIGMOID }\n  second_stage_classification_loss { weighted_sigmoid { anchorwise_output: true } }");
+  std::string merged = sigmoid;
+  const std::string train = "train_config {";
+  merged.replace(merged.find(train), train.size(), train + " merge_multiple_label_boxes: true");
+  // The sample config parses to the sigmoid loss and the merge.
+  register_builtin_meta_architectures();
+  const auto ava = detect::load_pipeline_config(
+      ORCHARD_TEST_FIXTURES "/od_api_two_stage_configs/faster_rcnn_resnet101_ava_v2.1.config", /*strict=*/true);
+  const auto parsed = meta_architecture_for(ava).parse(ava);
+  const auto& ava_config = dynamic_cast<const FasterRcnnConfig&>(*parsed.config);
+  EXPECT_TRUE(ava_config.second_stage.sigmoid);
+  EXPECT_TRUE(ava_config.merge_multiple_label_boxes);
+  EXPECT_EQ(ava_config.score_converter, "SIGMOID");
+  EXPECT_FALSE(dynamic_cast<const FasterRcnnConfig&>(*meta_architecture_for(ava).parse(detect::parse_pipeline_config(kSmallFasterRcnn, "small", true)).config).second_stage.sigmoid);
+
+  data::Batch batch = small_two_stage_batch();
+  for (int64_t i = 0; i < 2; ++i) {  // anchor-sized boxes (32x32 at stride 16), each twice
+    const auto box = i == 0 ? torch::tensor({0.f, 0.f, 0.5f, 0.4f}) : torch::tensor({0.25f, 0.2f, 0.75f, 0.6f});
+    batch.fields["boxes"][i][0] = box;
+    batch.fields["boxes"][i][1] = box;
+    batch.fields["classes"][i][0] = 1;
+    batch.fields["classes"][i][1] = 2;
+    batch.fields["num_boxes"][i] = 2;
+  }
+  auto softmax_task = small_task(kSmallFasterRcnn), sigmoid_task = small_task(sigmoid), merged_task = small_task(merged);
+  merged_task->module()->train();
+  torch::manual_seed(7);
+  const auto outputs = merged_task->forward_train(batch);  // the same layout for all three
+  const auto softmax_loss = softmax_task->loss(outputs, batch, 2);
+  const auto sigmoid_loss = sigmoid_task->loss(outputs, batch, 2);
+  const auto merged_loss = merged_task->loss(outputs, batch, 2);
+  const auto term = [](const auto& l, const char* name) { return l.terms.at(name).template item<double>(); };
+  for (const char* name : {"RPNLoss/localization_loss", "RPNLoss/objectness_loss", "BoxClassifierLoss/localization_loss"}) {
+    EXPECT_DOUBLE_EQ(term(merged_loss, name), term(sigmoid_loss, name)) << name;
+    EXPECT_DOUBLE_EQ(term(merged_loss, name), term(softmax_loss, name)) << name;
+  }
+  EXPECT_GT(term(merged_loss, "BoxClassifierLoss/localization_loss"), 0);  // positives were sampled
+  // (The untrained head's logits are large, where sigmoid and softmax cross entropies nearly agree:
+  // detect/box_classifier_test.cc holds them apart by hand.)
+  const char* cls = "BoxClassifierLoss/classification_loss";
+  EXPECT_GT(std::abs(term(merged_loss, cls) - term(sigmoid_loss, cls)), 1e-3 * term(sigmoid_loss, cls));
+  // Evaluation's loss (no sampled layout flag) does not merge: the OD API merges training's input only.
+  merged_task->module()->eval();
+  torch::NoGradGuard no_grad;
+  const auto eval_outputs = merged_task->forward(batch.images);
+  EXPECT_DOUBLE_EQ(term(merged_task->loss(eval_outputs, batch, 2), cls), term(sigmoid_task->loss(eval_outputs, batch, 2), cls));
+}
+
 // Mask R-CNN through the task: the mask loss of the sampled positives (sigmoid cross entropy
 // against crops of their masks; hand-worked in detect/box_classifier_test.cc), gradients into the mask head and the backbone,
 // the loss falling as the head fits one batch, and masks for the final detections at inference

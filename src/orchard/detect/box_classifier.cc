@@ -2,6 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <array>
+#include <map>
+
 #include "orchard/core/error.h"
 #include "orchard/detect/crop_and_resize.h"
 #include "orchard/detect/sampler.h"
@@ -37,6 +40,36 @@ ProposalTargets sample_proposals(const at::Tensor& proposals, const at::Tensor& 
           t.match.index_select(0, rows)};
 }
 
+MergedBoxes merge_boxes_with_multiple_labels(const at::Tensor& boxes, const at::Tensor& classes, int64_t num_classes) {
+  if (boxes.dim() != 2 || boxes.size(1) != 4 || classes.dim() != 1 || classes.size(0) != boxes.size(0))
+    throw Error("merge_boxes_with_multiple_labels: boxes must be [N, 4] and classes [N]");
+  const auto b = boxes.to(torch::kCPU, torch::kFloat).contiguous();
+  const auto c = classes.to(torch::kCPU, torch::kLong).contiguous();
+  const int64_t n = b.size(0);
+  const auto bv = b.accessor<float, 2>();
+  const auto cv = c.accessor<int64_t, 1>();
+  std::map<std::array<int64_t, 4>, int64_t> unique;  // quantised corners -> merged row
+  std::vector<int64_t> first;
+  auto labels = torch::zeros({n, num_classes}, torch::kFloat);
+  auto lv = labels.accessor<float, 2>();
+  for (int64_t i = 0; i < n; ++i) {
+    std::array<int64_t, 4> key{};
+    for (int j = 0; j < 4; ++j) key[static_cast<size_t>(j)] = static_cast<int64_t>(bv[i][j] * 9999.0f);
+    const auto [it, inserted] = unique.emplace(key, static_cast<int64_t>(first.size()));
+    if (inserted) first.push_back(i);
+    if (cv[i] < 1 || cv[i] > num_classes)
+      throw Error("merge_boxes_with_multiple_labels: class " + std::to_string(cv[i]) + " outside 1.." +
+                  std::to_string(num_classes));
+    lv[it->second][cv[i] - 1] = 1.0f;
+  }
+  const int64_t m = static_cast<int64_t>(first.size());
+  MergedBoxes out;
+  out.boxes = b.index_select(0, torch::tensor(first, torch::kLong)).to(boxes.device());
+  out.labels = labels.narrow(0, 0, m).to(boxes.device());
+  out.classes = m > 0 ? out.labels.argmax(1) + 1 : torch::zeros({0}, torch::TensorOptions(torch::kLong).device(boxes.device()));
+  return out;
+}
+
 std::map<std::string, at::Tensor> box_classifier_loss(const at::Tensor& refined_box_encodings,
                                                       const at::Tensor& class_logits,
                                                       const std::vector<ProposalTargets>& targets,
@@ -63,9 +96,14 @@ std::map<std::string, at::Tensor> box_classifier_loss(const at::Tensor& refined_
     const auto huber = torch::where(diff <= 1.0, 0.5 * diff * diff, diff - 0.5).sum(1);
     const double scale = 1.0 / (static_cast<double>(n) * images);
     auto loc = huber * positive * scale;
-    auto cls = torch::nn::functional::cross_entropy(
-                   logits, classes, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone)) *
-               scale;
+    // Each proposal's one-hot (or k-hot) targets, background first.
+    const auto targets = t.class_targets.defined()
+                             ? t.class_targets.to(logits.device(), logits.scalar_type())
+                             : torch::one_hot(classes, logits.size(1)).to(logits.scalar_type());
+    auto cls = options.sigmoid
+                   ? torch::binary_cross_entropy_with_logits(logits, targets, {}, {}, at::Reduction::None).sum(1)
+                   : -(targets * torch::log_softmax(logits / options.logit_scale, 1)).sum(1);
+    cls = cls * scale;
     if (options.miner.enabled) {
       const auto rank = miner_rank_losses(cls, loc, options.miner.loss_type, options.classification_weight,
                                           options.localization_weight);

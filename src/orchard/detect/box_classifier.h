@@ -21,6 +21,11 @@ struct BoxClassifierOptions {
   float balance_fraction = 0.25f;      // second_stage_balance_fraction
   float localization_weight = 1.0f;    // second_stage_localization_loss_weight
   float classification_weight = 1.0f;  // second_stage_classification_loss_weight
+  // second_stage_classification_loss: weighted_softmax (the OD API's default; logits divided by
+  // logit_scale) or weighted_sigmoid (`sigmoid`: per-class sigmoid cross entropy, background
+  // column included, summed over the classes).
+  bool sigmoid = false;
+  float logit_scale = 1.0f;
   // model.faster_rcnn.hard_example_miner (set: `miner.enabled`): training keeps every proposal
   // (no sampling) and the loss sums the mined ones' terms (box_classifier_loss).
   HardExampleMinerOptions miner = no_miner();
@@ -38,7 +43,21 @@ struct ProposalTargets {
   at::Tensor classes;      // [P] int64: the matched box's class (1-based), 0 for background
   at::Tensor reg_targets;  // [P, 4] the matched box encoded against the proposal (0 for background)
   at::Tensor match;        // [P] int64: the matched ground-truth row, negative for background
+  // [P, K + 1] float, background first: the matched box's k-hot labels where the ground truth
+  // has several labels per box (merge_boxes_with_multiple_labels); undefined: one-hot `classes`.
+  at::Tensor class_targets;
 };
+
+// utils/ops.merge_boxes_with_multiple_labels (train_config.merge_multiple_label_boxes): boxes
+// [N, 4] normalised, classes [N] 1-based. Boxes whose coordinates agree once quantised to
+// int64(v * 9999) become one, the first of them, in the order of their first occurrence, with
+// the k-hot encoding [N', num_classes] (float, class k in column k - 1) of all their labels.
+struct MergedBoxes {
+  at::Tensor boxes;    // [N', 4]
+  at::Tensor labels;   // [N', num_classes] float, 0 or 1
+  at::Tensor classes;  // [N'] int64: the lowest label of each (1-based; the argmax of its k-hot row)
+};
+MergedBoxes merge_boxes_with_multiple_labels(const at::Tensor& boxes, const at::Tensor& classes, int64_t num_classes);
 
 // Training: matches `proposals` [K, 4] to the ground truth (gt_boxes [G, 4], gt_classes [G]
 // 1-based) with the detection target assigner (IoU >= 0.5: that box's class, else background;
@@ -55,7 +74,10 @@ ProposalTargets assign_proposals(const at::Tensor& proposals, const at::Tensor& 
 // "BoxClassifierLoss/localization_loss" and "BoxClassifierLoss/classification_loss":
 // refined_box_encodings [P, K, 4] (a box per class) and class_logits [P, K + 1] (background
 // first) of the images' sampled proposals, concatenated image by image as in `targets`. Huber
-// (delta 1) on the target class's box of the positives and softmax cross entropy on all; each
+// (delta 1) on the target class's box of the positives and softmax cross entropy (with
+// options.sigmoid: sigmoid cross entropy summed over the K + 1 columns) on all, against the
+// one-hot `classes` or the targets' k-hot `class_targets` (the positives' box loss then takes the
+// box of `classes`, the lowest label, as the OD API's argmax of the targets); each
 // proposal's terms divided by its image's proposal count times the number of images, so the loss
 // is the mean over images of the mean over their proposals; times the weights. With the miner
 // (options.miner.enabled, the OD API's _unpad_proposals_and_apply_hard_mining): of each image's

@@ -156,6 +156,9 @@ const char* const kImplemented[] = {
     "model.faster_rcnn.second_stage_post_processing.score_converter",
     "model.faster_rcnn.second_stage_localization_loss_weight",
     "model.faster_rcnn.second_stage_classification_loss_weight",
+    // anchorwise_output only shapes the loss tensor the OD API sums over the classes.
+    "model.faster_rcnn.second_stage_classification_loss.weighted_sigmoid",
+    "model.faster_rcnn.second_stage_classification_loss.weighted_softmax",
     // The OD API's Faster R-CNN mines without matches: the negative ratios have no effect there.
     "model.faster_rcnn.hard_example_miner",
     "model.faster_rcnn.first_stage_box_predictor_conv_hyperparams.op=CONV",
@@ -178,6 +181,7 @@ const char* const kImplemented[] = {
     "train_config.num_steps",
     "train_config.gradient_clipping_by_norm",
     "train_config.max_number_of_boxes",
+    "train_config.merge_multiple_label_boxes",  // faster_rcnn (validate_pipeline_config refuses it for ssd)
     // Synchronous data parallelism is how Orchard always trains: batch_size is the global batch
     // over the job's workers (as on the TPUs the *_sync configs were written for).
     "train_config.sync_replicas",
@@ -654,6 +658,9 @@ void validate_faster_rcnn(const odp::FasterRcnn& f, std::vector<std::string>* pr
     problems->push_back(at + ".first_stage_max_proposals and second_stage_batch_size must be > 0");
   // The OD API (faster_rcnn_meta_arch): in training the second stage sees at most as many
   // proposals as the first stage keeps.
+  if (f.has_second_stage_classification_loss())
+    check_oneof(f.second_stage_classification_loss(), "classification_loss", at + ".second_stage_classification_loss",
+                {"weighted_sigmoid", "weighted_softmax"}, problems);
   if (f.second_stage_batch_size() > f.first_stage_max_proposals())
     problems->push_back(at + ".second_stage_batch_size (" + std::to_string(f.second_stage_batch_size()) +
                         ") must not exceed first_stage_max_proposals (" +
@@ -760,6 +767,9 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
                 {"weighted_sigmoid", "weighted_softmax", "weighted_sigmoid_focal"}, &problems);
     check_oneof(ssd.loss().localization_loss(), "localization_loss", "model.ssd.loss.localization_loss",
                 {"weighted_smooth_l1"}, &problems);
+    if (config.train_config().merge_multiple_label_boxes())
+      problems.push_back("train_config.merge_multiple_label_boxes is not supported with model.ssd; Orchard implements "
+                         "it for faster_rcnn (the OD API's AVA sample)");
   }
 
   const odp::Optimizer& opt = config.train_config().optimizer();

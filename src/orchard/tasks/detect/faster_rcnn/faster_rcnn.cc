@@ -80,6 +80,11 @@ ParsedModel parse_faster_rcnn(const pb::TrainEvalPipelineConfig& pipeline) {
   c.second_stage.balance_fraction = f.second_stage_balance_fraction();
   c.second_stage.localization_weight = f.second_stage_localization_loss_weight();
   c.second_stage.classification_weight = f.second_stage_classification_loss_weight();
+  // build_faster_rcnn_classification_loss: weighted_softmax when unset.
+  const auto& cls_loss = f.second_stage_classification_loss();
+  c.second_stage.sigmoid = cls_loss.has_weighted_sigmoid();
+  if (cls_loss.has_weighted_softmax()) c.second_stage.logit_scale = cls_loss.weighted_softmax().logit_scale();
+  c.merge_multiple_label_boxes = pipeline.train_config().merge_multiple_label_boxes();
   if (f.has_hard_example_miner()) {
     // model_builder's build_hard_example_miner: the proto's defaults (64 examples, NMS 0.7, BOTH).
     const auto& m = f.hard_example_miner();
@@ -379,10 +384,27 @@ std::map<std::string, at::Tensor> FasterRcnnMetaArchitecture::loss(const at::Ten
                                  kept.boxes.to(outputs.device()), gt, config_.rpn);
   std::vector<detect::ProposalTargets> targets;
   std::vector<at::Tensor> refined, logits;
+  const int64_t k = config_.model.num_classes;
   for (int64_t i = 0; i < outputs.size(0); ++i) {
     const auto rows = (u.valid[i] > 0.5f).nonzero().view(-1);
-    targets.push_back(detect::assign_proposals(u.boxes[i].index_select(0, rows).detach(), gt[static_cast<size_t>(i)],
-                                               gt_classes[static_cast<size_t>(i)].to(outputs.device())));
+    const auto proposals = u.boxes[i].index_select(0, rows).detach();
+    const auto classes = gt_classes[static_cast<size_t>(i)].to(outputs.device());
+    if (u.training && config_.merge_multiple_label_boxes) {
+      // The OD API merges the training input's boxes (inputs.transform_input_data); merged here,
+      // where only this loss tells one box with two labels from two boxes. (The RPN's loss above
+      // is the same either way: identical boxes match the same anchors.)
+      const auto merged = detect::merge_boxes_with_multiple_labels(gt_boxes[static_cast<size_t>(i)], classes, k);
+      auto t = detect::assign_proposals(proposals, merged.boxes.to(outputs.device(), torch::kFloat) * scale,
+                                        merged.classes);
+      const auto matched = (t.match >= 0).unsqueeze(1).to(torch::kFloat);
+      const auto hot = merged.labels.size(0) > 0
+                           ? merged.labels.index_select(0, t.match.clamp_min(0)) * matched
+                           : torch::zeros({proposals.size(0), k}, proposals.options().dtype(torch::kFloat));
+      t.class_targets = torch::cat({1 - matched, hot}, 1);
+      targets.push_back(t);
+    } else {
+      targets.push_back(detect::assign_proposals(proposals, gt[static_cast<size_t>(i)], classes));
+    }
     refined.push_back(u.refined[i].index_select(0, rows));
     logits.push_back(u.logits[i].index_select(0, rows));
   }

@@ -28,6 +28,9 @@ struct FasterRcnnConfig : MetaArchitectureConfig {
   detect::BatchNmsOptions nms;  // second_stage_post_processing
   std::string score_converter = "SOFTMAX";
   float mask_loss_weight = 1.0f;  // second_stage_mask_prediction_loss_weight (model.predict_instance_masks)
+  // train_config.merge_multiple_label_boxes: training's box classifier loss sees boxes of the same
+  // coordinates as one with all their labels (k-hot targets; AVA's multi-label actions).
+  bool merge_multiple_label_boxes = false;
 
   std::unique_ptr<MetaArchitecture> build(int64_t num_classes, const data::DetectionInputOptions& input) const override;
 };
