@@ -493,6 +493,7 @@ INSTANTIATE_TEST_SUITE_P(
                    400, 0.35},
         // RetinaNet's layout on MobileNetV1 (ssd_mobilenet_v1_fpn_shared_box_predictor): FPN levels
         // 3..6, weight-shared predictor, multiscale anchors, focal loss without hard example mining.
+        // 0.87 after 250 steps (0.94 after 400) on 2026-12-06.
         FamilyCase{"ssd_mobilenet_v1_fpn",
                    {{"\"ssd_mobilenet_v2\"",
                      "\"ssd_mobilenet_v1_fpn\"\n      fpn {\n        min_level: 3\n        max_level: 6\n"
@@ -535,7 +536,7 @@ INSTANTIATE_TEST_SUITE_P(
       }
 )",
                      ""}},
-                   400, 0.6}),
+                   250, 0.6}),
     [](const auto& info) { return info.param.name; });
 
 // The other families, a CTest entry of their own (the one above fills its time budget).
@@ -620,16 +621,16 @@ INSTANTIATE_TEST_SUITE_P(
     SsdLarge, DetectFamily,
     ::testing::Values(
         // embedded_ssd_mobilenet_v1 (embedded_ssd_mobilenet_v1_coco's layout): 256x256 only, five
-        // maps with 'VALID' extra layers. 0.98 after 600 steps when written.
+        // maps with 'VALID' extra layers. 0.98 after 600 steps when written, 0.91 after 200 on 2026-12-06.
         FamilyCase{"embedded_ssd_mobilenet_v1",
                    {{"\"ssd_mobilenet_v2\"", "\"embedded_ssd_mobilenet_v1\""},
                     {"height: 96\n        width: 96", "height: 256\n        width: 256"},
                     {"num_layers: 6", "num_layers: 5"},
                     {"batch_size: 32", "batch_size: 8"}},
-                   400, 0.5},
+                   200, 0.5},
         // RetinaNet (ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco14_sync's layout) at 96x96:
         // ResNet-50 C3..C5 + FPN to level 6, the weight-shared tower, multiscale anchors, focal loss.
-        // 0.92 after 400 steps when written.
+        // 0.92 after 400 steps when written; on 2026-12-06 0.83 after 300, 0.51 after 150.
         FamilyCase{"ssd_resnet50_v1_fpn",
                    {{"\"ssd_mobilenet_v2\"",
                      "\"ssd_resnet50_v1_fpn\"\n      fpn {\n        min_level: 3\n        max_level: 6\n"
@@ -656,7 +657,7 @@ INSTANTIATE_TEST_SUITE_P(
                     {"weighted_sigmoid {\n        }", "weighted_sigmoid_focal {\n          alpha: 0.25\n          gamma: 2.0\n        }"},
                     {kHardExampleMiner, ""},
                     {"batch_size: 32", "batch_size: 8"}},
-                   300, 0.5}),
+                   200, 0.35}),
     [](const auto& info) { return info.param.name; });
 
 class DetectErrors : public ::testing::Test {
@@ -815,12 +816,13 @@ TEST(ResizeKeepAspectRatio, TrainsEvaluatesAndPredictsAtEachImagesShape) {
 
   // Padded to 160x160: learns the mixed set.
   const std::string model = root.file("padded"), stats = root.file("padded.json");
-  r = train(padded_cfg, model, 300, stats);
+  r = train(padded_cfg, model, 150, stats);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "(longer at most 160, padded to it)")) << r.err;
   const json s = json::parse(test::read_bytes(stats));
   const double ap50 = s.at("eval_DetectionBoxes_Precision/mAP@.50IOU").get<double>();
-  std::cout << "keep_aspect_ratio_resizer + pad_to_max_dimension: AP50 " << ap50 << " after 300 steps\n";
+  // 0.94 after 300 steps, 0.81 after 150 on 2026-12-06.
+  std::cout << "keep_aspect_ratio_resizer + pad_to_max_dimension: AP50 " << ap50 << " after 150 steps\n";
   EXPECT_GE(ap50, 0.5) << s.dump(2);
 
   // Predict on both orientations: each confident box overlaps an object of its image.
@@ -1005,7 +1007,7 @@ TEST(TwoStageShapes, MaskRcnnLearnsPredictsAndExports) {
   EXPECT_TRUE(contains(r.err, "15x15 masks")) << r.err;
   const json s = json::parse(test::read_bytes(stats));
   for (const char* loss : {"RPNLoss/localization_loss", "RPNLoss/objectness_loss", "BoxClassifierLoss/localization_loss",
-                           "BoxClassifierLoss/classification_loss"})
+                           "BoxClassifierLoss/classification_loss", "BoxClassifierLoss/mask_loss"})
     EXPECT_TRUE(s.contains(std::string("eval_Loss/") + loss)) << loss;
   const double ap50 = s.at("eval_DetectionBoxes_Precision/mAP@.50IOU").get<double>();
   const double mask_ap50 = s.at("eval_DetectionMasks_Precision/mAP@.50IOU").get<double>();

@@ -442,6 +442,84 @@ train_input_reader { tf_record_input_reader { input_path: "x" } load_instance_ma
     EXPECT_LE(d.boxes.max().item<float>(), 1.0f);
   }
   EXPECT_GT(found, 0);
+
+  // Evaluation's mask loss (forward_eval with the batch's masks; the OD API's
+  // _get_mask_proposal_boxes_and_classes): each detection matched to the ground truth at IoU 0.5,
+  // the mask logits of the *matched* class against the matched mask cropped at the detection,
+  // the mean per pixel of the matched ones, times the weight 4. Recomputed here from the
+  // detections with the model's own mask head. The detections are inference's. The ground truth
+  // here: each image's first two detections' boxes, the first with the other class, random masks.
+  data::Batch truth = batch;
+  truth.fields["masks"] = torch::rand({2, 3, 64, 80}) > 0.5;
+  for (int64_t i = 0; i < 2; ++i) {
+    const auto& d = detections[static_cast<size_t>(i)];
+    const int64_t n = std::min<int64_t>(2, d.boxes.size(0));
+    truth.fields["num_boxes"][i] = n;
+    for (int64_t g = 0; g < n; ++g) {
+      truth.fields["boxes"][i][g] = d.boxes[g];
+      const int64_t cls = d.classes[g].item<int64_t>();
+      truth.fields["classes"][i][g] = g == 0 ? 3 - cls : cls;
+    }
+  }
+  const auto eval_outputs = task.forward_eval(truth);
+  EXPECT_EQ(eval_outputs[0][0].item<float>(), 2.0f);
+  const auto eval_detections = task.postprocess(eval_outputs);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(torch::equal(eval_detections[i].boxes, detections[i].boxes));
+    EXPECT_TRUE(torch::equal(eval_detections[i].masks, detections[i].masks));
+  }
+  const auto eval_loss = task.loss(eval_outputs, truth, 2);
+  ASSERT_TRUE(eval_loss.terms.count("BoxClassifierLoss/mask_loss"));
+  auto& frcnn = dynamic_cast<FasterRcnnMetaArchitecture&>(task.meta_architecture());
+  const auto features = frcnn.model()->first_stage(truth.images).features;
+  const auto scale = torch::tensor({64.f, 80.f, 64.f, 80.f});
+  double sum = 0;
+  int64_t matched = 0, other_class = 0;
+  for (int64_t i = 0; i < 2; ++i) {
+    const auto& d = eval_detections[static_cast<size_t>(i)];
+    if (d.boxes.size(0) == 0) continue;
+    const int64_t n = truth.field("num_boxes")[i].item<int64_t>();
+    const auto gt = truth.field("boxes")[i].narrow(0, 0, n) * scale;
+    const auto gt_classes = truth.field("classes")[i].narrow(0, 0, n);
+    const auto boxes = d.boxes * scale;
+    std::vector<int64_t> match;
+    for (int64_t j = 0; j < boxes.size(0); ++j) {
+      int64_t best = -1;
+      float best_iou = 0.5f;
+      for (int64_t g = 0; g < n; ++g) {
+        const auto b = boxes[j], t = gt[g];
+        const float ih = std::max(0.f, std::min(b[2].item<float>(), t[2].item<float>()) - std::max(b[0].item<float>(), t[0].item<float>()));
+        const float iw = std::max(0.f, std::min(b[3].item<float>(), t[3].item<float>()) - std::max(b[1].item<float>(), t[1].item<float>()));
+        const float area = [](const at::Tensor& x) { return (x[2] - x[0]).item<float>() * (x[3] - x[1]).item<float>(); }(b);
+        const float iou = ih * iw / (area + (t[2] - t[0]).item<float>() * (t[3] - t[1]).item<float>() - ih * iw);
+        if (iou >= best_iou) {
+          if (best < 0 || iou > best_iou) best = g;
+          best_iou = std::max(best_iou, iou);
+        }
+      }
+      match.push_back(best);
+    }
+    const auto match_t = torch::tensor(match, torch::kLong);
+    const auto targets = detect::mask_targets(truth.field("masks")[i].narrow(0, 0, n), boxes, match_t, 6, 6);
+    const auto logits = frcnn.model()->mask_predictor(frcnn.model()->box_classifier_features(
+        features.narrow(0, i, 1), d.boxes, torch::zeros({d.boxes.size(0)}, torch::kLong)));
+    for (int64_t j = 0; j < boxes.size(0); ++j) {
+      if (match[static_cast<size_t>(j)] < 0) continue;
+      const int64_t cls = gt_classes[match[static_cast<size_t>(j)]].item<int64_t>();
+      other_class += cls != d.classes[j].item<int64_t>();
+      sum += torch::binary_cross_entropy_with_logits(logits[j][cls - 1], targets[j], {}, {}, at::Reduction::Sum)
+                 .item<double>();
+      ++matched;
+    }
+  }
+  ASSERT_GT(matched, 0);
+  EXPECT_GT(other_class, 0);  // those take the logits of their match's class, not their own
+  EXPECT_NEAR(eval_loss.terms.at("BoxClassifierLoss/mask_loss").item<double>(), 4.0 * sum / (matched * 36.0),
+              1e-4 * sum);
+  // Without the batch's masks evaluation reports the box losses only.
+  data::Batch eval_no_masks = truth;
+  eval_no_masks.fields.erase("masks");
+  EXPECT_FALSE(task.loss(task.forward_eval(eval_no_masks), eval_no_masks, 2).terms.count("BoxClassifierLoss/mask_loss"));
 }
 
 // R-FCN through the task: the same losses as Faster R-CNN, from position-sensitive crops of the

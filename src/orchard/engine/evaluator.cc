@@ -77,7 +77,7 @@ std::map<std::string, double> Evaluator::run(const EvalInputFactory& input, int6
     torch::Tensor outputs;
     {
       train::AutocastGuard autocast(opt_.dtype, device.is_cuda());
-      outputs = task_.forward(batch.images);
+      outputs = task_.forward_eval(batch);
     }
     const auto loss = task_.loss(outputs, batch, opt_.global_batch_size);
     task_.eval_step(outputs.to(torch::kFloat), batch, loss, &sums);

@@ -93,6 +93,9 @@ class Task {
   // The training forward pass. The batch holds the targets, for a model that needs them while
   // training (a two-stage detector samples its proposals with them); default forward(images).
   virtual torch::Tensor forward_train(const data::Batch& batch) { return forward(batch.images); }
+  // The evaluation forward pass: inference's outputs, plus whatever the evaluation loss needs of
+  // the batch's targets (Mask R-CNN's mask loss on its detections); default forward(images).
+  virtual torch::Tensor forward_eval(const data::Batch& batch) { return forward(batch.images); }
   virtual data::SampleSpec sample_spec() const = 0;
   virtual data::ParseFn parser(bool training) const = 0;
   // What the task does to a batch before the model sees it, in training and evaluation (detection:

@@ -87,6 +87,8 @@ torch::Tensor DetectionTask::forward(const torch::Tensor& images) { return meta_
 
 torch::Tensor DetectionTask::forward_train(const data::Batch& batch) { return meta_->forward(batch.images, &batch); }
 
+torch::Tensor DetectionTask::forward_eval(const data::Batch& batch) { return meta_->forward_eval(batch.images, batch); }
+
 data::SampleSpec DetectionTask::sample_spec() const {
   data::SampleSpec spec;
   const int64_t h = config_.input.height, w = config_.input.width;

@@ -54,6 +54,7 @@ class DetectionTask : public Task {
   // images [B, 3, H, W] in [-1, 1] -> the meta-architecture's raw outputs.
   torch::Tensor forward(const torch::Tensor& images) override;
   torch::Tensor forward_train(const data::Batch& batch) override;  // the meta-architecture sees the targets
+  torch::Tensor forward_eval(const data::Batch& batch) override;   // and here too (MetaArchitecture::forward_eval)
   data::SampleSpec sample_spec() const override;
   data::ParseFn parser(bool training) const override;
   // keep_aspect_ratio_resizer without pad_to_max_dimension: the images cut from their buffers to

@@ -46,6 +46,9 @@ class MetaArchitecture {
   // postprocess. `targets` is the batch in training (a two-stage detector samples proposals
   // with its boxes); null in evaluation and inference.
   virtual at::Tensor forward(const at::Tensor& images, const data::Batch* targets) = 0;
+  // Evaluation: inference's outputs, and what `loss` needs of the batch's targets besides the
+  // boxes and classes it is given (Mask R-CNN: its detections' mask losses). Default: inference.
+  virtual at::Tensor forward_eval(const at::Tensor& images, const data::Batch& batch) { return forward(images, nullptr); }
   // The batch's weighted losses by name (their sum is the data loss): ground truth per image,
   // boxes [N, 4] normalised (ymin, xmin, ymax, xmax) to the network input and classes [N]
   // (1-based), crowd regions already removed.

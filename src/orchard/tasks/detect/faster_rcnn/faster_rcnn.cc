@@ -132,12 +132,32 @@ at::Tensor pixels(int64_t height, int64_t width, const at::TensorOptions& option
 
 }  // namespace
 
+// One image's ground truth that is trained on (crowd regions left out), boxes in pixels of the
+// image (top-left in the input), masks [n, H, W] where the batch has them.
+struct FasterRcnnMetaArchitecture::ImageTruth {
+  at::Tensor boxes, classes, masks;
+};
+
+FasterRcnnMetaArchitecture::ImageTruth FasterRcnnMetaArchitecture::image_truth(const data::Batch& batch, int64_t i,
+                                                                               int64_t height, int64_t width,
+                                                                               bool masks) {
+  const int64_t n = batch.field("num_boxes")[i].item<int64_t>();
+  const auto trained = batch.field("is_crowd")[i].narrow(0, 0, n).logical_not().to(torch::kCPU);
+  FasterRcnnMetaArchitecture::ImageTruth t;
+  t.boxes = batch.field("boxes")[i].narrow(0, 0, n).to(torch::kCPU, torch::kFloat).index({trained}) *
+            pixels(height, width, torch::TensorOptions());
+  t.classes = batch.field("classes")[i].narrow(0, 0, n).to(torch::kCPU).index({trained});
+  if (masks) t.masks = batch.field("masks")[i].narrow(0, 0, n).to(torch::kCPU).index({trained});
+  return t;
+}
+
 struct FasterRcnnMetaArchitecture::Unpacked {
   bool training = false;  // the proposals are training's sampled minibatch
   at::Tensor box_encodings, objectness;  // [B, A, 4], [B, A, 2]
   at::Tensor boxes, valid;               // [B, P, 4], [B, P]
   at::Tensor refined, logits;            // [B, P, K, 4], [B, P, K + 1]
-  // Mask R-CNN, training: [B, P, mh * mw] twice and [B, P]; inference: [B, D, 7 + mh * mw].
+  // Mask R-CNN, training: [B, P, mh * mw] twice and [B, P] (of the sampled proposals; weights 0 on
+  // unused slots); evaluation with masks the same of the D detections; inference: [B, D, 7 + mh * mw].
   at::Tensor mask_logits, mask_targets, mask_weights;
   at::Tensor detections;
 };
@@ -172,7 +192,17 @@ at::Tensor FasterRcnnMetaArchitecture::anchors(int64_t height, int64_t width) co
   return a;
 }
 
-at::Tensor FasterRcnnMetaArchitecture::forward(const at::Tensor& input_images, const data::Batch* targets) {
+at::Tensor FasterRcnnMetaArchitecture::forward(const at::Tensor& images, const data::Batch* targets) {
+  return run(images, targets, nullptr);
+}
+
+at::Tensor FasterRcnnMetaArchitecture::forward_eval(const at::Tensor& images, const data::Batch& batch) {
+  const bool truth = config_.model.predict_instance_masks && batch.fields.count("masks");
+  return run(images, nullptr, truth ? &batch : nullptr);
+}
+
+at::Tensor FasterRcnnMetaArchitecture::run(const at::Tensor& input_images, const data::Batch* targets,
+                                           const data::Batch* eval_truth) {
   auto images = input_images;
   if (images.dim() == 4 && images.size(1) != 3 && images.size(3) == 3) images = images.permute({0, 3, 1, 2});
   const int64_t batch = images.size(0), height = images.size(2), width = images.size(3);
@@ -190,8 +220,9 @@ at::Tensor FasterRcnnMetaArchitecture::forward(const at::Tensor& input_images, c
   const auto kept = detect::rpn_anchors(all_anchors, height, width, training, config_.rpn);
   const auto index = kept.index.to(images.device());
   std::vector<std::pair<int64_t, int64_t>> image_sizes(static_cast<size_t>(batch), {height, width});
-  if (training && targets->fields.count("image_size")) {
-    const auto sizes = targets->field("image_size").to(torch::kCPU).contiguous();
+  const data::Batch* truth_batch = training ? targets : eval_truth;
+  if (truth_batch && truth_batch->fields.count("image_size")) {
+    const auto sizes = truth_batch->field("image_size").to(torch::kCPU).contiguous();
     for (int64_t i = 0; i < batch; ++i)
       image_sizes[static_cast<size_t>(i)] = {sizes[i][0].item<int64_t>(), sizes[i][1].item<int64_t>()};
   }
@@ -211,21 +242,17 @@ at::Tensor FasterRcnnMetaArchitecture::forward(const at::Tensor& input_images, c
       boxes[static_cast<size_t>(i)] = p;
       continue;
     }
-    const int64_t n = targets->field("num_boxes")[i].item<int64_t>();
-    const auto trained = targets->field("is_crowd")[i].narrow(0, 0, n).logical_not().to(torch::kCPU);
     const auto [h, w] = image_sizes[static_cast<size_t>(i)];
-    const auto gt = targets->field("boxes")[i].narrow(0, 0, n).to(torch::kCPU, torch::kFloat).index({trained}) *
-                    pixels(h, w, torch::TensorOptions());
-    const auto classes = targets->field("classes")[i].narrow(0, 0, n).to(torch::kCPU).index({trained});
+    const ImageTruth gt = image_truth(*targets, i, h, w, masks);
     // With a hard example miner the OD API samples nothing: every proposal goes on, mined in the loss.
-    const auto sample = config_.second_stage.miner.enabled ? detect::assign_proposals(p, gt, classes)
-                                                           : detect::sample_proposals(p, gt, classes, config_.second_stage);
+    const auto sample = config_.second_stage.miner.enabled
+                            ? detect::assign_proposals(p, gt.boxes, gt.classes)
+                            : detect::sample_proposals(p, gt.boxes, gt.classes, config_.second_stage);
     boxes[static_cast<size_t>(i)] = sample.boxes;
     if (masks) {
       // The masks share the proposals' pixel frame: the image top-left in the sample buffer.
-      const auto gt_masks = targets->field("masks")[i].narrow(0, 0, n).to(torch::kCPU).index({trained});
       sampled_classes.push_back(sample.classes);
-      sampled_mask_targets.push_back(detect::mask_targets(gt_masks, sample.boxes, sample.match, mh, mw));
+      sampled_mask_targets.push_back(detect::mask_targets(gt.masks, sample.boxes, sample.match, mh, mw));
     }
   }
   std::vector<at::Tensor> image_index, slot;
@@ -277,24 +304,37 @@ at::Tensor FasterRcnnMetaArchitecture::forward(const at::Tensor& input_images, c
     }
     per_proposal = per_proposal.index_copy(0, torch::cat(slot).to(images.device()), torch::cat(parts, 1));
   }
-  const auto flag = torch::full({batch, 1}, training ? 1.0f : 0.0f, per_proposal.options());
+  const bool mask_truth = !training && masks && eval_truth;
+  const auto flag = torch::full({batch, 1}, training ? 1.0f : mask_truth ? 2.0f : 0.0f, per_proposal.options());
   std::vector<at::Tensor> out = {flag, first.box_encodings.reshape({batch, -1}).to(torch::kFloat),
                                  first.objectness.reshape({batch, -1}).to(torch::kFloat),
                                  per_proposal.view({batch, -1})};
-  if (!training && masks) out.push_back(third_stage(first.features, proposals, refined, logits, height, width));
+  if (!training && masks) {
+    std::vector<ImageTruth> truth;
+    if (mask_truth)
+      for (int64_t i = 0; i < batch; ++i) {
+        const auto [h, w] = image_sizes[static_cast<size_t>(i)];
+        truth.push_back(image_truth(*eval_truth, i, h, w, true));
+      }
+    out.push_back(third_stage(first.features, proposals, refined, logits, height, width, mask_truth ? &truth : nullptr));
+  }
   return torch::cat(out, 1);
 }
 
 at::Tensor FasterRcnnMetaArchitecture::third_stage(const at::Tensor& features,
                                                    const std::vector<detect::Proposals>& proposals,
                                                    const at::Tensor& refined, const at::Tensor& logits, int64_t height,
-                                                   int64_t width) {
+                                                   int64_t width, const std::vector<ImageTruth>* truth) {
   // _predict_third_stage: the box classifier's detections (normalised to the input), crops of
   // the features at them through the second stage again, and the mask of each one's class.
+  // With the ground truth (evaluation), _get_mask_proposal_boxes_and_classes: each detection
+  // matched by the detector's target assigner (IoU 0.5), the mask logits of the matched class and
+  // the matched mask cropped at the detection, for the mask loss.
   const int64_t batch = features.size(0), d = config_.nms.max_total_detections;
-  const int64_t mh = config_.model.mask_height, mw = config_.model.mask_width, columns = 7 + mh * mw;
+  const int64_t mh = config_.model.mask_height, mw = config_.model.mask_width;
+  const int64_t columns = 7 + mh * mw + (truth ? 2 * mh * mw + 1 : 0);
   auto out = torch::zeros({batch, d, columns}, features.options().dtype(torch::kFloat));
-  std::vector<at::Tensor> boxes, image_index, classes, slot, rows;
+  std::vector<at::Tensor> boxes, image_index, classes, slot, rows, matched_classes, mask_targets;
   int64_t offset = 0;
   for (int64_t i = 0; i < batch; ++i) {
     const int64_t n = proposals[static_cast<size_t>(i)].boxes.size(0);
@@ -314,6 +354,13 @@ at::Tensor FasterRcnnMetaArchitecture::third_stage(const at::Tensor& features,
                                det.classes.narrow(0, 0, found).to(torch::kFloat).unsqueeze(1),
                                torch::ones({found, 1})},
                               1));
+    if (truth) {
+      const auto& gt = (*truth)[static_cast<size_t>(i)];
+      const auto in_pixels = det.boxes.narrow(0, 0, found) * pixels(height, width, torch::TensorOptions());
+      const auto t = detect::assign_proposals(in_pixels, gt.boxes, gt.classes);
+      matched_classes.push_back(t.classes);
+      mask_targets.push_back(detect::mask_targets(gt.masks, in_pixels, t.match, mh, mw).reshape({found, mh * mw}));
+    }
   }
   if (boxes.empty()) return out.view({batch, -1});
   const auto device = features.device();
@@ -321,20 +368,31 @@ at::Tensor FasterRcnnMetaArchitecture::third_stage(const at::Tensor& features,
   const auto box_features = model_->box_classifier_features(features, all_boxes, torch::cat(image_index).to(device));
   const auto all_classes = torch::cat(classes).to(device);
   const int64_t m = all_boxes.size(0);
-  const auto channel =
-      config_.model.masks_are_class_agnostic ? torch::zeros_like(all_classes) : (all_classes - 1).clamp_min(0);
+  const auto channel_of = [&](const at::Tensor& cls) {
+    return config_.model.masks_are_class_agnostic ? torch::zeros_like(cls) : (cls - 1).clamp_min(0);
+  };
+  const auto channel = channel_of(all_classes);
+  const auto matched = truth ? torch::cat(matched_classes).to(device) : at::Tensor();
+  const auto matched_channel = truth ? channel_of(matched) : at::Tensor();
   // The mask head on 32 detections at a time: the samples' 300 detections at once would hold
   // gigabytes of 33x33 maps.
-  std::vector<at::Tensor> chunks;
+  std::vector<at::Tensor> chunks, matched_chunks;
   for (int64_t start = 0; start < m; start += 32) {
     const int64_t len = std::min<int64_t>(32, m - start);
-    chunks.push_back(model_->mask_predictor(box_features.narrow(0, start, len))
-                         .gather(1, channel.narrow(0, start, len).view({len, 1, 1, 1}).expand({len, 1, mh, mw}))
-                         .sigmoid()
-                         .reshape({len, mh * mw}));
+    const auto all = model_->mask_predictor(box_features.narrow(0, start, len));
+    const auto pick = [&](const at::Tensor& ch) {
+      return all.gather(1, ch.narrow(0, start, len).view({len, 1, 1, 1}).expand({len, 1, mh, mw})).reshape({len, mh * mw});
+    };
+    chunks.push_back(pick(channel).sigmoid());
+    if (truth) matched_chunks.push_back(pick(matched_channel));
   }
-  const auto masks = torch::cat(chunks);
-  const auto packed = torch::cat({torch::cat(rows).to(device), masks.to(torch::kFloat)}, 1);
+  std::vector<at::Tensor> parts = {torch::cat(rows).to(device), torch::cat(chunks).to(torch::kFloat)};
+  if (truth) {
+    parts.push_back(torch::cat(matched_chunks).to(torch::kFloat));
+    parts.push_back(torch::cat(mask_targets).to(device, torch::kFloat));
+    parts.push_back((matched > 0).to(torch::kFloat).unsqueeze(1));
+  }
+  const auto packed = torch::cat(parts, 1);
   return out.view({batch * d, columns}).index_copy(0, torch::cat(slot).to(device), packed).view({batch, -1});
 }
 
@@ -345,10 +403,14 @@ FasterRcnnMetaArchitecture::Unpacked FasterRcnnMetaArchitecture::unpack(const at
   const bool masks = config_.model.predict_instance_masks;
   const int64_t mh = config_.model.mask_height, mw = config_.model.mask_width;
   Unpacked u;
-  u.training = batch > 0 && outputs[0][0].item<float>() > 0.5f;
+  const float flag = batch > 0 ? outputs[0][0].item<float>() : 0.0f;  // 1 training, 2 evaluation with masks
+  u.training = flag > 0.5f && flag < 1.5f;
+  const bool mask_truth = flag > 1.5f;
   const int64_t slots = proposal_slots(u.training);
   const int64_t columns = 4 + 1 + 4 * k + k + 1 + (u.training && masks ? 2 * mh * mw + 1 : 0);
-  const int64_t detections = !u.training && masks ? config_.nms.max_total_detections * (7 + mh * mw) : 0;
+  const int64_t d = config_.nms.max_total_detections;
+  const int64_t per_detection = 7 + mh * mw + (mask_truth ? 2 * mh * mw + 1 : 0);
+  const int64_t detections = !u.training && masks ? d * per_detection : 0;
   TORCH_CHECK(outputs.size(1) == 1 + 6 * a + slots * columns + detections, "Faster R-CNN outputs of ",
               outputs.size(1), " values do not fit ", a, " anchors of a ", height, "x", width, " input");
   u.box_encodings = outputs.narrow(1, 1, 4 * a).view({batch, a, 4});
@@ -362,11 +424,18 @@ FasterRcnnMetaArchitecture::Unpacked FasterRcnnMetaArchitecture::unpack(const at
     const int64_t at = 5 + 4 * k + k + 1;
     u.mask_logits = p.narrow(2, at, mh * mw);
     u.mask_targets = p.narrow(2, at + mh * mw, mh * mw);
-    u.mask_weights = p.select(2, at + 2 * mh * mw);
+    u.mask_weights = p.select(2, at + 2 * mh * mw) * (u.valid > 0.5f).to(p.scalar_type());
   }
-  if (detections > 0)
-    u.detections = outputs.narrow(1, 1 + 6 * a + slots * columns, detections)
-                       .reshape({batch, config_.nms.max_total_detections, 7 + mh * mw});
+  if (detections > 0) {
+    const auto all = outputs.narrow(1, 1 + 6 * a + slots * columns, detections).reshape({batch, d, per_detection});
+    u.detections = all.narrow(2, 0, 7 + mh * mw);
+    if (mask_truth) {
+      const int64_t at = 7 + mh * mw;
+      u.mask_logits = all.narrow(2, at, mh * mw);
+      u.mask_targets = all.narrow(2, at + mh * mw, mh * mw);
+      u.mask_weights = all.select(2, at + 2 * mh * mw) * (all.select(2, 6) > 0.5f).to(all.scalar_type());
+    }
+  }
   return u;
 }
 
@@ -411,13 +480,12 @@ std::map<std::string, at::Tensor> FasterRcnnMetaArchitecture::loss(const at::Ten
   for (auto& [name, value] :
        detect::box_classifier_loss(torch::cat(refined), torch::cat(logits), targets, config_.second_stage))
     losses[name] = value;
-  // The mask loss of training's sampled proposals (evaluation reports the box losses only).
+  // The mask loss of training's sampled proposals, or of evaluation's detections (forward_eval).
   if (u.mask_logits.defined()) {
     const int64_t mh = config_.model.mask_height, mw = config_.model.mask_width;
-    const auto weights = (u.mask_weights * (u.valid > 0.5f).to(u.mask_weights.dtype())).reshape({-1});
     losses["BoxClassifierLoss/mask_loss"] =
-        detect::mask_loss(u.mask_logits.reshape({-1, mh, mw}), u.mask_targets.reshape({-1, mh, mw}).detach(), weights,
-                          config_.mask_loss_weight);
+        detect::mask_loss(u.mask_logits.reshape({-1, mh, mw}), u.mask_targets.reshape({-1, mh, mw}).detach(),
+                          u.mask_weights.reshape({-1}), config_.mask_loss_weight);
   }
   return losses;
 }

@@ -50,8 +50,12 @@ class FasterRcnnMetaArchitecture : public MetaArchitecture {
   // the mask target [mh * mw] and a weight (1: positive); at inference the third stage's final
   // detections (number_of_stages 3: the box classifier's NMS, then masks from crops at the
   // detected boxes), D = max_total_detections slots of [box (4, normalised to the input), score,
-  // class, valid, mask probabilities (mh * mw)].
+  // class, valid, mask probabilities (mh * mw)]. The flag is 2 for evaluation's outputs with the
+  // batch's masks (forward_eval), whose detections then carry, for the mask loss, the logits of
+  // their matched ground-truth class [mh * mw], the matched mask cropped at them [mh * mw] and a
+  // weight (1: matched at IoU 0.5).
   at::Tensor forward(const at::Tensor& images, const data::Batch* targets) override;
+  at::Tensor forward_eval(const at::Tensor& images, const data::Batch& batch) override;
   std::map<std::string, at::Tensor> loss(const at::Tensor& outputs, const InputShape& input,
                                          const std::vector<at::Tensor>& gt_boxes,
                                          const std::vector<at::Tensor>& gt_classes) override;
@@ -69,8 +73,13 @@ class FasterRcnnMetaArchitecture : public MetaArchitecture {
 
  private:
   struct Unpacked;
+  struct ImageTruth;
+  static ImageTruth image_truth(const data::Batch& batch, int64_t i, int64_t height, int64_t width, bool masks);
+  // forward: `targets` in training; `eval_truth` in evaluation with the batch's masks.
+  at::Tensor run(const at::Tensor& images, const data::Batch* targets, const data::Batch* eval_truth);
   at::Tensor third_stage(const at::Tensor& features, const std::vector<detect::Proposals>& proposals,
-                         const at::Tensor& refined, const at::Tensor& logits, int64_t height, int64_t width);
+                         const at::Tensor& refined, const at::Tensor& logits, int64_t height, int64_t width,
+                         const std::vector<ImageTruth>* truth);
   Unpacked unpack(const at::Tensor& outputs, int64_t height, int64_t width) const;
   // Second-stage boxes per image in the outputs: training's sampled minibatch, or every
   // proposal (inference, and training with a hard example miner).
