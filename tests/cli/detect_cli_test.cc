@@ -630,7 +630,7 @@ INSTANTIATE_TEST_SUITE_P(
                    200, 0.5},
         // RetinaNet (ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco14_sync's layout) at 96x96:
         // ResNet-50 C3..C5 + FPN to level 6, the weight-shared tower, multiscale anchors, focal loss.
-        // 0.92 after 400 steps when written; on 2026-12-06 0.83 after 300, 0.51 after 150.
+        // 0.92 after 400 steps when written; on 2026-12-06 0.83 after 300, 0.62 after 200, 0.51 after 150.
         FamilyCase{"ssd_resnet50_v1_fpn",
                    {{"\"ssd_mobilenet_v2\"",
                      "\"ssd_resnet50_v1_fpn\"\n      fpn {\n        min_level: 3\n        max_level: 6\n"
@@ -657,7 +657,7 @@ INSTANTIATE_TEST_SUITE_P(
                     {"weighted_sigmoid {\n        }", "weighted_sigmoid_focal {\n          alpha: 0.25\n          gamma: 2.0\n        }"},
                     {kHardExampleMiner, ""},
                     {"batch_size: 32", "batch_size: 8"}},
-                   200, 0.35}),
+                   200, 0.4}),
     [](const auto& info) { return info.param.name; });
 
 class DetectErrors : public ::testing::Test {
