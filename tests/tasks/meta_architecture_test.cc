@@ -522,6 +522,69 @@ train_input_reader { tf_record_input_reader { input_path: "x" } load_instance_ma
   EXPECT_FALSE(task.loss(task.forward_eval(eval_no_masks), eval_no_masks, 2).terms.count("BoxClassifierLoss/mask_loss"));
 }
 
+// The OD API's true_image_shapes: with each image in part of the input (keep_aspect_ratio_resizer's
+// padding: image 0 fills the top half, image 1 the left half), the proposals and Mask R-CNN's
+// detections (the third stage, before it crops at them) are clipped to the image, not to the
+// input; postprocess normalises them to the image. Read through the documented output layout
+// (faster_rcnn.h).
+TEST(MetaArchitectures, FasterRcnnClipsProposalsAndDetectionsToEachImage) {
+  std::string text = kSmallFasterRcnn;
+  const std::string box_only = "second_stage_box_predictor { mask_rcnn_box_predictor { } }";
+  text.replace(text.find(box_only), box_only.size(), R"(number_of_stages: 3
+  second_stage_box_predictor { mask_rcnn_box_predictor {
+    predict_instance_masks: true mask_height: 6 mask_width: 6 mask_prediction_num_conv_layers: 2
+    conv_hyperparams { op: CONV initializer { truncated_normal_initializer { stddev: 0.01 } } } } })");
+  auto owned = small_task(text);
+  DetectionTask& task = *owned;
+  auto& frcnn = dynamic_cast<FasterRcnnMetaArchitecture&>(task.meta_architecture());
+  task.module()->eval();
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(5);
+  const auto images = torch::rand({2, 3, 64, 80}) * 2 - 1;
+  InputShape shape;
+  shape.height = 64;
+  shape.width = 80;
+  shape.image_sizes = {{32, 80}, {64, 40}};
+  const int64_t a = frcnn.anchors(64, 80).size(0), k = 2, slots = 12, columns = 4 + 1 + 4 * k + k + 1;
+  const int64_t detections = 5, per_detection = 7 + 6 * 6;
+  // [y or x coordinate column, limit]: image 0's ymax, image 1's xmax.
+  const std::pair<int64_t, double> limit[2] = {{2, 32.0}, {3, 40.0}};
+  const auto proposals_of = [&](const at::Tensor& out) {
+    return out.narrow(1, 1 + 6 * a, slots * columns).view({2, slots, columns});
+  };
+
+  const auto out = task.forward(images, shape);
+  ASSERT_EQ(out.size(1), 1 + 6 * a + slots * columns + detections * per_detection);
+  const auto proposals = proposals_of(out);
+  const auto detected = out.narrow(1, 1 + 6 * a + slots * columns, detections * per_detection)
+                            .view({2, detections, per_detection});
+  const auto unclipped = proposals_of(task.forward(images));  // every image filling the input
+  for (int64_t i = 0; i < 2; ++i) {
+    const auto [column, pixels] = limit[i];
+    const auto valid = (proposals[i].select(1, 4) > 0.5f).nonzero().view(-1);
+    ASSERT_GT(valid.size(0), 0) << i;
+    EXPECT_LE(proposals[i].index_select(0, valid).select(1, column).max().item<double>(), pixels + 1e-3) << i;
+    // The same network without the sizes proposes boxes in the padding: the clip is what holds them.
+    const auto all = (unclipped[i].select(1, 4) > 0.5f).nonzero().view(-1);
+    EXPECT_GT(unclipped[i].index_select(0, all).select(1, column).max().item<double>(), pixels + 1) << i;
+    // Detections, normalised to the input: inside the image's half.
+    const auto kept = (detected[i].select(1, 6) > 0.5f).nonzero().view(-1);
+    ASSERT_GT(kept.size(0), 0) << i;
+    EXPECT_LE(detected[i].index_select(0, kept).select(1, column).max().item<double>(), 0.5 + 1e-6) << i;
+  }
+  // postprocess: the same detections normalised to each image (x2 along the padded side).
+  const auto result = task.postprocess(out, shape);
+  ASSERT_EQ(result.size(), 2u);
+  for (int64_t i = 0; i < 2; ++i) {
+    const auto kept = (detected[i].select(1, 6) > 0.5f).nonzero().view(-1);
+    const auto& d = result[static_cast<size_t>(i)];
+    ASSERT_EQ(d.boxes.size(0), kept.size(0)) << i;
+    ASSERT_TRUE(d.masks.defined());
+    const auto scale = i == 0 ? torch::tensor({2.0f, 1.0f, 2.0f, 1.0f}) : torch::tensor({1.0f, 2.0f, 1.0f, 2.0f});
+    EXPECT_TRUE(torch::allclose(d.boxes, detected[i].index_select(0, kept).narrow(1, 0, 4) * scale, 1e-5, 1e-6)) << i;
+  }
+}
+
 // R-FCN through the task: the same losses as Faster R-CNN, from position-sensitive crops of the
 // whole-map block4 scores; gradients reach the score maps and the backbone; it fits one batch.
 TEST(MetaArchitectures, RfcnTrainsAndDetectsThroughTheTask) {

@@ -437,7 +437,7 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
   auto forward = [&](const at::Tensor& images, const std::vector<std::string>& files) {
     const auto shape = shape_of(files);
     const int64_t h_dim = input.channels_last ? 1 : 2;
-    return task.forward(images.narrow(h_dim, 0, shape.height).narrow(h_dim + 1, 0, shape.width).contiguous());
+    return task.forward(images.narrow(h_dim, 0, shape.height).narrow(h_dim + 1, 0, shape.width).contiguous(), shape);
   };
   // Drawn images are named after their input; an input whose name another already took (the
   // same name in another folder) gets "-2", "-3", ... instead of overwriting its result.

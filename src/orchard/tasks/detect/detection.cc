@@ -83,11 +83,19 @@ DetectionTask::DetectionTask(const DetectionConfig& config) : config_(config) {
     if (p.dim() == 4) l2_params_.push_back(p);  // conv kernels: conv_hyperparams' l2_regularizer
 }
 
-torch::Tensor DetectionTask::forward(const torch::Tensor& images) { return meta_->forward(images, nullptr); }
+torch::Tensor DetectionTask::forward(const torch::Tensor& images) { return meta_->forward(images, InputShape{}, nullptr); }
 
-torch::Tensor DetectionTask::forward_train(const data::Batch& batch) { return meta_->forward(batch.images, &batch); }
+torch::Tensor DetectionTask::forward(const torch::Tensor& images, const InputShape& input) {
+  return meta_->forward(images, input, nullptr);
+}
 
-torch::Tensor DetectionTask::forward_eval(const data::Batch& batch) { return meta_->forward_eval(batch.images, batch); }
+torch::Tensor DetectionTask::forward_train(const data::Batch& batch) {
+  return meta_->forward(batch.images, input_shape(batch), &batch);
+}
+
+torch::Tensor DetectionTask::forward_eval(const data::Batch& batch) {
+  return meta_->forward_eval(batch.images, input_shape(batch), batch);
+}
 
 data::SampleSpec DetectionTask::sample_spec() const {
   data::SampleSpec spec;

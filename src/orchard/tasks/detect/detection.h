@@ -51,8 +51,10 @@ class DetectionTask : public Task {
   explicit DetectionTask(const DetectionConfig& config);
   std::string name() const override { return "detect"; }
   std::shared_ptr<torch::nn::Module> module() override { return meta_->module(); }
-  // images [B, 3, H, W] in [-1, 1] -> the meta-architecture's raw outputs.
+  // images [B, 3, H, W] in [-1, 1] -> the meta-architecture's raw outputs, each image filling
+  // the input; or each `input.image_sizes` top-left in it (keep_aspect_ratio_resizer's padding).
   torch::Tensor forward(const torch::Tensor& images) override;
+  torch::Tensor forward(const torch::Tensor& images, const InputShape& input);
   torch::Tensor forward_train(const data::Batch& batch) override;  // the meta-architecture sees the targets
   torch::Tensor forward_eval(const data::Batch& batch) override;   // and here too (MetaArchitecture::forward_eval)
   data::SampleSpec sample_spec() const override;

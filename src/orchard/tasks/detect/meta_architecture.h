@@ -43,12 +43,15 @@ class MetaArchitecture {
   virtual std::string name() const = 0;
   virtual std::shared_ptr<torch::nn::Module> module() = 0;
   // images [B, 3, H, W] (or NHWC, as configured) in [-1, 1] -> raw outputs for loss and
-  // postprocess. `targets` is the batch in training (a two-stage detector samples proposals
-  // with its boxes); null in evaluation and inference.
-  virtual at::Tensor forward(const at::Tensor& images, const data::Batch* targets) = 0;
+  // postprocess. `input`: each image's size inside the batch (the OD API's true_image_shapes; a
+  // two-stage detector clips its proposals to them). `targets` is the batch in training (a
+  // two-stage detector samples proposals with its boxes); null in evaluation and inference.
+  virtual at::Tensor forward(const at::Tensor& images, const InputShape& input, const data::Batch* targets) = 0;
   // Evaluation: inference's outputs, and what `loss` needs of the batch's targets besides the
   // boxes and classes it is given (Mask R-CNN: its detections' mask losses). Default: inference.
-  virtual at::Tensor forward_eval(const at::Tensor& images, const data::Batch& batch) { return forward(images, nullptr); }
+  virtual at::Tensor forward_eval(const at::Tensor& images, const InputShape& input, const data::Batch& batch) {
+    return forward(images, input, nullptr);
+  }
   // The batch's weighted losses by name (their sum is the data loss): ground truth per image,
   // boxes [N, 4] normalised (ymin, xmin, ymax, xmax) to the network input and classes [N]
   // (1-based), crowd regions already removed.

@@ -192,17 +192,19 @@ at::Tensor FasterRcnnMetaArchitecture::anchors(int64_t height, int64_t width) co
   return a;
 }
 
-at::Tensor FasterRcnnMetaArchitecture::forward(const at::Tensor& images, const data::Batch* targets) {
-  return run(images, targets, nullptr);
+at::Tensor FasterRcnnMetaArchitecture::forward(const at::Tensor& images, const InputShape& input,
+                                              const data::Batch* targets) {
+  return run(images, input, targets, nullptr);
 }
 
-at::Tensor FasterRcnnMetaArchitecture::forward_eval(const at::Tensor& images, const data::Batch& batch) {
+at::Tensor FasterRcnnMetaArchitecture::forward_eval(const at::Tensor& images, const InputShape& input,
+                                                   const data::Batch& batch) {
   const bool truth = config_.model.predict_instance_masks && batch.fields.count("masks");
-  return run(images, nullptr, truth ? &batch : nullptr);
+  return run(images, input, nullptr, truth ? &batch : nullptr);
 }
 
-at::Tensor FasterRcnnMetaArchitecture::run(const at::Tensor& input_images, const data::Batch* targets,
-                                           const data::Batch* eval_truth) {
+at::Tensor FasterRcnnMetaArchitecture::run(const at::Tensor& input_images, const InputShape& input,
+                                           const data::Batch* targets, const data::Batch* eval_truth) {
   auto images = input_images;
   if (images.dim() == 4 && images.size(1) != 3 && images.size(3) == 3) images = images.permute({0, 3, 1, 2});
   const int64_t batch = images.size(0), height = images.size(2), width = images.size(3);
@@ -219,12 +221,13 @@ at::Tensor FasterRcnnMetaArchitecture::run(const at::Tensor& input_images, const
   // Proposals from the (pruned in training, clipped at inference) anchors, without gradient.
   const auto kept = detect::rpn_anchors(all_anchors, height, width, training, config_.rpn);
   const auto index = kept.index.to(images.device());
+  // Each image's size inside the input (the OD API's true_image_shapes): proposals, and the
+  // third stage's detections, are clipped to it.
   std::vector<std::pair<int64_t, int64_t>> image_sizes(static_cast<size_t>(batch), {height, width});
-  const data::Batch* truth_batch = training ? targets : eval_truth;
-  if (truth_batch && truth_batch->fields.count("image_size")) {
-    const auto sizes = truth_batch->field("image_size").to(torch::kCPU).contiguous();
-    for (int64_t i = 0; i < batch; ++i)
-      image_sizes[static_cast<size_t>(i)] = {sizes[i][0].item<int64_t>(), sizes[i][1].item<int64_t>()};
+  if (!input.image_sizes.empty()) {
+    TORCH_CHECK(static_cast<int64_t>(input.image_sizes.size()) == batch, "Faster R-CNN: ", input.image_sizes.size(),
+                " image sizes for a batch of ", batch);
+    image_sizes = input.image_sizes;
   }
   const auto proposals =
       detect::rpn_proposals(first.box_encodings.detach().index_select(1, index).to(torch::kCPU, torch::kFloat),
@@ -316,7 +319,8 @@ at::Tensor FasterRcnnMetaArchitecture::run(const at::Tensor& input_images, const
         const auto [h, w] = image_sizes[static_cast<size_t>(i)];
         truth.push_back(image_truth(*eval_truth, i, h, w, true));
       }
-    out.push_back(third_stage(first.features, proposals, refined, logits, height, width, mask_truth ? &truth : nullptr));
+    out.push_back(third_stage(first.features, proposals, refined, logits, height, width, image_sizes,
+                              mask_truth ? &truth : nullptr));
   }
   return torch::cat(out, 1);
 }
@@ -324,7 +328,9 @@ at::Tensor FasterRcnnMetaArchitecture::run(const at::Tensor& input_images, const
 at::Tensor FasterRcnnMetaArchitecture::third_stage(const at::Tensor& features,
                                                    const std::vector<detect::Proposals>& proposals,
                                                    const at::Tensor& refined, const at::Tensor& logits, int64_t height,
-                                                   int64_t width, const std::vector<ImageTruth>* truth) {
+                                                   int64_t width,
+                                                   const std::vector<std::pair<int64_t, int64_t>>& image_sizes,
+                                                   const std::vector<ImageTruth>* truth) {
   // _predict_third_stage: the box classifier's detections (normalised to the input), crops of
   // the features at them through the second stage again, and the mask of each one's class.
   // With the ground truth (evaluation), _get_mask_proposal_boxes_and_classes: each detection
@@ -339,12 +345,21 @@ at::Tensor FasterRcnnMetaArchitecture::third_stage(const at::Tensor& features,
   for (int64_t i = 0; i < batch; ++i) {
     const int64_t n = proposals[static_cast<size_t>(i)].boxes.size(0);
     auto det = detect::Detections();
+    // Clipped to the image and normalised to it, then to the input (the crops' frame). The OD
+    // API clips to true_image_shapes too, but crops at the boxes normalised to the image,
+    // which under padding is another place of the map; Orchard crops where the box is.
+    const auto [h, w] = image_sizes[static_cast<size_t>(i)];
     if (n > 0)
       det = detect::box_classifier_detections(refined.narrow(0, offset, n), logits.narrow(0, offset, n),
-                                              proposals[static_cast<size_t>(i)].boxes, height, width, config_.nms,
+                                              proposals[static_cast<size_t>(i)].boxes, h, w, config_.nms,
                                               config_.score_converter);
     offset += n;
     if (!det.boxes.defined() || det.boxes.size(0) == 0) continue;
+    if (h != height || w != width) {
+      const float sy = static_cast<float>(h) / static_cast<float>(height);
+      const float sx = static_cast<float>(w) / static_cast<float>(width);
+      det.boxes = det.boxes * torch::tensor({sy, sx, sy, sx});
+    }
     const int64_t found = std::min(det.boxes.size(0), d);
     boxes.push_back(det.boxes.narrow(0, 0, found));
     classes.push_back(det.classes.narrow(0, 0, found));

@@ -54,8 +54,8 @@ class FasterRcnnMetaArchitecture : public MetaArchitecture {
   // batch's masks (forward_eval), whose detections then carry, for the mask loss, the logits of
   // their matched ground-truth class [mh * mw], the matched mask cropped at them [mh * mw] and a
   // weight (1: matched at IoU 0.5).
-  at::Tensor forward(const at::Tensor& images, const data::Batch* targets) override;
-  at::Tensor forward_eval(const at::Tensor& images, const data::Batch& batch) override;
+  at::Tensor forward(const at::Tensor& images, const InputShape& input, const data::Batch* targets) override;
+  at::Tensor forward_eval(const at::Tensor& images, const InputShape& input, const data::Batch& batch) override;
   std::map<std::string, at::Tensor> loss(const at::Tensor& outputs, const InputShape& input,
                                          const std::vector<at::Tensor>& gt_boxes,
                                          const std::vector<at::Tensor>& gt_classes) override;
@@ -76,9 +76,12 @@ class FasterRcnnMetaArchitecture : public MetaArchitecture {
   struct ImageTruth;
   static ImageTruth image_truth(const data::Batch& batch, int64_t i, int64_t height, int64_t width, bool masks);
   // forward: `targets` in training; `eval_truth` in evaluation with the batch's masks.
-  at::Tensor run(const at::Tensor& images, const data::Batch* targets, const data::Batch* eval_truth);
+  at::Tensor run(const at::Tensor& images, const InputShape& input, const data::Batch* targets,
+                 const data::Batch* eval_truth);
+  // image_sizes: each image's inside the height x width input.
   at::Tensor third_stage(const at::Tensor& features, const std::vector<detect::Proposals>& proposals,
                          const at::Tensor& refined, const at::Tensor& logits, int64_t height, int64_t width,
+                         const std::vector<std::pair<int64_t, int64_t>>& image_sizes,
                          const std::vector<ImageTruth>* truth);
   Unpacked unpack(const at::Tensor& outputs, int64_t height, int64_t width) const;
   // Second-stage boxes per image in the outputs: training's sampled minibatch, or every

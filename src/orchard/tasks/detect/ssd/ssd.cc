@@ -267,7 +267,10 @@ models::TfNameMap SsdMetaArchitecture::tf_name_map(const std::string& checkpoint
   return [model, scope](const std::string& name) { return model->tf_name(name, scope); };
 }
 
-at::Tensor SsdMetaArchitecture::forward(const at::Tensor& images, const data::Batch*) { return model_->forward(images); }
+// The images' sizes matter to SSD's postprocess only (its clip window), which has them.
+at::Tensor SsdMetaArchitecture::forward(const at::Tensor& images, const InputShape&, const data::Batch*) {
+  return model_->forward(images);
+}
 
 std::map<std::string, at::Tensor> SsdMetaArchitecture::loss(const at::Tensor& outputs, const InputShape& input,
                                                             const std::vector<at::Tensor>& gt_boxes,

@@ -38,7 +38,7 @@ class SsdMetaArchitecture : public MetaArchitecture {
   std::shared_ptr<torch::nn::Module> module() override;
   // -> [B, A, box_code_size + num_classes + 1]: box codes, then class logits (column 0 the
   // background), per anchor.
-  at::Tensor forward(const at::Tensor& images, const data::Batch* targets) override;
+  at::Tensor forward(const at::Tensor& images, const InputShape& input, const data::Batch* targets) override;
   std::map<std::string, at::Tensor> loss(const at::Tensor& outputs, const InputShape& input,
                                          const std::vector<at::Tensor>& gt_boxes,
                                          const std::vector<at::Tensor>& gt_classes) override;
