@@ -480,8 +480,8 @@ TEST(PipelineConfig, TheTwoStageSampleConfigsValidateOrSayWhyNot) {
   const std::filesystem::path dir = ORCHARD_TEST_FIXTURES "/od_api_two_stage_configs";
   const char* const kNotResNet = "' is not supported; Orchard implements faster_rcnn_resnet50, faster_rcnn_resnet101, faster_rcnn_resnet152, faster_rcnn_inception_v2 and faster_rcnn_inception_resnet_v2";
   const std::map<std::string, std::string> expected = {
-      {"context_rcnn_resnet101_snapshot_serengeti", "model.faster_rcnn.context_config (line 95)"},
-      {"context_rcnn_resnet101_snapshot_serengeti_sync", "model.faster_rcnn.context_config"},
+      {"context_rcnn_resnet101_snapshot_serengeti", "Context R-CNN (model.faster_rcnn.context_config (line 95)) is not supported"},
+      {"context_rcnn_resnet101_snapshot_serengeti_sync", "Context R-CNN (model.faster_rcnn.context_config"},
       {"faster_rcnn_inception_resnet_v2_atrous_coco", ""},
       {"faster_rcnn_inception_resnet_v2_atrous_cosine_lr_coco", ""},
       {"faster_rcnn_inception_resnet_v2_atrous_oid", ""},
@@ -532,6 +532,17 @@ TEST(PipelineConfig, TheTwoStageSampleConfigsValidateOrSayWhyNot) {
       EXPECT_NE(got[name].find(want), std::string::npos) << name << ": " << got[name];
   }
   EXPECT_EQ(expected.size(), got.size());
+  // --allow_unknown_fields ignores the newer OD API's other fields, but not Context R-CNN's
+  // context_config: without it the config would train a plain Faster R-CNN.
+  const std::string context = test::read_bytes((dir / "context_rcnn_resnet101_snapshot_serengeti.config").string());
+  std::string refused;
+  try {
+    parse_pipeline_config(context, "context.config", /*strict=*/false, nullptr, /*allow_unknown_fields=*/true);
+  } catch (const Error& e) {
+    refused = e.what();
+  }
+  EXPECT_EQ(refused.rfind("context.config: Context R-CNN (model.faster_rcnn.context_config (line 95)) is not supported", 0), 0u)
+      << refused;
 }
 
 // faster_rcnn_resnet101_ava_v2.1 is implemented field for field (second_stage_classification_loss

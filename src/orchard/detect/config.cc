@@ -548,6 +548,13 @@ odp::TrainEvalPipelineConfig parse_pipeline_config(const std::string& text, cons
     if (!inside) found.unknown.push_back(u);
   }
   if (issues) *issues = found;
+  // A newer OD API's Context R-CNN: without its context_config the config is a plain Faster
+  // R-CNN, another model than the one asked for, so not even --allow_unknown_fields ignores it.
+  for (const auto& u : found.unknown)
+    if (starts_with(u, "model.faster_rcnn.context_config "))
+      throw Error(source_name + ": Context R-CNN (" + u +
+                  ") is not supported: Orchard's faster_rcnn has no attention over context features, and "
+                  "without them this config would train a plain Faster R-CNN");
   if (found.unknown.empty() && found.unimplemented.empty()) return config;
   // Fields outside the schema are errors, as TensorFlow's parser makes them: most often a
   // misspelling whose value would otherwise be silently replaced by the default.

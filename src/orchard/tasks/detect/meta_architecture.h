@@ -21,6 +21,8 @@
 
 namespace object_detection::protos {
 class TrainEvalPipelineConfig;
+class ImageResizer;
+class PostProcessing;
 }
 namespace torch::nn {
 class Module;
@@ -98,6 +100,13 @@ struct MetaArchitectureEntry {
   // The entry's message of an already validated pipeline.config (detect::validate_pipeline_config).
   std::function<ParsedModel(const object_detection::protos::TrainEvalPipelineConfig& pipeline)> parse;
 };
+
+// What every meta-architecture's parser reads alike, as the OD API's image_resizer_builder and
+// post_processing_builder: the input size (fixed_shape_resizer, or keep_aspect_ratio_resizer's
+// max_dimension square sample buffer) into `parsed`; batch_non_max_suppression into `nms`,
+// returning the score converter's name ("SOFTMAX", "SIGMOID", "IDENTITY_WITH_LOGITS").
+void parse_image_resizer(const object_detection::protos::ImageResizer& resizer, ParsedModel* parsed);
+std::string parse_post_processing(const object_detection::protos::PostProcessing& post, detect::BatchNmsOptions* nms);
 
 void register_meta_architecture(MetaArchitectureEntry entry);
 // The entry of the pipeline's `model` oneof case; an orchard::Error naming the registered ones.

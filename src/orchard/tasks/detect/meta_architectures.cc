@@ -27,6 +27,32 @@ void register_builtin_meta_architectures() {
   register_meta_architecture(faster_rcnn_meta_architecture());
 }
 
+void parse_image_resizer(const object_detection::protos::ImageResizer& resizer, ParsedModel* parsed) {
+  if (resizer.has_keep_aspect_ratio_resizer()) {
+    const auto& k = resizer.keep_aspect_ratio_resizer();
+    data::KeepAspectRatioResize keep;
+    keep.min_dimension = k.min_dimension();
+    keep.max_dimension = k.max_dimension();
+    keep.pad_to_max_dimension = k.pad_to_max_dimension();
+    for (int c = 0; c < 3 && c < k.per_channel_pad_value_size(); ++c)
+      keep.pad_value[static_cast<size_t>(c)] = k.per_channel_pad_value(c);
+    parsed->keep_aspect_ratio = keep;
+    parsed->height = parsed->width = keep.max_dimension;  // the sample buffer
+  } else {
+    parsed->height = resizer.fixed_shape_resizer().height();
+    parsed->width = resizer.fixed_shape_resizer().width();
+  }
+}
+
+std::string parse_post_processing(const object_detection::protos::PostProcessing& post, detect::BatchNmsOptions* nms) {
+  const auto& batch = post.batch_non_max_suppression();
+  nms->score_threshold = batch.score_threshold();
+  nms->iou_threshold = batch.iou_threshold();
+  nms->max_detections_per_class = batch.max_detections_per_class();
+  nms->max_total_detections = batch.max_total_detections();
+  return object_detection::protos::PostProcessing::ScoreConverter_Name(post.score_converter());
+}
+
 void register_meta_architecture(MetaArchitectureEntry entry) {
   for (const auto& e : entries())
     if (e.name == entry.name) throw Error("meta-architecture '" + entry.name + "' is registered twice");

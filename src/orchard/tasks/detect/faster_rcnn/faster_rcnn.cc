@@ -97,29 +97,8 @@ ParsedModel parse_faster_rcnn(const pb::TrainEvalPipelineConfig& pipeline) {
     c.second_stage.miner.min_negatives_per_image = 0;
   }
 
-  const auto& post = f.second_stage_post_processing();
-  const auto& nms = post.batch_non_max_suppression();
-  c.nms.score_threshold = nms.score_threshold();
-  c.nms.iou_threshold = nms.iou_threshold();
-  c.nms.max_detections_per_class = nms.max_detections_per_class();
-  c.nms.max_total_detections = nms.max_total_detections();
-  c.score_converter = pb::PostProcessing::ScoreConverter_Name(post.score_converter());
-
-  const auto& resizer = f.image_resizer();
-  if (resizer.has_keep_aspect_ratio_resizer()) {
-    const auto& k = resizer.keep_aspect_ratio_resizer();
-    data::KeepAspectRatioResize keep;
-    keep.min_dimension = k.min_dimension();
-    keep.max_dimension = k.max_dimension();
-    keep.pad_to_max_dimension = k.pad_to_max_dimension();
-    for (int ch = 0; ch < 3 && ch < k.per_channel_pad_value_size(); ++ch)
-      keep.pad_value[static_cast<size_t>(ch)] = k.per_channel_pad_value(ch);
-    parsed.keep_aspect_ratio = keep;
-    parsed.height = parsed.width = keep.max_dimension;  // the sample buffer
-  } else {
-    parsed.height = resizer.fixed_shape_resizer().height();
-    parsed.width = resizer.fixed_shape_resizer().width();
-  }
+  c.score_converter = parse_post_processing(f.second_stage_post_processing(), &c.nms);
+  parse_image_resizer(f.image_resizer(), &parsed);
   parsed.config = config;
   return parsed;
 }

@@ -166,29 +166,8 @@ ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& p
     c.loss.miner.min_negatives_per_image = m.min_negatives_per_image();
   }
 
-  const auto& post = ssd.post_processing();
-  const auto& nms = post.batch_non_max_suppression();
-  c.nms.score_threshold = nms.score_threshold();
-  c.nms.iou_threshold = nms.iou_threshold();
-  c.nms.max_detections_per_class = nms.max_detections_per_class();
-  c.nms.max_total_detections = nms.max_total_detections();
-  c.score_converter = pb::PostProcessing::ScoreConverter_Name(post.score_converter());
-
-  if (ssd.image_resizer().has_keep_aspect_ratio_resizer()) {
-    const auto& k = ssd.image_resizer().keep_aspect_ratio_resizer();
-    data::KeepAspectRatioResize keep;
-    keep.min_dimension = k.min_dimension();
-    keep.max_dimension = k.max_dimension();
-    keep.pad_to_max_dimension = k.pad_to_max_dimension();
-    for (int c = 0; c < 3 && c < k.per_channel_pad_value_size(); ++c)
-      keep.pad_value[static_cast<size_t>(c)] = k.per_channel_pad_value(c);
-    parsed.keep_aspect_ratio = keep;
-    parsed.height = parsed.width = keep.max_dimension;  // the sample buffer
-  } else {
-    const auto& resizer = ssd.image_resizer().fixed_shape_resizer();
-    parsed.height = resizer.height();
-    parsed.width = resizer.width();
-  }
+  c.score_converter = parse_post_processing(ssd.post_processing(), &c.nms);
+  parse_image_resizer(ssd.image_resizer(), &parsed);
   parsed.config = config;
   return parsed;
 }
