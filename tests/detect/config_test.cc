@@ -566,6 +566,23 @@ TEST(PipelineConfig, AvaMultiLabelFieldsAreImplementedForFasterRcnn) {
                {"train_config.merge_multiple_label_boxes is not supported with model.ssd"});
 }
 
+// Faster R-CNN's image_resizer gets the same checks as the SSD's (image_resizer_builder's, and a
+// pad value per channel).
+TEST(PipelineConfig, FasterRcnnResizerIsCheckedAsTheSsds) {
+  const std::string path = ORCHARD_TEST_FIXTURES "/od_api_two_stage_configs/faster_rcnn_resnet101_pets.config";
+  const std::string text = test::read_bytes(path);
+  const std::string bad = replace(text, "min_dimension: 600\n        max_dimension: 1024",
+                                  "min_dimension: 1200\n        max_dimension: 1024\n        per_channel_pad_value: 1\n"
+                                  "        per_channel_pad_value: 2");
+  ASSERT_NE(bad, text);
+  expect_error([&] { validate_pipeline_config(parse_pipeline_config(bad, "pets.config", false), "pets.config"); },
+               {"pets.config: ",
+                "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer: min_dimension 1200 must be positive and "
+                "at most max_dimension 1024",
+                "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer.per_channel_pad_value has 2 values; it "
+                "needs one per channel (3)"});
+}
+
 // SSDMobileNetV2MnasFPNFeatureExtractor's own checks: levels 3..6, sides multiples of 64.
 TEST(PipelineConfig, MnasFpnNeedsItsLevelsAndSides) {
   const std::string path =

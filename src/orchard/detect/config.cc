@@ -602,6 +602,20 @@ bool check_oneof(const pb::Message& m, const std::string& oneof_name, const std:
   return true;
 }
 
+// image_resizer (at `path`): the resizers Orchard implements, image_resizer_builder's checks and
+// a pad value per channel.
+void check_image_resizer(const odp::ImageResizer& resizer, const std::string& path, std::vector<std::string>* problems) {
+  check_oneof(resizer, "image_resizer_oneof", path, {"fixed_shape_resizer", "keep_aspect_ratio_resizer"}, problems);
+  if (!resizer.has_keep_aspect_ratio_resizer()) return;
+  const auto& k = resizer.keep_aspect_ratio_resizer();
+  if (k.min_dimension() <= 0 || k.min_dimension() > k.max_dimension())
+    problems->push_back(path + ".keep_aspect_ratio_resizer: min_dimension " + std::to_string(k.min_dimension()) +
+                        " must be positive and at most max_dimension " + std::to_string(k.max_dimension()));
+  if (k.per_channel_pad_value_size() != 0 && k.per_channel_pad_value_size() != 3)
+    problems->push_back(path + ".keep_aspect_ratio_resizer.per_channel_pad_value has " +
+                        std::to_string(k.per_channel_pad_value_size()) + " values; it needs one per channel (3)");
+}
+
 // model.faster_rcnn: what FasterRcnnMetaArchitecture builds, and the OD API's own checks.
 void validate_faster_rcnn(const odp::FasterRcnn& f, std::vector<std::string>* problems) {
   const std::string at = "model.faster_rcnn";
@@ -631,15 +645,7 @@ void validate_faster_rcnn(const odp::FasterRcnn& f, std::vector<std::string>* pr
   else if (type == "faster_rcnn_inception_v2" && stride != 16)  // accepted by the OD API but not applied
     problems->push_back(at + ".feature_extractor.first_stage_features_stride 8: faster_rcnn_inception_v2's first "
                         "stage (to Mixed_4e) has stride 16 whatever this field says; set 16");
-  check_oneof(f.image_resizer(), "image_resizer_oneof", at + ".image_resizer",
-              {"fixed_shape_resizer", "keep_aspect_ratio_resizer"}, problems);
-  if (f.image_resizer().has_keep_aspect_ratio_resizer()) {
-    const auto& k = f.image_resizer().keep_aspect_ratio_resizer();
-    if (k.min_dimension() <= 0 || k.min_dimension() > k.max_dimension())
-      problems->push_back(at + ".image_resizer.keep_aspect_ratio_resizer: min_dimension " +
-                          std::to_string(k.min_dimension()) + " must be positive and at most max_dimension " +
-                          std::to_string(k.max_dimension()));
-  }
+  check_image_resizer(f.image_resizer(), at + ".image_resizer", problems);
   check_oneof(f.first_stage_anchor_generator(), "anchor_generator_oneof", at + ".first_stage_anchor_generator",
               {"grid_anchor_generator"}, problems);
   check_oneof(f.second_stage_box_predictor(), "box_predictor_oneof", at + ".second_stage_box_predictor",
@@ -731,19 +737,7 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
         !ssd.feature_extractor().override_base_feature_extractor_hyperparams())
       problems.push_back("model.ssd.feature_extractor.override_base_feature_extractor_hyperparams must be true for " +
                          type + " (as the OD API: the base network takes conv_hyperparams)");
-    check_oneof(ssd.image_resizer(), "image_resizer_oneof", "model.ssd.image_resizer",
-                {"fixed_shape_resizer", "keep_aspect_ratio_resizer"}, &problems);
-    if (ssd.image_resizer().has_keep_aspect_ratio_resizer()) {
-      // image_resizer_builder's checks, and a pad value per channel.
-      const auto& k = ssd.image_resizer().keep_aspect_ratio_resizer();
-      if (k.min_dimension() <= 0 || k.min_dimension() > k.max_dimension())
-        problems.push_back("model.ssd.image_resizer.keep_aspect_ratio_resizer: min_dimension " +
-                           std::to_string(k.min_dimension()) + " must be positive and at most max_dimension " +
-                           std::to_string(k.max_dimension()));
-      if (k.per_channel_pad_value_size() != 0 && k.per_channel_pad_value_size() != 3)
-        problems.push_back("model.ssd.image_resizer.keep_aspect_ratio_resizer.per_channel_pad_value has " +
-                           std::to_string(k.per_channel_pad_value_size()) + " values; it needs one per channel (3)");
-    }
+    check_image_resizer(ssd.image_resizer(), "model.ssd.image_resizer", &problems);
     check_oneof(ssd.box_coder(), "box_coder_oneof", "model.ssd.box_coder", {"faster_rcnn_box_coder"}, &problems);
     check_oneof(ssd.matcher(), "matcher_oneof", "model.ssd.matcher", {"argmax_matcher"}, &problems);
     check_oneof(ssd.similarity_calculator(), "region_similarity", "model.ssd.similarity_calculator", {"iou_similarity"},
