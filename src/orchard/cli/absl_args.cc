@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -12,18 +13,44 @@
 namespace orchard::cli {
 namespace {
 
-// Flags of TF Model Garden, the OD API's model_main and im2txt that steer TensorFlow itself
-// (TPUs, eager mode, graph compilation, absl logging). `true`: the flag takes a value, which
-// may follow as the next argument.
-const std::vector<std::pair<std::string, bool>>& tf_only() {
-  static const std::vector<std::pair<std::string, bool>> flags = {
-      {"tpu", true},           {"tpu_zone", true},         {"tpu_name", true},
-      {"gcp_project", true},   {"master", true},           {"use_tpu", false},
-      {"enable_eager", false}, {"use_tf_function", false}, {"use_tf_while_loop", false},
-      {"enable_xla", false},   {"all_reduce_alg", true},   {"num_packs", true},
-      {"mode", true},          {"alsologtostderr", false}, {"logtostderr", false},
-      {"v", true},             {"verbosity", true},        {"batchnorm_spatial_persistent", false},
-      {"log_dir", true},       {"stderrthreshold", true}};
+// Flags of TF Model Garden, the OD API's model_main / model_tpu_main and im2txt that steer
+// TensorFlow itself (TPUs, eager mode, graph compilation, GPU threads, absl logging).
+struct TfOnlyFlag {
+  const char* name;
+  bool takes_value;  // the value may follow as the next argument
+  const char* why;   // what stands in for it here; "" for the generic line
+};
+const std::vector<TfOnlyFlag>& tf_only() {
+  static const std::vector<TfOnlyFlag> flags = {
+      {"tpu", true, ""},
+      {"tpu_zone", true, ""},
+      {"tpu_name", true, ""},
+      {"gcp_project", true, ""},
+      {"master", true, ""},
+      {"use_tpu", false, ""},
+      {"enable_eager", false, ""},
+      {"use_tf_function", false, ""},
+      {"use_tf_while_loop", false, ""},
+      {"enable_xla", false, ""},
+      {"all_reduce_alg", true, ""},
+      {"num_packs", true, ""},
+      {"mode", true, ""},  // a flag of its own where a command declares it (detect/classify train)
+      {"alsologtostderr", false, ""},
+      {"logtostderr", false, ""},
+      {"v", true, ""},
+      {"verbosity", true, ""},
+      {"batchnorm_spatial_persistent", false, ""},
+      {"log_dir", true, ""},
+      {"stderrthreshold", true, ""},
+      // model_tpu_main: TPU cores per replica group; the replicas here are the processes of
+      // `orchard launch` (or the hosts of TF_CONFIG).
+      {"num_shards", true, "the replicas are the processes of `orchard launch`"},
+      // The Model Garden's GPU thread pools (common.py): libtorch sizes its own.
+      {"tf_gpu_thread_mode", true, "libtorch's thread pools are set by --num_threads"},
+      {"per_gpu_thread_count", true, "libtorch's thread pools are set by --num_threads"},
+      // The Model Garden's Keras metrics switch: the accuracy is a by-product of the loss here.
+      {"report_accuracy_metrics", false, "the accuracy is always reported"},
+  };
   return flags;
 }
 
@@ -65,14 +92,14 @@ void expand(const std::string& arg, std::vector<std::string>* out, std::set<std:
 const std::vector<std::string>& tensorflow_only_flags() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
-    for (const auto& [name, takes_value] : tf_only()) n.push_back(name);
+    for (const auto& flag : tf_only()) n.push_back(flag.name);
     return n;
   }();
   return names;
 }
 
-std::vector<std::string> absl_arguments(int argc, char** argv) {
-  std::vector<std::string> expanded;
+std::vector<std::string> expand_flagfiles(int argc, char** argv) {
+  std::vector<std::string> expanded = {argc > 0 ? argv[0] : "orchard"};
   std::set<std::string> open_files;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -82,12 +109,21 @@ std::vector<std::string> absl_arguments(int argc, char** argv) {
       expand(arg, &expanded, &open_files);
     }
   }
-  std::vector<std::string> out = {argc > 0 ? argv[0] : "orchard"};
+  return expanded;
+}
+
+std::vector<std::string> drop_tensorflow_only_flags(const std::vector<std::string>& args,
+                                                    const std::function<bool(const std::string&)>& declared) {
+  std::vector<std::string> out;
   std::set<std::string> reported;
-  for (size_t i = 0; i < expanded.size(); ++i) {
-    const std::string& arg = expanded[i];
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (i == 0) {
+      out.push_back(arg);
+      continue;
+    }
     if (arg == "--") {  // everything after it is positional
-      out.insert(out.end(), expanded.begin() + static_cast<long>(i), expanded.end());
+      out.insert(out.end(), args.begin() + static_cast<long>(i), args.end());
       break;
     }
     // "--name[=value]", or absl's "-name=value" (a bare "-v" stays Orchard's --verbose).
@@ -97,22 +133,30 @@ std::vector<std::string> absl_arguments(int argc, char** argv) {
     else if (arg.size() > 1 && arg[0] == '-' && arg.find('=') != std::string::npos)
       body = arg.substr(1);
     const std::string name = body.substr(0, body.find('='));
-    const auto it = std::find_if(tf_only().begin(), tf_only().end(), [&](const auto& f) {
-      return !name.empty() && (f.first == name || "no" + f.first == name);
+    const auto it = std::find_if(tf_only().begin(), tf_only().end(), [&](const TfOnlyFlag& f) {
+      return !name.empty() && (f.name == name || "no" + std::string(f.name) == name);
     });
-    if (name.empty() || it == tf_only().end()) {
+    if (name.empty() || it == tf_only().end() || (declared && declared(it->name))) {
       out.push_back(arg);
       continue;
     }
     // A value as the next argument: always for a flag that takes one, only true/false for a switch.
     const bool inline_value = body.find('=') != std::string::npos;
-    if (!inline_value && i + 1 < expanded.size() &&
-        (it->second ? expanded[i + 1].rfind("--", 0) != 0 : is_bool_word(expanded[i + 1])))
+    if (!inline_value && i + 1 < args.size() &&
+        (it->takes_value ? args[i + 1].rfind("--", 0) != 0 : is_bool_word(args[i + 1])))
       ++i;
-    if (reported.insert(it->first).second)
-      spdlog::info("--{} is a TensorFlow-only flag: accepted, it changes nothing here", it->first);
+    if (reported.insert(it->name).second) {
+      if (*it->why)
+        spdlog::info("--{} is a TensorFlow-only flag: accepted, it changes nothing here ({})", it->name, it->why);
+      else
+        spdlog::info("--{} is a TensorFlow-only flag: accepted, it changes nothing here", it->name);
+    }
   }
   return out;
+}
+
+std::vector<std::string> absl_arguments(int argc, char** argv) {
+  return drop_tensorflow_only_flags(expand_flagfiles(argc, argv), {});
 }
 
 }  // namespace orchard::cli

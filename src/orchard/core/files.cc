@@ -142,4 +142,16 @@ void ensure_writable_dir(const std::string& dir) {
   if (::access(dir.c_str(), W_OK) != 0) throw Error(dir + ": directory is not writable");
 }
 
+void check_dir_can_be_written(const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec);
+  if (ec) throw Error(dir + ": " + ec.message());
+  while (!fs::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
+  if (!fs::is_directory(p, ec))
+    throw Error(dir + ": cannot create directory: " + p.string() + " is not a directory");
+  if (::access(p.c_str(), W_OK) != 0)
+    throw Error(dir + (p == fs::absolute(dir, ec) ? ": directory is not writable" : ": cannot create directory: " +
+                                                                                     p.string() + " is not writable"));
+}
+
 }  // namespace orchard

@@ -23,4 +23,9 @@ std::string read_file(const std::string& path);
 // Creates the directory (and parents); throws Error if it cannot be created or written.
 void ensure_writable_dir(const std::string& dir);
 
+// Throws Error unless `dir` is a writable directory or could be created (its nearest existing
+// ancestor is a writable directory); creates nothing, so a job that never writes (an evaluator
+// whose checkpoint_dir is misspelt) leaves no empty folder behind.
+void check_dir_can_be_written(const std::string& dir);
+
 }  // namespace orchard

@@ -239,14 +239,14 @@ void TFRecordWriter::close() {
 
 namespace orchard {
 
-int64_t count_records_fast(const std::string& path) {
+int64_t count_records_fast(const std::string& path, bool stop_at_damage) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw DataError(path + ": cannot open: " + std::strerror(errno));
   unsigned char magic[2] = {0, 0};
   const bool gz = std::fread(magic, 1, 2, f) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
   if (gz) {
     std::fclose(f);
-    TFRecordReader r(path, TFRecordReaderOptions{false, false});
+    TFRecordReader r(path, TFRecordReaderOptions{false, stop_at_damage});
     std::string rec;
     int64_t n = 0;
     while (r.next(&rec)) ++n;
@@ -262,24 +262,32 @@ int64_t count_records_fast(const std::string& path) {
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   int64_t n = 0;
   uint64_t off = 0;
-  const auto fail = [&](uint64_t at, const std::string& what) {
-    std::fclose(f);
-    throw DataError(where(path, n, static_cast<int64_t>(at), what));
-  };
+  std::string damage;
   while (off < size) {
     unsigned char header[12];
-    if (size - off < 12) fail(off, "truncated record header (" + std::to_string(size - off) + " of 12 bytes)");
-    if (::fseeko(f, static_cast<off_t>(off), SEEK_SET) != 0 || std::fread(header, 1, 12, f) != 12)
-      fail(off, "cannot read the record header");
-    if (crc32c::mask(crc32c::value(header, 8)) != get_u32(header + 8))
-      fail(off, "length CRC mismatch (not a TFRecord file, or corrupt)");
+    if (size - off < 12) {
+      damage = "truncated record header (" + std::to_string(size - off) + " of 12 bytes)";
+      break;
+    }
+    if (::fseeko(f, static_cast<off_t>(off), SEEK_SET) != 0 || std::fread(header, 1, 12, f) != 12) {
+      damage = "cannot read the record header";
+      break;
+    }
+    if (crc32c::mask(crc32c::value(header, 8)) != get_u32(header + 8)) {
+      damage = "length CRC mismatch (not a TFRecord file, or corrupt)";
+      break;
+    }
     const uint64_t len = get_u64(header);
     const uint64_t left = size - off - 12;
-    if (len > left || left - len < 4) fail(off, beyond_end(len, left));
+    if (len > left || left - len < 4) {
+      damage = beyond_end(len, left);
+      break;
+    }
     off += 12 + len + 4;
     ++n;
   }
   std::fclose(f);
+  if (!damage.empty() && !stop_at_damage) throw DataError(where(path, n, static_cast<int64_t>(off), damage));
   return n;
 }
 

@@ -89,6 +89,8 @@ std::string frame_record(const std::string& data);
 
 namespace orchard {
 // Counts records by walking the length headers (data is skipped, CRCs not checked), so
-// counting ImageNet's 1024 shards costs seeks, not reads. GZIP files are decompressed.
-int64_t count_records_fast(const std::string& path);
+// counting ImageNet's 1024 shards costs seeks, not reads. GZIP files are decompressed. Broken
+// framing (a truncated file, a bad length CRC) throws DataError naming file, record and offset,
+// or with stop_at_damage ends the count there (the records a skipping reader delivers).
+int64_t count_records_fast(const std::string& path, bool stop_at_damage = false);
 }  // namespace orchard

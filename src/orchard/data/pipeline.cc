@@ -376,7 +376,8 @@ struct Pipeline::Impl {
           buffer[k] = std::move(r);
           deliver(std::move(out));
         };
-        if (!read_epoch(epoch_files, record_shard, sink)) return;
+        for (int64_t pass = 0; pass < std::max<int64_t>(1, opt.passes_per_epoch); ++pass)
+          if (!read_epoch(epoch_files, record_shard, sink)) return;
         while (!buffer.empty()) {
           size_t k = std::uniform_int_distribution<size_t>(0, buffer.size() - 1)(srng);
           std::swap(buffer[k], buffer.back());

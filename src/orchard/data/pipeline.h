@@ -75,6 +75,9 @@ struct PipelineOptions {
   // Keep only every n-th record of the read order (TF OD API's sample_1_of_n_examples).
   int64_t sample_1_of_n = 1;
   int64_t num_epochs = -1;  // -1: repeat forever
+  // Reads of the data set per epoch: more than 1 when one batch holds more records than the data
+  // set (the OD API repeats its input before batching); batches and positions span the passes.
+  int64_t passes_per_epoch = 1;
   int64_t start_epoch = 0;  // resume position: first epoch and batch within it
   int64_t start_batch = 0;
   TFRecordReaderOptions reader;

@@ -38,6 +38,9 @@ struct TrainState {
   tasks::MetricSums loop_metrics;               // this host loop's training metric state
   std::map<std::string, double> train_metrics;  // computed from it at the end of each loop
   bool saved_this_loop = false;                 // a checkpoint was written at this loop's end
+  // Set by a hook's after_step to end the host loop after this step (a time-based checkpoint is
+  // due); the loop's end-of-loop work (summaries, checkpoint, evaluation) then runs early.
+  bool end_loop = false;
   int64_t last_saved = -1, last_evaluated = -1; // steps
   EventWriter* train_events = nullptr;          // null: no TensorBoard, or not the chief
   train::RunStats stats;

@@ -22,8 +22,9 @@ void run_loop(const LoopOptions& options, TrainState& state, const StepFn& step,
       loop_end = std::min(loop_end, (state.step / options.eval_every + 1) * options.eval_every);
     state.loop_first = state.step;
     state.saved_this_loop = false;
+    state.end_loop = false;
     for (auto& h : hooks) h->before_loop(state);
-    while (state.step < loop_end) {
+    while (state.step < loop_end && !state.end_loop) {
       for (auto& h : hooks) h->before_step(state);
       step(state);
       ++state.step;

@@ -147,6 +147,7 @@ data::PipelineOptions eval_input_options(const data::PipelineOptions& train_inpu
   o.training = false;
   o.num_epochs = 1;
   o.cache = false;
+  o.passes_per_epoch = 1;
   o.file_pattern = file_pattern;
   return o;
 }
@@ -158,16 +159,26 @@ std::pair<int64_t, int64_t> parse_profile_steps(const std::string& text) {
   return {static_cast<int64_t>(v[0]), static_cast<int64_t>(v[1])};
 }
 
-int64_t count_examples(const std::string& pattern) {
+int64_t count_examples(const std::string& pattern, bool skip_corrupt_records, const std::string& skip_flag) {
   int64_t n = 0;
-  for (const auto& file : expand_file_pattern(pattern)) n += count_records_fast(file);
+  for (const auto& file : expand_file_pattern(pattern)) {
+    try {
+      n += count_records_fast(file);
+    } catch (const DataError& e) {
+      if (!skip_corrupt_records)
+        throw DataError(std::string(e.what()) + " (" + skip_flag + " skips corrupt records and the rest of a damaged shard)");
+      const int64_t before = count_records_fast(file, /*stop_at_damage=*/true);
+      spdlog::warn("{} ({}: counting the {} records before it)", e.what(), skip_flag, before);
+      n += before;
+    }
+  }
   if (n == 0) throw Error(pattern + ": the shards hold no records");
   return n;
 }
 
-void check_evaluation_data(const std::string& pattern, const std::string& skip_flag) {
+void check_evaluation_data(const std::string& pattern, const std::string& skip_flag, bool skip_corrupt_records) {
   try {
-    count_examples(pattern);
+    count_examples(pattern, skip_corrupt_records);
   } catch (const Error& e) {
     throw Error(std::string("evaluation data: ") + e.what() + " (checked before training; " + skip_flag +
                 " trains without evaluating)");

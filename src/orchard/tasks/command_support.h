@@ -66,7 +66,9 @@ TrainRuntime start_training(const RuntimeFlags& f, int64_t global_batch_size, co
 
 // Throws unless `pattern` names shards holding records, saying that this was checked before
 // training and that `skip_flag` trains without evaluating.
-void check_evaluation_data(const std::string& pattern, const std::string& skip_flag);
+// With skip_corrupt_records, a corrupt shard counts the records before the damage.
+void check_evaluation_data(const std::string& pattern, const std::string& skip_flag,
+                           bool skip_corrupt_records = false);
 
 // `o` (the options a task's flags are bound to: its cadence, checkpoints, summaries) completed
 // with what every task's `train` sets alike: model_dir, the global batch, --dtype, the device
@@ -108,7 +110,11 @@ data::PipelineOptions eval_input_options(const data::PipelineOptions& train_inpu
 std::pair<int64_t, int64_t> parse_profile_steps(const std::string& text);
 
 // Records in the files matching `pattern`; an error naming the pattern when there are none.
-int64_t count_examples(const std::string& pattern);
+// A truncated or corrupt shard is an error that names `skip_flag` (the task's
+// --skip_corrupt_records), unless skip_corrupt_records: then the records before the damage
+// count (what the input pipeline will read), with a warning.
+int64_t count_examples(const std::string& pattern, bool skip_corrupt_records = false,
+                       const std::string& skip_flag = "--skip_corrupt_records");
 
 // A Pipeline wrapped as a BatchSource. `keep` (optional) also holds the pipeline so the
 // caller can read its counters (skipped records) after the run.

@@ -32,6 +32,20 @@ int64_t checkpoint_step(const std::string& path) {
   return -1;
 }
 
+std::string resolve_checkpoint_prefix(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return path;
+  static const std::regex re(R"((?:.*[^0-9])?ckpt-(\d+)(?:\.pt)?)");
+  std::smatch m;
+  const std::string name = fs::path(path).filename().string();
+  if (std::regex_match(name, m, re)) {
+    const std::string ours = (fs::path(path).parent_path() / ("ckpt-" + m[1].str() + ".pt")).string();
+    if (fs::is_regular_file(ours, ec)) return ours;
+    throw Error(path + ": no such checkpoint (looked for " + ours + ")");
+  }
+  throw Error(path + ": no such checkpoint (give a ckpt-N.pt file, or the prefix model_dir/model.ckpt-N)");
+}
+
 CheckpointManager::CheckpointManager(std::string model_dir, int max_to_keep)
     : dir_(std::move(model_dir)), max_to_keep_(max_to_keep) {}
 

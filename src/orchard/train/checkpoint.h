@@ -105,4 +105,9 @@ PartialRestore restore_part(const std::string& checkpoint, const std::string& fl
 // Step number encoded in "ckpt-<step>.pt", or -1.
 int64_t checkpoint_step(const std::string& path);
 
+// A checkpoint named as TensorFlow's tools name one (export_inference_graph's
+// --trained_checkpoint_prefix): an existing file as it is; a prefix "dir/model.ckpt-N" or
+// "dir/ckpt-N" as dir/ckpt-N.pt; otherwise an Error saying what was looked for.
+std::string resolve_checkpoint_prefix(const std::string& path);
+
 }  // namespace orchard::train

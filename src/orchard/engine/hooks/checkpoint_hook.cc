@@ -33,16 +33,28 @@ void CheckpointHook::before_train(TrainState& state) {
   if (state.step > 0) state.last_saved = state.step;  // the checkpoint it resumed from
 }
 
-void CheckpointHook::after_loop(TrainState& state) {
-  bool time_due = opt_.every_secs > 0 && monotonic_seconds() - last_save_time_ >= opt_.every_secs;
-  if (state.world_size > 1 && opt_.every_secs > 0) {
-    // The chief's clock decides, so every rank takes part in the evaluation that follows.
-    std::vector<at::Tensor> due = {torch::scalar_tensor(state.chief && time_due ? 1.0 : 0.0, torch::kDouble)};
-    dist_->allreduce_sum(due);
-    time_due = due[0].item<double>() > 0;
+void CheckpointHook::after_step(TrainState& state) {
+  if (opt_.every_secs <= 0 || time_due_ || state.step == state.total_steps) return;
+  bool due = monotonic_seconds() - last_save_time_ >= opt_.every_secs;
+  if (state.world_size > 1) {
+    // The chief's clock decides, so every rank ends the loop and takes part in the evaluation
+    // that follows.
+    std::vector<at::Tensor> flag = {torch::scalar_tensor(state.chief && due ? 1.0 : 0.0, torch::kDouble)};
+    dist_->allreduce_sum(flag);
+    due = flag[0].item<double>() > 0;
   }
-  if ((opt_.every_steps > 0 && state.step % opt_.every_steps == 0) || time_due || state.step == state.total_steps)
-    save(state);
+  if (due) {
+    time_due_ = true;
+    state.end_loop = true;
+  }
+}
+
+void CheckpointHook::after_loop(TrainState& state) {
+  // A multiple of every_steps passed in this loop (loops need not end on one: --iterations_per_loop,
+  // or a loop cut short by the clock).
+  const bool steps_due = opt_.every_steps > 0 && state.step / opt_.every_steps > state.loop_first / opt_.every_steps;
+  if (steps_due || time_due_ || state.step == state.total_steps) save(state);
+  time_due_ = false;
 }
 
 void CheckpointHook::after_train(TrainState& state) {

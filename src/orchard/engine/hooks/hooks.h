@@ -22,8 +22,10 @@ class MovingAverage;
 
 namespace orchard::engine {
 
-// Writes checkpoints at the end of a loop every `every_steps` steps or `every_secs` seconds
-// (the chief's clock decides for all), at the end of training, and when a stop signal arrives.
+// Writes checkpoints at the end of a loop where a multiple of `every_steps` was passed, or every
+// `every_secs` seconds (the clock is read after every step, and the loop ends early when it is
+// due, as the Estimator's CheckpointSaverHook checks its timer each step; the chief's clock
+// decides for all), at the end of training, and when a stop signal arrives.
 struct CheckpointHookOptions {
   std::string model_dir;
   int max_to_keep = 10;
@@ -37,12 +39,14 @@ class CheckpointHook : public Hook {
                  train::MovingAverage* average, std::function<train::Meta(int64_t)> meta,
                  train::Distributed* distributed);
   void before_train(TrainState& state) override;
+  void after_step(TrainState& state) override;
   void after_loop(TrainState& state) override;
   void after_train(TrainState& state) override;
   void on_signal(TrainState& state, int signal) override;
 
  private:
   void save(TrainState& state);
+  bool time_due_ = false;
   CheckpointHookOptions opt_;
   tasks::Task& task_;
   torch::optim::Optimizer* optimizer_;
@@ -75,7 +79,11 @@ class EvalHook : public Hook {
 class LogHook : public Hook {
  public:
   // `data_loss_name`: what the progress line calls the data loss (the task's).
-  LogHook(int64_t log_steps, train::Distributed* distributed, std::string data_loss_name);
+  // Besides the line every log_steps: on a terminal a live progress line; in a log a progress
+  // line after the run's first step and whenever `progress_secs` passed without a line, so that
+  // slow steps (a large detector on a CPU) never leave a log silent for minutes.
+  LogHook(int64_t log_steps, train::Distributed* distributed, std::string data_loss_name,
+          double progress_secs = 30);
   ~LogHook() override;
   void before_train(TrainState& state) override;
   void after_step(TrainState& state) override;

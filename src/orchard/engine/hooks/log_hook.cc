@@ -23,10 +23,14 @@ struct LogHook::Impl {
   double last_data_loss = 0;
   double train_seconds = 0;
   int64_t timed_examples = 0;
+  double progress_secs = 30;
+  Stopwatch since_line;  // since the last line in the log
 };
 
-LogHook::LogHook(int64_t log_steps, train::Distributed* distributed, std::string data_loss_name)
+LogHook::LogHook(int64_t log_steps, train::Distributed* distributed, std::string data_loss_name,
+                 double progress_secs)
     : impl_(std::make_unique<Impl>()) {
+  impl_->progress_secs = progress_secs;
   impl_->data_loss_name = std::move(data_loss_name);
   impl_->log_steps = std::max<int64_t>(1, log_steps);
   impl_->dist = distributed;
@@ -40,6 +44,7 @@ void LogHook::before_train(TrainState& s) {
   m.window.reset();
   m.progress_clock.reset();
   m.since_start.reset();
+  m.since_line.reset();
   m.window_start_step = s.step;
   if (s.step < s.total_steps)
     spdlog::info("training from step {} to {} ({} steps per epoch, global batch {})", s.step, s.total_steps,
@@ -52,7 +57,7 @@ void LogHook::after_step(TrainState& s) {
   auto& m = *impl_;
   const int64_t done = s.step;
   m.last_loss = s.loss.total();
-  if (done % m.log_steps == 0) {
+  if (done % m.log_steps == 0 || done == s.total_steps) {  // the last step too: a short run has its line
     // The seed logs the cross entropy beside the loss. With replicas, both are the global
     // batch's: the data-loss shares summed over replicas, the regulariser counted once.
     const auto reg = s.loss.regularizer.defined() ? s.loss.regularizer.to(torch::kDouble) : torch::zeros({}, torch::kDouble);
@@ -64,10 +69,12 @@ void LogHook::after_step(TrainState& s) {
     const double secs = m.window.seconds();
     const double eps = static_cast<double>((done - m.window_start_step) * s.global_batch_size) / secs;
     s.stats.step_timestamp_log.emplace_back(done, unix_seconds());
-    if (!m.interactive)
+    if (!m.interactive) {
       spdlog::info("step {}/{}: loss {:.4f} ({} {:.4f}), lr {:.5f}, {:.1f} examples/s, ETA {}", done, s.total_steps,
                    m.last_loss.item<double>(), m.data_loss_name, m.last_data_loss, s.lr, eps,
                    format_duration((s.total_steps - done) * secs / (done - m.window_start_step)));
+      m.since_line.reset();
+    }
     if (s.train_events) s.train_events->scalar("examples_per_second", eps, done);
     // The first window includes start-up costs: leave it out of the average.
     if (m.window_start_step != s.first_step || done == s.total_steps) {
@@ -76,6 +83,13 @@ void LogHook::after_step(TrainState& s) {
     }
     m.window.reset();
     m.window_start_step = done;
+  } else if (!m.interactive && (done == s.first_step + 1 || m.since_line.seconds() >= m.progress_secs)) {
+    // Progress between log lines: this worker's loss (no collective between log steps).
+    const double per_step = m.since_start.seconds() / static_cast<double>(done - s.first_step);
+    spdlog::info("step {}/{}: {:.2f} s/step so far, loss {:.4f}{}, ETA {}", done, s.total_steps, per_step,
+                 m.last_loss.item<double>(), s.world_size > 1 ? " (this worker's)" : "",
+                 format_duration(static_cast<double>(s.total_steps - done) * per_step));
+    m.since_line.reset();
   }
   if (m.interactive && (m.progress_clock.seconds() - m.last_progress > 0.5 || done == s.total_steps)) {
     m.last_progress = m.progress_clock.seconds();

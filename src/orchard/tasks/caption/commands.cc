@@ -181,7 +181,7 @@ void add_train_flags(FlagSet* c, CaptionFlags& f) {
                 "(trunc_normal(0.1) convolutions, as torchvision and TF-Slim; use with --train_inception)")
       ->capture_default_str();
   add_runtime_flags(c, f);
-  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs (counted in stats)");
+  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs and the rest of a truncated shard (counted in stats)");
   add_model_flags(c, f);
   add_common_flags(c, f);
 }
@@ -339,12 +339,12 @@ void run_train(CaptionFlags f) {
   const auto tcfg = task_config(f, vocab);
 
   // The data is checked before a model is built.
-  const int64_t num_records = count_examples(f.input_file_pattern);
+  const int64_t num_records = count_examples(f.input_file_pattern, f.skip_corrupt_records);
   if (num_records < f.train_batch_size)
     throw Error("--train_batch_size " + std::to_string(f.train_batch_size) + " is larger than the " +
                 std::to_string(num_records) + " training records");
   if (!f.eval_file_pattern.empty())
-    check_evaluation_data(f.eval_file_pattern, "an empty --eval_file_pattern");
+    check_evaluation_data(f.eval_file_pattern, "an empty --eval_file_pattern", f.skip_corrupt_records);
   torch::manual_seed(f.seed);
   tasks::CaptionTask task(tcfg);
   const int64_t per_epoch = f.num_examples_per_epoch > 0 ? f.num_examples_per_epoch : num_records;

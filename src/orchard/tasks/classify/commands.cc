@@ -22,6 +22,7 @@
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/loss_scale.h"
 #include "orchard/train/runtime.h"
+#include "orchard/engine/evaluator.h"
 #include "orchard/engine/trainer.h"
 
 namespace fs = std::filesystem;
@@ -84,6 +85,7 @@ struct ClassifyFlags : RuntimeFlags {
   bool skip_corrupt_records = false;
   int shuffle_buffer = 10000;
   int top_k = 5;  // predict
+  std::string mode;  // the Model Garden's: train | eval | train_and_eval ("": train_and_eval)
 };
 
 void add_model_flags(FlagSet* c, ClassifyFlags& f) {
@@ -110,6 +112,9 @@ void add_train_flags(FlagSet* c, ClassifyFlags& f) {
   c->add_option("--train_steps", f.train_steps, "Cap on the total number of steps (0: none)");
   c->add_flag("--use_synthetic_data", f.use_synthetic_data, "Random images instead of the data (throughput)");
   c->add_flag("--skip_eval", f.skip_eval, "Train only");
+  c->add_option("--mode", f.mode,
+                "The Model Garden's: train (no evaluation, as --skip_eval), eval (evaluate model_dir's checkpoints as "
+                "a training job writes them, until its last step), train_and_eval (the default)");
   c->add_option("--pretrained_filepath", f.pretrained_filepath,
                 "Start from a checkpoint's backbone (classifier re-initialised; only when model_dir has no "
                 "checkpoint yet): an Orchard checkpoint or model_dir, or a TensorFlow checkpoint for the models with "
@@ -159,7 +164,7 @@ void add_train_flags(FlagSet* c, ClassifyFlags& f) {
       ->capture_default_str();
   c->add_option("--num_train_examples", f.num_train_examples, "Examples per epoch (0: count the shards)");
   c->add_option("--max_to_keep", f.run.max_to_keep, "Checkpoints to keep")->capture_default_str();
-  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs (counted in stats)");
+  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs and the rest of a truncated shard (counted in stats)");
   c->add_option("--shuffle_buffer", f.shuffle_buffer, "Example shuffle buffer")->capture_default_str();
 }
 
@@ -277,7 +282,69 @@ engine::BatchSource synthetic_source(const data::SampleSpec& spec, int64_t batch
   };
 }
 
+// The steps a training run with these flags takes: one epoch is the shards' records / batch.
+int64_t total_train_steps(const ClassifyFlags& f, int64_t num_examples) {
+  const int64_t steps_per_epoch = num_examples / f.batch_size;
+  if (steps_per_epoch < 1)
+    throw Error("--batch_size " + std::to_string(f.batch_size) + " is larger than the " + std::to_string(num_examples) +
+                " training examples");
+  int64_t total = steps_per_epoch * f.train_epochs;
+  if (f.train_steps > 0) total = std::min(total, f.train_steps);
+  return total;
+}
+
+// --mode eval: the evaluation job beside a training job with the same flags (official/core's
+// continuous_eval): each new checkpoint of model_dir evaluated on the validation shards, with
+// eval summaries (--enable_tensorboard), until the checkpoint of the run's last step.
+void run_continuous_eval(ClassifyFlags f) {
+  if (f.batch_size < 1) throw Error("--batch_size must be positive");
+  if (f.use_synthetic_data) throw Error("--mode " + f.mode + " evaluates the validation shards; not with --use_synthetic_data");
+  if (!fs::is_directory(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
+  train::configure_threads(f.num_threads);
+  check_dir_can_be_written(f.model_dir);  // eval/ is made with the first summary
+  const int64_t num_examples = f.num_train_examples > 0
+                                   ? f.num_train_examples
+                                   : count_examples((fs::path(f.data_dir) / "train-*").string(), f.skip_corrupt_records);
+  const int64_t total = total_train_steps(f, num_examples);
+  const std::string validation = (fs::path(f.data_dir) / "validation-*").string();
+  check_evaluation_data(validation, "--mode train", f.skip_corrupt_records);
+  auto tcfg = task_config(f, /*cuda=*/false);
+  tcfg.model.initialize = false;  // every evaluation restores a checkpoint
+  tasks::ClassificationTask task(tcfg);
+
+  data::PipelineOptions input;
+  input.file_pattern = validation;
+  input.training = false;
+  input.num_epochs = 1;
+  input.batch_size = f.batch_size;
+  input.num_threads = f.datasets_num_private_threads;
+  input.reader.skip_corrupt_records = f.skip_corrupt_records;
+  engine::EvaluatorOptions eo;
+  eo.model_dir = f.model_dir;
+  eo.global_batch_size = f.batch_size;
+  eo.enable_tensorboard = f.run.enable_tensorboard;
+  engine::Evaluator evaluator(eo, task);
+  engine::CheckpointWatch watch;
+  watch.checkpoint_dir = f.model_dir;
+  watch.final_step = total;
+  spdlog::info("--mode {}: evaluating the checkpoints of {} as they appear, until step {} (no training)", f.mode,
+               f.model_dir, total);
+  const auto [step, metrics] =
+      engine::evaluate_checkpoints(watch, evaluator, task, [&] { return pipeline_source(input, task, false); });
+  if (metrics.empty()) return;
+  json j = {{"accuracy_top_1", metrics.at("accuracy")},
+            {"top_5_accuracy", metrics.at("top_5_accuracy")},
+            {"eval_loss", metrics.at("loss")},
+            {"global_step", step}};
+  std::cout << j.dump() << std::endl;
+  if (!f.stats_file.empty()) atomic_write_file(f.stats_file, j.dump(2) + "\n");
+}
+
 void run_train(ClassifyFlags f) {
+  if (f.mode == "eval" || f.mode == "continuous_eval") return run_continuous_eval(f);
+  if (!f.mode.empty() && f.mode != "train" && f.mode != "train_and_eval")
+    throw Error("--mode must be train, eval or train_and_eval, not '" + f.mode + "'");
+  if (f.mode == "train") f.skip_eval = true;
   if (f.batch_size < 1) throw Error("--batch_size must be positive");
   if (f.run.log_steps < 1) throw Error("--log_steps must be positive");
   const TrainRuntime rt = start_training(f, f.batch_size, f.model_dir, f.clean);
@@ -291,20 +358,17 @@ void run_train(ClassifyFlags f) {
   if (!f.use_synthetic_data) {
     if (!fs::is_directory(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
     train_files = (fs::path(f.data_dir) / "train-*").string();
-    const int64_t counted = count_examples(train_files);
+    const int64_t counted = count_examples(train_files, f.skip_corrupt_records);
     if (num_examples <= 0) num_examples = counted;
-    if (!f.skip_eval) check_evaluation_data((fs::path(f.data_dir) / "validation-*").string(), "--skip_eval");
+    if (!f.skip_eval)
+      check_evaluation_data((fs::path(f.data_dir) / "validation-*").string(), "--skip_eval", f.skip_corrupt_records);
   } else if (num_examples <= 0) {
     num_examples = 1281167;  // ImageNet, as the seed's synthetic input assumes
   }
   torch::manual_seed(f.seed);
   tasks::ClassificationTask task(tcfg);
   const int64_t steps_per_epoch = num_examples / f.batch_size;
-  if (steps_per_epoch < 1)
-    throw Error("--batch_size " + std::to_string(f.batch_size) + " is larger than the " + std::to_string(num_examples) +
-                " training examples");
-  int64_t total_steps = steps_per_epoch * f.train_epochs;
-  if (f.train_steps > 0) total_steps = std::min(total_steps, f.train_steps);
+  const int64_t total_steps = total_train_steps(f, num_examples);
   int64_t steps_per_loop = f.steps_per_loop > 0 ? f.steps_per_loop : steps_per_epoch;
   if (steps_per_loop > steps_per_epoch) {
     spdlog::warn("--steps_per_loop {} is larger than an epoch; using {}", steps_per_loop, steps_per_epoch);

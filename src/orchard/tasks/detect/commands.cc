@@ -11,6 +11,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <sstream>
 
 #include "orchard/engine/loop.h"
 #include "orchard/tasks/command_support.h"
@@ -66,6 +67,13 @@ struct DetectFlags : RuntimeFlags {
   std::string stats_file;
   std::string data_format = "channels_first";
   bool skip_corrupt_records = false;
+  // model_tpu_main / the Model Garden
+  std::string mode;                 // train | eval | train_and_eval ("": train_and_eval, as model_main)
+  int64_t iterations_per_loop = 0;  // 0: the gcd of --log_steps and --save_checkpoints_steps
+  int64_t train_batch_size = 0;     // 0: train_config.batch_size
+  std::string hparams_overrides;    // "load_pretrained=false"
+  // export_inference_graph.py
+  std::string config_override;      // a TrainEvalPipelineConfig text proto merged over the config
 };
 
 void add_common_flags(FlagSet* c, DetectFlags& f) {
@@ -115,9 +123,44 @@ void add_train_flags(FlagSet* c, DetectFlags& f) {
   c->add_option("--max_to_keep", f.run.max_to_keep, "Checkpoints to keep")->capture_default_str();
   c->add_option("--log_steps", f.run.log_steps, "Log every N steps")->capture_default_str();
   c->add_flag("--skip_eval", f.skip_eval, "Train only");
+  c->add_option("--mode", f.mode,
+                "model_tpu_main's: train (no interleaved evaluation), eval (evaluate model_dir's checkpoints as they "
+                "appear, as --checkpoint_dir), train_and_eval (model_main's behaviour, the default)");
+  c->add_option("--iterations_per_loop", f.iterations_per_loop,
+                "model_tpu_main's: steps per host loop; checkpoints and evaluations happen at loop ends (default: "
+                "the gcd of --log_steps and --save_checkpoints_steps)");
+  c->add_option("--train_batch_size", f.train_batch_size,
+                "model_tpu_main's: the global training batch, overriding train_config.batch_size");
+  c->add_option("--hparams_overrides", f.hparams_overrides,
+                "model_main's hyperparameters as name=value pairs: load_pretrained=false trains without "
+                "train_config.fine_tune_checkpoint");
   c->add_option("--seed", f.seed, "Random seed (data order, augmentation, initialisation)")->capture_default_str();
   add_runtime_flags(c, f);
-  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs (counted in stats)");
+  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records,
+              "Skip records with bad CRCs and the rest of a truncated shard (counted in stats)");
+}
+
+// model_main's hparams (model_hparams.create_hparams): only load_pretrained, default true; TF's
+// HParams.parse refuses any other name.
+bool load_pretrained(const std::string& overrides) {
+  bool load = true;
+  std::stringstream items(overrides);
+  for (std::string item; std::getline(items, item, ',');) {
+    if (item.find_first_not_of(" ") == std::string::npos) continue;
+    const auto eq = item.find('=');
+    const std::string name = item.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    if (name != "load_pretrained")
+      throw Error("--hparams_overrides: unknown hyperparameter '" + name +
+                  "' (model_main's hparams have only load_pretrained; other settings go in the pipeline.config)");
+    if (value == "true" || value == "True" || value == "1")
+      load = true;
+    else if (value == "false" || value == "False" || value == "0")
+      load = false;
+    else
+      throw Error("--hparams_overrides: load_pretrained must be true or false, not '" + value + "'");
+  }
+  return load;
 }
 
 struct Loaded {
@@ -142,6 +185,18 @@ Loaded load(const DetectFlags& f, const std::string& config_path) {
     throw Error("--data_format must be channels_first or channels_last, not '" + f.data_format + "'");
   Loaded l;
   l.pipeline = detect::load_pipeline_config(config_path, f.strict, nullptr, f.allow_unknown_fields);
+  if (!f.config_override.empty()) {
+    // export_inference_graph's text_format.Merge: singular fields replaced, repeated ones appended.
+    l.pipeline.MergeFrom(
+        detect::parse_pipeline_config(f.config_override, "--config_override", f.strict, nullptr, f.allow_unknown_fields));
+    spdlog::info("{}: --config_override merged over it", config_path);
+  }
+  if (f.train_batch_size < 0) throw Error("--train_batch_size must be positive");
+  if (f.train_batch_size > 0) {
+    spdlog::info("--train_batch_size {} overrides train_config.batch_size {}", f.train_batch_size,
+                 l.pipeline.train_config().batch_size());
+    l.pipeline.mutable_train_config()->set_batch_size(static_cast<uint32_t>(f.train_batch_size));
+  }
   detect::validate_pipeline_config(l.pipeline, config_path);
   l.config = tasks::detection_config(l.pipeline, f.data_format == "channels_last");
   l.config.input.max_image_pixels = f.max_image_pixels;
@@ -149,14 +204,6 @@ Loaded load(const DetectFlags& f, const std::string& config_path) {
     spdlog::warn("{}: graph_rewriter (quantization-aware training) is ignored: Orchard trains and evaluates in float "
                  "and exports float models (no fake-quantization, no quantized TFLite export); --strict refuses it",
                  config_path);
-  // The OD API keeps a moving average of the weights with use_moving_average (the proto default
-  // is true) and evaluates and exports it only with eval_config.use_moving_averages (default
-  // false): so does Orchard, keeping it only where something uses it.
-  const auto& opt = l.pipeline.train_config().optimizer();
-  if (opt.use_moving_average() && !l.pipeline.eval_config().use_moving_averages())
-    spdlog::info("{}: train_config.optimizer.use_moving_average is {}, eval_config.use_moving_averages false: "
-                 "evaluation and export use the trained weights (as the OD API's), so no average is kept",
-                 config_path, opt.has_use_moving_average() ? "true" : "unset (default true)");
   std::string label_map_path = l.pipeline.train_input_reader().label_map_path();
   if (label_map_path.empty() && l.pipeline.eval_input_reader_size() > 0)
     label_map_path = l.pipeline.eval_input_reader(0).label_map_path();
@@ -239,7 +286,7 @@ void run_continuous_eval(DetectFlags f) {
   if (config_path.empty()) config_path = (fs::path(f.watch.checkpoint_dir) / "pipeline.config").string();
   auto l = load(f, config_path);
   train::configure_threads(f.num_threads);
-  ensure_writable_dir(model_dir);
+  check_dir_can_be_written(model_dir);  // eval/ is made with the first summary, not before
   tasks::DetectionTask task(l.config);
   const int64_t total = f.num_train_steps > 0 ? f.num_train_steps : l.pipeline.train_config().num_steps();
 
@@ -294,10 +341,37 @@ void export_model(tasks::DetectionTask& task, const std::string& model_dir, cons
 }
 
 void run_train(DetectFlags f) {
-  if (!f.watch.checkpoint_dir.empty()) return run_continuous_eval(f);
+  // model_tpu_main's --mode (and the Model Garden's continuous_eval); model_main's own switch to
+  // evaluation is --checkpoint_dir.
+  if (f.mode == "eval" || f.mode == "continuous_eval") {
+    if (f.watch.checkpoint_dir.empty()) {
+      if (f.model_dir.empty()) throw Error("--mode " + f.mode + " needs --model_dir (or --checkpoint_dir)");
+      f.watch.checkpoint_dir = f.model_dir;
+    }
+    spdlog::info("--mode {}: evaluating the checkpoints of {} as they appear (no training)", f.mode,
+                 f.watch.checkpoint_dir);
+    return run_continuous_eval(f);
+  }
+  if (!f.mode.empty() && f.mode != "train" && f.mode != "train_and_eval")
+    throw Error("--mode must be train, eval or train_and_eval, not '" + f.mode + "'");
+  if (!f.watch.checkpoint_dir.empty()) {
+    if (!f.mode.empty())
+      throw Error("--checkpoint_dir makes this an evaluation job; it contradicts --mode " + f.mode);
+    return run_continuous_eval(f);
+  }
+  if (f.mode == "train") f.skip_eval = true;  // model_tpu_main: estimator.train only
   if (f.model_dir.empty()) throw Error("--model_dir is required");
+  const bool pretrained = load_pretrained(f.hparams_overrides);
   auto l = load(f, f.pipeline_config_path);
   const auto& tc = l.pipeline.train_config();
+  // The OD API keeps a moving average of the weights with use_moving_average (the proto default
+  // is true) and evaluates and exports it only with eval_config.use_moving_averages (default
+  // false): so does Orchard, keeping it only where something uses it.
+  if (tc.optimizer().has_use_moving_average() && tc.optimizer().use_moving_average() &&
+      !l.pipeline.eval_config().use_moving_averages())
+    spdlog::info("{}: train_config.optimizer.use_moving_average is true, eval_config.use_moving_averages false: "
+                 "evaluation and export use the trained weights (as the OD API's), so no average is kept",
+                 f.pipeline_config_path);
   const int64_t batch_size = tc.batch_size();
   if (f.num_train_steps < 0)
     throw Error("--num_train_steps must not be negative, not " + std::to_string(f.num_train_steps) +
@@ -311,13 +385,17 @@ void run_train(DetectFlags f) {
   // The data is checked before a model is built.
   const std::string train_files =
       input_options(l.pipeline.train_input_reader(), f.pipeline_config_path, "train_input_reader").file_pattern;
-  const int64_t num_examples = count_examples(train_files);
-  if (num_examples < batch_size)
-    throw Error("train_config.batch_size " + std::to_string(batch_size) + " is larger than the " +
-                std::to_string(num_examples) + " training examples");
+  const int64_t num_examples = count_examples(train_files, f.skip_corrupt_records, "--skip_corrupt_records");
   data::PipelineOptions train_input =
       training_input(train_files, batch_size, f.seed, f.num_preprocess_threads, f.skip_corrupt_records, rt);
   train_input.shuffle_buffer = l.pipeline.train_input_reader().shuffle() ? 2048 : 1;
+  // The OD API's input repeats the data set (num_epochs 0: forever) before batching, so a batch
+  // may hold it more than once: each epoch of the pipeline reads it as often as one batch needs.
+  train_input.passes_per_epoch = (batch_size + num_examples - 1) / num_examples;
+  if (train_input.passes_per_epoch > 1)
+    spdlog::warn("train_config.batch_size {} is larger than the {} training examples: the data set is repeated, "
+                 "each batch holds it {:.1f} times over (as the OD API's repeating input does)",
+                 batch_size, num_examples, static_cast<double>(batch_size) / static_cast<double>(num_examples));
 
   data::PipelineOptions eval_input;
   const bool has_eval = l.pipeline.eval_input_reader_size() > 0 && !f.skip_eval;
@@ -327,15 +405,17 @@ void run_train(DetectFlags f) {
     eval_input = eval_input_options(train_input, eval_files.file_pattern);
     eval_input.sample_1_of_n = eval_sampling(f, l.pipeline.eval_input_reader(0));
     eval_input.batch_size = eval_batch_size(l.config, f.eval_batch_size, "--eval_batch_size");
-    check_evaluation_data(eval_files.file_pattern, "--skip_eval");
+    check_evaluation_data(eval_files.file_pattern, "--skip_eval", f.skip_corrupt_records);
   }
   torch::manual_seed(f.seed);
   tasks::DetectionTask task(l.config);
 
   engine::TrainerOptions topt = trainer_options(f.run, f, rt, f.model_dir, batch_size);
-  topt.steps_per_epoch = std::max<int64_t>(1, num_examples / batch_size);
+  topt.steps_per_epoch = std::max<int64_t>(1, num_examples * train_input.passes_per_epoch / batch_size);
   topt.total_steps = total;
-  topt.steps_per_loop = engine::steps_per_loop_for({topt.log_steps, topt.checkpoint_every});
+  if (f.iterations_per_loop < 0) throw Error("--iterations_per_loop must be positive");
+  topt.steps_per_loop = f.iterations_per_loop > 0 ? f.iterations_per_loop
+                                                  : engine::steps_per_loop_for({topt.log_steps, topt.checkpoint_every});
   topt.skip_eval = !has_eval;
   std::vector<torch::Tensor> params;
   for (auto& p : task.module()->parameters())
@@ -352,8 +432,13 @@ void run_train(DetectFlags f) {
     const std::string type = !tc.fine_tune_checkpoint_type().empty() ? tc.fine_tune_checkpoint_type()
                              : tc.from_detection_checkpoint()        ? "detection"
                                                                       : "classification";
-    if (step == 0 && !tc.fine_tune_checkpoint().empty())
-      fine_tune(task, tc.fine_tune_checkpoint(), type, tc.load_all_detection_checkpoint_vars());
+    if (step == 0 && !tc.fine_tune_checkpoint().empty()) {
+      if (pretrained)
+        fine_tune(task, tc.fine_tune_checkpoint(), type, tc.load_all_detection_checkpoint_vars());
+      else
+        spdlog::info("--hparams_overrides load_pretrained=false: train_config.fine_tune_checkpoint {} is not restored",
+                     tc.fine_tune_checkpoint());
+    }
     if (!rt.chief) return;
     atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, l.config, task.meta_architecture()).dump(2) + "\n");
     atomic_write_file((fs::path(f.model_dir) / "pipeline.config").string(), detect::pipeline_config_to_text(l.pipeline));
@@ -382,10 +467,11 @@ void run_train(DetectFlags f) {
 
 // A model_dir written by `detect train`, or an export directory inside it.
 Loaded load_for_inference(DetectFlags& f) {
+  if (!f.pipeline_config_path.empty()) return load(f, f.pipeline_config_path);
   const std::string cfg = (fs::path(f.model_dir) / "pipeline.config").string();
   if (!fs::exists(cfg))
     throw Error(f.model_dir + ": no pipeline.config (is it a model_dir written by `orchard detect train`?)");
-  return load(f, f.pipeline_config_path.empty() ? cfg : f.pipeline_config_path);
+  return load(f, cfg);
 }
 
 // Blends `rgb` at half strength into the pixels where `mask` [H, W] (bool) is set.
@@ -512,7 +598,9 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
 }  // namespace
 
 TaskCommands detect_commands() {
-  TaskCommands task{"detect", "Object detection: the TF Object Detection API's model_main (SSD)", {}};
+  TaskCommands task{"detect",
+                    "Object detection: the TF Object Detection API's model_main (SSD, Faster R-CNN, R-FCN, Mask R-CNN)",
+                    {}};
   task.verbs.push_back(make_verb<DetectFlags>("train", "Train with evaluation at each checkpoint (model_main.py)",
                                               add_train_flags, run_train));
   task.verbs.push_back({"eval", "Evaluate the checkpoints of a directory (model_main.py --checkpoint_dir)",
@@ -529,16 +617,26 @@ TaskCommands detect_commands() {
       run_continuous_eval(*f);
     };
   }});
-  task.verbs.push_back({"export", "Write the inference model: a directory (weights, pipeline.config, label map) or "
-                        "ONNX (opset 10)", [](FlagSet* c) {
+  task.verbs.push_back({"export", "Write the inference model (export_inference_graph.py): a directory (weights, "
+                        "pipeline.config, label map), ONNX (opset 10) or a TensorFlow checkpoint", [](FlagSet* c) {
     auto f = std::make_shared<DetectFlags>();
     struct DetectExportFlags {
-      std::string out_dir, checkpoint, format = "dir", out;
+      std::string out_dir, checkpoint, format = "dir", out, input_type = "image_tensor";
       bool include_preprocessing = false;
     };
     auto e = std::make_shared<DetectExportFlags>();
-    c->add_option("--model_dir", f->model_dir, "Model directory")->required();
-    c->add_option("--checkpoint", e->checkpoint, "A checkpoint file (default: the latest)");
+    c->add_option("--model_dir", f->model_dir, "Model directory (default: the directory of --trained_checkpoint_prefix)");
+    c->add_option("--checkpoint,--trained_checkpoint_prefix", e->checkpoint,
+                  "A checkpoint (default: model_dir's latest): ckpt-N.pt, or the OD API's prefix form "
+                  "model_dir/model.ckpt-N for the checkpoint of step N");
+    c->add_option("--pipeline_config_path", f->pipeline_config_path,
+                  "The pipeline.config (default: the one model_dir was trained with)");
+    c->add_option("--config_override", f->config_override,
+                  "A TrainEvalPipelineConfig text proto merged over the pipeline.config, as export_inference_graph.py");
+    c->add_option("--input_type", e->input_type,
+                  "export_inference_graph.py's input: image_tensor (decoded images; the only one a non-TensorFlow "
+                  "export takes)")
+        ->capture_default_str();
     c->add_option("--format", e->format,
                   "dir: the inference model directory (--output_directory); onnx: one ONNX file (--out) with the "
                   "box decoding and score conversion, without NMS; tf: a TensorFlow checkpoint under the OD API's "
@@ -551,8 +649,21 @@ TaskCommands detect_commands() {
     return [f, e] {
       if (e->format != "dir" && e->format != "onnx" && e->format != "tf")
         throw Error("--format must be dir, onnx or tf, not '" + e->format + "'");
+      if (e->input_type == "encoded_image_string_tensor" || e->input_type == "tf_example")
+        throw Error("--input_type " + e->input_type +
+                    " is a TensorFlow graph input; Orchard's exports take decoded images (image_tensor), and "
+                    "`orchard detect predict` decodes image files itself");
+      if (e->input_type != "image_tensor")
+        throw Error("--input_type must be image_tensor, encoded_image_string_tensor or tf_example, not '" +
+                    e->input_type + "'");
       if (e->format == "dir" && e->out_dir.empty()) throw Error("--format dir needs --output_directory");
       if (e->format != "dir" && e->out.empty()) throw Error("--format " + e->format + " needs --out");
+      if (!e->checkpoint.empty()) e->checkpoint = train::resolve_checkpoint_prefix(e->checkpoint);
+      if (f->model_dir.empty()) {
+        if (e->checkpoint.empty()) throw Error("--model_dir or --trained_checkpoint_prefix is required");
+        f->model_dir = fs::path(e->checkpoint).parent_path().string();
+        if (f->model_dir.empty()) f->model_dir = ".";
+      }
       auto l = load_for_inference(*f);
       tasks::DetectionTask task(l.config);
       const int64_t step = engine::restore_for_inference(task, f->model_dir, e->checkpoint);

@@ -145,7 +145,7 @@ void add_train_flags(FlagSet* c, MultiLabelFlags& f) {
   c->add_option("--loss_balance", f.balance, "ml_images (per-class batch coefficients) | none")->capture_default_str();
   c->add_option("--stats_file", f.stats_file, "Write the run's stats JSON here");
   c->add_option("--profile_steps", f.profile_steps, "'first,last' steps to profile into a Chrome trace");
-  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs (counted in stats)");
+  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs and the rest of a truncated shard (counted in stats)");
   add_model_flags(c, f);
 }
 
@@ -237,12 +237,12 @@ void run_train(MultiLabelFlags f) {
   // The data is checked before a model is built.
   if (!fs::is_directory(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
   const std::string train_files = shard_pattern(f.data_dir, true);
-  const int64_t num_examples = count_examples(train_files);
+  const int64_t num_examples = count_examples(train_files, f.skip_corrupt_records);
   const int64_t steps_per_epoch = std::max<int64_t>(1, num_examples / f.batch_size);
   if (num_examples < f.batch_size)
     throw Error("--batch_size " + std::to_string(f.batch_size) + " is larger than the " + std::to_string(num_examples) +
                 " training examples");
-  if (!f.run.skip_eval) check_evaluation_data(shard_pattern(f.data_dir, false), "--skip_eval");
+  if (!f.run.skip_eval) check_evaluation_data(shard_pattern(f.data_dir, false), "--skip_eval", f.skip_corrupt_records);
   torch::manual_seed(f.random_seed);
   tasks::MultiLabelTask task(tcfg);
 
