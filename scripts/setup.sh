@@ -19,6 +19,7 @@ ORCHARD_PACKAGES=(
   libonnx-dev                         # the onnx.proto schema for ONNX export
   libopencv-dnn-dev                   # the tests load exported ONNX files with OpenCV's DNN module
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libcurl4-openssl-dev libssl-dev libpugixml-dev  # object storage: HTTP, SigV4, S3's XML (core/s3_client)
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist               # the demo's data
   python3-torchvision                 # the peer for benchmarks and reference tests
