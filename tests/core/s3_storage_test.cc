@@ -8,14 +8,13 @@
 // signatures (tests/core/ s3_sigv4_test.cc checks the signing against AWS's
 // vectors) and answers suffix ranges wrongly (Orchard never sends them).
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
@@ -43,9 +42,9 @@ int free_port() {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr *>(&a), sizeof a);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
   socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr *>(&a), &len);
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(s);
   return ntohs(a.sin_port);
 }
@@ -56,30 +55,27 @@ int connect_to(int port) {
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(s, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0) {
+  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     ::close(s);
     return -1;
   }
   return s;
 }
 
-bool send_all(int fd, const std::string &data) {
+bool send_all(int fd, const std::string& data) {
   size_t done = 0;
   while (done < data.size()) {
-    const ssize_t w =
-        ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-    if (w <= 0)
-      return false;
+    const ssize_t w = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+    if (w <= 0) return false;
     done += static_cast<size_t>(w);
   }
   return true;
 }
 
-std::string which(const std::string &prog) {
+std::string which(const std::string& prog) {
   std::stringstream ss(std::getenv("PATH") ? std::getenv("PATH") : "");
   for (std::string dir; std::getline(ss, dir, ':');)
-    if (::access((dir + "/" + prog).c_str(), X_OK) == 0)
-      return dir + "/" + prog;
+    if (::access((dir + "/" + prog).c_str(), X_OK) == 0) return dir + "/" + prog;
   return "";
 }
 
@@ -87,17 +83,15 @@ std::string which(const std::string &prog) {
 // ----------------------------------------------
 
 class S3rver : public ::testing::Environment {
-public:
+ public:
   static inline int port = 0;
-  static inline std::string
-      unavailable; // why it could not start, "" when it runs
+  static inline std::string unavailable;  // why it could not start, "" when it runs
 
   void SetUp() override {
     const std::string node = which("node");
     const std::string script = kNpmDir + "/node_modules/s3rver/bin/s3rver.js";
     if (node.empty() || ::access(script.c_str(), R_OK) != 0) {
-      unavailable = "node or " + script +
-                    " missing (scripts/test.sh runs npm ci in tests/npm)";
+      unavailable = "node or " + script + " missing (scripts/test.sh runs npm ci in tests/npm)";
       return;
     }
     port = free_port();
@@ -105,17 +99,15 @@ public:
     std::filesystem::create_directories(dir_.path() / "data");
     pid_ = ::fork();
     if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL); // never outlives the test binary
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the test binary
       std::freopen(log.c_str(), "w", stdout);
       std::freopen(log.c_str(), "a", stderr);
       const std::string p = std::to_string(port), d = dir_.file("data");
-      ::execl(node.c_str(), node.c_str(), "--openssl-legacy-provider",
-              script.c_str(), "-d", d.c_str(), "-a", "127.0.0.1", "-p",
-              p.c_str(), "--configure-bucket", kBucket.c_str(),
-              static_cast<char *>(nullptr));
+      ::execl(node.c_str(), node.c_str(), "--openssl-legacy-provider", script.c_str(), "-d", d.c_str(), "-a",
+              "127.0.0.1", "-p", p.c_str(), "--configure-bucket", kBucket.c_str(), static_cast<char*>(nullptr));
       std::_Exit(127);
     }
-    for (int i = 0; i < 300; ++i) { // up to 30 s on a loaded machine
+    for (int i = 0; i < 300; ++i) {  // up to 30 s on a loaded machine
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       const int s = connect_to(port);
       if (s >= 0) {
@@ -127,12 +119,11 @@ public:
         try {
           s3::Client(o).list(kBucket, "");
           return;
-        } catch (const std::exception &) {
+        } catch (const std::exception&) {
         }
       }
       int status;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_)
-        break;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) break;
     }
     std::ifstream in(log);
     std::stringstream text;
@@ -157,17 +148,15 @@ public:
     return o;
   }
 
-private:
+ private:
   test::TempDir dir_;
   pid_t pid_ = -1;
 };
 
-::testing::Environment *const kEnv =
-    ::testing::AddGlobalTestEnvironment(new S3rver());
+::testing::Environment* const kEnv = ::testing::AddGlobalTestEnvironment(new S3rver());
 
-#define NEED_S3RVER()                                                          \
-  if (!S3rver::unavailable.empty())                                            \
-  GTEST_SKIP() << S3rver::unavailable
+#define NEED_S3RVER() \
+  if (!S3rver::unavailable.empty()) GTEST_SKIP() << S3rver::unavailable
 
 std::string pattern_bytes(size_t n, unsigned seed) {
   std::string s(n, '\0');
@@ -180,8 +169,8 @@ std::string pattern_bytes(size_t n, unsigned seed) {
 }
 
 // Registers s3:// with these options for the test's duration.
-S3FileSystem *use_s3(const s3::S3Options &o) {
-  auto *fs = new S3FileSystem(o);
+S3FileSystem* use_s3(const s3::S3Options& o) {
+  auto* fs = new S3FileSystem(o);
   register_file_system("s3", [fs] { return std::unique_ptr<FileSystem>(fs); });
   return fs;
 }
@@ -191,8 +180,7 @@ const std::string kRoot = "s3://" + kBucket + "/";
 TEST(S3, WriteReadStatRemove) {
   NEED_S3RVER();
   use_s3(S3rver::options());
-  const std::string path =
-      kRoot + "rt/model dir/ckpt-1.pt"; // a space: encoded in the URL
+  const std::string path = kRoot + "rt/model dir/ckpt-1.pt";  // a space: encoded in the URL
   const std::string data = pattern_bytes(70000, 1);
   EXPECT_FALSE(exists(path));
   write_file(path, data);
@@ -208,19 +196,19 @@ TEST(S3, WriteReadStatRemove) {
   try {
     read_file(path);
     ADD_FAILURE() << "no error";
-  } catch (const StorageError &e) {
+  } catch (const StorageError& e) {
     EXPECT_EQ(e.http_status(), 404);
     EXPECT_EQ(e.code(), "NoSuchKey");
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
   }
-  EXPECT_NO_THROW(remove(path)); // removing what is gone is not an error
+  EXPECT_NO_THROW(remove(path));  // removing what is gone is not an error
 }
 
 TEST(S3, ListFollowsContinuationTokensAndGlobs) {
   NEED_S3RVER();
   s3::S3Options o = S3rver::options();
-  o.max_keys = 3; // 10 keys under list/ take 4 pages
-  S3FileSystem *s3fs = use_s3(o);
+  o.max_keys = 3;  // 10 keys under list/ take 4 pages
+  S3FileSystem* s3fs = use_s3(o);
   std::vector<std::string> want;
   for (int i = 0; i < 8; ++i) {
     char name[64];
@@ -239,40 +227,36 @@ TEST(S3, ListFollowsContinuationTokensAndGlobs) {
   EXPECT_EQ(s3fs->client().requests_sent() - before, 4);
   EXPECT_EQ(glob(kRoot + "list/train-?????-of-00008").size(), 8u);
   EXPECT_EQ(glob(kRoot + "list/train-0000[3-5]-of-*"),
-            (std::vector<std::string>{kRoot + "list/train-00003-of-00008",
-                                      kRoot + "list/train-00004-of-00008",
+            (std::vector<std::string>{kRoot + "list/train-00003-of-00008", kRoot + "list/train-00004-of-00008",
                                       kRoot + "list/train-00005-of-00008"}));
   EXPECT_EQ(glob(kRoot + "list/*").size(),
-            9u); // not list/sub/x: '*' stops at '/'
-  EXPECT_EQ(glob(kRoot + "list/*/x"),
-            std::vector<std::string>{kRoot + "list/sub/x"});
-  EXPECT_EQ(glob(kRoot + "list/val-00000-of-00001"),
-            std::vector<std::string>{kRoot + "list/val-00000-of-00001"});
+            9u);  // not list/sub/x: '*' stops at '/'
+  EXPECT_EQ(glob(kRoot + "list/*/x"), std::vector<std::string>{kRoot + "list/sub/x"});
+  EXPECT_EQ(glob(kRoot + "list/val-00000-of-00001"), std::vector<std::string>{kRoot + "list/val-00000-of-00001"});
   EXPECT_TRUE(glob(kRoot + "list/none-*").empty());
   EXPECT_EQ(list_prefix(kRoot + "list").size(),
-            11u); // a plain prefix: listx too
+            11u);  // a plain prefix: listx too
 }
 
 TEST(S3, RangedReadsAndSequentialReader) {
   NEED_S3RVER();
-  S3FileSystem *s3fs = use_s3(S3rver::options());
+  S3FileSystem* s3fs = use_s3(S3rver::options());
   const std::string path = kRoot + "range/blob";
   const std::string data = pattern_bytes(1000, 2);
   write_file(path, data);
   EXPECT_EQ(read_range(path, 0, 10), data.substr(0, 10));
   EXPECT_EQ(read_range(path, 500, 1), data.substr(500, 1));
-  EXPECT_EQ(read_range(path, 990, 100), data.substr(990)); // short at the end
-  EXPECT_EQ(read_range(path, 1000, 5), "");                // at the end
-  EXPECT_EQ(read_range(path, 5000, 5), "");                // past it (416)
+  EXPECT_EQ(read_range(path, 990, 100), data.substr(990));  // short at the end
+  EXPECT_EQ(read_range(path, 1000, 5), "");                 // at the end
+  EXPECT_EQ(read_range(path, 5000, 5), "");                 // past it (416)
   const int64_t before = s3fs->client().requests_sent();
   SequentialReader reader(path, 64);
   std::string got;
   char buf[100];
-  for (size_t n; (n = reader.read(buf, sizeof buf)) > 0;)
-    got.append(buf, n);
+  for (size_t n; (n = reader.read(buf, sizeof buf)) > 0;) got.append(buf, n);
   EXPECT_EQ(got, data);
   EXPECT_EQ(s3fs->client().requests_sent() - before,
-            16); // 15 full blocks + a short one
+            16);  // 15 full blocks + a short one
 }
 
 TEST(S3, MultipartUpload) {
@@ -280,23 +264,21 @@ TEST(S3, MultipartUpload) {
   s3::S3Options o = S3rver::options();
   o.part_size = 5u << 20;
   o.multipart_threshold = 6u << 20;
-  S3FileSystem *s3fs = use_s3(o);
+  S3FileSystem* s3fs = use_s3(o);
   const std::string path = kRoot + "multipart/ckpt-100.pt";
   const std::string data = pattern_bytes((12u << 20) + 12345, 3);
   const int64_t before = s3fs->client().requests_sent();
   write_file(path, data);
   EXPECT_EQ(s3fs->client().requests_sent() - before,
-            5); // start, 3 parts, complete
+            5);  // start, 3 parts, complete
   EXPECT_EQ(stat(path)->size, static_cast<int64_t>(data.size()));
   EXPECT_TRUE(read_file(path) == data);
-  EXPECT_TRUE(read_range(path, (5u << 20) - 3, 6) ==
-              data.substr((5u << 20) - 3, 6)); // across a part boundary
+  EXPECT_TRUE(read_range(path, (5u << 20) - 3, 6) == data.substr((5u << 20) - 3, 6));  // across a part boundary
 }
 
 TEST(S3, EndpointFromTensorFlowVariables) {
   NEED_S3RVER();
-  ::setenv("S3_ENDPOINT", ("127.0.0.1:" + std::to_string(S3rver::port)).c_str(),
-           1);
+  ::setenv("S3_ENDPOINT", ("127.0.0.1:" + std::to_string(S3rver::port)).c_str(), 1);
   ::setenv("S3_USE_HTTPS", "0", 1);
   ::setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
   ::setenv("AWS_SECRET_ACCESS_KEY", "S3RVER", 1);
@@ -320,27 +302,22 @@ TEST(S3, EndpointFromTensorFlowVariables) {
 TEST(S3, AwsSdkCrossCheck) {
   NEED_S3RVER();
   const std::string node = which("node");
-  if (::access((kNpmDir + "/node_modules/@aws-sdk/client-s3").c_str(), R_OK) !=
-      0)
+  if (::access((kNpmDir + "/node_modules/@aws-sdk/client-s3").c_str(), R_OK) != 0)
     GTEST_SKIP() << "@aws-sdk/client-s3 not installed in tests/npm";
   use_s3(S3rver::options());
   const std::string data = pattern_bytes(300000, 4);
   write_file(kRoot + "sdk/from-orchard", data);
-  const std::string cmd =
-      node + " " + kNpmDir +
-      "/s3_cross_check.js http://127.0.0.1:" + std::to_string(S3rver::port) +
-      " " + kBucket + " sdk/from-orchard sdk/from-sdk 2>&1";
-  FILE *p = ::popen(cmd.c_str(), "r");
+  const std::string cmd = node + " " + kNpmDir + "/s3_cross_check.js http://127.0.0.1:" + std::to_string(S3rver::port) +
+                          " " + kBucket + " sdk/from-orchard sdk/from-sdk 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string out;
   char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;)
-    out.append(buf, n);
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
   ASSERT_EQ(::pclose(p), 0) << out;
   // The script prints the SHA-256 of the object it read, then writes "written
   // by the AWS SDK".
-  EXPECT_NE(out.find("sha256 " + s3::sha256_hex(data)), std::string::npos)
-      << out;
+  EXPECT_NE(out.find("sha256 " + s3::sha256_hex(data)), std::string::npos) << out;
   EXPECT_EQ(read_file(kRoot + "sdk/from-sdk"), "written by the AWS SDK");
   EXPECT_EQ(list_prefix(kRoot + "sdk/").size(), 2u);
 }
@@ -350,19 +327,16 @@ TEST(S3, AwsSdkCrossCheck) {
 
 struct HttpRequest {
   std::string method, target, head, body;
-  std::string header(const std::string &name) const { // name lowercase
+  std::string header(const std::string& name) const {  // name lowercase
     std::istringstream in(head);
     for (std::string line; std::getline(in, line);) {
       const size_t c = line.find(':');
-      if (c == std::string::npos)
-        continue;
+      if (c == std::string::npos) continue;
       std::string k = line.substr(0, c);
-      for (char &ch : k)
-        ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      for (char& ch : k) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
       if (k == name) {
         std::string v = line.substr(c + 1);
-        while (!v.empty() && (v.back() == '\r' || v.back() == ' '))
-          v.pop_back();
+        while (!v.empty() && (v.back() == '\r' || v.back() == ' ')) v.pop_back();
         return v.substr(v.find_first_not_of(' '));
       }
     }
@@ -374,9 +348,9 @@ struct HttpRequest {
 // answered with what `handler` returns (raw bytes; the connection is closed
 // after them, so a response may be cut short on purpose).
 class FakeServer {
-public:
-  using Handler = std::function<std::string(const HttpRequest &,
-                                            int n)>; // n: 0-based request count
+ public:
+  using Handler = std::function<std::string(const HttpRequest&,
+                                            int n)>;  // n: 0-based request count
   explicit FakeServer(Handler handler) : handler_(std::move(handler)) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
@@ -384,10 +358,10 @@ public:
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr *>(&a), sizeof a);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
     ::listen(fd_, 16);
     socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr *>(&a), &len);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
     port_ = ntohs(a.sin_port);
     thread_ = std::thread([this] { serve(); });
   }
@@ -403,20 +377,18 @@ public:
     return requests_;
   }
 
-private:
+ private:
   void serve() {
     while (!stop_) {
       const int c = ::accept(fd_, nullptr, nullptr);
-      if (c < 0)
-        break;
+      if (c < 0) break;
       HttpRequest req;
       std::string buf;
       char tmp[65536];
       size_t head_end;
       while ((head_end = buf.find("\r\n\r\n")) == std::string::npos) {
         const ssize_t r = ::recv(c, tmp, sizeof tmp, 0);
-        if (r <= 0)
-          break;
+        if (r <= 0) break;
         buf.append(tmp, static_cast<size_t>(r));
       }
       if (head_end == std::string::npos) {
@@ -431,8 +403,7 @@ private:
       req.body = buf.substr(head_end + 4);
       while (req.body.size() < want) {
         const ssize_t r = ::recv(c, tmp, sizeof tmp, 0);
-        if (r <= 0)
-          break;
+        if (r <= 0) break;
         req.body.append(tmp, static_cast<size_t>(r));
       }
       int n;
@@ -454,32 +425,28 @@ private:
   std::vector<HttpRequest> requests_;
 };
 
-std::string response(int status, const std::string &reason,
-                     const std::string &body,
-                     const std::string &extra_headers = "") {
-  return "HTTP/1.1 " + std::to_string(status) + " " + reason +
-         "\r\nContent-Length: " + std::to_string(body.size()) +
+std::string response(int status, const std::string& reason, const std::string& body,
+                     const std::string& extra_headers = "") {
+  return "HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\nContent-Length: " + std::to_string(body.size()) +
          "\r\nConnection: close\r\n" + extra_headers + "\r\n" + body;
 }
 
-std::string error_xml(const std::string &code, const std::string &message) {
-  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>" + code +
-         "</Code><Message>" + message + "</Message></Error>";
+std::string error_xml(const std::string& code, const std::string& message) {
+  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>" + code + "</Code><Message>" + message +
+         "</Message></Error>";
 }
 
 // Forwards a request to s3rver on a fresh connection and returns its whole
 // response.
-std::string forward(const HttpRequest &req) {
+std::string forward(const HttpRequest& req) {
   const int s = connect_to(S3rver::port);
-  if (s < 0)
-    return response(502, "Bad Gateway", "");
+  if (s < 0) return response(502, "Bad Gateway", "");
   std::string head = req.head;
   head.insert(head.size() - 2, "Connection: close\r\n");
   send_all(s, head + req.body);
   std::string out;
   char tmp[65536];
-  for (ssize_t r; (r = ::recv(s, tmp, sizeof tmp, 0)) > 0;)
-    out.append(tmp, static_cast<size_t>(r));
+  for (ssize_t r; (r = ::recv(s, tmp, sizeof tmp, 0)) > 0;) out.append(tmp, static_cast<size_t>(r));
   ::close(s);
   return out;
 }
@@ -494,46 +461,38 @@ s3::S3Options fake_options(int port) {
   o.credentials.source =
       "environment variables "
       "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN";
-  o.credentials.looked_at = {
-      "environment variables AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"};
+  o.credentials.looked_at = {"environment variables AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"};
   o.retry.initial_backoff_seconds = 0.01;
   o.retry.max_backoff_seconds = 0.05;
   return o;
 }
 
 TEST(S3Faults, A503IsRetried) {
-  FakeServer server([](const HttpRequest &, int n) {
-    if (n == 0)
-      return response(
-          503, "Slow Down",
-          error_xml("SlowDown", "Please reduce your request rate."));
+  FakeServer server([](const HttpRequest&, int n) {
+    if (n == 0) return response(503, "Slow Down", error_xml("SlowDown", "Please reduce your request rate."));
     return response(200, "OK", "hello");
   });
   s3::Client client(fake_options(server.port()));
   EXPECT_EQ(client.get("b", "k"), "hello");
   ASSERT_EQ(server.requests().size(), 2u);
-  const HttpRequest &r = server.requests()[0];
+  const HttpRequest& r = server.requests()[0];
   EXPECT_EQ(r.target, "/b/k");
-  EXPECT_NE(r.header("authorization").find("Credential=AKIDFAKE/"),
-            std::string::npos);
-  EXPECT_EQ(r.header("x-amz-content-sha256"),
-            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_NE(r.header("authorization").find("Credential=AKIDFAKE/"), std::string::npos);
+  EXPECT_EQ(r.header("x-amz-content-sha256"), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(r.header("x-amz-security-token"), "TOKEN-must-not-leak");
 }
 
 TEST(S3Faults, ADroppedDownloadResumesFromTheLastByte) {
   const std::string data = pattern_bytes(200000, 5);
-  FakeServer server([&](const HttpRequest &req, int n) {
-    if (n == 0) { // the headers promise 200000 bytes; 80000 come, then the
-                  // connection closes
+  FakeServer server([&](const HttpRequest& req, int n) {
+    if (n == 0) {  // the headers promise 200000 bytes; 80000 come, then the
+                   // connection closes
       const std::string full = response(200, "OK", data, "ETag: \"v1\"\r\n");
       return full.substr(0, full.size() - data.size() + 80000);
     }
-    if (req.header("range") != "bytes=80000-")
-      return response(400, "Bad Request", error_xml("Unexpected", "range"));
-    return response(
-        206, "Partial Content", data.substr(80000),
-        "ETag: \"v1\"\r\nContent-Range: bytes 80000-199999/200000\r\n");
+    if (req.header("range") != "bytes=80000-") return response(400, "Bad Request", error_xml("Unexpected", "range"));
+    return response(206, "Partial Content", data.substr(80000),
+                    "ETag: \"v1\"\r\nContent-Range: bytes 80000-199999/200000\r\n");
   });
   s3::Client client(fake_options(server.port()));
   EXPECT_TRUE(client.get("b", "shard") == data);
@@ -543,48 +502,38 @@ TEST(S3Faults, ADroppedDownloadResumesFromTheLastByte) {
 }
 
 TEST(S3Faults, ForbiddenIsOneLineNamingTheCredentialsAndNeverTheSecret) {
-  FakeServer server([](const HttpRequest &, int) {
-    return response(403, "Forbidden",
-                    error_xml("AccessDenied", "Access Denied"));
-  });
+  FakeServer server(
+      [](const HttpRequest&, int) { return response(403, "Forbidden", error_xml("AccessDenied", "Access Denied")); });
   s3::Client client(fake_options(server.port()));
   try {
     client.get("bucket", "model/ckpt-1.pt");
     ADD_FAILURE() << "no error";
-  } catch (const StorageError &e) {
+  } catch (const StorageError& e) {
     const std::string msg = e.what();
     EXPECT_EQ(e.http_status(), 403);
     EXPECT_EQ(e.code(), "AccessDenied");
-    for (const std::string &part :
+    for (const std::string& part :
          {std::string("s3://bucket/model/ckpt-1.pt"), std::string("read"),
-          "http://127.0.0.1:" + std::to_string(server.port()) +
-              "/bucket/model/ckpt-1.pt",
-          std::string("HTTP 403"), std::string("AccessDenied"),
-          std::string(
-              "credentials from environment variables AWS_ACCESS_KEY_ID")})
-      EXPECT_NE(msg.find(part), std::string::npos)
-          << "'" << part << "' not in: " << msg;
+          "http://127.0.0.1:" + std::to_string(server.port()) + "/bucket/model/ckpt-1.pt", std::string("HTTP 403"),
+          std::string("AccessDenied"), std::string("credentials from environment variables AWS_ACCESS_KEY_ID")})
+      EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
     EXPECT_EQ(msg.find("SECRET-must-not-leak"), std::string::npos) << msg;
     EXPECT_EQ(msg.find("TOKEN-must-not-leak"), std::string::npos) << msg;
   }
-  EXPECT_EQ(server.requests().size(), 1u); // a 403 is not retried
+  EXPECT_EQ(server.requests().size(), 1u);  // a 403 is not retried
 }
 
 TEST(S3Faults, RetriesAreBounded) {
-  FakeServer server([](const HttpRequest &, int) {
-    return response(500, "Internal Server Error", "");
-  });
+  FakeServer server([](const HttpRequest&, int) { return response(500, "Internal Server Error", ""); });
   s3::S3Options o = fake_options(server.port());
   o.retry.max_attempts = 3;
   s3::Client client(o);
   try {
     client.head("b", "k");
     ADD_FAILURE() << "no error";
-  } catch (const StorageError &e) {
-    EXPECT_NE(std::string(e.what()).find("gave up after 3 attempts"),
-              std::string::npos)
-        << e.what();
+  } catch (const StorageError& e) {
+    EXPECT_NE(std::string(e.what()).find("gave up after 3 attempts"), std::string::npos) << e.what();
   }
   EXPECT_EQ(server.requests().size(), 3u);
 }
@@ -595,28 +544,20 @@ TEST(S3Faults, RetriesAreBounded) {
 TEST(S3Faults, ThroughAFaultInjectingProxyToS3rver) {
   NEED_S3RVER();
   std::atomic<int> part2_seen{0}, part3_seen{0}, list_seen{0}, get_seen{0};
-  FakeServer proxy([&](const HttpRequest &req, int) -> std::string {
-    if (req.method == "PUT" &&
-        req.target.find("partNumber=2") != std::string::npos &&
-        part2_seen++ == 0)
+  FakeServer proxy([&](const HttpRequest& req, int) -> std::string {
+    if (req.method == "PUT" && req.target.find("partNumber=2") != std::string::npos && part2_seen++ == 0)
       return response(503, "Slow Down", error_xml("SlowDown", "slow down"));
-    if (req.method == "PUT" &&
-        req.target.find("partNumber=3") != std::string::npos &&
-        part3_seen++ == 0)
-      return ""; // the connection closes with no response
-    if (req.method == "GET" &&
-        req.target.find("continuation-token") != std::string::npos &&
-        list_seen++ == 0)
+    if (req.method == "PUT" && req.target.find("partNumber=3") != std::string::npos && part3_seen++ == 0)
+      return "";  // the connection closes with no response
+    if (req.method == "GET" && req.target.find("continuation-token") != std::string::npos && list_seen++ == 0)
       return response(503, "Slow Down", "");
     std::string out = forward(req);
-    if (req.method == "GET" && req.target.find("/big") != std::string::npos &&
-        req.header("range").empty() && get_seen++ == 0)
-      return out.substr(0, out.size() /
-                               2); // half the body, then the connection drops
+    if (req.method == "GET" && req.target.find("/big") != std::string::npos && req.header("range").empty() &&
+        get_seen++ == 0)
+      return out.substr(0, out.size() / 2);  // half the body, then the connection drops
     return out;
   });
-  s3::S3Options o =
-      S3rver::options(); // s3rver knows only its own access key id
+  s3::S3Options o = S3rver::options();  // s3rver knows only its own access key id
   o.endpoint = "http://127.0.0.1:" + std::to_string(proxy.port());
   o.part_size = 5u << 20;
   o.multipart_threshold = 6u << 20;
@@ -629,10 +570,8 @@ TEST(S3Faults, ThroughAFaultInjectingProxyToS3rver) {
   EXPECT_EQ(part2_seen.load(), 2);
   EXPECT_EQ(part3_seen.load(), 2);
   // 2 pages; the second's first try is a 503.
-  EXPECT_EQ(
-      list_prefix(kRoot + "proxy/"),
-      (std::vector<std::string>{kRoot + "proxy/big", kRoot + "proxy/small",
-                                kRoot + "proxy/small2"}));
+  EXPECT_EQ(list_prefix(kRoot + "proxy/"),
+            (std::vector<std::string>{kRoot + "proxy/big", kRoot + "proxy/small", kRoot + "proxy/small2"}));
   EXPECT_EQ(list_seen.load(), 2);
   EXPECT_TRUE(read_file(kRoot + "proxy/big") == data);
   EXPECT_EQ(get_seen.load(), 1);
@@ -641,5 +580,5 @@ TEST(S3Faults, ThroughAFaultInjectingProxyToS3rver) {
   EXPECT_TRUE(direct.get(kBucket, "proxy/big") == data);
 }
 
-} // namespace
-} // namespace orchard::fs
+}  // namespace
+}  // namespace orchard::fs

@@ -21,45 +21,37 @@ namespace stdfs = std::filesystem;
 namespace {
 
 // file:///x -> /x; plain paths unchanged.
-std::string local_path(const std::string &path) {
-  if (path.rfind("file://", 0) == 0)
-    return path.substr(7);
+std::string local_path(const std::string& path) {
+  if (path.rfind("file://", 0) == 0) return path.substr(7);
   return path;
 }
 
 class LocalFileSystem : public FileSystem {
-public:
-  std::string read_file(const std::string &path) override {
+ public:
+  std::string read_file(const std::string& path) override {
     const std::string p = local_path(path);
     std::error_code ec;
-    if (!stdfs::is_regular_file(p, ec))
-      throw StorageError(path + ": read: no such file");
+    if (!stdfs::is_regular_file(p, ec)) throw StorageError(path + ": read: no such file");
     return read_range(path, 0, UINT64_MAX);
   }
 
-  std::string read_range(const std::string &path, uint64_t offset,
-                         uint64_t n) override {
+  std::string read_range(const std::string& path, uint64_t offset, uint64_t n) override {
     const std::string p = local_path(path);
     const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-      throw StorageError(path + ": read: " + std::strerror(errno));
+    if (fd < 0) throw StorageError(path + ": read: " + std::strerror(errno));
     std::string out;
     char buf[1 << 16];
     uint64_t pos = offset;
     while (out.size() < n) {
-      const size_t want =
-          static_cast<size_t>(std::min<uint64_t>(sizeof buf, n - out.size()));
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(sizeof buf, n - out.size()));
       const ssize_t r = ::pread(fd, buf, want, static_cast<off_t>(pos));
       if (r < 0) {
-        if (errno == EINTR)
-          continue;
+        if (errno == EINTR) continue;
         const int e = errno;
         ::close(fd);
-        throw StorageError(path + ": read at offset " + std::to_string(pos) +
-                           ": " + std::strerror(e));
+        throw StorageError(path + ": read at offset " + std::to_string(pos) + ": " + std::strerror(e));
       }
-      if (r == 0)
-        break;
+      if (r == 0) break;
       out.append(buf, static_cast<size_t>(r));
       pos += static_cast<uint64_t>(r);
     }
@@ -67,65 +59,53 @@ public:
     return out;
   }
 
-  void write_file(const std::string &path,
-                  const std::string &contents) override {
+  void write_file(const std::string& path, const std::string& contents) override {
     const stdfs::path p = local_path(path);
     std::error_code ec;
-    if (p.has_parent_path())
-      stdfs::create_directories(p.parent_path(), ec);
+    if (p.has_parent_path()) stdfs::create_directories(p.parent_path(), ec);
     atomic_write_file(p.string(), contents);
   }
 
-  std::optional<FileStat> stat(const std::string &path) override {
+  std::optional<FileStat> stat(const std::string& path) override {
     std::error_code ec;
     const std::string p = local_path(path);
-    if (!stdfs::is_regular_file(p, ec))
-      return std::nullopt;
+    if (!stdfs::is_regular_file(p, ec)) return std::nullopt;
     const auto size = stdfs::file_size(p, ec);
-    if (ec)
-      return std::nullopt;
+    if (ec) return std::nullopt;
     return FileStat{static_cast<int64_t>(size)};
   }
 
-  std::vector<std::string> list_prefix(const std::string &prefix) override {
+  std::vector<std::string> list_prefix(const std::string& prefix) override {
     const bool file_url = prefix.rfind("file://", 0) == 0;
     const std::string p = local_path(prefix);
     // The folder that holds every path starting with the prefix.
     const size_t slash = p.rfind('/');
-    const std::string dir = slash == std::string::npos
-                                ? "."
-                                : (slash == 0 ? "/" : p.substr(0, slash));
+    const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : p.substr(0, slash));
     std::vector<std::string> out;
     std::error_code ec;
-    if (!stdfs::is_directory(dir, ec))
-      return out;
-    for (auto it = stdfs::recursive_directory_iterator(
-             dir, stdfs::directory_options::skip_permission_denied, ec);
+    if (!stdfs::is_directory(dir, ec)) return out;
+    for (auto it = stdfs::recursive_directory_iterator(dir, stdfs::directory_options::skip_permission_denied, ec);
          !ec && it != stdfs::recursive_directory_iterator(); it.increment(ec)) {
       std::string name = it->path().string();
-      if (slash == std::string::npos && name.rfind("./", 0) == 0)
-        name = name.substr(2);
+      if (slash == std::string::npos && name.rfind("./", 0) == 0) name = name.substr(2);
       // A folder that cannot hold a match is not descended into.
       if (it->is_directory(ec)) {
         const std::string with_slash = name + "/";
-        if (with_slash.compare(0, std::min(with_slash.size(), p.size()), p, 0,
-                               std::min(with_slash.size(), p.size())) != 0)
+        if (with_slash.compare(0, std::min(with_slash.size(), p.size()), p, 0, std::min(with_slash.size(), p.size())) !=
+            0)
           it.disable_recursion_pending();
         continue;
       }
-      if (!it->is_regular_file(ec))
-        continue;
-      if (name.rfind(p, 0) == 0)
-        out.push_back(file_url ? "file://" + name : name);
+      if (!it->is_regular_file(ec)) continue;
+      if (name.rfind(p, 0) == 0) out.push_back(file_url ? "file://" + name : name);
     }
     std::sort(out.begin(), out.end());
     return out;
   }
 
-  void remove(const std::string &path) override {
+  void remove(const std::string& path) override {
     const std::string p = local_path(path);
-    if (::unlink(p.c_str()) != 0 && errno != ENOENT)
-      throw StorageError(path + ": remove: " + std::strerror(errno));
+    if (::unlink(p.c_str()) != 0 && errno != ENOENT) throw StorageError(path + ": remove: " + std::strerror(errno));
   }
 };
 
@@ -138,162 +118,128 @@ struct Registry {
 // The built-in file systems, registered explicitly on first use (no static
 // initialisers, which static libraries drop). GCS and a read-only http(s) file
 // system register here.
-void register_builtins(Registry &r) {
+void register_builtins(Registry& r) {
   r.factories[""] = [] { return std::make_unique<LocalFileSystem>(); };
   r.factories["file"] = r.factories[""];
-  r.factories["s3"] = [] {
-    return std::make_unique<S3FileSystem>(s3::S3Options::from_environment());
-  };
+  r.factories["s3"] = [] { return std::make_unique<S3FileSystem>(s3::S3Options::from_environment()); };
   // r.factories["gs"]: issue 53, not implemented yet (an error naming "gs"
   // until then). r.factories["http"], ["https"]: read-only, not implemented
   // yet.
 }
 
-Registry &registry() {
-  static Registry *r = [] {
-    auto *reg = new Registry();
+Registry& registry() {
+  static Registry* r = [] {
+    auto* reg = new Registry();
     register_builtins(*reg);
     return reg;
   }();
   return *r;
 }
 
-bool is_scheme_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' ||
-         c == '.';
-}
+bool is_scheme_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.'; }
 
-} // namespace
+}  // namespace
 
-std::string scheme_of(const std::string &path) {
+std::string scheme_of(const std::string& path) {
   const size_t colon = path.find(':');
-  if (colon == std::string::npos || colon == 0 ||
-      !std::isalpha(static_cast<unsigned char>(path[0])))
-    return "";
+  if (colon == std::string::npos || colon == 0 || !std::isalpha(static_cast<unsigned char>(path[0]))) return "";
   for (size_t i = 0; i < colon; ++i)
-    if (!is_scheme_char(path[i]))
-      return "";
+    if (!is_scheme_char(path[i])) return "";
   std::string scheme = path.substr(0, colon);
-  for (char &c : scheme)
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (path.compare(colon, 3, "://") == 0)
-    return scheme;
-  static const char *object_stores[] = {"s3",   "gs",   "http", "https",
-                                        "file", "hdfs", "az",   "abfs"};
-  for (const char *known : object_stores)
+  for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (path.compare(colon, 3, "://") == 0) return scheme;
+  static const char* object_stores[] = {"s3", "gs", "http", "https", "file", "hdfs", "az", "abfs"};
+  for (const char* known : object_stores)
     if (scheme == known)
-      throw Error(path + ": a " + scheme + " URL needs \"" + scheme +
-                  "://\" (e.g. " + scheme +
+      throw Error(path + ": a " + scheme + " URL needs \"" + scheme + "://\" (e.g. " + scheme +
                   "://bucket/path); not taken as a local path");
-  return ""; // "a:b" is a local file name
+  return "";  // "a:b" is a local file name
 }
 
-void register_file_system(const std::string &scheme, Factory factory) {
-  Registry &r = registry();
+void register_file_system(const std::string& scheme, Factory factory) {
+  Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   r.factories[scheme] = std::move(factory);
   r.instances.erase(scheme);
 }
 
 std::vector<std::string> registered_schemes() {
-  Registry &r = registry();
+  Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   std::vector<std::string> out;
-  for (const auto &[k, v] : r.factories)
-    if (!k.empty())
-      out.push_back(k);
+  for (const auto& [k, v] : r.factories)
+    if (!k.empty()) out.push_back(k);
   return out;
 }
 
-FileSystem &file_system_for(const std::string &path) {
+FileSystem& file_system_for(const std::string& path) {
   const std::string scheme = scheme_of(path);
-  Registry &r = registry();
+  Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto inst = r.instances.find(scheme);
-  if (inst != r.instances.end())
-    return *inst->second;
+  if (inst != r.instances.end()) return *inst->second;
   auto f = r.factories.find(scheme);
   if (f == r.factories.end()) {
     std::string known;
-    for (const auto &[k, v] : r.factories)
-      if (!k.empty())
-        known += (known.empty() ? "" : ", ") + k + "://";
-    throw Error(
-        path + ": no file system for the scheme \"" + scheme +
-        "://\" (known: " + known + " and local paths)" +
-        (scheme == "gs" ? "; Google Cloud Storage is not supported yet" : ""));
+    for (const auto& [k, v] : r.factories)
+      if (!k.empty()) known += (known.empty() ? "" : ", ") + k + "://";
+    throw Error(path + ": no file system for the scheme \"" + scheme + "://\" (known: " + known + " and local paths)" +
+                (scheme == "gs" ? "; Google Cloud Storage is not supported yet" : ""));
   }
-  auto &slot = r.instances[scheme];
+  auto& slot = r.instances[scheme];
   slot = f->second();
   return *slot;
 }
 
-std::string read_file(const std::string &path) {
-  return file_system_for(path).read_file(path);
-}
-std::string read_range(const std::string &path, uint64_t offset, uint64_t n) {
+std::string read_file(const std::string& path) { return file_system_for(path).read_file(path); }
+std::string read_range(const std::string& path, uint64_t offset, uint64_t n) {
   return file_system_for(path).read_range(path, offset, n);
 }
-void write_file(const std::string &path, const std::string &contents) {
+void write_file(const std::string& path, const std::string& contents) {
   file_system_for(path).write_file(path, contents);
 }
-std::optional<FileStat> stat(const std::string &path) {
-  return file_system_for(path).stat(path);
-}
-bool exists(const std::string &path) { return stat(path).has_value(); }
-std::vector<std::string> list_prefix(const std::string &prefix) {
-  return file_system_for(prefix).list_prefix(prefix);
-}
-void remove(const std::string &path) { file_system_for(path).remove(path); }
+std::optional<FileStat> stat(const std::string& path) { return file_system_for(path).stat(path); }
+bool exists(const std::string& path) { return stat(path).has_value(); }
+std::vector<std::string> list_prefix(const std::string& prefix) { return file_system_for(prefix).list_prefix(prefix); }
+void remove(const std::string& path) { file_system_for(path).remove(path); }
 
-bool has_glob(const std::string &pattern) {
-  return pattern.find_first_of("*?[") != std::string::npos;
-}
+bool has_glob(const std::string& pattern) { return pattern.find_first_of("*?[") != std::string::npos; }
 
-std::vector<std::string> glob(const std::string &pattern) {
+std::vector<std::string> glob(const std::string& pattern) {
   if (!has_glob(pattern)) {
-    if (exists(pattern))
-      return {pattern};
+    if (exists(pattern)) return {pattern};
     return {};
   }
   const std::string prefix = pattern.substr(0, pattern.find_first_of("*?["));
   std::vector<std::string> out;
-  for (const std::string &path : list_prefix(prefix))
-    if (::fnmatch(pattern.c_str(), path.c_str(), FNM_PATHNAME) == 0)
-      out.push_back(path);
+  for (const std::string& path : list_prefix(prefix))
+    if (::fnmatch(pattern.c_str(), path.c_str(), FNM_PATHNAME) == 0) out.push_back(path);
   std::sort(out.begin(), out.end());
   return out;
 }
 
-std::string join(const std::string &dir, const std::string &name) {
-  if (dir.empty())
-    return name;
-  if (dir.back() == '/')
-    return dir + name;
+std::string join(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  if (dir.back() == '/') return dir + name;
   return dir + "/" + name;
 }
 
 SequentialReader::SequentialReader(std::string path, uint64_t block_size)
-    : path_(std::move(path)), fs_(&file_system_for(path_)),
-      block_size_(std::max<uint64_t>(block_size, 1)) {}
+    : path_(std::move(path)), fs_(&file_system_for(path_)), block_size_(std::max<uint64_t>(block_size, 1)) {}
 
-size_t SequentialReader::read(char *out, size_t n) {
+size_t SequentialReader::read(char* out, size_t n) {
   size_t done = 0;
   while (done < n) {
     const uint64_t in_block = position_ - block_start_;
     if (in_block >= block_.size()) {
-      if (eof_)
-        break;
+      if (eof_) break;
       block_start_ = position_;
       block_ = fs_->read_range(path_, position_, block_size_);
-      if (block_.size() < block_size_)
-        eof_ = true;
-      if (block_.empty())
-        break;
+      if (block_.size() < block_size_) eof_ = true;
+      if (block_.empty()) break;
       continue;
     }
-    const size_t take = static_cast<size_t>(
-        std::min<uint64_t>(n - done, block_.size() - in_block));
+    const size_t take = static_cast<size_t>(std::min<uint64_t>(n - done, block_.size() - in_block));
     std::memcpy(out + done, block_.data() + in_block, take);
     done += take;
     position_ += take;
@@ -301,4 +247,4 @@ size_t SequentialReader::read(char *out, size_t n) {
   return done;
 }
 
-} // namespace orchard::fs
+}  // namespace orchard::fs

@@ -9,25 +9,21 @@
 namespace orchard::http {
 namespace {
 
-size_t on_body(char *data, size_t size, size_t n, void *user) {
-  static_cast<std::string *>(user)->append(data, size * n);
+size_t on_body(char* data, size_t size, size_t n, void* user) {
+  static_cast<std::string*>(user)->append(data, size * n);
   return size * n;
 }
 
-size_t on_header(char *data, size_t size, size_t n, void *user) {
-  auto *headers = static_cast<std::map<std::string, std::string> *>(user);
+size_t on_header(char* data, size_t size, size_t n, void* user) {
+  auto* headers = static_cast<std::map<std::string, std::string>*>(user);
   std::string line(data, size * n);
-  if (line.rfind("HTTP/", 0) == 0)
-    headers->clear(); // a new response (after 100 Continue, redirects)
+  if (line.rfind("HTTP/", 0) == 0) headers->clear();  // a new response (after 100 Continue, redirects)
   const size_t colon = line.find(':');
   if (colon != std::string::npos) {
     std::string name = line.substr(0, colon);
-    for (char &c : name)
-      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     std::string value = line.substr(colon + 1);
-    while (!value.empty() && (value.back() == '\r' || value.back() == '\n' ||
-                              value.back() == ' '))
-      value.pop_back();
+    while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' ')) value.pop_back();
     size_t start = value.find_first_not_of(' ');
     (*headers)[name] = start == std::string::npos ? "" : value.substr(start);
   }
@@ -36,23 +32,23 @@ size_t on_header(char *data, size_t size, size_t n, void *user) {
 
 bool retryable(CURLcode code) {
   switch (code) {
-  case CURLE_COULDNT_CONNECT:
-  case CURLE_OPERATION_TIMEDOUT:
-  case CURLE_SEND_ERROR:
-  case CURLE_RECV_ERROR:
-  case CURLE_PARTIAL_FILE:
-  case CURLE_GOT_NOTHING:
-  case CURLE_HTTP2:
-  case CURLE_HTTP2_STREAM:
-  case CURLE_SSL_CONNECT_ERROR:
-    return true;
-  default:
-    return false; // a malformed URL, an unknown host, a TLS certificate
-                  // refused: retrying cannot help
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR:
+      return true;
+    default:
+      return false;  // a malformed URL, an unknown host, a TLS certificate
+                     // refused: retrying cannot help
   }
 }
 
-} // namespace
+}  // namespace
 
 Client::Client() {
   static std::once_flag once;
@@ -60,33 +56,31 @@ Client::Client() {
 }
 
 Client::~Client() {
-  for (void *h : idle_)
-    curl_easy_cleanup(static_cast<CURL *>(h));
+  for (void* h : idle_) curl_easy_cleanup(static_cast<CURL*>(h));
 }
 
-void *Client::acquire() {
+void* Client::acquire() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!idle_.empty()) {
-      void *h = idle_.back();
+      void* h = idle_.back();
       idle_.pop_back();
       return h;
     }
   }
-  CURL *h = curl_easy_init();
-  if (!h)
-    throw Error("libcurl: cannot create a handle");
+  CURL* h = curl_easy_init();
+  if (!h) throw Error("libcurl: cannot create a handle");
   return h;
 }
 
-void Client::release(void *handle) {
+void Client::release(void* handle) {
   std::lock_guard<std::mutex> lock(mu_);
   idle_.push_back(handle);
 }
 
-Response Client::perform(const Request &request) {
-  CURL *h = static_cast<CURL *>(acquire());
-  curl_easy_reset(h); // keeps the handle's live connections
+Response Client::perform(const Request& request) {
+  CURL* h = static_cast<CURL*>(acquire());
+  curl_easy_reset(h);  // keeps the handle's live connections
   Response response;
   curl_easy_setopt(h, CURLOPT_URL, request.url.c_str());
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -101,7 +95,7 @@ Response Client::perform(const Request &request) {
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, &response.headers);
   static const std::string empty;
-  const std::string &body = request.body ? *request.body : empty;
+  const std::string& body = request.body ? *request.body : empty;
   if (request.method == "GET") {
     curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
   } else if (request.method == "HEAD") {
@@ -109,21 +103,19 @@ Response Client::perform(const Request &request) {
   } else if (request.method == "PUT" || request.method == "POST") {
     // The body goes as one Content-Length body (never aws-chunked, never
     // chunked).
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
-                     static_cast<curl_off_t>(body.size()));
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.data());
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, request.method.c_str());
   } else {
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, request.method.c_str());
   }
-  curl_slist *list = nullptr;
+  curl_slist* list = nullptr;
   bool has_type = false;
-  for (const auto &[k, v] : request.headers) {
+  for (const auto& [k, v] : request.headers) {
     list = curl_slist_append(list, (k + ": " + v).c_str());
-    if (k == "content-type" || k == "Content-Type")
-      has_type = true;
+    if (k == "content-type" || k == "Content-Type") has_type = true;
   }
-  list = curl_slist_append(list, "Expect:"); // no 100-continue round trip
+  list = curl_slist_append(list, "Expect:");  // no 100-continue round trip
   if ((request.method == "PUT" || request.method == "POST") && !has_type)
     list = curl_slist_append(list, "Content-Type: application/octet-stream");
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, list);
@@ -143,10 +135,9 @@ Response Client::perform(const Request &request) {
   return response;
 }
 
-Client &shared_client() {
-  static Client *client =
-      new Client(); // never destroyed: requests may run during exit
+Client& shared_client() {
+  static Client* client = new Client();  // never destroyed: requests may run during exit
   return *client;
 }
 
-} // namespace orchard::http
+}  // namespace orchard::http

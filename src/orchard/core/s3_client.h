@@ -44,9 +44,9 @@ struct Credentials {
   std::string access_key_id;
   std::string secret_access_key;
   std::string session_token;
-  std::string source; // "environment variables AWS_ACCESS_KEY_ID/...", "profile
-                      // "x" in /root/.aws/credentials", "none (anonymous)"
-  std::vector<std::string> looked_at; // every place searched, in order
+  std::string source;                  // "environment variables AWS_ACCESS_KEY_ID/...", "profile
+                                       // "x" in /root/.aws/credentials", "none (anonymous)"
+  std::vector<std::string> looked_at;  // every place searched, in order
   bool anonymous() const { return access_key_id.empty(); }
 };
 
@@ -58,17 +58,14 @@ struct RetryOptions {
 };
 
 struct S3Options {
-  std::string
-      endpoint; // "scheme://host[:port]"; empty: AWS's regional endpoint
+  std::string endpoint;  // "scheme://host[:port]"; empty: AWS's regional endpoint
   std::string region = "us-east-1";
   bool path_style = false;
   bool verify_tls = true;
   Credentials credentials;
-  uint64_t multipart_threshold = 64u
-                                 << 20; // objects larger than this go in parts
-  uint64_t part_size =
-      16u << 20;       // S3's minimum is 5 MiB (except the last part)
-  int max_keys = 1000; // ListObjectsV2 page size
+  uint64_t multipart_threshold = 64u << 20;  // objects larger than this go in parts
+  uint64_t part_size = 16u << 20;            // S3's minimum is 5 MiB (except the last part)
+  int max_keys = 1000;                       // ListObjectsV2 page size
   RetryOptions retry;
   long stall_timeout_s = 30;
 
@@ -79,10 +76,8 @@ struct S3Options {
 // Reads credentials and the profile's region as from_environment does, from an
 // explicit environment (a lookup function) so that tests need not change the
 // process's.
-Credentials find_credentials(
-    const std::function<std::optional<std::string>(const std::string &)>
-        &getenv,
-    std::string *profile_region = nullptr);
+Credentials find_credentials(const std::function<std::optional<std::string>(const std::string&)>& getenv,
+                             std::string* profile_region = nullptr);
 
 struct ObjectInfo {
   std::string key;
@@ -90,51 +85,41 @@ struct ObjectInfo {
 };
 
 class Client {
-public:
+ public:
   explicit Client(S3Options options);
 
   // The whole object, resuming a broken transfer with a range request.
-  std::string get(const std::string &bucket, const std::string &key);
+  std::string get(const std::string& bucket, const std::string& key);
   // Bytes [offset, offset + n) (fewer at the end; none at or past it).
-  std::string get_range(const std::string &bucket, const std::string &key,
-                        uint64_t offset, uint64_t n);
+  std::string get_range(const std::string& bucket, const std::string& key, uint64_t offset, uint64_t n);
   // The object's size, or nothing on 404.
-  std::optional<uint64_t> head(const std::string &bucket,
-                               const std::string &key);
+  std::optional<uint64_t> head(const std::string& bucket, const std::string& key);
   // One PUT up to multipart_threshold, a multipart upload above it.
-  void put(const std::string &bucket, const std::string &key,
-           const std::string &data);
-  void remove(const std::string &bucket, const std::string &key);
+  void put(const std::string& bucket, const std::string& key, const std::string& data);
+  void remove(const std::string& bucket, const std::string& key);
   // Every object whose key starts with `prefix` (ListObjectsV2, following
   // continuation tokens).
-  std::vector<ObjectInfo> list(const std::string &bucket,
-                               const std::string &prefix);
+  std::vector<ObjectInfo> list(const std::string& bucket, const std::string& prefix);
 
-  const S3Options &options() const { return options_; }
+  const S3Options& options() const { return options_; }
   // Requests sent so far, retries included (tests check that a retry happened).
   int64_t requests_sent() const { return requests_sent_; }
 
-private:
+ private:
   struct Result;
   // One S3 operation with its retries. `ok_statuses` beyond 2xx are returned
   // rather than thrown (404 for HEAD, 416 for a range past the end). With
   // `resume_body` (a whole-object GET) the body accumulates there and a retry
   // asks for the bytes not yet received.
-  Result
-  request(const std::string &op, const std::string &method,
-          const std::string &bucket, const std::string &key,
-          const std::vector<std::pair<std::string, std::string>> &query,
-          const std::string *body,
-          const std::vector<std::pair<std::string, std::string>> &extra_headers,
-          const std::vector<long> &ok_statuses = {},
-          std::string *resume_body = nullptr);
-  std::string object_url(const std::string &bucket,
-                         const std::string &key) const;
-  void put_multipart(const std::string &bucket, const std::string &key,
-                     const std::string &data);
+  Result request(const std::string& op, const std::string& method, const std::string& bucket, const std::string& key,
+                 const std::vector<std::pair<std::string, std::string>>& query, const std::string* body,
+                 const std::vector<std::pair<std::string, std::string>>& extra_headers,
+                 const std::vector<long>& ok_statuses = {}, std::string* resume_body = nullptr);
+  std::string object_url(const std::string& bucket, const std::string& key) const;
+  void put_multipart(const std::string& bucket, const std::string& key, const std::string& data);
 
   S3Options options_;
   std::atomic<int64_t> requests_sent_{0};
 };
 
-} // namespace orchard::s3
+}  // namespace orchard::s3

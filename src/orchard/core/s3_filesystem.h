@@ -12,27 +12,24 @@
 namespace orchard::fs {
 
 class S3FileSystem : public FileSystem {
-public:
+ public:
   explicit S3FileSystem(s3::S3Options options) : client_(std::move(options)) {}
 
-  std::string read_file(const std::string &path) override;
-  std::string read_range(const std::string &path, uint64_t offset,
-                         uint64_t n) override;
-  void write_file(const std::string &path,
-                  const std::string &contents) override;
-  std::optional<FileStat> stat(const std::string &path) override;
-  std::vector<std::string> list_prefix(const std::string &prefix) override;
-  void remove(const std::string &path) override;
+  std::string read_file(const std::string& path) override;
+  std::string read_range(const std::string& path, uint64_t offset, uint64_t n) override;
+  void write_file(const std::string& path, const std::string& contents) override;
+  std::optional<FileStat> stat(const std::string& path) override;
+  std::vector<std::string> list_prefix(const std::string& prefix) override;
+  void remove(const std::string& path) override;
 
-  s3::Client &client() { return client_; }
+  s3::Client& client() { return client_; }
 
-private:
+ private:
   s3::Client client_;
 };
 
 // Splits "s3://bucket/key" into bucket and key (key may be empty); throws Error
 // without a bucket.
-void split_s3_url(const std::string &url, std::string *bucket,
-                  std::string *key);
+void split_s3_url(const std::string& url, std::string* bucket, std::string* key);
 
-} // namespace orchard::fs
+}  // namespace orchard::fs
