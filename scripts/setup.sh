@@ -19,6 +19,8 @@ ORCHARD_PACKAGES=(
   libonnx-dev                         # the onnx.proto schema for ONNX export
   libopencv-dnn-dev                   # the tests load exported ONNX files with OpenCV's DNN module
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libpugixml-dev                      # PASCAL VOC / Oxford-IIIT Pets annotation xmls (orchard data voc|pets)
+  libssl-dev                          # SHA-256 of the images the VOC / Pets converters write (image/key/sha256)
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist               # the demo's data
   python3-torchvision                 # the peer for benchmarks and reference tests
