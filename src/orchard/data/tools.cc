@@ -102,13 +102,14 @@ void write_labels(const std::string& out_dir, const std::vector<std::string>& na
   atomic_write_file((fs::path(out_dir) / "labels.txt").string(), s);
 }
 
-// A detection data set's folders are not classes: PASCAL VOC's Annotations/, ImageSets/ and
-// JPEGImages/ (in input_dir, or in a VOCdevkit's year folders), or the Oxford-IIIT Pets'
+// A detection data set's folders are not classes: PASCAL VOC's Annotations/ with JPEGImages/ or
+// ImageSets/ (in input_dir, or in a VOCdevkit's year folders), or the Oxford-IIIT Pets'
 // images/ and annotations/ (with xmls/) would each become a "class" of a meaningless set.
 void refuse_detection_layouts(const std::string& input_dir) {
   std::error_code ec;
   const auto is_voc = [&](const fs::path& dir) {
-    return fs::is_directory(dir / "Annotations", ec) && fs::is_directory(dir / "JPEGImages", ec);
+    return fs::is_directory(dir / "Annotations", ec) &&
+           (fs::is_directory(dir / "JPEGImages", ec) || fs::is_directory(dir / "ImageSets", ec));
   };
   const fs::path root(input_dir);
   if (is_voc(root)) {
