@@ -17,6 +17,7 @@ PACKAGES=(
   libprotobuf-dev libprotobuf32 libprotobuf-lite32 protobuf-compiler libprotoc32
   libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libcli11-dev nlohmann-json3-dev
   libonnx-dev libonnx1 libonnxifi
+  libpugixml-dev libpugixml1v5 libssl-dev libssl3
   libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16 zlib1g-dev zlib1g
   libopencv-core-dev libopencv-core406 libopencv-imgproc-dev libopencv-imgproc406
   libtbb-dev libtbb12 libtbbmalloc2 libblas3 liblapack3 libgfortran5 libquadmath0 libgomp1

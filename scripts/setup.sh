@@ -19,7 +19,9 @@ ORCHARD_PACKAGES=(
   libonnx-dev                         # the onnx.proto schema for ONNX export
   libopencv-dnn-dev                   # the tests load exported ONNX files with OpenCV's DNN module
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-  libcurl4-openssl-dev libssl-dev libpugixml-dev  # object storage: HTTP, SigV4, S3's XML (core/s3_client)
+  libcurl4-openssl-dev                # object storage: HTTP (core/http, core/s3_client)
+  libssl-dev                          # SigV4 signing; SHA-256 of the images data voc / pets write (image/key/sha256)
+  libpugixml-dev                      # S3's XML answers; PASCAL VOC / Oxford-IIIT Pets annotation xmls
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist               # the demo's data
   python3-torchvision                 # the peer for benchmarks and reference tests

@@ -490,7 +490,9 @@ TEST(CocoConvert, WritesNormalisedBoxesCrowdFlagsAndALabelMap) {
   const std::string label_map = read_file((dir.path() / "out" / "label_map.pbtxt").string());
   EXPECT_NE(label_map.find("id: 18\n  name: \"dog\""), std::string::npos) << label_map;
 
-  // An annotation with a category the json does not declare.
+  // An annotation with a category the json does not declare (into another out_dir: this one's
+  // label map has other classes).
+  o.out_dir = (dir.path() / "out2").string();
   atomic_write_file(ann, R"({"images": [{"id": 1, "file_name": "a.png"}], "categories": [{"id": 1, "name": "x"}],
                              "annotations": [{"id": 5, "image_id": 1, "category_id": 3, "bbox": [0, 0, 5, 5]}]})");
   try {

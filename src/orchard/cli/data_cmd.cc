@@ -1,4 +1,4 @@
-// orchard data fashion-mnist|images|shapes|inspect
+// orchard data fashion-mnist|images|shapes|coco|voc|pets|inspect
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -13,8 +13,10 @@
 #include "orchard/data/coco.h"
 #include "orchard/data/example.h"
 #include "orchard/data/image.h"
+#include "orchard/data/pets.h"
 #include "orchard/data/shapes.h"
 #include "orchard/data/tools.h"
+#include "orchard/data/voc.h"
 #include "orchard/detect/shapes_config.h"
 
 namespace fs = std::filesystem;
@@ -167,6 +169,56 @@ void add_data_command(CLI::App& app) {
           "label_map.pbtxt has ids up to {} (model.ssd.num_classes)",
           r.images, r.boxes, o->include_masks ? " and their masks" : "", r.crowd, r.skipped_boxes, o->out_dir,
           o->prefix, r.max_category_id);
+    });
+  }
+  {
+    auto o = std::make_shared<data::VocConvertOptions>();
+    auto* c = data->add_subcommand(
+        "voc", "PASCAL VOC (VOCdevkit) -> one TF OD API detection record file, as create_pascal_tf_record.py");
+    c->add_option("--data_dir", o->data_dir, "The VOCdevkit folder (holding VOC2007/, VOC2012/)")->required();
+    c->add_option("--year", o->year, "VOC2007, VOC2012 or merged (both)")->capture_default_str();
+    c->add_option("--set", o->set, "train, val, trainval or test (ImageSets/Main/<set>.txt)")->capture_default_str();
+    c->add_option("--annotations_dir", o->annotations_dir, "Annotation folder, relative to data_dir/<year>")
+        ->capture_default_str();
+    c->add_option("--output_path", o->output_path, "The TFRecord file to write")->required();
+    c->add_option("--label_map_path", o->label_map_path,
+                  "Label map (class names -> ids); default: the 20 PASCAL classes, written as pascal_label_map.pbtxt "
+                  "beside --output_path");
+    c->add_flag("--ignore_difficult_instances,!--noignore_difficult_instances", o->ignore_difficult_instances,
+                "Leave out the objects marked <difficult>1</difficult>");
+    c->callback([o] {
+      const auto r = data::convert_voc(*o);
+      spdlog::info("wrote {} images with {} boxes{} to {}; labels from {}", r.images, r.boxes,
+                   o->ignore_difficult_instances ? " (" + std::to_string(r.difficult_skipped) + " difficult left out)"
+                                                 : std::string(),
+                   o->output_path, r.label_map_path);
+    });
+  }
+  {
+    auto o = std::make_shared<data::PetsConvertOptions>();
+    auto* c = data->add_subcommand(
+        "pets", "Oxford-IIIT Pets -> sharded TF OD API detection records (70/30 split), as create_pet_tf_record.py");
+    c->add_option("--data_dir", o->data_dir, "The folder holding images/ and annotations/")->required();
+    c->add_option("--output_dir", o->output_dir, "Output directory")->required();
+    c->add_option("--label_map_path", o->label_map_path,
+                  "Label map (breed names -> ids); default: the 37 breeds, written as output_dir/pet_label_map.pbtxt");
+    c->add_flag("--faces_only,!--nofaces_only", o->faces_only,
+                "Default true: each pet's head box from the xmls; --faces_only=false (--nofaces_only): the whole pet's "
+                "box and mask from the trimap");
+    c->add_option("--mask_type", o->mask_type,
+                  "Without faces_only: png (one 0/1 PNG per box, what Orchard reads) or numerical (a float list)")
+        ->capture_default_str();
+    c->add_option("--num_shards", o->num_shards, "Shards per split")->capture_default_str();
+    c->callback([o] {
+      const auto r = data::convert_pets(*o);
+      spdlog::info("wrote {} train records to {}-*-of-{:05d} and {} validation records to {}-*-of-{:05d}{}; labels "
+                   "from {}",
+                   r.train, r.train_prefix, o->num_shards, r.validation, r.validation_prefix, o->num_shards,
+                   r.missing_xml + r.invalid
+                       ? " (" + std::to_string(r.missing_xml) + " without an xml and " + std::to_string(r.invalid) +
+                             " invalid skipped)"
+                       : std::string(),
+                   r.label_map_path);
     });
   }
   {

@@ -16,6 +16,7 @@
 #include "orchard/data/caption.h"
 #include "orchard/data/detection.h"
 #include "orchard/data/image.h"
+#include "orchard/data/tools.h"
 #include "orchard/detect/coco_mask.h"
 
 namespace fs = std::filesystem;
@@ -48,25 +49,6 @@ int64_t int_field(const json& object, const char* key, const std::string& path) 
 }
 int64_t int_field(const json& object, const char* key, const std::string& path, int64_t fallback) {
   return object.contains(key) ? int_field(object, key, path) : fallback;
-}
-
-// `s` as a text-format string literal: a category name with a quote, a backslash or a newline
-// would otherwise end the literal early and leave a label map that does not parse.
-std::string text_format_quoted(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c == 0x7f) {
-      char octal[5];
-      std::snprintf(octal, sizeof octal, "\\%03o", c);
-      out += octal;
-    } else {
-      out += static_cast<char>(c);  // UTF-8 bytes stay as they are
-    }
-  }
-  return out + "\"";
 }
 
 // Reading a field of a malformed json (a missing key, a string where a number belongs) throws
@@ -248,6 +230,14 @@ CocoConvertResult instances_to_records(const CocoConvertOptions& o) {
   std::vector<const json*> images;
   for (const auto& im : root["images"]) images.push_back(&im);
   if (o.limit > 0 && static_cast<int64_t>(images.size()) > o.limit) images.resize(static_cast<size_t>(o.limit));
+  // A second conversion into this out_dir (the validation split beside the training split)
+  // shares its label map; one with other categories, or shards of another count, is refused
+  // before anything is written.
+  const std::string label_map_path = (fs::path(o.out_dir) / "label_map.pbtxt").string();
+  const std::string label_map =
+      label_map_text(std::vector<std::pair<int64_t, std::string>>(categories.begin(), categories.end()), true);
+  check_label_map_file(label_map_path, label_map);
+  check_no_stale_shards(o.out_dir, o.prefix, o.num_shards);
   ensure_writable_dir(o.out_dir);
 
   const int64_t n = static_cast<int64_t>(images.size());
@@ -293,11 +283,7 @@ CocoConvertResult instances_to_records(const CocoConvertOptions& o) {
     }
     w.close();
   }
-  std::string label_map;
-  for (const auto& [id, name] : categories)
-    label_map += "item {\n  id: " + std::to_string(id) + "\n  name: " + text_format_quoted(name) +
-                 "\n  display_name: " + text_format_quoted(name) + "\n}\n";
-  atomic_write_file((fs::path(o.out_dir) / "label_map.pbtxt").string(), label_map);
+  write_label_map_file(label_map_path, label_map);
   return result;
 }
 

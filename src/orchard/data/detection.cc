@@ -130,7 +130,8 @@ std::string make_detection_example(const DetectionExample& d, const std::string&
   set_int64s(f, "image/height", {d.height});
   set_int64s(f, "image/width", {d.width});
   set_bytes(f, "image/source_id", d.source_id);
-  set_bytes(f, "image/filename", d.source_id);
+  set_bytes(f, "image/filename", d.filename.empty() ? d.source_id : d.filename);
+  if (!d.key_sha256.empty()) set_bytes(f, "image/key/sha256", d.key_sha256);
   std::vector<float> ymin, xmin, ymax, xmax;
   for (const Box& b : d.boxes) {
     ymin.push_back(b.ymin);
@@ -153,6 +154,13 @@ std::string make_detection_example(const DetectionExample& d, const std::string&
   if (!d.masks.empty()) {
     auto* masks = (*f->mutable_feature())["image/object/mask"].mutable_bytes_list();
     for (const auto& m : d.masks) masks->add_value(m);
+  } else if (!d.numerical_masks.empty()) {
+    set_floats(f, "image/object/mask", d.numerical_masks);
+  }
+  if (!d.truncated.empty()) set_int64s(f, "image/object/truncated", d.truncated);
+  if (!d.views.empty()) {
+    auto* views = (*f->mutable_feature())["image/object/view"].mutable_bytes_list();
+    for (const auto& v : d.views) views->add_value(v);
   }
   return serialize_deterministic(ex);
 }

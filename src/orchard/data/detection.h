@@ -36,6 +36,16 @@ struct DetectionExample {
   std::vector<bool> group_of;      // image/object/group_of (may be empty: none)
   std::vector<int64_t> image_labels;  // image/class/label: verified image-level labels (Open Images)
   std::vector<std::string> masks;     // image/object/mask: one encoded PNG per box (may be empty: none)
+
+  // Written by make_detection_example when set, not read by parse_detection_example (training
+  // does not use them): what create_pascal_tf_record.py / create_pet_tf_record.py also write.
+  std::string filename;                // image/filename (empty: source_id)
+  std::string key_sha256;              // image/key/sha256: hex SHA-256 of `encoded`
+  std::vector<int64_t> truncated;      // image/object/truncated
+  std::vector<std::string> views;      // image/object/view (VOC's <pose>)
+  // image/object/mask as the OD API's NUMERICAL_MASKS: a float list, mask after mask, each
+  // height x width row-major, 0 or 1 (instead of `masks`; Orchard's reader refuses it).
+  std::vector<float> numerical_masks;
 };
 
 // Parses and checks one record: the four bbox lists and the labels have one length, boxes lie

@@ -7,6 +7,7 @@
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 
 // jpeglib.h needs FILE and size_t declared first.
 #include <jpeglib.h>
@@ -301,6 +302,81 @@ std::string png_encode(const uint8_t* pixels, int height, int width, uint32_t fo
 }
 
 }  // namespace
+
+namespace {
+
+struct PngSource {
+  const std::string* bytes;
+  size_t offset;
+};
+
+void png_read_memory(png_structp png, png_bytep out, png_size_t n) {
+  auto* src = static_cast<PngSource*>(png_get_io_ptr(png));
+  if (src->offset + n > src->bytes->size()) png_error(png, "truncated PNG data");
+  std::memcpy(out, src->bytes->data() + src->offset, n);
+  src->offset += n;
+}
+
+void png_error_longjmp(png_structp png, png_const_charp message) {
+  auto* msg = static_cast<std::string*>(png_get_error_ptr(png));
+  *msg = message;
+  png_longjmp(png, 1);
+}
+
+void png_ignore_warning(png_structp, png_const_charp) {}
+
+}  // namespace
+
+LabelImage decode_png_label_image(const std::string& bytes, const std::string& what, int64_t max_pixels) {
+  if (sniff_format(bytes) != ImageFormat::kPng) throw DataError(what + ": not a PNG file");
+  // Everything libpng's longjmp may cross lives behind `s`, which itself never changes after setjmp.
+  struct State {
+    std::string message, problem;
+    PngSource src;
+    LabelImage out;
+    std::vector<png_bytep> rows;
+  };
+  const auto state = std::make_unique<State>();
+  State* const s = state.get();
+  s->src = {&bytes, 0};
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &s->message, png_error_longjmp, png_ignore_warning);
+  if (!png) throw Error("libpng: cannot allocate a reader");
+  png_infop info = png_create_info_struct(png);
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    throw DataError(what + ": cannot decode PNG: " + s->message);
+  }
+  png_set_read_fn(png, &s->src, png_read_memory);
+  png_read_info(png, info);
+  const int color = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
+  const png_uint_32 width = png_get_image_width(png, info), height = png_get_image_height(png, info);
+  std::string& problem = s->problem;
+  if ((color != PNG_COLOR_TYPE_GRAY && color != PNG_COLOR_TYPE_PALETTE) || depth > 8)
+    problem = what + ": a label PNG must have one channel (grayscale or palette indices) of at most 8 bits, not colour "
+                     "type " + std::to_string(color) + " at " + std::to_string(depth) + " bits";
+  else if (static_cast<int64_t>(height) * width > max_pixels)
+    problem = what + ": image of " + std::to_string(width) + "x" + std::to_string(height) +
+              " pixels, more than the limit of " + std::to_string(max_pixels) + " (--max_image_pixels)";
+  else if (uint64_t{height} * (1 + (uint64_t{width} + 7) / 8) / 1032 > bytes.size())  // as decode_png
+    problem = what + ": PNG header claims " + std::to_string(width) + "x" + std::to_string(height) +
+              " pixels, more than its " + std::to_string(bytes.size()) + " bytes can hold";
+  if (!problem.empty()) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    throw DataError(problem);
+  }
+  if (depth < 8) png_set_packing(png);  // one value per byte, as stored (not scaled to 0..255)
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  s->out.height = static_cast<int>(height);
+  s->out.width = static_cast<int>(width);
+  s->out.values.resize(static_cast<size_t>(height) * width);
+  s->rows.resize(height);
+  for (png_uint_32 y = 0; y < height; ++y) s->rows[y] = s->out.values.data() + static_cast<size_t>(y) * width;
+  png_read_image(png, s->rows.data());
+  png_read_end(png, nullptr);
+  png_destroy_read_struct(&png, &info, nullptr);
+  return std::move(s->out);
+}
 
 std::string encode_jpeg(const Image& image, int quality) {
   return tj_encode(image.pixels.data(), image.height, image.width, TJPF_RGB, TJSAMP_420, quality);

@@ -54,6 +54,19 @@ Image decode_crop(const std::string& bytes, CropWindow crop, int min_height, int
 Image decode_scaled(const std::string& bytes, int min_short_side, const std::string& what,
                     int64_t max_pixels = kDefaultMaxImagePixels);
 
+// The stored sample values of a single-channel PNG (grayscale, or a palette's indices; bit
+// depth 8 or less, unpacked but not rescaled; no gamma or palette applied), [height, width]
+// row-major: label images such as the Oxford-IIIT Pets' trimaps (1 pet, 2 background, 3 border),
+// whose values are classes, not intensities. Another colour type or a 16-bit PNG is a DataError
+// naming `what`.
+struct LabelImage {
+  int height = 0;
+  int width = 0;
+  std::vector<uint8_t> values;
+};
+LabelImage decode_png_label_image(const std::string& bytes, const std::string& what,
+                                  int64_t max_pixels = kDefaultMaxImagePixels);
+
 std::string encode_jpeg(const Image& image, int quality = 95);
 std::string encode_png(const Image& image);
 // Grayscale variants for the data tools ([height, width] uint8).

@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -101,6 +102,32 @@ void write_labels(const std::string& out_dir, const std::vector<std::string>& na
   atomic_write_file((fs::path(out_dir) / "labels.txt").string(), s);
 }
 
+// A detection data set's folders are not classes: PASCAL VOC's Annotations/ with JPEGImages/ or
+// ImageSets/ (in input_dir, or in a VOCdevkit's year folders), or the Oxford-IIIT Pets'
+// images/ and annotations/ (with xmls/) would each become a "class" of a meaningless set.
+void refuse_detection_layouts(const std::string& input_dir) {
+  std::error_code ec;
+  const auto is_voc = [&](const fs::path& dir) {
+    return fs::is_directory(dir / "Annotations", ec) &&
+           (fs::is_directory(dir / "JPEGImages", ec) || fs::is_directory(dir / "ImageSets", ec));
+  };
+  const fs::path root(input_dir);
+  if (is_voc(root)) {
+    fs::path year = fs::absolute(root).lexically_normal();
+    if (year.filename().empty()) year = year.parent_path();  // a trailing slash
+    throw Error(input_dir + " is a PASCAL VOC folder (Annotations/, JPEGImages/), not one folder per class: use "
+                            "orchard data voc --data_dir " + year.parent_path().string() + " --year " +
+                year.filename().string());
+  }
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (e.is_directory(ec) && is_voc(e.path()))
+      throw Error(input_dir + " is a PASCAL VOC devkit (" + e.path().filename().string() +
+                  "/Annotations, JPEGImages), not one folder per class: use orchard data voc --data_dir " + input_dir);
+  if (fs::is_directory(root / "images", ec) && fs::is_directory(root / "annotations" / "xmls", ec))
+    throw Error(input_dir + " is an Oxford-IIIT Pets folder (images/, annotations/xmls/), not one folder per class: use "
+                            "orchard data pets --data_dir " + input_dir);
+}
+
 }  // namespace
 
 std::pair<int64_t, int64_t> convert_fashion_mnist(const FashionMnistOptions& o) {
@@ -117,6 +144,7 @@ std::pair<int64_t, int64_t> convert_fashion_mnist(const FashionMnistOptions& o) 
 std::pair<int64_t, int64_t> convert_image_folder(const ImageFolderOptions& o) {
   std::error_code ec;
   if (!fs::is_directory(o.input_dir, ec)) throw Error(o.input_dir + ": not a directory");
+  refuse_detection_layouts(o.input_dir);
   if (o.validation_fraction < 0 || o.validation_fraction >= 1)
     throw Error("--validation_fraction must be in [0, 1)");
   std::vector<std::string> classes;
@@ -157,6 +185,74 @@ std::pair<int64_t, int64_t> convert_image_folder(const ImageFolderOptions& o) {
   if (!val.empty()) write_shards(o.out_dir, "validation", val, std::max(1, o.num_shards / 4));
   write_labels(o.out_dir, classes);
   return {static_cast<int64_t>(train.size()), static_cast<int64_t>(val.size())};
+}
+
+namespace {
+
+// `s` as a text-format string literal: a name with a quote, a backslash or a newline would
+// otherwise end the literal early and leave a label map that does not parse.
+std::string text_format_quoted(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char octal[5];
+      std::snprintf(octal, sizeof octal, "\\%03o", c);
+      out += octal;
+    } else {
+      out += static_cast<char>(c);  // UTF-8 bytes stay as they are
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string label_map_text(const std::vector<std::pair<int64_t, std::string>>& items, bool display_names) {
+  std::string text;
+  for (const auto& [id, name] : items) {
+    text += "item {\n  id: " + std::to_string(id) + "\n  name: " + text_format_quoted(name) + "\n";
+    if (display_names) text += "  display_name: " + text_format_quoted(name) + "\n";
+    text += "}\n";
+  }
+  return text;
+}
+
+void check_label_map_file(const std::string& path, const std::string& text) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return;
+  if (read_file(path) != text)
+    throw Error(path + " already exists with other classes than this conversion's: records converted now would not "
+                       "match it; choose another output directory, or remove the file");
+}
+
+void write_label_map_file(const std::string& path, const std::string& text) {
+  check_label_map_file(path, text);
+  std::error_code ec;
+  if (fs::exists(path, ec)) return;  // the same bytes
+  atomic_write_file(path, text);
+}
+
+void check_no_stale_shards(const std::string& out_dir, const std::string& prefix, int num_shards) {
+  std::error_code ec;
+  if (!fs::is_directory(out_dir, ec)) return;
+  char ours[32];
+  std::snprintf(ours, sizeof ours, "%05d", num_shards);
+  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    // <prefix>-NNNNN-of-MMMMM
+    if (name.size() != prefix.size() + 15 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string tail = name.substr(prefix.size());
+    bool shard = tail[0] == '-' && tail.compare(6, 4, "-of-") == 0;
+    for (size_t i : {1, 2, 3, 4, 5, 10, 11, 12, 13, 14}) shard = shard && std::isdigit(static_cast<unsigned char>(tail[i]));
+    if (shard && tail.compare(10, 5, ours) != 0)
+      throw Error(e.path().string() + " already exists: " + out_dir + " holds " + prefix +
+                  " records of another shard count than --num_shards " + std::to_string(num_shards) +
+                  ", which a pattern would read together with the new ones; choose another output directory, or "
+                  "remove them");
+  }
 }
 
 std::vector<std::string> read_labels(const std::string& path) {

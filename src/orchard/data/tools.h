@@ -36,6 +36,22 @@ struct ImageFolderOptions {
 // Returns {train count, validation count}.
 std::pair<int64_t, int64_t> convert_image_folder(const ImageFolderOptions& options);
 
+// label_map.pbtxt text (the TF OD API's StringIntLabelMap) for (id, name) items in this order,
+// names quoted for text format; with `display_names`, each item's display_name is its name too.
+std::string label_map_text(const std::vector<std::pair<int64_t, std::string>>& items, bool display_names);
+
+// Writes a converter's label map to `path`. A file already there with the same bytes is left as
+// it is (converting the validation split next to the training split writes the same map); one
+// that differs is refused, before anything else is written, naming the file: records made with
+// another label map beside it would be read with the wrong class names and ids.
+void check_label_map_file(const std::string& path, const std::string& text);
+void write_label_map_file(const std::string& path, const std::string& text);
+
+// Refuses (naming one) shards "<prefix>-NNNNN-of-MMMMM" in out_dir with another shard count
+// than `num_shards`: a pattern such as <prefix>-* would read the old and the new set together.
+// Shards of the same names are a rerun and are overwritten.
+void check_no_stale_shards(const std::string& out_dir, const std::string& prefix, int num_shards);
+
 // Reads labels.txt (one class name per line); empty if the file does not exist.
 std::vector<std::string> read_labels(const std::string& path);
 
