@@ -150,7 +150,8 @@ FineTuneVerdict fine_tune_verdict(const tf::CheckpointReader& reader, const mode
   } else {
     v.fits = true;
     v.verdict = "this checkpoint fine-tunes this config: " + counts;
-    if (v.skipped > 0) v.verdict += " (absent or of another shape: left as initialised; --strict_fine_tune refuses them)";
+    if (v.skipped > 0)
+      v.verdict += " (absent or of another shape: left as initialised; --strict_fine_tune refuses them)";
     if (!absent.empty()) v.verdict += ", once its data file is there";
   }
   return v;

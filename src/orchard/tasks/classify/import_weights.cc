@@ -100,7 +100,9 @@ void run_import_tf(ImportFlags f) {
   {
     // Whether this is a checkpoint of --arch at all: a different network is said as such, not
     // as a missing classifier or a list of missing variables.
-    const auto classifier = [](const std::string& n) { return n.rfind("fc.", 0) == 0 || n.rfind("classifier.", 0) == 0; };
+    const auto classifier = [](const std::string& n) {
+      return n.rfind("fc.", 0) == 0 || n.rfind("classifier.", 0) == 0;
+    };
     const auto m = models::match_tf_checkpoint(reader, *task.module(), map, classifier);
     int wanted = 0, found = 0;
     std::vector<std::string> examples;

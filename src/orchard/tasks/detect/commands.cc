@@ -193,13 +193,15 @@ void fine_tune(tasks::DetectionTask& task, const std::string& checkpoint, const 
   const auto& skipped = r.skipped;
   const auto& unavailable = r.unavailable;
   std::vector<std::string> hints;
-  if (r.tensorflow && !unavailable.empty()) hints = tasks::fine_tune_hints(tf::CheckpointReader(path), unavailable, pipeline);
+  if (r.tensorflow && !unavailable.empty())
+    hints = tasks::fine_tune_hints(tf::CheckpointReader(path), unavailable, pipeline);
   constexpr size_t kListed = 20;
   // Each variable that does not fit, then the hints, each after `separator`: lines in the log, one
   // line in an error.
   const auto listed = [&](const std::string& separator) {
     std::string s;
-    for (size_t i = 0; i < unavailable.size() && i < kListed; ++i) s += separator + tasks::describe_unfit(unavailable[i]);
+    for (size_t i = 0; i < unavailable.size() && i < kListed; ++i)
+      s += separator + tasks::describe_unfit(unavailable[i]);
     if (unavailable.size() > kListed)
       s += separator + "... " + std::to_string(unavailable.size() - kListed) +
            " more ('orchard checkpoint inspect CHECKPOINT --pipeline_config_path CONFIG' lists them all)";

@@ -120,7 +120,8 @@ std::vector<std::string> depthwise_hint(const tf::CheckpointReader& checkpoint,
   }
   const auto field = [](const std::vector<std::string>& scopes) {
     const bool extractor = scopes.front().rfind("FeatureExtractor/", 0) == 0;
-    return extractor ? std::string("model.ssd.feature_extractor.use_depthwise") : std::string("the box predictor's use_depthwise");
+    return extractor ? std::string("model.ssd.feature_extractor.use_depthwise")
+                     : std::string("the box predictor's use_depthwise");
   };
   std::vector<std::string> out;
   if (!separable.empty())
