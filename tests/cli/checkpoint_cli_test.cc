@@ -87,15 +87,64 @@ TEST(TfCheckpointInspect, MapsTheModelZoosSsdOntoOrchards) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "ssd_mobilenet_v2 (90 classes, 1917 anchors), fine_tune_checkpoint_type detection"))
       << r.out;
-  EXPECT_TRUE(contains(r.out, "344 matched, 0 set to their default (absent from the checkpoint), 0 missing, 0 with "
+  // Of the 344 variables, fine_tune_checkpoint_type detection re-initialises the 24 of the box
+  // predictor (6 maps x box and class x weights and biases); the other 320 fit.
+  EXPECT_TRUE(contains(r.out, "320 matched, 0 set to their default (absent from the checkpoint), 0 missing, 0 with "
                               "another shape"))
       << r.out;
+  EXPECT_TRUE(contains(r.out, "24 re-initialised (box and class prediction heads")) << r.out;
   EXPECT_TRUE(contains(r.out, "unused     global_step")) << r.out;
   EXPECT_TRUE(contains(r.out, "backbone.features.2.conv.1.0.weight")) << r.out;
+  // Its data shard is not in the repository: said without --stats, and in the verdict.
+  EXPECT_TRUE(contains(r.err, "model.ckpt.data-00000-of-00001: the data file is missing")) << r.err;
+  EXPECT_TRUE(contains(r.out, "\nthis checkpoint fine-tunes this config: 320 restored, 24 re-initialised, 0 skipped, "
+                              "once its data file is there\n"))
+      << r.out;
+  r = run({"checkpoint", "inspect", (dir / "model.ckpt.index").string()}, root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "345 variables")) << r.out;
+  EXPECT_TRUE(contains(r.err, "model.ckpt.data-00000-of-00001: the data file is missing")) << r.err;
   // An image model without a map: said so.
   r = run({"checkpoint", "inspect", (dir / "model.ckpt").string(), "--map", "resnet50"}, root);
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(contains(r.err, "no TensorFlow name map for this model")) << r.err;
+}
+
+// The zoo's ssd_mobilenet_v2_coco_2018_03_29 checkpoint (index only) against two configs: the
+// OD API's sample ssd_mobilenet_v2_coco.config, whose model is the zoo's (use_depthwise: true),
+// fits except for the re-initialised heads; Orchard's configs/ssd_mobilenet_v2_coco.config
+// builds full 3x3 extra layers (no use_depthwise), so the checkpoint's four separable extra-layer
+// kernels do not fit: skipped, with the reason from its own pipeline.config beside it.
+TEST(TfCheckpointInspect, SampleConfigsAgainstTheZoosCheckpoint) {
+  test::TempDir root;
+  const auto dir = kTf / "ssd_mobilenet_v2_coco_2018_03_29";
+  const auto sample = fs::path(ORCHARD_TEST_FIXTURES) / "od_api_configs" / "ssd_mobilenet_v2_coco.config";
+  auto r = run({"checkpoint", "inspect", (dir / "model.ckpt").string(), "--pipeline_config_path", sample.string()},
+               root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_FALSE(contains(r.out, "hint:")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\nthis checkpoint fine-tunes this config: 320 restored, 24 re-initialised, 0 skipped, "
+                              "once its data file is there\n"))
+      << r.out;
+
+  const auto orchards = fs::path(ORCHARD_TEST_FIXTURES) / ".." / ".." / "configs" / "ssd_mobilenet_v2_coco.config";
+  r = run({"checkpoint", "inspect", (dir / "model.ckpt").string(), "--pipeline_config_path", orchards.string()}, root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "296 matched, 0 set to their default (absent from the checkpoint), 0 missing, 4 with "
+                              "another shape"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "SHAPE      extras.0.1.0.weight                              [512, 256, 3, 3]   <- "
+                              "FeatureExtractor/MobilenetV2/layer_19_2_Conv2d_2_3x3_s2_512/weights [1, 1, 256, 512]"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "hint: the checkpoint's own " + (dir / "pipeline.config").string() +
+                                  " builds a model that takes every variable it would restore"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "model.ssd.feature_extractor.use_depthwise (false here, true there)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "hint: the checkpoint holds 4 of these layers as separable convolutions")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\nthis checkpoint fine-tunes this config: 296 restored, 24 re-initialised, 4 skipped "
+                              "(absent or of another shape: left as initialised; --strict_fine_tune refuses them), "
+                              "once its data file is there\n"))
+      << r.out;
 }
 
 // A Model Garden ResNet-50 checkpoint (here written by Orchard's writer under its Keras names)
@@ -149,7 +198,32 @@ TEST(TfCheckpointImportWeights, ResNet50GardenBecomesAModelDir) {
            "--out_dir", root.file("x")},
           root);
   EXPECT_EQ(r.rc, 1);
-  EXPECT_TRUE(contains(r.err, "MobilenetV2/Logits/Conv2d_1c_1x1/biases to take --num_classes from")) << r.err;
+  // Said as a checkpoint of another network before anything else is asked for (--num_classes:
+  // the Model Garden checkpoint has no MobilenetV2/Logits).
+  EXPECT_TRUE(contains(r.err, "not a checkpoint of --arch mobilenet_v2_slim: 0 of ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "MobilenetV2/Conv/weights absent")) << r.err;
+  EXPECT_FALSE(contains(r.err, "--num_classes")) << r.err;
+  // The right network without its classifier: then --num_classes is asked for.
+  {
+    models::ModelConfig mc;
+    mc.arch = "mobilenet_v2_slim";
+    mc.num_classes = 3;
+    auto mobilenet = models::build_model(mc);
+    const auto map = models::tf_name_map("mobilenet_v2_slim");
+    models::write_tf_checkpoint(root.file("headless/model.ckpt"), *mobilenet,
+                                [&](const std::string& n) -> std::optional<models::TfName> {
+                                  if (n.rfind("classifier.", 0) == 0) return std::nullopt;
+                                  return map(n);
+                                },
+                                0);
+  }
+  r = run({"import-weights", "--format", "tf", "--arch", "mobilenet_v2", "--checkpoint", root.file("headless"),
+           "--out_dir", root.file("y")},
+          root);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.err, "its mobilenet_v2_slim network fits, but it has no MobilenetV2/Logits/Conv2d_1c_1x1/"
+                              "biases to take --num_classes from; pass it"))
+      << r.err;
 }
 
 // TF-Slim's MobileNetV2 and Inception-v3 (`--arch mobilenet_v2 | inception_v3`, as TF-Slim

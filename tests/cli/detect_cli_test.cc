@@ -341,7 +341,7 @@ TEST_F(DetectTrain, ResumesAndFineTunesByType) {
             *root_);
     ASSERT_EQ(r.rc, 0) << r.err;
     EXPECT_TRUE(contains(r.err, "fine_tune_checkpoint_type detection")) << r.err;
-    EXPECT_TRUE(contains(r.err, "12 skipped (not in the checkpoint with this shape")) << r.err;  // 6 class heads x 2
+    EXPECT_TRUE(contains(r.err, "0 skipped, 12 not in the checkpoint with the model's shape")) << r.err;  // 6 class heads x 2
     EXPECT_TRUE(contains(r.err, "box_heads      restored   12")) << r.err;
   }
   // full with another number of classes: a shape error naming the variable.
@@ -379,14 +379,16 @@ TEST_F(DetectTrain, TensorFlowCheckpointsOutAndIn) {
   EXPECT_TRUE(has_step);  // written beside the weights, as TF's Saver does
 
   const std::string text = read_file(config_);
-  const auto fine_tune = [&](const std::string& name, const std::string& checkpoint, const std::string& type) {
+  const auto fine_tune = [&](const std::string& name, const std::string& checkpoint, const std::string& type,
+                              const std::vector<std::string>& extra = {}) {
     const std::string cfg = root_->file(name + ".config");
     atomic_write_file(cfg, replace(text, "train_config {\n",
                                    "train_config {\n  fine_tune_checkpoint: \"" + checkpoint +
                                        "\"\n  fine_tune_checkpoint_type: \"" + type + "\"\n"));
-    return run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", root_->file(name), "--num_train_steps",
-                "1", "--skip_eval"},
-               *root_);
+    std::vector<std::string> args = {"detect", "train", "--pipeline_config_path", cfg, "--model_dir", root_->file(name),
+                                     "--num_train_steps", "1", "--skip_eval"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(args, *root_);
   };
   r = fine_tune("ft_tf_detection", prefix, "detection");
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -410,14 +412,17 @@ TEST_F(DetectTrain, TensorFlowCheckpointsOutAndIn) {
   r = fine_tune("ft_tf_classification", root_->file("slim/mobilenet_v2.ckpt"), "classification");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, std::to_string(backbone) + " variables restored")) << backbone << "\n" << r.err;
-  // A checkpoint of another width: the error names the variable and both shapes.
+  // A checkpoint of another width under --strict_fine_tune: the error names the variables and
+  // both shapes (without it they are skipped with a warning: tests/cli/fine_tune_cli_test.cc).
   mo.width_mult = 0.5;
   models::MobileNetV2 wider(mo);
   models::write_tf_checkpoint(root_->file("slim_wide/mobilenet_v2.ckpt"), *wider,
                               [](const std::string& n) { return models::mobilenet_v2_tf_name(n); }, 0);
-  r = fine_tune("ft_tf_wide", root_->file("slim_wide/mobilenet_v2.ckpt"), "classification");
+  r = fine_tune("ft_tf_wide", root_->file("slim_wide/mobilenet_v2.ckpt"), "classification", {"--strict_fine_tune"});
   EXPECT_EQ(r.rc, 1);
-  EXPECT_TRUE(contains(r.err, "TensorFlow variables have another shape than the model's: MobilenetV2/")) << r.err;
+  EXPECT_TRUE(contains(r.err, "are not in it with the model's shape (--strict_fine_tune")) << r.err;
+  EXPECT_TRUE(contains(r.err, " | MobilenetV2/")) << r.err;
+  EXPECT_TRUE(contains(r.err, "in the checkpoint, [")) << r.err;
 }
 
 // One shapes run per feature-extractor family beside DetectTrain's ssd_mobilenet_v2: the

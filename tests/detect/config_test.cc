@@ -333,6 +333,25 @@ TEST(PipelineConfig, InputFilesExpandTfPatterns) {
                {"my.config: train_input_reader.tf_record_input_reader.input_path is not set"});
 }
 
+// The fields two models differ in, as the fine-tuning hints name them: a field set to its
+// default equals an unset one; a oneof member set on one side only is one line.
+TEST(PipelineConfig, MessageDifferences) {
+  const auto a = parse_pipeline_config(sample_text(), "a.config", false, nullptr, true);
+  auto b = a;
+  EXPECT_TRUE(message_differences(a.model(), b.model(), "model").empty());
+  auto* fe = b.mutable_model()->mutable_ssd()->mutable_feature_extractor();
+  fe->set_min_depth(a.model().ssd().feature_extractor().min_depth());  // explicit, same value
+  fe->set_use_depthwise(!a.model().ssd().feature_extractor().use_depthwise());
+  b.mutable_model()->mutable_ssd()->mutable_box_predictor()->mutable_weight_shared_convolutional_box_predictor();
+  const auto d = message_differences(a.model(), b.model(), "model");
+  const std::string depthwise = a.model().ssd().feature_extractor().use_depthwise() ? "(true here, false there)"
+                                                                                    : "(false here, true there)";
+  EXPECT_EQ(d, (std::vector<std::string>{
+                   "model.ssd.feature_extractor.use_depthwise " + depthwise,
+                   "model.ssd.box_predictor.convolutional_box_predictor (set here, not there)",
+                   "model.ssd.box_predictor.weight_shared_convolutional_box_predictor (set there, not here)"}));
+}
+
 const char* const kLabelMap = R"(
 # COCO-style
 item {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "orchard/cli/commands.h"
@@ -24,6 +25,7 @@
 #include "orchard/models/tf_weights.h"
 #include "orchard/proto/object_detection/pipeline.pb.h"
 #include "orchard/tasks/detect/detection.h"
+#include "orchard/tasks/detect/fine_tune.h"
 
 namespace orchard::cli {
 namespace {
@@ -44,6 +46,10 @@ struct MappedModel {
   std::shared_ptr<void> owner;  // keeps a detection task alive
   models::TfNameMap map;
   std::string description;
+  // A detection model: what its fine_tune_checkpoint_type restores.
+  std::optional<tasks::FineTuneSelection> fine_tune;
+  std::string fine_tune_type;
+  object_detection::protos::TrainEvalPipelineConfig pipeline;
 };
 
 MappedModel image_model(const std::string& arch, int64_t num_classes, const tf::CheckpointReader& reader) {
@@ -80,14 +86,18 @@ MappedModel detection_model(const std::string& config_path) {
   const auto pipeline = detect::load_pipeline_config(config_path, /*strict=*/false, nullptr, /*allow_unknown_fields=*/true);
   detect::validate_pipeline_config(pipeline, config_path);
   auto task = std::make_shared<tasks::DetectionTask>(tasks::detection_config(pipeline, false));
-  std::string type = pipeline.train_config().fine_tune_checkpoint_type();
-  if (type.empty()) type = "detection";
+  const std::string type = tasks::fine_tune_checkpoint_type(pipeline.train_config());
+  const bool load_all = pipeline.train_config().load_all_detection_checkpoint_vars();
   MappedModel m;
   m.module = task->module();
   m.owner = task;
   m.map = task->meta_architecture().tf_name_map(type);
   if (!m.map) throw Error(config_path + ": " + task->meta_architecture().name() + " has no TensorFlow name map");
-  m.description = task->meta_architecture().describe() + ", fine_tune_checkpoint_type " + type;
+  m.description = task->meta_architecture().describe() + ", fine_tune_checkpoint_type " + type +
+                  (type == "detection" && load_all ? " with load_all_detection_checkpoint_vars" : "");
+  m.fine_tune = tasks::fine_tune_selection(*task, type, load_all);
+  m.fine_tune_type = type;
+  m.pipeline = pipeline;
   return m;
 }
 
@@ -98,16 +108,65 @@ const char* status_name(models::TfMatch::Status s) {
     case models::TfMatch::kMissing: return "MISSING";
     case models::TfMatch::kShapeMismatch: return "SHAPE";
     case models::TfMatch::kNoTfName: return "no TF name";
-    case models::TfMatch::kSkipped: return "skipped";
+    case models::TfMatch::kSkipped: return "re-init";
   }
   return "";
 }
 
+// What `detect train` would do with this checkpoint as fine_tune_checkpoint: the lines before
+// the verdict (why variables do not fit, a missing data file) and the verdict,
+// "this checkpoint fine-tunes this config: N restored, M re-initialised, K skipped".
+struct FineTuneVerdict {
+  std::vector<std::string> notes;
+  std::string verdict;
+  int restored = 0, reinitialised = 0, skipped = 0;
+  bool fits = false;
+};
+
+FineTuneVerdict fine_tune_verdict(const tf::CheckpointReader& reader, const models::TfMapping& mapping,
+                                  const MappedModel& m) {
+  FineTuneVerdict v;
+  std::vector<models::TfMatch> unfit;
+  for (const auto& x : mapping.variables) {
+    if (x.status == models::TfMatch::kMatched || x.status == models::TfMatch::kDefaulted) ++v.restored;
+    if (x.status == models::TfMatch::kSkipped) ++v.reinitialised;
+    if (x.status == models::TfMatch::kMissing || x.status == models::TfMatch::kShapeMismatch) unfit.push_back(x);
+  }
+  v.skipped = static_cast<int>(unfit.size());
+  for (const auto& h : tasks::fine_tune_hints(reader, unfit, m.pipeline)) v.notes.push_back("hint: " + h);
+  const auto absent = reader.missing_data_files();
+  if (!absent.empty())
+    v.notes.push_back("warning: its data file " + absent[0] +
+                      " is missing: the names and shapes above come from the index; training cannot read the "
+                      "values until the file is there");
+  const std::string counts = std::to_string(v.restored) + " restored, " + std::to_string(v.reinitialised) +
+                             " re-initialised, " + std::to_string(v.skipped) + " skipped";
+  if (v.restored == 0) {
+    v.verdict = "this checkpoint does not fine-tune this config: none of the model's variables is in it with its "
+                "shape (" + counts + ")";
+  } else if (!m.fine_tune->skip_unavailable && v.skipped > 0) {
+    v.verdict = "this checkpoint does not fine-tune this config: fine_tune_checkpoint_type " + m.fine_tune_type +
+                " needs every variable, and " + std::to_string(v.skipped) + " are absent or of another shape";
+  } else {
+    v.fits = true;
+    v.verdict = "this checkpoint fine-tunes this config: " + counts;
+    if (v.skipped > 0)
+      v.verdict += " (absent or of another shape: left as initialised; --strict_fine_tune refuses them)";
+    if (!absent.empty()) v.verdict += ", once its data file is there";
+  }
+  return v;
+}
+
 // inspect --map: every model variable with its TensorFlow variable, then what is left over.
+// With --pipeline_config_path: what fine-tuning would restore, ending with a verdict.
 void print_map(const tf::CheckpointReader& reader, const InspectOptions& o) {
   const MappedModel m =
       o.pipeline_config_path.empty() ? image_model(o.map, o.num_classes, reader) : detection_model(o.pipeline_config_path);
-  const models::TfMapping mapping = models::match_tf_checkpoint(reader, *m.module, m.map);
+  const models::TfMapping mapping =
+      models::match_tf_checkpoint(reader, *m.module, m.map,
+                                  m.fine_tune ? m.fine_tune->skip : std::function<bool(const std::string&)>());
+  std::optional<FineTuneVerdict> verdict;
+  if (m.fine_tune) verdict = fine_tune_verdict(reader, mapping, m);
   if (o.json) {
     nlohmann::json j{{"checkpoint", reader.prefix()}, {"model", m.description}};
     nlohmann::json vars = nlohmann::json::array();
@@ -117,8 +176,12 @@ void print_map(const tf::CheckpointReader& reader, const InspectOptions& o) {
     j["variables"] = vars;
     j["unused"] = mapping.unused;
     for (auto s : {models::TfMatch::kMatched, models::TfMatch::kDefaulted, models::TfMatch::kMissing,
-                   models::TfMatch::kShapeMismatch, models::TfMatch::kNoTfName})
+                   models::TfMatch::kShapeMismatch, models::TfMatch::kNoTfName, models::TfMatch::kSkipped})
       j["counts"][status_name(s)] = mapping.count(s);
+    if (verdict)
+      j["fine_tune"] = {{"restored", verdict->restored}, {"re-initialised", verdict->reinitialised},
+                        {"skipped", verdict->skipped},   {"fits", verdict->fits},
+                        {"notes", verdict->notes},        {"verdict", verdict->verdict}};
     std::cout << j.dump(1) << "\n";
     return;
   }
@@ -131,10 +194,17 @@ void print_map(const tf::CheckpointReader& reader, const InspectOptions& o) {
   for (const auto& u : mapping.unused) std::cout << "unused     " << u << "\n";
   std::cout << fmt::format(
       "{} matched, {} set to their default (absent from the checkpoint), {} missing, {} with another shape, {} "
-      "without a TensorFlow name; {} checkpoint variables unused\n",
+      "without a TensorFlow name{}; {} checkpoint variables unused\n",
       mapping.count(models::TfMatch::kMatched), mapping.count(models::TfMatch::kDefaulted),
       mapping.count(models::TfMatch::kMissing), mapping.count(models::TfMatch::kShapeMismatch),
-      mapping.count(models::TfMatch::kNoTfName), mapping.unused.size());
+      mapping.count(models::TfMatch::kNoTfName),
+      m.fine_tune && !m.fine_tune->why.empty()
+          ? fmt::format(", {} re-initialised ({})", mapping.count(models::TfMatch::kSkipped), m.fine_tune->why)
+          : "",
+      mapping.unused.size());
+  if (!verdict) return;
+  for (const auto& n : verdict->notes) std::cout << n << "\n";
+  std::cout << verdict->verdict << "\n";
 }
 
 struct Stats {
@@ -168,11 +238,19 @@ Stats value_stats(const tf::Tensor& t) {
 
 void run_inspect(const InspectOptions& o) {
   const tf::CheckpointReader reader(o.path);
+  // The index lists every variable; a missing data file is said here, not only when --stats
+  // or a restore reads it.
+  const auto absent = reader.missing_data_files();
+  for (const auto& file : absent)
+    spdlog::warn("{}: the data file is missing: names and shapes come from {}.index, the values cannot be read "
+                 "(a partial download or copy?)",
+                 file, reader.prefix());
   if (!o.map.empty() || !o.pipeline_config_path.empty()) return print_map(reader, o);
   const bool numeric_stats = o.stats || !o.tensor.empty();
   nlohmann::json out;
   out["checkpoint"] = reader.prefix();
   out["format"] = reader.version() == 2 ? "V2 tensor bundle" : "V1 TensorSlice";
+  if (!absent.empty()) out["missing_data_files"] = absent;
   nlohmann::json vars = nlohmann::json::array();
   int64_t total = 0;
   for (const auto& v : reader.variables()) {

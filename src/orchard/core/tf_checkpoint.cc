@@ -582,6 +582,14 @@ const std::string& CheckpointReader::prefix() const { return impl_->prefix; }
 int CheckpointReader::version() const { return impl_->version; }
 const std::vector<VariableInfo>& CheckpointReader::variables() const { return impl_->variables; }
 
+std::vector<std::string> CheckpointReader::missing_data_files() const {
+  std::vector<std::string> out;
+  if (impl_->version != 2) return out;
+  for (int shard = 0; shard < impl_->num_shards; ++shard)
+    if (!exists_file(impl_->shard_path(shard))) out.push_back(impl_->shard_path(shard));
+  return out;
+}
+
 const VariableInfo* CheckpointReader::find(const std::string& name) const {
   auto it = impl_->by_name.find(name);
   return it == impl_->by_name.end() ? nullptr : &impl_->variables[it->second];

@@ -87,6 +87,10 @@ class CheckpointReader {
   Tensor read(const std::string& name) const;
   // tf.train.Checkpoint's object graph (empty for name-based checkpoints).
   std::vector<TrackedVariable> tracked_variables() const;
+  // V2: the data files the index names that are not there (a download or copy of the index
+  // alone, or one still in progress): the variables are listed, their values cannot be read.
+  // V1: none (one file holds both).
+  std::vector<std::string> missing_data_files() const;
 
  private:
   struct Impl;

@@ -810,6 +810,75 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
   if (!problems.empty()) throw Error(source_name + ": " + join(problems, "; "));
 }
 
+bool is_placeholder_path(const std::string& value) { return value.find("PATH_TO_BE_CONFIGURED") != std::string::npos; }
+
+std::string placeholder_message(const std::string& field, const std::string& value, const std::string& what) {
+  return field + " is still the sample config's placeholder " + value + ": set it to " + what;
+}
+
+namespace {
+
+// One field's value as text format writes it; a list for a repeated field.
+std::string field_text(const pb::Message& m, const pb::FieldDescriptor* f) {
+  std::string out;
+  if (!f->is_repeated()) {
+    pb::TextFormat::PrintFieldValueToString(m, f, -1, &out);
+    return out;
+  }
+  const int n = m.GetReflection()->FieldSize(m, f);
+  out = "[";
+  for (int i = 0; i < n; ++i) {
+    std::string v;
+    pb::TextFormat::PrintFieldValueToString(m, f, i, &v);
+    out += (i ? ", " : "") + v;
+  }
+  return out + "]";
+}
+
+void collect_differences(const pb::Message& a, const pb::Message& b, const std::string& path,
+                         std::vector<std::string>* out) {
+  const pb::Descriptor* d = a.GetDescriptor();
+  const pb::Reflection* ra = a.GetReflection();
+  const pb::Reflection* rb = b.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* f = d->field(i);
+    const std::string p = path + "." + f->name();
+    if (f->is_repeated()) {
+      const int na = ra->FieldSize(a, f), nb = rb->FieldSize(b, f);
+      if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE && na == nb) {
+        for (int k = 0; k < na; ++k)
+          collect_differences(ra->GetRepeatedMessage(a, f, k), rb->GetRepeatedMessage(b, f, k),
+                              p + "[" + std::to_string(k) + "]", out);
+      } else if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+        out->push_back(p + " (" + std::to_string(na) + " here, " + std::to_string(nb) + " there)");
+      } else if (field_text(a, f) != field_text(b, f)) {
+        out->push_back(p + " (" + field_text(a, f) + " here, " + field_text(b, f) + " there)");
+      }
+      continue;
+    }
+    const bool ha = ra->HasField(a, f), hb = rb->HasField(b, f);
+    if (f->containing_oneof() && ha != hb) {
+      if (ha || hb) out->push_back(p + (ha ? " (set here, not there)" : " (set there, not here)"));
+      continue;
+    }
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (ha || hb) collect_differences(ra->GetMessage(a, f), rb->GetMessage(b, f), p, out);  // unset: its defaults
+      continue;
+    }
+    if (field_text(a, f) != field_text(b, f))
+      out->push_back(p + " (" + field_text(a, f) + " here, " + field_text(b, f) + " there)");
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> message_differences(const pb::Message& a, const pb::Message& b, const std::string& path) {
+  if (a.GetDescriptor() != b.GetDescriptor()) throw std::invalid_argument("message_differences: two message types");
+  std::vector<std::string> out;
+  collect_differences(a, b, path, &out);
+  return out;
+}
+
 std::vector<std::string> input_files(const odp::InputReader& reader, const std::string& source_name,
                                      const std::string& reader_field) {
   const std::string field = reader_field + ".tf_record_input_reader.input_path";
@@ -821,6 +890,8 @@ std::vector<std::string> input_files(const odp::InputReader& reader, const std::
     try {
       files = expand_file_pattern(pattern);
     } catch (const Error& e) {
+      if (is_placeholder_path(pattern))
+        throw Error(source_name + ": " + placeholder_message(field, pattern, "your TFRecord files"));
       throw Error(source_name + ": " + field + ": " + e.what());
     }
     for (auto& f : files)

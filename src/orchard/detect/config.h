@@ -69,6 +69,20 @@ std::vector<std::string> input_files(const object_detection::protos::InputReader
                                      const std::string& source_name,
                                      const std::string& reader_field = "train_input_reader");
 
+// The OD API's sample configs mark the paths a user must set with PATH_TO_BE_CONFIGURED.
+// True when `value` still holds that placeholder.
+bool is_placeholder_path(const std::string& value);
+// "<field> is still the sample config's placeholder <value>: set it to <what>", the message for
+// a placeholder path that names nothing.
+std::string placeholder_message(const std::string& field, const std::string& value, const std::string& what);
+
+// The fields whose values differ between two messages of one type, as
+// "<path>.<field> (<value in a> here, <value in b> there)": scalars by their value (an unset
+// field by its default, so `min_depth: 0` equals no min_depth), sub-messages field by field
+// (one line for a oneof member set in only one), repeated fields as whole lists.
+std::vector<std::string> message_differences(const google::protobuf::Message& a, const google::protobuf::Message& b,
+                                             const std::string& path);
+
 // Text-format parsing shared by the pipeline.config and label map readers: throws orchard::Error
 // "<source_name>:<line>:<column>: <what>" on a syntax error; a field the schema lacks is skipped
 // and appended to `unknown` as "<path> (line <n>)".

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 
 #include "orchard/core/error.h"
@@ -53,7 +54,12 @@ LabelMap parse_label_map(const std::string& text, const std::string& source_name
   return map;
 }
 
-LabelMap load_label_map(const std::string& path) { return parse_label_map(read_file(path), path); }
+LabelMap load_label_map(const std::string& path) {
+  std::error_code ec;
+  if (is_placeholder_path(path) && !std::filesystem::exists(path, ec))
+    throw Error(placeholder_message("label_map_path", path, "your label map (a StringIntLabelMap .pbtxt)"));
+  return parse_label_map(read_file(path), path);
+}
 
 std::string label_map_to_text(const LabelMap& map) {
   object_detection::protos::StringIntLabelMap proto;

@@ -21,7 +21,8 @@ struct LabelMap {
   int max_id() const;  // 0 for an empty map
 };
 
-// Throws orchard::Error for a missing file or a syntax error ("<file>:<line>:<column>: <what>").
+// Throws orchard::Error for a missing file or a syntax error ("<file>:<line>:<column>: <what>");
+// a missing file still named by a sample config's PATH_TO_BE_CONFIGURED placeholder is named so.
 // Fields outside the schema are skipped with a warning. An item with id 0 named "background"
 // (allowed by TF) is dropped; check_label_map rejects any other id < 1.
 LabelMap load_label_map(const std::string& path);

@@ -156,11 +156,21 @@ TfMapping match_tf_checkpoint(const tf::CheckpointReader& checkpoint, torch::nn:
 }
 
 TfRestore restore_tf_checkpoint(const std::string& path, torch::nn::Module& model, const TfNameMap& map,
-                                const std::function<bool(const std::string&)>& skip) {
+                                const std::function<bool(const std::string&)>& skip, bool skip_unavailable) {
   const tf::CheckpointReader checkpoint(path);
+  if (const auto absent = checkpoint.missing_data_files(); !absent.empty())
+    throw Error(checkpoint.prefix() + ": its data file " + absent[0] +
+                " is missing: the index lists the variables, their values are in that file (only the .index "
+                "copied or downloaded?)" +
+                (absent.size() > 1 ? " (" + std::to_string(absent.size()) + " data files missing)" : ""));
   const TfMapping m = match_tf_checkpoint(checkpoint, model, map, skip);
+  TfRestore r;
   std::vector<std::string> missing, mismatched;
   for (const auto& v : m.variables) {
+    if (skip_unavailable && (v.status == TfMatch::kMissing || v.status == TfMatch::kShapeMismatch)) {
+      r.unavailable.push_back(v);
+      continue;
+    }
     if (v.status == TfMatch::kMissing) missing.push_back(v.tf + " (for " + v.orchard + ")");
     if (v.status == TfMatch::kShapeMismatch) {
       std::ostringstream s;
@@ -177,7 +187,6 @@ TfRestore restore_tf_checkpoint(const std::string& path, torch::nn::Module& mode
     throw Error(checkpoint.prefix() + ": " + std::to_string(missing.size()) +
                 " model variables are not in the TensorFlow checkpoint: " + list(missing) +
                 " ('orchard checkpoint inspect --map' shows the whole match)");
-  TfRestore r;
   r.unused = m.unused;
   std::map<std::string, at::Tensor> targets;
   for (auto& [name, value] : model_variables(model)) targets.emplace(name, value);

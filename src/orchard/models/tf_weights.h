@@ -40,12 +40,18 @@ TfMapping match_tf_checkpoint(const tf::CheckpointReader& checkpoint, torch::nn:
 
 // Copies the matched variables into the model (converted to its layout and dtype). Throws
 // Error, naming the checkpoint and the variables, if any wanted variable is missing or has
-// another shape; nothing is changed then. Returns the variables restored and skipped.
+// another shape; nothing is changed then. With `skip_unavailable` those are left as they are
+// and returned in `unavailable` (kMissing, kShapeMismatch) instead: the OD API's
+// get_variables_available_in_checkpoint. A V2 checkpoint whose data file is missing is an
+// Error naming the file, before anything is changed. Returns the variables restored (defaults
+// included) and skipped.
 struct TfRestore {
   std::vector<std::string> restored, skipped, unused;
+  std::vector<TfMatch> unavailable;
 };
 TfRestore restore_tf_checkpoint(const std::string& path, torch::nn::Module& model, const TfNameMap& map,
-                                const std::function<bool(const std::string&)>& skip = {});
+                                const std::function<bool(const std::string&)>& skip = {},
+                                bool skip_unavailable = false);
 
 // Layout conversions (tf_names.h). `tf_shape` is the shape the checkpoint stores.
 at::Tensor tf_to_torch(const tf::Tensor& value, TfLayout layout);

@@ -220,7 +220,15 @@ std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::
     const std::string source = options.source_name ? options.source_name(name) : name;
     auto it = weights.find(source);
     if (options.skip_unavailable && (it == weights.end() || it->second.sizes() != dst.sizes())) {
-      if (options.skipped) options.skipped->push_back(name);
+      if (options.unavailable) {
+        models::TfMatch v;
+        v.orchard = name;
+        v.tf = v.key = source;
+        v.orchard_shape = dst.sizes().vec();
+        if (it != weights.end()) v.tf_shape = it->second.sizes().vec();
+        v.status = it == weights.end() ? models::TfMatch::kMissing : models::TfMatch::kShapeMismatch;
+        options.unavailable->push_back(std::move(v));
+      }
       return;
     }
     if (it == weights.end()) {
@@ -301,18 +309,11 @@ PartialRestore restore_part(const std::string& checkpoint, const std::string& fl
                   "(docs/import.md lists the models that have one)");
     r.path = tf::resolve_checkpoint(checkpoint);
     r.tensorflow = true;
-    if (skip_unavailable) {
-      // Only the variables the checkpoint holds with the model's shape.
-      std::set<std::string> available;
-      const tf::CheckpointReader reader(tf::resolve_checkpoint(checkpoint));
-      for (const auto& v : models::match_tf_checkpoint(reader, model, tf_map, skip).variables)
-        if (v.status == models::TfMatch::kMatched || v.status == models::TfMatch::kNoTfName) available.insert(v.orchard);
-      skip = [skip, available](const std::string& name) { return (skip && skip(name)) || !available.count(name); };
-    }
-    auto t = models::restore_tf_checkpoint(checkpoint, model, tf_map, skip);
+    auto t = models::restore_tf_checkpoint(checkpoint, model, tf_map, skip, skip_unavailable);
     r.restored = std::move(t.restored);
     r.skipped = std::move(t.skipped);
     r.unused = std::move(t.unused);
+    r.unavailable = std::move(t.unavailable);
     return r;
   }
   r.path = checkpoint;
@@ -327,6 +328,7 @@ PartialRestore restore_part(const std::string& checkpoint, const std::string& fl
   ro.skip = std::move(skip);
   ro.source_name = std::move(source_name);
   ro.skip_unavailable = skip_unavailable;
+  ro.unavailable = &r.unavailable;
   ro.restored = &r.restored;
   ro.skipped = &r.skipped;
   restore_checkpoint(r.path, model, nullptr, ro);

@@ -19,6 +19,7 @@
 
 #include "orchard/core/error.h"
 #include "orchard/models/tf_names.h"
+#include "orchard/models/tf_weights.h"
 
 namespace orchard::train {
 
@@ -64,9 +65,11 @@ struct RestoreOptions {
   // The checkpoint's name for a model variable (default: the same name), e.g. a detector's
   // "backbone.features.0.0.weight" restored from a classifier's "features.0.0.weight".
   std::function<std::string(const std::string& name)> source_name;
-  // Variables the checkpoint lacks or holds with another shape are skipped (reported in
-  // `skipped`) instead of being errors: the OD API's load_all_detection_checkpoint_vars.
+  // Variables the checkpoint lacks or holds with another shape are left as they are (reported
+  // in `unavailable`, when set) instead of being errors: the OD API's
+  // get_variables_available_in_checkpoint.
   bool skip_unavailable = false;
+  std::vector<models::TfMatch>* unavailable = nullptr;  // orchard, tf (the checkpoint's name), shapes, status
   // Resuming training: the model gets the checkpoint's "training_weights" where it has them
   // (a run with a moving average), else "model".
   bool training_weights = false;
@@ -94,9 +97,15 @@ std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::
 struct PartialRestore {
   std::string path;
   std::vector<std::string> restored, skipped, unused;
+  // With skip_unavailable: the wanted variables the checkpoint lacks (kMissing) or holds with
+  // another shape (kShapeMismatch), left as initialised. `tf` is the checkpoint's name, `tf_shape`
+  // its shape there (a TensorFlow checkpoint's in its layout: torch_to_tf_shape of
+  // `orchard_shape` compares with it).
+  std::vector<models::TfMatch> unavailable;
   bool tensorflow = false;
 };
-// `skip_unavailable`: variables the checkpoint lacks or holds with another shape are skipped too.
+// `skip_unavailable`: variables the checkpoint lacks or holds with another shape are left as
+// initialised and listed in `unavailable` instead of being errors.
 PartialRestore restore_part(const std::string& checkpoint, const std::string& flag, torch::nn::Module& model,
                             std::function<bool(const std::string& name)> skip,
                             std::function<std::string(const std::string& name)> source_name = {},

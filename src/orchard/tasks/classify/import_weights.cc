@@ -84,20 +84,49 @@ void run_import_tf(ImportFlags f) {
                 ": no TensorFlow names for this model (resnet_v1_50/101/152, resnet50_garden, inception_v3, "
                 "mobilenet_v2 have them)");
   const tf::CheckpointReader reader(f.checkpoint);
+  // The checkpoint's own classes (TF-Slim's: 1001, background first), from its classifier's bias.
+  const std::string classifier_bias = f.arch == "mobilenet_v2_slim" ? "classifier.1.bias" : "fc.bias";
+  const auto bias = map(classifier_bias);
+  const auto* bias_var = bias ? reader.find(bias->name) : nullptr;
+  const int64_t checkpoint_classes = bias_var && bias_var->shape.size() == 1 ? bias_var->shape[0] : 0;
   tasks::ClassificationConfig c;
   c.model.arch = f.arch;
-  c.model.num_classes = f.num_classes;
-  if (c.model.num_classes == 0) {  // the checkpoint's own classes (TF-Slim's: 1001, background first)
-    const std::string classifier_bias = f.arch == "mobilenet_v2_slim" ? "classifier.1.bias" : "fc.bias";
-    const auto bias = map(classifier_bias);
-    const auto* v = bias ? reader.find(bias->name) : nullptr;
-    if (!v || v->shape.size() != 1)
-      throw Error(reader.prefix() + ": no " + (bias ? bias->name : classifier_bias) + " to take --num_classes from; pass it");
-    c.model.num_classes = v->shape[0];
-  }
+  // Until the class count is known, a one-class model: the checkpoint is matched with it, the
+  // classifier aside, before --num_classes is asked for.
+  c.model.num_classes = f.num_classes > 0 ? f.num_classes : checkpoint_classes > 0 ? checkpoint_classes : 1;
   c.model.initialize = false;
   c.image_size = f.image_size > 0 ? f.image_size : (f.arch == "inception_v3_slim" ? 299 : 224);
   tasks::ClassificationTask task(c);
+  {
+    // Whether this is a checkpoint of --arch at all: a different network is said as such, not
+    // as a missing classifier or a list of missing variables.
+    const auto classifier = [](const std::string& n) {
+      return n.rfind("fc.", 0) == 0 || n.rfind("classifier.", 0) == 0;
+    };
+    const auto m = models::match_tf_checkpoint(reader, *task.module(), map, classifier);
+    int wanted = 0, found = 0;
+    std::vector<std::string> examples;
+    for (const auto& v : m.variables) {
+      if (v.status == models::TfMatch::kNoTfName || v.status == models::TfMatch::kSkipped) continue;
+      ++wanted;
+      if (v.status == models::TfMatch::kMatched || v.status == models::TfMatch::kDefaulted) ++found;
+      else if (examples.size() < 3)
+        examples.push_back(v.status == models::TfMatch::kMissing
+                               ? v.tf + " absent"
+                               : v.tf + " " + tf::shape_string(v.tf_shape) + " where the model has " +
+                                     tf::shape_string(models::torch_to_tf_shape(v.orchard_shape, v.name.layout,
+                                                                                v.name.depthwise_multiplier)));
+    }
+    if (found < wanted)
+      throw Error(reader.prefix() + ": not a checkpoint of --arch " + f.arch + ": " + std::to_string(found) + " of " +
+                  std::to_string(wanted) + " of the model's variables (the classifier aside) are in it with their "
+                  "shape (" + join(examples, 3) + "; " + std::to_string(reader.variables().size()) +
+                  " variables in the checkpoint; 'orchard checkpoint inspect " + f.checkpoint + " --map " + f.arch +
+                  "' shows the whole match)");
+  }
+  if (f.num_classes == 0 && checkpoint_classes == 0)
+    throw Error(reader.prefix() + ": its " + f.arch + " network fits, but it has no " +
+                (bias ? bias->name : classifier_bias) + " to take --num_classes from; pass it");
   const auto r = models::restore_tf_checkpoint(f.checkpoint, *task.module(), map);
   if (!r.unused.empty())
     spdlog::info("{}: {} TensorFlow variables not used (e.g. {})", reader.prefix(), r.unused.size(), r.unused[0]);

@@ -26,6 +26,8 @@
 #include "orchard/train/optimizers.h"
 #include "orchard/train/schedule.h"
 #include "orchard/tasks/detect/detection.h"
+#include "orchard/tasks/detect/fine_tune.h"
+#include "orchard/core/tf_checkpoint.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/runtime.h"
 
@@ -47,6 +49,7 @@ struct DetectFlags : RuntimeFlags {
   engine::CheckpointWatch watch;  // eval-only mode: --checkpoint_dir, --run_once, --max_eval_retries, ...
   // Orchard additions
   bool strict = false;
+  bool strict_fine_tune = false;
   bool allow_unknown_fields = false;
   bool clean = false;
   // --save_checkpoints_steps, --save_checkpoints_secs (the Estimator's default), --max_to_keep,
@@ -115,6 +118,7 @@ void add_train_flags(FlagSet* c, DetectFlags& f) {
   add_common_flags(c, f);
   add_eval_flags(c, f);
   c->add_flag("--clean", f.clean, "Remove Orchard's files from model_dir first");
+  c->add_flag("--strict_fine_tune", f.strict_fine_tune, "fine_tune_checkpoint variables absent or of another shape are an error, not skipped with a warning");
   c->add_option("--save_checkpoints_steps", f.run.checkpoint_every, "Checkpoint (and evaluate) every N steps")
       ->capture_default_str();
   c->add_option("--save_checkpoints_secs", f.run.checkpoint_every_secs,
@@ -216,39 +220,73 @@ Loaded load(const DetectFlags& f, const std::string& config_path) {
   return l;
 }
 
-// fine_tune_checkpoint_type: classification restores the backbone from a classifier's
-// features.*; detection everything but the box and class heads; full everything.
-// load_all: load_all_detection_checkpoint_vars (type detection): every variable the checkpoint
-// holds with the model's shape, the box predictor too.
-void fine_tune(tasks::DetectionTask& task, const std::string& checkpoint, const std::string& type, bool load_all) {
-  std::function<bool(const std::string&)> skip;
-  std::function<std::string(const std::string&)> source_name;
-  std::string why;
-  if (type == "classification") {
-    skip = [](const std::string& name) { return name.rfind("backbone.", 0) != 0; };
-    source_name = [](const std::string& name) { return name.substr(std::string("backbone.").size()); };
-    why = "not part of the classification backbone";
-  } else if (type == "detection" && load_all) {
-    why = "not in the checkpoint with this shape (load_all_detection_checkpoint_vars)";
-  } else if (type == "detection") {
-    skip = [&task](const std::string& name) { return task.meta_architecture().is_prediction_head_parameter(name); };
-    why = "box and class prediction heads (re-initialised)";
-  } else if (type != "full") {
-    throw Error("fine_tune_checkpoint_type must be classification, detection or full, not '" + type + "'");
-  }
-  const auto r = train::restore_part(checkpoint, "fine_tune_checkpoint", *task.module(), skip, source_name,
-                                     task.meta_architecture().tf_name_map(type), type == "detection" && load_all);
-  const auto& [path, restored, skipped, unused, tensorflow] = r;
-  if (tensorflow && !unused.empty())
-    spdlog::info("fine_tune_checkpoint {}: {} TensorFlow variables not used (e.g. {})", path, unused.size(), unused[0]);
+// fine_tune_checkpoint as the OD API restores it (tasks/detect/fine_tune.h): what the type
+// wants, where the checkpoint holds it with the model's shape; the rest is listed with the
+// reason and left as initialised. --strict_fine_tune (`strict`) makes the rest an error, as type
+// full always does.
+void fine_tune(tasks::DetectionTask& task, const std::string& checkpoint, const std::string& type, bool load_all,
+               const pb::TrainEvalPipelineConfig& pipeline, bool strict) {
+  if (detect::is_placeholder_path(checkpoint) && !fs::exists(checkpoint) && !fs::exists(checkpoint + ".index"))
+    throw Error(detect::placeholder_message("train_config.fine_tune_checkpoint", checkpoint,
+                                            "your checkpoint, or remove the line to train from scratch"));
+  const auto selection = tasks::fine_tune_selection(task, type, load_all);
+  // Under --strict_fine_tune the variables that do not fit are collected, then refused with
+  // all of them named (the partly restored model is dropped with the error).
+  const auto r = train::restore_part(checkpoint, "fine_tune_checkpoint", *task.module(), selection.skip,
+                                     selection.source_name, task.meta_architecture().tf_name_map(type),
+                                     selection.skip_unavailable);
+  const auto& path = r.path;
+  const auto& restored = r.restored;
+  const auto& skipped = r.skipped;
+  const auto& unavailable = r.unavailable;
+  std::vector<std::string> hints;
+  if (r.tensorflow && !unavailable.empty())
+    hints = tasks::fine_tune_hints(tf::CheckpointReader(path), unavailable, pipeline);
+  constexpr size_t kListed = 20;
+  // Each variable that does not fit, then the hints, each after `separator`: lines in the log, one
+  // line in an error.
+  const auto listed = [&](const std::string& separator) {
+    std::string s;
+    for (size_t i = 0; i < unavailable.size() && i < kListed; ++i)
+      s += separator + tasks::describe_unfit(unavailable[i]);
+    if (unavailable.size() > kListed)
+      s += separator + "... " + std::to_string(unavailable.size() - kListed) +
+           " more ('orchard checkpoint inspect CHECKPOINT --pipeline_config_path CONFIG' lists them all)";
+    for (const auto& h : hints) s += separator + "hint: " + h;
+    return s;
+  };
+  if (strict && !unavailable.empty())
+    throw Error("fine_tune_checkpoint " + path + ": " + std::to_string(unavailable.size()) +
+                " variables fine_tune_checkpoint_type " + type +
+                " restores are not in it with the model's shape (--strict_fine_tune; without it they are left as "
+                "initialised, as the OD API does):" + listed(" | "));
+  if (restored.empty())
+    throw Error("fine_tune_checkpoint " + path + ": none of the model's variables is in it with its shape (" +
+                std::to_string(unavailable.size()) + " absent or of another shape; another model's checkpoint?); " +
+                "remove fine_tune_checkpoint to train from scratch:" + listed(" | "));
+  if (r.tensorflow && !r.unused.empty())
+    spdlog::info("fine_tune_checkpoint {}: {} TensorFlow variables not used (e.g. {})", path, r.unused.size(),
+                 r.unused[0]);
+  spdlog::info("fine-tuning from {} (fine_tune_checkpoint_type {}): {} variables restored, {} skipped{}{}", path, type,
+               restored.size(), skipped.size(), skipped.empty() ? "" : " (" + selection.why + ")",
+               unavailable.empty() ? ""
+                                   : ", " + std::to_string(unavailable.size()) +
+                                         " not in the checkpoint with the model's shape, left as initialised (as the "
+                                         "OD API's get_variables_available_in_checkpoint; --strict_fine_tune refuses "
+                                         "them):");
+  if (!unavailable.empty()) spdlog::warn("fine_tune_checkpoint: not restored:{}", listed("\n  "));
   // One table instead of a flood of per-variable lines.
-  std::map<std::string, std::pair<int, int>> by_module;  // top-level module -> (restored, skipped)
-  for (const auto& n : restored) ++by_module[n.substr(0, n.find('.'))].first;
-  for (const auto& n : skipped) ++by_module[n.substr(0, n.find('.'))].second;
-  spdlog::info("fine-tuning from {} (fine_tune_checkpoint_type {}): {} variables restored, {} skipped{}", path, type,
-               restored.size(), skipped.size(), skipped.empty() ? "" : " (" + why + ")");
-  for (const auto& [module, counts] : by_module)
-    spdlog::info("  {:<14} restored {:>4}  skipped {:>4}", module, counts.first, counts.second);
+  struct Counts {
+    int restored = 0, skipped = 0, unavailable = 0;
+  };
+  std::map<std::string, Counts> by_module;
+  const auto module = [](const std::string& n) { return n.substr(0, n.find('.')); };
+  for (const auto& n : restored) ++by_module[module(n)].restored;
+  for (const auto& n : skipped) ++by_module[module(n)].skipped;
+  for (const auto& v : unavailable) ++by_module[module(v.orchard)].unavailable;
+  for (const auto& [name, c] : by_module)
+    spdlog::info("  {:<14} restored {:>4}  skipped {:>4}  not in the checkpoint with its shape {:>4}", name, c.restored,
+                 c.skipped, c.unavailable);
 }
 
 // One of every n eval records: --sample_1_of_n_eval_examples, else the config's
@@ -427,14 +465,11 @@ void run_train(DetectFlags f) {
     topt.moving_average_decay = tc.optimizer().moving_average_decay();
 
   topt.on_start = [&, lr = lr](int64_t step) {
-    // An empty fine_tune_checkpoint_type comes from the deprecated from_detection_checkpoint,
-    // as the OD API's model_lib derives it.
-    const std::string type = !tc.fine_tune_checkpoint_type().empty() ? tc.fine_tune_checkpoint_type()
-                             : tc.from_detection_checkpoint()        ? "detection"
-                                                                      : "classification";
+    const std::string type = fine_tune_checkpoint_type(tc);
     if (step == 0 && !tc.fine_tune_checkpoint().empty()) {
       if (pretrained)
-        fine_tune(task, tc.fine_tune_checkpoint(), type, tc.load_all_detection_checkpoint_vars());
+        fine_tune(task, tc.fine_tune_checkpoint(), type, tc.load_all_detection_checkpoint_vars(), l.pipeline,
+                  f.strict_fine_tune);
       else
         spdlog::info("--hparams_overrides load_pretrained=false: train_config.fine_tune_checkpoint {} is not restored",
                      tc.fine_tune_checkpoint());
