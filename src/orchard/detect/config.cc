@@ -206,6 +206,7 @@ const char* const kImplemented[] = {
     "eval_config.metrics_set=open_images_V2_detection_metrics",
     "eval_config.metrics_set=open_images_metrics",
     "eval_config.metrics_set=oid_challenge_detection_metrics",
+    "eval_config.image_classes_field_map_empty_to_ones",  // oid_challenge_detection_metrics' empty image labels
     "eval_config.num_visualizations",
     "eval_config.max_evals",
     "eval_config.include_metrics_per_category",
