@@ -426,8 +426,7 @@ TEST(PipelineConfig, TheOdApiSampleConfigsValidateOrSayWhyNot) {
       {"embedded_ssd_mobilenet_v1_coco", ""},
       {"facessd_mobilenet_v2_quantized_320x320_open_image_v4", ""},
       {"ssd_inception_v2_coco", ""},
-      // The OD API's SSDInceptionV2FeatureExtractor refuses this sample as written.
-      {"ssd_inception_v2_pets", "override_base_feature_extractor_hyperparams must be true for ssd_inception_v2"},
+      {"ssd_inception_v2_pets", ""},
       {"ssd_inception_v3_coco", ""},
       {"ssd_inception_v3_pets", ""},
       {"ssd_mobilenet_v1_0.75_depth_300x300_coco14_sync", ""},
@@ -441,7 +440,7 @@ TEST(PipelineConfig, TheOdApiSampleConfigsValidateOrSayWhyNot) {
       {"ssd_mobilenet_v1_pets", ""},
       {"ssd_mobilenet_v1_ppn_shared_box_predictor_300x300_coco14_sync", ""},
       {"ssd_mobilenet_v1_quantized_300x300_coco14_sync", ""},
-      {"ssd_mobilenet_v2_coco", "fields not in the pipeline.config schema: model.ssd.feature_extractor.batch_norm_trainable"},
+      {"ssd_mobilenet_v2_coco", ""},
       {"ssd_mobilenet_v2_coco_per_class_metric", ""},
       {"ssd_mobilenet_v2_fpnlite_quantized_shared_box_predictor_256x256_depthmultiplier_75_coco14_sync", ""},
       {"ssd_mobilenet_v2_fullyconv_coco", ""},
@@ -551,8 +550,8 @@ TEST(PipelineConfig, TheTwoStageSampleConfigsValidateOrSayWhyNot) {
       EXPECT_NE(got[name].find(want), std::string::npos) << name << ": " << got[name];
   }
   EXPECT_EQ(expected.size(), got.size());
-  // --allow_unknown_fields ignores the newer OD API's other fields, but not Context R-CNN's
-  // context_config: without it the config would train a plain Faster R-CNN.
+  // Context R-CNN's context_config is in the schema, but refused rather than ignored, also with
+  // --allow_unknown_fields: without it the config would train a plain Faster R-CNN.
   const std::string context = test::read_bytes((dir / "context_rcnn_resnet101_snapshot_serengeti.config").string());
   std::string refused;
   try {
@@ -624,6 +623,54 @@ TEST(PipelineConfig, EmbeddedMobileNetV1NeedsItsInputSize) {
   expect_error([&] { validate_pipeline_config(c, "embedded.config"); },
                {"embedded_ssd_mobilenet_v1 needs a 256x256 fixed_shape_resizer",
                 "pad_to_multiple must be 1 for embedded_ssd_mobilenet_v1"});
+}
+
+// The newest OID samples (ssd_mobilenet_v2_oid_v4, faster_rcnn_inception_resnet_v2_atrous_oid_v4)
+// evaluate with the Open Images challenge metric and image_classes_field_map_empty_to_ones: false;
+// both are implemented, so neither is reported.
+TEST(PipelineConfig, TheOidSamplesChallengeMetricIsImplemented) {
+  for (const std::string path : {"/od_api_configs/ssd_mobilenet_v2_oid_v4.config",
+                                 "/od_api_two_stage_configs/faster_rcnn_inception_resnet_v2_atrous_oid_v4.config"}) {
+    ConfigIssues issues;
+    const auto c = load_pipeline_config(ORCHARD_TEST_FIXTURES + path, /*strict=*/false, &issues);
+    EXPECT_TRUE(issues.unknown.empty()) << path;
+    ASSERT_EQ(c.eval_config().metrics_set_size(), 1) << path;
+    EXPECT_EQ(c.eval_config().metrics_set(0), "oid_challenge_detection_metrics") << path;
+    EXPECT_TRUE(c.eval_config().has_image_classes_field_map_empty_to_ones()) << path;
+    EXPECT_FALSE(c.eval_config().image_classes_field_map_empty_to_ones()) << path;
+    for (const auto& u : issues.unimplemented) EXPECT_EQ(u.find("eval_config"), std::string::npos) << path << ": " << u;
+  }
+  EXPECT_TRUE(odp::EvalConfig().image_classes_field_map_empty_to_ones());  // the proto's default
+}
+
+// Fields of the synced schema that Orchard does not implement are reported as any other: a
+// warning listing them, an error with --strict; never silently taken.
+TEST(PipelineConfig, NewerSchemaFieldsAreReportedWhenUnimplemented) {
+  std::string text = replace(sample_text(), "num_examples: 8000",
+                             "num_examples: 8000\n  skip_predictions_for_unlabeled_class: true\n"
+                             "  keypoint_edge { start: 0 end: 1 }");
+  text = replace(text, "min_depth: 16", "min_depth: 16\n      use_hardswish: true");
+  text = replace(text, "score_converter: SIGMOID", "score_converter: SIGMOID\n      calibration_config { }");
+  ConfigIssues issues;
+  parse_pipeline_config(text, "new.config", /*strict=*/false, &issues);
+  EXPECT_TRUE(issues.unknown.empty());
+  EXPECT_EQ(issues.unimplemented,
+            (std::vector<std::string>{"model.ssd.feature_extractor.use_hardswish",
+                                      "model.ssd.post_processing.calibration_config",
+                                      "eval_config.keypoint_edge", "eval_config.skip_predictions_for_unlabeled_class"}));
+  expect_error([&] { parse_pipeline_config(text, "new.config", /*strict=*/true); },
+               {"new.config", "set fields Orchard does not implement", "eval_config.skip_predictions_for_unlabeled_class",
+                "strict"});
+}
+
+// The OD API's SSDInceptionV2FeatureExtractor refuses a config without
+// override_base_feature_extractor_hyperparams (the 2018 ssd_inception_v2_pets sample had none).
+TEST(PipelineConfig, InceptionV2NeedsOverrideBaseHyperparams) {
+  const std::string text = replace(
+      test::read_bytes(ORCHARD_TEST_FIXTURES "/od_api_configs/ssd_inception_v2_pets.config"),
+      "override_base_feature_extractor_hyperparams: true", "");
+  expect_error([&] { validate_pipeline_config(parse_pipeline_config(text, "pets.config", false), "pets.config"); },
+               {"pets.config: ", "override_base_feature_extractor_hyperparams must be true for ssd_inception_v2"});
 }
 
 }  // namespace

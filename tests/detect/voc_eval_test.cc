@@ -105,6 +105,34 @@ TEST(VocEval, ChallengeEvaluatesOnlyVerifiedClasses) {
   EXPECT_NEAR(run("oid_V2_detection_metrics").per_class_ap[1], 0.5, kTol);
 }
 
+// eval_config.image_classes_field_map_empty_to_ones: image 1 has no verified labels (an empty
+// image/class/label) and one box of class 1. Mapped to all ones (the proto's default), every
+// class is verified there, so its class-2 detection (0.9) is a false positive before image 2's
+// true positive (0.8): class 2's AP 1/2. Not mapped (ssd_mobilenet_v2_oid_v4's `false`), only
+// class 1 is evaluated on image 1 and class 2 keeps AP 1. Labels that are given are used either
+// way (image 3: {1}, so its class-2 detection is dropped), and the option is the challenge's only.
+TEST(VocEval, ChallengeEmptyImageLabelsMeanEveryClassWhenMapped) {
+  auto run = [](const std::string& set, bool empty_means_all) {
+    VocMetricsOptions options = VocMetricsOptions::for_metrics_set(set);
+    options.empty_image_labels_mean_all = empty_means_all;
+    VocEvaluator e(2, options);
+    e.add_ground_truth(1, {box(0, 0, 10, 10, 1)}, /*image_labels=*/{});
+    e.add_ground_truth(2, {box(0, 0, 10, 10, 2)}, {2});
+    e.add_ground_truth(3, {}, {1});
+    e.add_detections(1, {det(0, 0, 10, 10, 1, 0.95), det(40, 40, 50, 50, 2, 0.9)});
+    e.add_detections(2, {det(0, 0, 10, 10, 2, 0.8)});
+    e.add_detections(3, {det(0, 0, 10, 10, 2, 0.85)});
+    return e.evaluate();
+  };
+  EXPECT_NEAR(run("oid_challenge_detection_metrics", true).per_class_ap[1], 0.5, kTol);
+  EXPECT_NEAR(run("oid_challenge_detection_metrics", true).mean_ap, 0.75, kTol);
+  EXPECT_NEAR(run("oid_challenge_detection_metrics", false).per_class_ap[1], 1.0, kTol);
+  EXPECT_NEAR(run("oid_challenge_detection_metrics", false).per_class_ap[0], 1.0, kTol);
+  // Open Images V2 has no image labels: every detection counts (fp 0.9, fp 0.85, tp 0.8: 1/3).
+  EXPECT_NEAR(run("oid_V2_detection_metrics", true).per_class_ap[1], 1.0 / 3.0, kTol);
+  EXPECT_NEAR(run("oid_V2_detection_metrics", false).per_class_ap[1], 1.0 / 3.0, kTol);
+}
+
 // Per class: class 1 tp (AP 1); class 2 fp 0.8 then tp 0.7 (AP 1/2): mAP 3/4. Weighted pools
 // the entries: 0.9 tp, 0.8 fp, 0.7 tp over 2 boxes: 5/6.
 TEST(VocEval, WeightedPoolsTheClasses) {

@@ -95,6 +95,18 @@ TEST(MetaArchitectures, SsdModelCocoBuildsThroughTheTask) {
   EXPECT_EQ(task.postprocess(out).size(), 1u);
 }
 
+// eval_config reaches the task's evaluation: ssd_mobilenet_v2_oid_v4 evaluates with the Open Images
+// challenge metric and empty image labels left empty (image_classes_field_map_empty_to_ones: false);
+// a config without the field maps them to every class, the proto's default.
+TEST(MetaArchitectures, OidSampleEvaluationSettingsReachTheTask) {
+  const auto oid = detect::load_pipeline_config(ORCHARD_TEST_FIXTURES "/od_api_configs/ssd_mobilenet_v2_oid_v4.config",
+                                                /*strict=*/false);
+  const auto config = detection_config(oid, /*channels_last=*/false);
+  EXPECT_EQ(config.metrics_sets, std::vector<std::string>{"oid_challenge_detection_metrics"});
+  EXPECT_FALSE(config.empty_image_labels_mean_all);
+  EXPECT_TRUE(detection_config(detect::load_pipeline_config(kCoco, /*strict=*/false), false).empty_image_labels_mean_all);
+}
+
 // The OD API's SSD sample configs that validate build their model through the task, with the
 // anchors the OD API generates: ssd_anchor_generator at 300x300 19x19x3 + (10x10 + 5x5 + 3x3 +
 // 2x2 + 1x1) x 6 = 1917 (320x320: 20x20x3 + ... = 2034; without reduce_boxes_in_lowest_layer

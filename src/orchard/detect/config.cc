@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <set>
 #include <sstream>
 
@@ -205,6 +206,7 @@ const char* const kImplemented[] = {
     "eval_config.metrics_set=open_images_V2_detection_metrics",
     "eval_config.metrics_set=open_images_metrics",
     "eval_config.metrics_set=oid_challenge_detection_metrics",
+    "eval_config.image_classes_field_map_empty_to_ones",  // oid_challenge_detection_metrics' empty image labels
     "eval_config.num_visualizations",
     "eval_config.max_evals",
     "eval_config.include_metrics_per_category",
@@ -533,6 +535,26 @@ void parse_text_proto(const std::string& text, const std::string& source_name, p
   }
 }
 
+namespace {
+
+// " (line <n>)" of the first line of `text` that sets `field` (`field {` or `field:`), outside
+// comments; "" where none does.
+std::string line_of_field(const std::string& text, const std::string& field) {
+  std::istringstream in(text);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    const std::string code = line.substr(0, line.find('#'));
+    const size_t at = code.find(field);
+    if (at == std::string::npos || (at > 0 && (std::isalnum(static_cast<unsigned char>(code[at - 1])) || code[at - 1] == '_')))
+      continue;
+    const size_t next = code.find_first_not_of(" \t", at + field.size());
+    if (next != std::string::npos && (code[next] == '{' || code[next] == ':')) return " (line " + std::to_string(n) + ")";
+  }
+  return "";
+}
+
+}  // namespace
+
 odp::TrainEvalPipelineConfig parse_pipeline_config(const std::string& text, const std::string& source_name, bool strict,
                                                    ConfigIssues* issues, bool allow_unknown_fields) {
   odp::TrainEvalPipelineConfig config;
@@ -548,13 +570,12 @@ odp::TrainEvalPipelineConfig parse_pipeline_config(const std::string& text, cons
     if (!inside) found.unknown.push_back(u);
   }
   if (issues) *issues = found;
-  // A newer OD API's Context R-CNN: without its context_config the config is a plain Faster
-  // R-CNN, another model than the one asked for, so not even --allow_unknown_fields ignores it.
-  for (const auto& u : found.unknown)
-    if (starts_with(u, "model.faster_rcnn.context_config "))
-      throw Error(source_name + ": Context R-CNN (" + u +
-                  ") is not supported: Orchard's faster_rcnn has no attention over context features, and "
-                  "without them this config would train a plain Faster R-CNN");
+  // Context R-CNN: without its context_config the config is a plain Faster R-CNN, another model
+  // than the one asked for, so it is refused rather than reported as an ignored field.
+  if (config.model().faster_rcnn().has_context_config())
+    throw Error(source_name + ": Context R-CNN (model.faster_rcnn.context_config" + line_of_field(text, "context_config") +
+                ") is not supported: Orchard's faster_rcnn has no attention over context features, and "
+                "without them this config would train a plain Faster R-CNN");
   if (found.unknown.empty() && found.unimplemented.empty()) return config;
   // Fields outside the schema are errors, as TensorFlow's parser makes them: most often a
   // misspelling whose value would otherwise be silently replaced by the default.

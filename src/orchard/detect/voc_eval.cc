@@ -123,6 +123,8 @@ void VocEvaluator::add_ground_truth(int64_t image_id, const std::vector<VocGroun
     num_gt_[c] += b.group_of ? options_.group_of_weight : 1.0;
   }
   image.labels = image_labels;
+  if (image_labels.empty() && options_.use_image_labels && options_.empty_image_labels_mean_all)
+    for (int64_t category = 1; category <= num_classes_; ++category) image.labels.push_back(category);
   for (const auto& b : boxes) image.labels.push_back(b.category_id);
 }
 

@@ -11,7 +11,9 @@
 // with an already matched one: a false positive; with a `difficult` box: ignored. Detections
 // still unmatched are tried against the group-of boxes by IoA (the part of the detection inside
 // the box) >= 0.5: they are ignored, and each group-of box that caught one adds one entry of
-// weight group_of_weight (scored by the best of them) when that weight is > 0.
+// weight group_of_weight (scored by the best of them) when that weight is > 0. The challenge
+// evaluates a class on an image only where the image's verified labels or boxes name it (an
+// image without labels: every class, or only its boxes' with empty_image_labels_mean_all false).
 // Per class: precision/recall over all images by descending score, ground truths counted
 // without difficult boxes (group-of boxes with group_of_weight), AP = the VOC area under the
 // interpolated precision (every recall point). mAP = the mean over the classes with ground
@@ -39,6 +41,11 @@ struct VocMetricsOptions {
   // oid_challenge: detections of a class are evaluated only on images whose verified
   // image-level labels (or ground-truth boxes) name that class.
   bool use_image_labels = false;
+  // With use_image_labels, an image given no verified labels has every class verified (its
+  // annotations are exhaustive): eval_config.image_classes_field_map_empty_to_ones, true by the
+  // proto's default, where the OD API's input pipeline turns an empty image/class/label field
+  // into all ones. false: such an image is evaluated only for its boxes' classes.
+  bool empty_image_labels_mean_all = false;
   bool use_difficult = false;  // PASCAL: `difficult` boxes are ignored (else ordinary boxes)
   bool use_group_of = false;   // Open Images: `group_of` boxes (else ordinary boxes)
   // The OD API's metric set of that name; throws orchard::Error for another name.
@@ -74,7 +81,8 @@ class VocEvaluator {
   VocEvaluator(int64_t num_classes, VocMetricsOptions options);
 
   // Ground truth of one image, before its detections; a second call for the same image is
-  // ignored (as the OD API, with a warning there). `image_labels`: verified image-level labels.
+  // ignored (as the OD API, with a warning there). `image_labels`: verified image-level labels
+  // (ids 1..num_classes; empty: see empty_image_labels_mean_all).
   void add_ground_truth(int64_t image_id, const std::vector<VocGroundTruth>& boxes,
                         const std::vector<int64_t>& image_labels = {});
   // Detections of one image (evaluated against its ground truth at once); a second call for

@@ -455,7 +455,8 @@ std::map<std::string, double> DetectionTask::compute_metrics(const MetricSums& s
       continue;
     }
     // PASCAL VOC / Open Images: per image, its boxes then its detections, in image order.
-    const auto options = detect::VocMetricsOptions::for_metrics_set(metrics_set);
+    auto options = detect::VocMetricsOptions::for_metrics_set(metrics_set);
+    options.empty_image_labels_mean_all = config_.empty_image_labels_mean_all;
     detect::VocEvaluator voc(config_.num_classes, options);
     std::map<int64_t, std::vector<detect::VocGroundTruth>> boxes;
     std::map<int64_t, std::vector<detect::VocDetection>> found;

@@ -32,6 +32,10 @@ struct DetectionConfig {
   // weighted_pascal_voc_detection_metrics, oid_V2_detection_metrics (=
   // open_images_V2_detection_metrics), oid_challenge_detection_metrics.
   std::vector<std::string> metrics_sets{"coco_detection_metrics"};
+  // eval_config.image_classes_field_map_empty_to_ones (oid_challenge_detection_metrics): an eval
+  // image without image/class/label has every class verified (true, the proto's default) or only
+  // its boxes' classes (false).
+  bool empty_image_labels_mean_all = true;
   int num_visualizations = 10;              // eval_config: eval images drawn into TensorBoard
   float visualization_min_score = 0.5f;     // eval_config.min_score_threshold
 };

@@ -100,6 +100,7 @@ DetectionConfig detection_config(const object_detection::protos::TrainEvalPipeli
     if (set == "coco_detection_metrics" || set == "coco_mask_metrics" || detect::VocMetricsOptions::is_metrics_set(set))
       if (std::find(sets.begin(), sets.end(), set) == sets.end()) sets.push_back(set);
   if (!sets.empty()) c.metrics_sets = sets;
+  c.empty_image_labels_mean_all = pipeline.eval_config().image_classes_field_map_empty_to_ones();
   c.num_visualizations = static_cast<int>(pipeline.eval_config().num_visualizations());
   c.visualization_min_score = pipeline.eval_config().min_score_threshold();
   return c;
