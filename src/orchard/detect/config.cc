@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "orchard/core/error.h"
+#include "orchard/core/spelling.h"
 #include "orchard/core/files.h"
 
 namespace orchard::detect {
@@ -448,33 +449,14 @@ std::string quoted_after(const std::string& message, const std::string& key) {
   return e == std::string::npos ? "" : message.substr(b, e - b);
 }
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
 // The field of message type `type` whose name is closest to `name` (a misspelling: at most a
 // third of the name's letters differ), or "".
 std::string closest_field(const std::string& type, const std::string& name) {
   const auto* d = pb::DescriptorPool::generated_pool()->FindMessageTypeByName(type);
   if (!d) return "";
-  std::string best;
-  size_t best_distance = std::max<size_t>(2, name.size() / 3) + 1;
-  for (int i = 0; i < d->field_count(); ++i) {
-    const size_t distance = edit_distance(name, d->field(i)->name());
-    if (distance < best_distance) best = d->field(i)->name(), best_distance = distance;
-  }
-  return best;
+  std::vector<std::string> fields;
+  for (int i = 0; i < d->field_count(); ++i) fields.push_back(d->field(i)->name());
+  return closest_name(name, fields);
 }
 
 // The last line before `line` (zero-based) with something on it, and its number; -1 if none.
