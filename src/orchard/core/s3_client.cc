@@ -9,6 +9,7 @@
 #include <ctime>
 #include <fstream>
 #include <map>
+#include <openssl/evp.h>
 #include <pugixml.hpp>
 #include <random>
 #include <sstream>
@@ -298,10 +299,39 @@ Client::Result Client::request(const std::string& op, const std::string& method,
   }
 }
 
+namespace {
+// Whether `body` is the object an ETag names: a single-part object's ETag is the MD5 of its bytes
+// (quoted hex); a multipart one's ("<hex>-<parts>") or another form cannot be checked here.
+bool matches_etag(std::string etag, const std::string& body) {
+  etag.erase(std::remove(etag.begin(), etag.end(), '"'), etag.end());
+  if (etag.size() != 32 || etag.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) return true;
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(body.data(), body.size(), md, &n, EVP_md5(), nullptr);
+  static const char* hex = "0123456789abcdef";
+  std::string got;
+  for (unsigned int i = 0; i < n; ++i) got += {hex[md[i] >> 4], hex[md[i] & 15]};
+  std::transform(etag.begin(), etag.end(), etag.begin(), [](unsigned char c) { return std::tolower(c); });
+  return got == etag;
+}
+}  // namespace
+
 std::string Client::get(const std::string& bucket, const std::string& key) {
-  std::string body;
-  request("read", "GET", bucket, key, {}, nullptr, {}, {}, &body);
-  return body;
+  // A whole-object read is checked against the ETag: a body cut short without a transport error
+  // (a server answering before its write finished: seen with s3rver on a loaded machine) is read
+  // again rather than returned.
+  for (int attempt = 1;; ++attempt) {
+    std::string body;
+    Result r = request("read", "GET", bucket, key, {}, nullptr, {}, {}, &body);
+    const auto etag = r.headers.find("etag");
+    if (etag == r.headers.end() || matches_etag(etag->second, body)) return body;
+    const std::string what = object_url(bucket, key) + ": read GET: the " + std::to_string(body.size()) +
+                             " bytes received do not match the object's ETag " + etag->second;
+    if (attempt >= options_.retry.max_attempts) throw fs::StorageError(what, r.status, "BadDigest");
+    const double wait = backoff_seconds(options_.retry, attempt);
+    spdlog::warn("{}; retry {} in {:.2f} s", what, attempt, wait);
+    std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+  }
 }
 
 std::string Client::get_range(const std::string& bucket, const std::string& key, uint64_t offset, uint64_t n) {
