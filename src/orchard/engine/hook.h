@@ -41,6 +41,10 @@ struct TrainState {
   // Set by a hook's after_step to end the host loop after this step (a time-based checkpoint is
   // due); the loop's end-of-loop work (summaries, checkpoint, evaluation) then runs early.
   bool end_loop = false;
+  // A time-based checkpoint is due: set in after_step by the rank whose clock decides (the chief);
+  // with several processes the trainer's per-step stop check (one all-reduce) gives every rank the
+  // chief's value and ends the loop on all of them.
+  bool clock_checkpoint_due = false;
   int64_t last_saved = -1, last_evaluated = -1; // steps
   EventWriter* train_events = nullptr;          // null: no TensorBoard, or not the chief
   train::RunStats stats;

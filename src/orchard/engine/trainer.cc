@@ -51,12 +51,19 @@ struct Trainer::Impl {
     return m;
   }
 
-  // Every process stops after the same step: with several, the signal flags are summed.
-  int stop_requested() {
+  // Every process stops after the same step: with several, the signal flags are summed, and in
+  // the same all-reduce the chief's time-based checkpoint flag reaches every rank.
+  int stop_requested(TrainState& s) {
     if (world() == 1) return stop_signal();
-    std::vector<at::Tensor> flag = {torch::scalar_tensor(static_cast<double>(stop_signal()), torch::kDouble)};
-    opt.distributed->allreduce_sum(flag);
-    const int sum = static_cast<int>(flag[0].item<double>());
+    const auto flags = torch::tensor({static_cast<double>(stop_signal()), s.clock_checkpoint_due ? 1.0 : 0.0},
+                                     torch::kDouble);
+    std::vector<at::Tensor> reduced = {flags};
+    opt.distributed->allreduce_sum(reduced);
+    if (reduced[0][1].item<double>() > 0) {
+      s.clock_checkpoint_due = true;
+      s.end_loop = true;
+    }
+    const int sum = static_cast<int>(reduced[0][0].item<double>());
     return sum == 0 ? 0 : (stop_signal() != 0 ? stop_signal() : SIGTERM);
   }
 
@@ -244,7 +251,7 @@ train::RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input
   lo.steps_per_loop = m.opt.steps_per_loop;
   lo.eval_every = m.opt.skip_eval ? 0 : m.opt.eval_every;
   try {
-    run_loop(lo, state, train_step, hooks, [&] { return m.stop_requested(); });
+    run_loop(lo, state, train_step, hooks, [&] { return m.stop_requested(state); });
   } catch (const Interrupted&) {
     if (!m.opt.enable_checkpoints)
       spdlog::warn("checkpoints are off for this run: nothing was saved at step {}", state.step);

@@ -34,17 +34,11 @@ void CheckpointHook::before_train(TrainState& state) {
 }
 
 void CheckpointHook::after_step(TrainState& state) {
-  if (opt_.every_secs <= 0 || time_due_ || state.step == state.total_steps) return;
-  bool due = monotonic_seconds() - last_save_time_ >= opt_.every_secs;
-  if (state.world_size > 1) {
-    // The chief's clock decides, so every rank ends the loop and takes part in the evaluation
-    // that follows.
-    std::vector<at::Tensor> flag = {torch::scalar_tensor(state.chief && due ? 1.0 : 0.0, torch::kDouble)};
-    dist_->allreduce_sum(flag);
-    due = flag[0].item<double>() > 0;
-  }
-  if (due) {
-    time_due_ = true;
+  // The chief's clock decides, so every rank ends the loop and takes part in the evaluation that
+  // follows: the trainer shares the chief's flag with the step's stop check.
+  if (opt_.every_secs <= 0 || !state.chief || state.clock_checkpoint_due || state.step == state.total_steps) return;
+  if (monotonic_seconds() - last_save_time_ >= opt_.every_secs) {
+    state.clock_checkpoint_due = true;
     state.end_loop = true;
   }
 }
@@ -53,8 +47,8 @@ void CheckpointHook::after_loop(TrainState& state) {
   // A multiple of every_steps passed in this loop (loops need not end on one: --iterations_per_loop,
   // or a loop cut short by the clock).
   const bool steps_due = opt_.every_steps > 0 && state.step / opt_.every_steps > state.loop_first / opt_.every_steps;
-  if (steps_due || time_due_ || state.step == state.total_steps) save(state);
-  time_due_ = false;
+  if (steps_due || state.clock_checkpoint_due || state.step == state.total_steps) save(state);
+  state.clock_checkpoint_due = false;
 }
 
 void CheckpointHook::after_train(TrainState& state) {

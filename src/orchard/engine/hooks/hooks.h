@@ -46,7 +46,6 @@ class CheckpointHook : public Hook {
 
  private:
   void save(TrainState& state);
-  bool time_due_ = false;
   CheckpointHookOptions opt_;
   tasks::Task& task_;
   torch::optim::Optimizer* optimizer_;

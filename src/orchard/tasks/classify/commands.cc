@@ -307,7 +307,7 @@ void run_continuous_eval(ClassifyFlags f) {
                                    : count_examples((fs::path(f.data_dir) / "train-*").string(), f.skip_corrupt_records);
   const int64_t total = total_train_steps(f, num_examples);
   const std::string validation = (fs::path(f.data_dir) / "validation-*").string();
-  check_evaluation_data(validation, "--mode train", f.skip_corrupt_records);
+  count_examples(validation, f.skip_corrupt_records);  // a clear error before the wait for checkpoints
   auto tcfg = task_config(f, /*cuda=*/false);
   tcfg.model.initialize = false;  // every evaluation restores a checkpoint
   tasks::ClassificationTask task(tcfg);
