@@ -328,8 +328,8 @@ struct ExportOptions {
 // place (the task knows how to rebuild its model from the model_dir).
 void run_export(const ExportOptions& o) {
   if (o.format != "tf") throw Error("--format must be tf, not '" + o.format + "' (ONNX: orchard <task> export)");
-  const std::string config = (std::filesystem::path(o.model_dir) / "config.json").string();
-  if (!std::filesystem::exists(config)) throw Error(o.model_dir + ": no config.json (not an Orchard model_dir)");
+  const std::string config = join_path(o.model_dir, "config.json");
+  if (!file_exists(config)) throw Error(o.model_dir + ": no config.json (not an Orchard model_dir)");
   const std::string task = nlohmann::json::parse(read_file(config)).value("task", "");
   if (task != "classify" && task != "multilabel" && task != "detect")
     throw Error(o.model_dir + ": a " + (task.empty() ? "model_dir without a task" : task + " model") +

@@ -108,9 +108,11 @@ void add_data_command(CLI::App& app) {
     c->callback([o] {
       auto [tr, va] = data::write_shapes_dataset(*o);
       if (o->task == "detection") {
-        const std::string config = (fs::path(o->out_dir) / "pipeline.config").string();
+        const std::string config = join_path(o->out_dir, "pipeline.config");
         atomic_write_file(config,
-                          detect::shapes_pipeline_config(fs::absolute(o->out_dir).lexically_normal().string(),
+                          detect::shapes_pipeline_config(is_local_path(o->out_dir)
+                                                             ? fs::absolute(local_path(o->out_dir)).lexically_normal().string()
+                                                             : o->out_dir,
                                                          o->image_size));
         spdlog::info(
             "wrote {} train and {} validation detection records{} to {} (+ label_map.pbtxt); train with: "

@@ -6,10 +6,14 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
+#include <cstdio>
+#include <cstdlib>
+
+#include <spdlog/spdlog.h>
 
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
+#include "orchard/core/filesystem.h"
 #include "orchard/core/tfrecord.h"
 #include "orchard/proto/event.pb.h"
 
@@ -22,16 +26,22 @@ double now_seconds() {
 
 }  // namespace
 
-EventWriter::EventWriter(const std::string& dir) {
+EventWriter::EventWriter(const std::string& dir, double upload_interval_s) : upload_interval_s_(upload_interval_s) {
   ensure_writable_dir(dir);
   static std::atomic<int> counter{0};
   char host[256] = "localhost";
   ::gethostname(host, sizeof host - 1);
-  path_ = (std::filesystem::path(dir) / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) +
-                                         "." + host + "." + std::to_string(::getpid()) + "." +
-                                         std::to_string(counter++)))
-              .string();
-  file_ = std::fopen(path_.c_str(), "wb");
+  path_ = join_path(dir, "events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." + host +
+                             "." + std::to_string(::getpid()) + "." + std::to_string(counter++));
+  upload_ = !is_local_path(path_);
+  if (upload_) {
+    local_ = make_temporary_file("events");
+    file_ = std::fopen(local_.c_str(), "wb");
+  } else {
+    path_ = local_path(path_);
+    local_ = path_;
+    file_ = std::fopen(local_.c_str(), "wb");
+  }
   if (!file_) throw Error(path_ + ": cannot create event file: " + std::strerror(errno));
   tensorflow::Event ev;
   ev.set_wall_time(now_seconds());
@@ -41,7 +51,25 @@ EventWriter::EventWriter(const std::string& dir) {
 }
 
 EventWriter::~EventWriter() {
-  if (file_) std::fclose(file_);
+  if (!file_) return;
+  std::fclose(file_);
+  file_ = nullptr;
+  if (upload_) {
+    try {
+      upload_locked();
+    } catch (const std::exception& e) {
+      spdlog::warn("{}: the last events were not uploaded: {}", path_, e.what());
+    }
+    std::remove(local_.c_str());
+  }
+}
+
+// The whole local file as the object (written whole or not at all: a reader sees the last
+// complete upload).
+void EventWriter::upload_locked() {
+  if (file_) std::fflush(file_);
+  fs::write_file(path_, read_file(local_));
+  last_upload_ = now_seconds();
 }
 
 void EventWriter::write_event(const std::string& serialized) {
@@ -86,6 +114,7 @@ void EventWriter::session_start(int64_t step) {
 void EventWriter::flush() {
   std::lock_guard<std::mutex> lock(mu_);
   std::fflush(file_);
+  if (upload_ && now_seconds() - last_upload_ >= upload_interval_s_) upload_locked();
 }
 
 std::vector<ScalarEvent> read_scalar_events(const std::string& path, std::string* file_version) {

@@ -1,6 +1,12 @@
 // TensorBoard event files: TFRecord-framed tensorflow.Event protos, the first one carrying
 // file_version "brain.Event:2". Named events.out.tfevents.<secs>.<host>.<pid>.<n> like
 // PyTorch's SummaryWriter, so several writers can share a directory.
+//
+// On an object store (s3://, gs://) an object cannot be appended to: the events go to a local
+// temporary file and flush() uploads the whole file as the object when `upload_interval_s` has
+// passed since the last upload (TensorFlow's writers on GCS do the same); the destructor uploads
+// the rest. A TensorBoard reading the bucket sees the events up to the last upload: at most
+// that many seconds behind, never a cut record.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +19,7 @@ namespace orchard {
 
 class EventWriter {
  public:
-  explicit EventWriter(const std::string& dir);
+  explicit EventWriter(const std::string& dir, double upload_interval_s = 30);
   ~EventWriter();
   EventWriter(const EventWriter&) = delete;
   EventWriter& operator=(const EventWriter&) = delete;
@@ -29,7 +35,12 @@ class EventWriter {
 
  private:
   void write_event(const std::string& serialized);
+  void upload_locked();
   std::string path_;
+  std::string local_;  // the file written: path_, or the temporary copy of an object
+  bool upload_ = false;
+  double upload_interval_s_;
+  double last_upload_ = 0;
   std::FILE* file_ = nullptr;
   std::mutex mu_;
 };

@@ -13,19 +13,18 @@
 #include "orchard/core/crc32c.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
+#include "orchard/core/filesystem.h"
 #include "orchard/core/tf_table.h"
 #include "orchard/proto/tensorflow/checkpoint.pb.h"
 
 namespace orchard::tf {
-namespace fs = std::filesystem;
 namespace {
 
 constexpr char kObjectGraphKey[] = "_CHECKPOINTABLE_OBJECT_GRAPH";
 
-bool exists_file(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
+bool exists_file(const std::string& p) { return file_exists(p); }
+
+bool is_absolute(const std::string& p) { return !p.empty() && (p[0] == '/' || !is_local_path(p)); }
 
 std::vector<int64_t> to_shape(const tensorflow::TensorShapeProto& s) {
   std::vector<int64_t> shape;
@@ -316,34 +315,34 @@ std::vector<float> Tensor::floats() const {
 std::string resolve_checkpoint(const std::string& path) {
   std::string p = path;
   while (p.size() > 1 && p.back() == '/') p.pop_back();
-  if (fs::is_directory(p)) {
-    const std::string state_file = (fs::path(p) / "checkpoint").string();
+  if (dir_exists(p)) {
+    const std::string state_file = join_path(p, "checkpoint");
     if (exists_file(state_file)) {
       tensorflow::CheckpointState state;
       if (!google::protobuf::TextFormat::ParseFromString(read_file(state_file), &state) ||
           state.model_checkpoint_path().empty())
         throw DataError(state_file + ": not a TensorFlow checkpoint state (no model_checkpoint_path)");
-      fs::path named = state.model_checkpoint_path();
+      const std::string& named = state.model_checkpoint_path();
       // Relative paths are relative to the directory; an absolute one may be from the machine
       // that trained it (a downloaded model): then its file name in this directory.
-      std::string prefix = named.is_absolute() ? named.string() : (fs::path(p) / named).string();
+      std::string prefix = is_absolute(named) ? named : join_path(p, named);
       if (!exists_file(prefix + ".index") && !exists_file(prefix)) {
         // Its last component; TensorFlow on Windows writes backslashes ("C:\\train\\model.ckpt",
         // "/tmp/train\\model.ckpt").
         const std::string& named_path = state.model_checkpoint_path();
         const size_t slash = named_path.find_last_of("/\\");
-        prefix = (fs::path(p) / (slash == std::string::npos ? named_path : named_path.substr(slash + 1))).string();
+        prefix = join_path(p, slash == std::string::npos ? named_path : named_path.substr(slash + 1));
       }
       if (!exists_file(prefix + ".index") && !exists_file(prefix))
         throw Error(state_file + " names " + state.model_checkpoint_path() + ", which is not in " + p);
       return prefix;
     }
     // A SavedModel directory: its variables/variables checkpoint.
-    const std::string saved_model = (fs::path(p) / "variables" / "variables").string();
+    const std::string saved_model = join_path(join_path(p, "variables"), "variables");
     if (exists_file(saved_model + ".index")) return saved_model;
     std::vector<std::string> indexes;
-    for (const auto& e : fs::directory_iterator(p))
-      if (e.path().extension() == ".index" && e.is_regular_file()) indexes.push_back(e.path().string());
+    for (const auto& file : list_dir(p))
+      if (file.size() > 6 && file.compare(file.size() - 6, 6, ".index") == 0) indexes.push_back(file);
     if (indexes.size() == 1) return indexes[0].substr(0, indexes[0].size() - 6);
     throw Error(p + ": no TensorFlow checkpoint in that directory (no 'checkpoint' file" +
                 (indexes.empty() ? std::string(" and no *.index file)") : ", and several *.index files: name one)"));
@@ -365,11 +364,12 @@ bool is_tensorflow_checkpoint(const std::string& path) {
   try {
     const std::string p = resolve_checkpoint(path);
     if (exists_file(p + ".index")) return true;
-    std::ifstream in(p, std::ios::binary | std::ios::ate);
-    if (!in || in.tellg() < 48) return false;
-    in.seekg(-8, std::ios::end);
+    const auto st = orchard::fs::stat(p);
+    if (!st || st->size < 48) return false;
+    const std::string tail = orchard::fs::read_range(p, static_cast<uint64_t>(st->size) - 8, 8);
+    if (tail.size() != 8) return false;
     uint64_t magic = 0;
-    in.read(reinterpret_cast<char*>(&magic), 8);
+    std::memcpy(&magic, tail.data(), 8);
     return magic == 0xdb4775248b80fb57ull;
   } catch (const std::exception&) {
     return false;
@@ -482,17 +482,14 @@ void CheckpointReader::Impl::open_v1() {
 std::string CheckpointReader::Impl::entry_bytes(const tensorflow::BundleEntryProto& e, const std::string& name) const {
   const std::string file = shard_path(e.shard_id());
   const auto fail = [&](const std::string& what) { throw DataError(file + ": variable '" + name + "': " + what); };
-  std::ifstream in(file, std::ios::binary);
-  if (!in) fail("cannot open the data file (is it beside " + prefix + ".index?)");
-  in.seekg(0, std::ios::end);
-  const auto file_size = static_cast<uint64_t>(in.tellg());
+  const auto st = orchard::fs::stat(file);
+  if (!st) fail("cannot open the data file (is it beside " + prefix + ".index?)");
+  const auto file_size = static_cast<uint64_t>(st->size);
   if (static_cast<uint64_t>(e.offset()) > file_size || static_cast<uint64_t>(e.size()) > file_size - e.offset())
     fail("bytes " + std::to_string(e.offset()) + "+" + std::to_string(e.size()) + " run past the end of the file (" +
          std::to_string(file_size) + " bytes): truncated?");
-  std::string bytes(static_cast<size_t>(e.size()), '\0');
-  in.seekg(e.offset());
-  in.read(bytes.data(), e.size());
-  if (!in) fail("read error");
+  std::string bytes = orchard::fs::read_range(file, static_cast<uint64_t>(e.offset()), static_cast<uint64_t>(e.size()));
+  if (bytes.size() != static_cast<size_t>(e.size())) fail("read error");
   return bytes;
 }
 
@@ -748,8 +745,8 @@ void BundleWriter::finish() {
     data += item.bytes;
     table.emplace_back(name, e.SerializeAsString());
   }
-  const fs::path dir = fs::path(prefix_).parent_path();
-  if (!dir.empty()) fs::create_directories(dir);
+  const std::string dir = parent_path(prefix_);
+  if (!dir.empty()) ensure_writable_dir(dir);
   atomic_write_file(prefix_ + ".data-00000-of-00001", data);
   atomic_write_file(prefix_ + ".index", build_table(table));
 }

@@ -8,10 +8,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "orchard/core/crc32c.h"
 #include "orchard/core/error.h"
+#include "orchard/core/files.h"
+#include "orchard/core/filesystem.h"
 
 namespace orchard {
 namespace {
@@ -54,8 +57,84 @@ Compression parse_compression(const std::string& name) {
   throw Error("unknown TFRecord compression '" + name + "' (use NONE or GZIP)");
 }
 
+// A file on an object store, read front to back in blocks (fs::SequentialReader's ranged
+// reads) and inflated when it starts with the gzip magic (several gzip members in a row are
+// read as one stream, as gzread does).
+struct TFRecordReader::ObjectSource {
+  explicit ObjectSource(const std::string& path) : reader(path) {
+    in.resize(1 << 18);
+    fill();
+    gzip = avail >= 2 && static_cast<unsigned char>(in[0]) == 0x1f && static_cast<unsigned char>(in[1]) == 0x8b;
+    if (gzip && inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) throw DataError(path + ": cannot start gzip decoding");
+  }
+  ~ObjectSource() {
+    if (gzip) inflateEnd(&z);
+  }
+  void fill() {
+    pos = 0;
+    avail = reader.read(in.data(), in.size());
+  }
+  // Up to n bytes (0 only at the end of the data).
+  size_t read(char* dst, size_t n, const std::string& path) {
+    if (!gzip) {
+      size_t got = 0;
+      while (got < n) {
+        if (pos == avail) {
+          fill();
+          if (avail == 0) break;
+        }
+        const size_t take = std::min(n - got, avail - pos);
+        std::memcpy(dst + got, in.data() + pos, take);
+        pos += take;
+        got += take;
+      }
+      return got;
+    }
+    z.next_out = reinterpret_cast<Bytef*>(dst);
+    z.avail_out = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    while (z.avail_out > 0) {
+      if (pos == avail) {
+        fill();
+        if (avail == 0) {
+          if (!ended) throw DataError(path + ": gzip data ends early (truncated file)");
+          break;
+        }
+      }
+      if (ended) {  // another gzip member follows the one that ended
+        if (inflateReset(&z) != Z_OK) throw DataError(path + ": gzip reset failed");
+        ended = false;
+      }
+      z.next_in = reinterpret_cast<Bytef*>(in.data() + pos);
+      z.avail_in = static_cast<uInt>(avail - pos);
+      const int rc = inflate(&z, Z_NO_FLUSH);
+      pos = avail - z.avail_in;
+      if (rc == Z_STREAM_END) {
+        ended = true;
+      } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        throw DataError(path + ": gzip data corrupt: " + (z.msg ? z.msg : "inflate failed"));
+      }
+    }
+    return static_cast<size_t>(reinterpret_cast<char*>(z.next_out) - dst);
+  }
+
+  fs::SequentialReader reader;
+  std::string in;
+  size_t pos = 0, avail = 0;
+  bool gzip = false;
+  bool ended = false;  // the current gzip member is complete
+  z_stream z{};
+};
+
 TFRecordReader::TFRecordReader(std::string path, TFRecordReaderOptions options)
     : path_(std::move(path)), options_(options) {
+  if (!is_local_path(path_)) {
+    const auto st = fs::stat(path_);
+    if (!st) throw DataError(path_ + ": cannot open: no such object");
+    object_ = std::make_unique<ObjectSource>(path_);
+    if (!object_->gzip) plain_size_ = static_cast<uint64_t>(st->size);
+    return;
+  }
+  path_ = local_path(path_);
   gzFile gz = gzopen(path_.c_str(), "rb");
   if (!gz) throw DataError(path_ + ": cannot open: " + std::strerror(errno));
   gzbuffer(gz, 1 << 18);
@@ -73,6 +152,14 @@ TFRecordReader::~TFRecordReader() {
 size_t TFRecordReader::read_fully(void* dst, size_t n) {
   auto* p = static_cast<char*>(dst);
   size_t got = 0;
+  if (object_) {
+    while (got < n) {
+      const size_t r = object_->read(p + got, n - got, path_);
+      if (r == 0) break;
+      got += r;
+    }
+    return got;
+  }
   while (got < n) {
     unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - got, 1u << 30));
     int r = gzread(static_cast<gzFile>(gz_), p + got, chunk);
@@ -165,7 +252,14 @@ std::string frame_record(const std::string& data) {
 
 TFRecordWriter::TFRecordWriter(std::string path, Compression compression)
     : path_(std::move(path)), compression_(compression) {
-  tmp_path_ = path_ + ".tmp-" + std::to_string(::getpid());
+  upload_ = !is_local_path(path_);
+  if (upload_) {
+    // The object is uploaded whole by close(); the records wait in a local temporary file.
+    tmp_path_ = make_temporary_file("upload");
+  } else {
+    path_ = local_path(path_);
+    tmp_path_ = path_ + ".tmp-" + std::to_string(::getpid());
+  }
   if (compression_ == Compression::kGzip) {
     gzFile gz = gzopen(tmp_path_.c_str(), "wb6");
     if (!gz) throw Error(tmp_path_ + ": cannot create: " + std::strerror(errno));
@@ -231,6 +325,18 @@ void TFRecordWriter::close() {
   } else {
     return;
   }
+  if (upload_) {
+    std::string bytes;
+    try {
+      bytes = read_file(tmp_path_);
+    } catch (...) {
+      std::remove(tmp_path_.c_str());
+      throw;
+    }
+    std::remove(tmp_path_.c_str());
+    fs::write_file(path_, bytes);
+    return;
+  }
   if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0)
     throw Error(path_ + ": rename failed: " + std::strerror(errno));
 }
@@ -239,7 +345,17 @@ void TFRecordWriter::close() {
 
 namespace orchard {
 
-int64_t count_records_fast(const std::string& path, bool stop_at_damage) {
+int64_t count_records_fast(const std::string& url, bool stop_at_damage) {
+  if (!is_local_path(url)) {
+    // No seeks on an object store: one request per record would cost more than reading the
+    // file in blocks, which the reader does (CRCs of the data are not checked).
+    TFRecordReader r(url, TFRecordReaderOptions{false, stop_at_damage});
+    std::string rec;
+    int64_t n = 0;
+    while (r.next(&rec)) ++n;
+    return n;
+  }
+  const std::string path = local_path(url);
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw DataError(path + ": cannot open: " + std::strerror(errno));
   unsigned char magic[2] = {0, 0};

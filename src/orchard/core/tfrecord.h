@@ -46,9 +46,12 @@ class TFRecordReader {
   size_t read_fully(void* dst, size_t n);
   void corrupt(const std::string& what, uint64_t at);
 
+  struct ObjectSource;  // an object-store file: blocks by ranged reads, inflated when GZIP
+
   std::string path_;
   TFRecordReaderOptions options_;
   void* gz_ = nullptr;  // gzFile; zlib reads plain files transparently
+  std::unique_ptr<ObjectSource> object_;
   uint64_t offset_ = 0;
   int64_t index_ = 0;
   int64_t skipped_ = 0;
@@ -58,7 +61,8 @@ class TFRecordReader {
 };
 
 // Writes to "<path>.tmp-<pid>" and renames to path on close(), so a killed writer never
-// leaves a half-written file under the final name.
+// leaves a half-written file under the final name. For an object-store path the records go to
+// a local temporary file, uploaded as one object by close().
 class TFRecordWriter {
  public:
   explicit TFRecordWriter(std::string path, Compression compression = Compression::kNone);
@@ -76,6 +80,7 @@ class TFRecordWriter {
 
   std::string path_;
   std::string tmp_path_;
+  bool upload_ = false;  // path_ is on an object store: close() uploads tmp_path_
   Compression compression_;
   void* gz_ = nullptr;
   std::FILE* file_ = nullptr;

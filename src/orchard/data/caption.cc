@@ -178,8 +178,12 @@ Vocabulary::Vocabulary(std::vector<std::string> words) : words_(std::move(words)
 }
 
 Vocabulary Vocabulary::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw DataError(path + ": cannot read the vocabulary file");
+  std::istringstream in;
+  try {
+    in.str(read_file(path));
+  } catch (const Error& e) {
+    throw DataError(path + ": cannot read the vocabulary file (" + e.what() + ")");
+  }
   std::vector<std::string> words;
   std::string line;
   int64_t line_no = 0;

@@ -175,7 +175,7 @@ CocoCaptionResult captions_to_records(const CocoCaptionOptions& o) {
     std::vector<std::vector<std::string>> all;
     for (const auto& e : images) all.insert(all.end(), e.captions->begin(), e.captions->end());
     const auto counts = count_words(all, o.min_word_count);
-    write_word_counts((fs::path(o.out_dir) / "word_counts.txt").string(), counts);
+    write_word_counts(join_path(o.out_dir, "word_counts.txt"), counts);
     vocab = vocabulary_from_counts(counts);
   } else {
     vocab = Vocabulary::load(o.vocab_file);
@@ -233,7 +233,7 @@ CocoConvertResult instances_to_records(const CocoConvertOptions& o) {
   // A second conversion into this out_dir (the validation split beside the training split)
   // shares its label map; one with other categories, or shards of another count, is refused
   // before anything is written.
-  const std::string label_map_path = (fs::path(o.out_dir) / "label_map.pbtxt").string();
+  const std::string label_map_path = join_path(o.out_dir, "label_map.pbtxt");
   const std::string label_map =
       label_map_text(std::vector<std::pair<int64_t, std::string>>(categories.begin(), categories.end()), true);
   check_label_map_file(label_map_path, label_map);

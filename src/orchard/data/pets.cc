@@ -268,7 +268,7 @@ PetsConvertResult convert_pets(const PetsConvertOptions& o) {
   std::map<std::string, int64_t> ids;
   std::string default_label_map;
   if (o.label_map_path.empty()) {
-    result.label_map_path = (fs::path(o.output_dir) / "pet_label_map.pbtxt").string();
+    result.label_map_path = join_path(o.output_dir, "pet_label_map.pbtxt");
     std::vector<std::pair<int64_t, std::string>> items;
     for (size_t i = 0; i < kPetClasses.size(); ++i) {
       items.emplace_back(static_cast<int64_t>(i) + 1, kPetClasses[i]);
@@ -297,8 +297,8 @@ PetsConvertResult convert_pets(const PetsConvertOptions& o) {
   python_random_shuffle(&names, 42);
   const size_t num_train = static_cast<size_t>(0.7 * static_cast<double>(names.size()));  // int(0.7 * n)
   const std::string base = o.faces_only ? "pet_faces" : "pets_fullbody_with_masks";
-  std::array<Split, 2> splits{Split{(fs::path(o.output_dir) / (base + "_train.record")).string(), {}},
-                              Split{(fs::path(o.output_dir) / (base + "_val.record")).string(), {}}};
+  std::array<Split, 2> splits{Split{join_path(o.output_dir, (base + "_train.record")), {}},
+                              Split{join_path(o.output_dir, (base + "_val.record")), {}}};
   splits[0].names.assign(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(num_train));
   splits[1].names.assign(names.begin() + static_cast<std::ptrdiff_t>(num_train), names.end());
   result.train_prefix = splits[0].prefix;

@@ -229,7 +229,7 @@ void write_caption_dataset(const ShapesOptions& o) {
   std::vector<std::vector<std::string>> captions;
   for (const auto& image : train) captions.insert(captions.end(), image.captions.begin(), image.captions.end());
   const auto counts = count_words(captions, 4);
-  write_word_counts((fs::path(o.out_dir) / "word_counts.txt").string(), counts);
+  write_word_counts(join_path(o.out_dir, "word_counts.txt"), counts);
   const Vocabulary vocab = vocabulary_from_counts(counts);
   write_shards(o.out_dir, "train", make_caption_records(train, vocab, mix_seed(o.seed, 1, 7)), o.train_shards);
   write_shards(o.out_dir, "validation", make_caption_records(validation, vocab, mix_seed(o.seed, 2, 7)),
@@ -372,11 +372,11 @@ std::pair<int64_t, int64_t> write_shapes_dataset(const ShapesOptions& o) {
     std::string label_map;
     for (size_t k = 0; k < kShapeKinds.size(); ++k)
       label_map += "item {\n  id: " + std::to_string(k + 1) + "\n  name: \"" + kShapeKinds[k] + "\"\n}\n";
-    atomic_write_file((fs::path(o.out_dir) / "label_map.pbtxt").string(), label_map);
+    atomic_write_file(join_path(o.out_dir, "label_map.pbtxt"), label_map);
   } else {
     std::string labels;
     for (const auto& name : shapes_multilabel_classes()) labels += name + "\n";
-    atomic_write_file((fs::path(o.out_dir) / "labels.txt").string(), labels);
+    atomic_write_file(join_path(o.out_dir, "labels.txt"), labels);
   }
   return {o.num_train, o.num_validation};
 }

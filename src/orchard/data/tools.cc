@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
@@ -99,7 +100,7 @@ std::vector<std::string> convert_split(const FashionMnistOptions& o, const std::
 void write_labels(const std::string& out_dir, const std::vector<std::string>& names) {
   std::string s;
   for (const auto& n : names) s += n + "\n";
-  atomic_write_file((fs::path(out_dir) / "labels.txt").string(), s);
+  atomic_write_file(join_path(out_dir, "labels.txt"), s);
 }
 
 // A detection data set's folders are not classes: PASCAL VOC's Annotations/ with JPEGImages/ or
@@ -221,8 +222,7 @@ std::string label_map_text(const std::vector<std::pair<int64_t, std::string>>& i
 }
 
 void check_label_map_file(const std::string& path, const std::string& text) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return;
+  if (!file_exists(path)) return;
   if (read_file(path) != text)
     throw Error(path + " already exists with other classes than this conversion's: records converted now would not "
                        "match it; choose another output directory, or remove the file");
@@ -230,25 +230,23 @@ void check_label_map_file(const std::string& path, const std::string& text) {
 
 void write_label_map_file(const std::string& path, const std::string& text) {
   check_label_map_file(path, text);
-  std::error_code ec;
-  if (fs::exists(path, ec)) return;  // the same bytes
+  if (file_exists(path)) return;  // the same bytes
   atomic_write_file(path, text);
 }
 
 void check_no_stale_shards(const std::string& out_dir, const std::string& prefix, int num_shards) {
-  std::error_code ec;
-  if (!fs::is_directory(out_dir, ec)) return;
+  if (!dir_exists(out_dir)) return;
   char ours[32];
   std::snprintf(ours, sizeof ours, "%05d", num_shards);
-  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
-    const std::string name = e.path().filename().string();
+  for (const std::string& file : list_dir(out_dir)) {
+    const std::string name = base_name(file);
     // <prefix>-NNNNN-of-MMMMM
     if (name.size() != prefix.size() + 15 || name.compare(0, prefix.size(), prefix) != 0) continue;
     const std::string tail = name.substr(prefix.size());
     bool shard = tail[0] == '-' && tail.compare(6, 4, "-of-") == 0;
     for (size_t i : {1, 2, 3, 4, 5, 10, 11, 12, 13, 14}) shard = shard && std::isdigit(static_cast<unsigned char>(tail[i]));
     if (shard && tail.compare(10, 5, ours) != 0)
-      throw Error(e.path().string() + " already exists: " + out_dir + " holds " + prefix +
+      throw Error(file + " already exists: " + out_dir + " holds " + prefix +
                   " records of another shard count than --num_shards " + std::to_string(num_shards) +
                   ", which a pattern would read together with the new ones; choose another output directory, or "
                   "remove them");
@@ -256,8 +254,9 @@ void check_no_stale_shards(const std::string& out_dir, const std::string& prefix
 }
 
 std::vector<std::string> read_labels(const std::string& path) {
-  std::ifstream in(path);
   std::vector<std::string> out;
+  if (!file_exists(path)) return out;
+  std::istringstream in(read_file(path));
   std::string line;
   while (std::getline(in, line))
     if (!line.empty()) out.push_back(line);

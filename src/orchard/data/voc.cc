@@ -181,12 +181,12 @@ VocConvertResult convert_voc(const VocConvertOptions& o) {
       o.year == "merged" ? std::vector<std::string>{"VOC2007", "VOC2012"} : std::vector<std::string>{o.year};
 
   VocConvertResult result;
-  fs::path out_dir = fs::path(o.output_path).parent_path();
+  std::string out_dir = parent_path(o.output_path);
   if (out_dir.empty()) out_dir = ".";
   std::map<std::string, int64_t> ids;
   std::string default_label_map;
   if (o.label_map_path.empty()) {
-    result.label_map_path = (out_dir / "pascal_label_map.pbtxt").string();
+    result.label_map_path = join_path(out_dir, "pascal_label_map.pbtxt");
     std::vector<std::pair<int64_t, std::string>> items;
     for (size_t i = 0; i < kPascalVocClasses.size(); ++i) {
       items.emplace_back(static_cast<int64_t>(i) + 1, kPascalVocClasses[i]);
@@ -206,7 +206,7 @@ VocConvertResult convert_voc(const VocConvertOptions& o) {
   for (const auto& year : years)
     for (auto& id : read_image_ids(fs::path(o.data_dir) / year / "ImageSets" / "Main", o.set))
       items.push_back({year, std::move(id)});
-  ensure_writable_dir(out_dir.string());
+  ensure_writable_dir(out_dir);
 
   TFRecordWriter writer(o.output_path);
   for (size_t i = 0; i < items.size(); ++i) {

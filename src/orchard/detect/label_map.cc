@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <map>
 
 #include "orchard/core/error.h"
@@ -55,8 +54,7 @@ LabelMap parse_label_map(const std::string& text, const std::string& source_name
 }
 
 LabelMap load_label_map(const std::string& path) {
-  std::error_code ec;
-  if (is_placeholder_path(path) && !std::filesystem::exists(path, ec))
+  if (is_placeholder_path(path) && !file_exists(path))
     throw Error(placeholder_message("label_map_path", path, "your label map (a StringIntLabelMap .pbtxt)"));
   return parse_label_map(read_file(path), path);
 }

@@ -9,13 +9,14 @@
 
 #include "orchard/core/error.h"
 #include "orchard/core/event_writer.h"
+#include "orchard/core/files.h"
 #include "orchard/engine/clock.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/distributed.h"
 #include "orchard/train/moving_average.h"
 #include "orchard/train/runtime.h"
 
-namespace fs = std::filesystem;
+
 
 namespace orchard::engine {
 
@@ -56,7 +57,7 @@ Evaluator::~Evaluator() = default;
 EventWriter* Evaluator::events() {
   const bool chief = !opt_.distributed || opt_.distributed->is_chief();
   if (!opt_.enable_tensorboard || !chief) return nullptr;
-  if (!events_) events_ = std::make_unique<EventWriter>((fs::path(opt_.model_dir) / "eval").string());
+  if (!events_) events_ = std::make_unique<EventWriter>(join_path(opt_.model_dir, "eval"));
   return events_.get();
 }
 
@@ -159,7 +160,7 @@ int64_t watch_checkpoints(const CheckpointWatch& w,
     try {
       evaluate(latest, step);
     } catch (const std::exception& e) {
-      if (!fs::exists(latest)) {
+      if (!file_exists(latest)) {
         spdlog::warn("{} was removed before it could be evaluated (max_to_keep); moving on to a newer one", latest);
         continue;
       }

@@ -19,7 +19,7 @@
 #include "orchard/train/moving_average.h"
 #include "orchard/train/runtime.h"
 
-namespace fs = std::filesystem;
+
 
 namespace orchard::engine {
 
@@ -190,7 +190,7 @@ train::RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input
   state.chief = m.chief();
   std::unique_ptr<EventWriter> train_events;
   if (m.opt.enable_tensorboard && m.chief()) {
-    train_events = std::make_unique<EventWriter>((fs::path(m.opt.model_dir) / "train").string());
+    train_events = std::make_unique<EventWriter>(join_path(m.opt.model_dir, "train"));
     state.train_events = train_events.get();
   }
   const auto hooks = m.hooks(eval_input);

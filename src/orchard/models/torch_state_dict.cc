@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "orchard/core/error.h"
+#include "orchard/core/files.h"
 
 namespace orchard::models {
 namespace {
@@ -290,9 +291,10 @@ class Unpickler {
 }  // namespace
 
 std::vector<std::pair<std::string, torch::Tensor>> read_torch_state_dict(const std::string& path) {
+  const LocalCopy local(path);  // the zip archive is read by seeking: an object is downloaded first
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> archive;
   try {
-    archive = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
+    archive = std::make_unique<caffe2::serialize::PyTorchStreamReader>(local.path());
   } catch (const c10::Error& e) {
     throw Error(path + ": not a torch.save zip archive (save with torch.save, torch >= 1.6): " +
                 std::string(e.what_without_backtrace()));

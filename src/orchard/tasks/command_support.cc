@@ -41,8 +41,7 @@ TrainRuntime start_training(const RuntimeFlags& f, int64_t global_batch_size, co
   rt.threads = train::configure_threads(f.num_threads);
   if (clean && rt.chief) clean_model_dir(model_dir);
   if (rt.dist) rt.dist->barrier();  // nobody restores from a model_dir being cleaned
-  std::error_code ec;
-  const bool existed = fs::exists(model_dir, ec);
+  const bool existed = !is_local_path(model_dir) || dir_exists(model_dir);
   ensure_writable_dir(model_dir);
   if (!existed) {
     struct RemoveIfEmpty {
@@ -84,14 +83,12 @@ data::PipelineOptions training_input(const std::string& file_pattern, int64_t gl
 }
 
 void clean_model_dir(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return;
+  if (!dir_exists(dir)) return;
   int removed = 0;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
+  for (const std::string& name : list_dir_names(dir)) {
     const bool ours = train::checkpoint_step(name) >= 0 || name == "checkpoint" || name == "config.json" ||
                       name == "labels.txt" || name == "train" || name == "eval" || name.rfind("ckpt-", 0) == 0;
-    if (ours) removed += static_cast<int>(fs::remove_all(e.path(), ec));
+    if (ours) removed += remove_tree(join_path(dir, name));
   }
   spdlog::info("--clean: removed {} files from {}", removed, dir);
 }
@@ -218,9 +215,9 @@ void log_run_summary(const train::RunStats& stats, double wall_secs, const std::
                stats.avg_exp_per_second, metrics.empty() ? "metrics: none" : metrics);
   std::vector<std::string> written;
   const std::string latest = train::CheckpointManager(model_dir).latest();
-  if (!latest.empty()) written.push_back("weights " + fs::path(latest).filename().string());
+  if (!latest.empty()) written.push_back("weights " + base_name(latest));
   for (const char* events : {"train", "eval"})
-    if (fs::is_directory(fs::path(model_dir) / events)) written.push_back(std::string(events) + "/ events");
+    if (dir_exists(join_path(model_dir, events))) written.push_back(std::string(events) + "/ events");
   if (!stats_file.empty()) written.push_back("stats " + stats_file);
   std::string list;
   for (const auto& w : written) list += (list.empty() ? "" : ", ") + w;
@@ -316,8 +313,8 @@ void add_runtime_flags(FlagSet* c, RuntimeFlags& f) {
 }
 
 nlohmann::json read_model_config(const std::string& model_dir, const std::string& task) {
-  const std::string path = (fs::path(model_dir) / "config.json").string();
-  if (!fs::exists(path)) throw Error(path + ": not found (is " + model_dir + " an Orchard " + task + " model_dir?)");
+  const std::string path = join_path(model_dir, "config.json");
+  if (!file_exists(path)) throw Error(path + ": not found (is " + model_dir + " an Orchard " + task + " model_dir?)");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_file(path));

@@ -106,7 +106,7 @@ void add_image_inference_verbs(TaskCommands* commands, const std::string& export
     add_host_flags(c, in->f);
     return [=] {
       auto [task, step] = restore(*in, flags_given_to(*c), false);
-      const auto labels = data::read_labels((std::filesystem::path(in->f.model_dir) / "labels.txt").string());
+      const auto labels = data::read_labels(join_path(in->f.model_dir, "labels.txt"));
       const TaskType& restored = *task;
       predict_images(*task, task->preprocess_options(), in->inputs, in->f.batch_size,
                      [&](const std::vector<std::string>& files, const at::Tensor& logits) {

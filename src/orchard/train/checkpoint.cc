@@ -8,7 +8,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -20,27 +19,24 @@
 #include "orchard/models/tf_weights.h"
 #include "orchard/train/moving_average.h"
 
-namespace fs = std::filesystem;
-
 namespace orchard::train {
 
 int64_t checkpoint_step(const std::string& path) {
   static const std::regex re(R"(ckpt-(\d+)\.pt)");
   std::smatch m;
-  const std::string name = fs::path(path).filename().string();
+  const std::string name = base_name(path);
   if (std::regex_match(name, m, re)) return std::stoll(m[1]);
   return -1;
 }
 
 std::string resolve_checkpoint_prefix(const std::string& path) {
-  std::error_code ec;
-  if (fs::is_regular_file(path, ec)) return path;
+  if (file_exists(path)) return path;
   static const std::regex re(R"((?:.*[^0-9])?ckpt-(\d+)(?:\.pt)?)");
   std::smatch m;
-  const std::string name = fs::path(path).filename().string();
+  const std::string name = base_name(path);
   if (std::regex_match(name, m, re)) {
-    const std::string ours = (fs::path(path).parent_path() / ("ckpt-" + m[1].str() + ".pt")).string();
-    if (fs::is_regular_file(ours, ec)) return ours;
+    const std::string ours = join_path(parent_path(path), "ckpt-" + m[1].str() + ".pt");
+    if (file_exists(ours)) return ours;
     throw Error(path + ": no such checkpoint (looked for " + ours + ")");
   }
   throw Error(path + ": no such checkpoint (give a ckpt-N.pt file, or the prefix model_dir/model.ckpt-N)");
@@ -51,11 +47,10 @@ CheckpointManager::CheckpointManager(std::string model_dir, int max_to_keep)
 
 std::vector<std::pair<int64_t, std::string>> CheckpointManager::list() const {
   std::vector<std::pair<int64_t, std::string>> out;
-  std::error_code ec;
-  if (!fs::is_directory(dir_, ec)) return out;
-  for (const auto& e : fs::directory_iterator(dir_, ec)) {
-    const int64_t step = checkpoint_step(e.path().string());
-    if (step >= 0 && e.is_regular_file()) out.emplace_back(step, e.path().string());
+  if (!dir_exists(dir_)) return out;
+  for (const std::string& file : list_dir(dir_)) {
+    const int64_t step = checkpoint_step(file);
+    if (step >= 0) out.emplace_back(step, file);
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -63,14 +58,13 @@ std::vector<std::pair<int64_t, std::string>> CheckpointManager::list() const {
 
 int CheckpointManager::remove_stale_temporaries() const {
   int removed = 0;
-  std::error_code ec;
-  if (!fs::is_directory(dir_, ec)) return 0;
-  for (const auto& e : fs::directory_iterator(dir_, ec)) {
-    const std::string name = e.path().filename().string();
-    if (e.is_regular_file() && name.find(".tmp-") != std::string::npos &&
+  if (!is_local_path(dir_) || !dir_exists(dir_)) return 0;  // object stores have no temporaries
+  for (const std::string& file : list_dir(dir_)) {
+    const std::string name = base_name(file);
+    if (name.find(".tmp-") != std::string::npos &&
         (name.rfind("ckpt-", 0) == 0 || name.rfind("checkpoint", 0) == 0 || name.rfind("config.json", 0) == 0 ||
          name.rfind("labels.txt", 0) == 0)) {
-      fs::remove(e.path(), ec);
+      remove_file(file);
       ++removed;
     }
   }
@@ -78,18 +72,17 @@ int CheckpointManager::remove_stale_temporaries() const {
 }
 
 std::string CheckpointManager::latest() const {
-  const fs::path index = fs::path(dir_) / "checkpoint";
-  std::error_code ec;
-  if (fs::exists(index, ec)) {
-    std::istringstream in(read_file(index.string()));
+  const std::string index = join_path(dir_, "checkpoint");
+  if (file_exists(index)) {
+    std::istringstream in(read_file(index));
     std::string line;
     while (std::getline(in, line)) {
       const std::string key = "model_checkpoint_path: \"";
       if (line.rfind(key, 0) == 0) {
         std::string name = line.substr(key.size());
         name = name.substr(0, name.find('"'));
-        const fs::path p = fs::path(dir_) / name;
-        if (fs::exists(p, ec)) return p.string();
+        const std::string p = join_path(dir_, name);
+        if (file_exists(p)) return p;
       }
     }
   }
@@ -154,27 +147,49 @@ std::string CheckpointManager::save(int64_t step, torch::nn::Module& model, torc
   const std::vector<char> bytes = torch::pickle_save(root);
 
   const std::string name = "ckpt-" + std::to_string(step) + ".pt";
-  const std::string path = (fs::path(dir_) / name).string();
+  const std::string path = join_path(dir_, name);
+  // Publication order (object stores have no rename): the checkpoint first, then the state
+  // file that names it, then the deletion of old ones. A reader following `checkpoint` never
+  // finds a checkpoint that is not complete; a job killed in between leaves the previous one
+  // named and whole.
   atomic_write_file(path, std::string(bytes.begin(), bytes.end()));
 
   auto all = list();
   std::string index = "model_checkpoint_path: \"" + name + "\"\n";
   const size_t keep_from = all.size() > static_cast<size_t>(max_to_keep_) ? all.size() - max_to_keep_ : 0;
   for (size_t i = keep_from; i < all.size(); ++i)
-    index += "all_model_checkpoint_paths: \"" + fs::path(all[i].second).filename().string() + "\"\n";
-  atomic_write_file((fs::path(dir_) / "checkpoint").string(), index);
+    index += "all_model_checkpoint_paths: \"" + base_name(all[i].second) + "\"\n";
+  atomic_write_file(join_path(dir_, "checkpoint"), index);
   for (size_t i = 0; i < keep_from; ++i) {
-    std::error_code ec;
-    fs::remove(all[i].second, ec);
+    try {
+      remove_file(all[i].second);
+    } catch (const std::exception& e) {
+      spdlog::warn("could not delete the old checkpoint {}: {}", all[i].second, e.what());
+    }
   }
   return path;
 }
 
-std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::Module& model,
+namespace {
+std::pair<int64_t, Meta> restore_local_checkpoint(const std::string& path, const std::string& file,
+                                                  torch::nn::Module& model, torch::optim::Optimizer* optimizer,
+                                                  const RestoreOptions& options);
+}  // namespace
+
+std::pair<int64_t, Meta> restore_checkpoint(const std::string& url, torch::nn::Module& model,
                                             torch::optim::Optimizer* optimizer, const RestoreOptions& options) {
-  if (!fs::is_regular_file(path)) throw Error(path + ": cannot open: no such file");
+  if (!file_exists(url)) throw Error(url + ": cannot open: no such file");
+  // libtorch reads the zip archive by seeking: an object is downloaded first.
+  const LocalCopy local(url);
+  return restore_local_checkpoint(url, local.path(), model, optimizer, options);
+}
+
+namespace {
+std::pair<int64_t, Meta> restore_local_checkpoint(const std::string& path, const std::string& file,
+                                                  torch::nn::Module& model, torch::optim::Optimizer* optimizer,
+                                                  const RestoreOptions& options) {
   try {
-    check_zip_crcs(path);
+    check_zip_crcs(file);
   } catch (const DataError& e) {
     throw UnreadableCheckpoint(std::string(e.what()) + " (not an Orchard checkpoint, or a truncated or corrupt one)");
   }
@@ -183,7 +198,7 @@ std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::
     // What torch::pickle_load does, with the archive read from the file record by record into
     // the tensors' storages, instead of from a whole-file copy in memory (3-6x faster for a
     // 100 MB checkpoint here).
-    caffe2::serialize::PyTorchStreamReader reader(path);
+    caffe2::serialize::PyTorchStreamReader reader(file);
     root = torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt, c10::nullopt, reader);
   } catch (const std::exception& e) {
     // libtorch's message carries a C++ stack trace after its first line.
@@ -296,6 +311,7 @@ std::pair<int64_t, Meta> restore_checkpoint(const std::string& path, torch::nn::
   }
   return {dict.at("step").toInt(), meta};
 }
+}  // namespace
 
 PartialRestore restore_part(const std::string& checkpoint, const std::string& flag, torch::nn::Module& model,
                             std::function<bool(const std::string& name)> skip,
@@ -317,11 +333,11 @@ PartialRestore restore_part(const std::string& checkpoint, const std::string& fl
     return r;
   }
   r.path = checkpoint;
-  if (fs::is_directory(r.path)) {
+  if (!file_exists(r.path) && dir_exists(r.path)) {
     r.path = CheckpointManager(checkpoint).latest();
     if (r.path.empty()) throw Error(flag + " " + checkpoint + ": no checkpoint in that directory");
   }
-  if (!fs::exists(r.path)) throw Error(flag + " " + checkpoint + ": no such file");
+  if (!file_exists(r.path)) throw Error(flag + " " + checkpoint + ": no such file");
   RestoreOptions ro;
   ro.load_optimizer = false;
   ro.load_rng = false;

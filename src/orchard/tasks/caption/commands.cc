@@ -189,7 +189,7 @@ void add_train_flags(FlagSet* c, CaptionFlags& f) {
 std::string default_vocab_file(const std::string& pattern) {
   const auto files = expand_file_pattern(pattern);
   if (files.empty()) throw Error("no files match '" + pattern + "'");
-  return (fs::path(files.front()).parent_path() / "word_counts.txt").string();
+  return join_path(parent_path(files.front()), "word_counts.txt");
 }
 
 tasks::CaptionConfig task_config(const CaptionFlags& f, const data::Vocabulary& vocab) {
@@ -268,7 +268,7 @@ void load_model_config(const std::string& train_dir, CaptionFlags* f) {
 }
 
 data::Vocabulary load_vocab(const std::string& path, const std::string& flag_hint) {
-  if (!fs::exists(path)) throw Error("vocabulary " + path + " not found (" + flag_hint + ")");
+  if (!file_exists(path)) throw Error("vocabulary " + path + " not found (" + flag_hint + ")");
   return data::Vocabulary::load(path);
 }
 
@@ -332,10 +332,10 @@ void run_train(CaptionFlags f) {
   const auto vocab = load_vocab(f.vocab_file, "--vocab_file");
   // TF-Slim's Inception-v3 weights: the encoder pools as TF-Slim's did (also when a run
   // started from them resumes without the flag).
-  const std::string saved = (fs::path(f.train_dir) / "config.json").string();
+  const std::string saved = join_path(f.train_dir, "config.json");
   f.inception_tf_avg_pool =
       (!f.inception_checkpoint_file.empty() && tf::is_tensorflow_checkpoint(f.inception_checkpoint_file)) ||
-      (fs::exists(saved) && json::parse(read_file(saved)).value("inception_pooling", std::string()) == "tf");
+      (file_exists(saved) && json::parse(read_file(saved)).value("inception_pooling", std::string()) == "tf");
   const auto tcfg = task_config(f, vocab);
 
   // The data is checked before a model is built.
@@ -384,8 +384,8 @@ void run_train(CaptionFlags f) {
     if (step == 0 && f.inception_checkpoint_file.empty())
       spdlog::warn("no --inception_checkpoint_file: the encoder starts from random weights");
     if (!rt.chief) return;
-    atomic_write_file((fs::path(f.train_dir) / "config.json").string(), config_json(f, tcfg).dump(2) + "\n");
-    atomic_write_file((fs::path(f.train_dir) / "word_counts.txt").string(), read_file(f.vocab_file));
+    atomic_write_file(join_path(f.train_dir, "config.json"), config_json(f, tcfg).dump(2) + "\n");
+    atomic_write_file(join_path(f.train_dir, "word_counts.txt"), read_file(f.vocab_file));
   };
 
   spdlog::info("caption: Show and Tell at {}px, vocabulary {} words, encoder {}, {} records ({} steps/epoch), {} steps, "
@@ -419,7 +419,7 @@ void run_eval(EvalFlags e) {
   auto& f = e.f;
   train::configure_threads(f.num_threads);
   load_model_config(e.watch.checkpoint_dir, &f);
-  if (f.vocab_file.empty()) f.vocab_file = (fs::path(e.watch.checkpoint_dir) / "word_counts.txt").string();
+  if (f.vocab_file.empty()) f.vocab_file = join_path(e.watch.checkpoint_dir, "word_counts.txt");
   const auto vocab = load_vocab(f.vocab_file, "--vocab_file");
   tasks::CaptionTask task(task_config(f, vocab));
   const auto input = eval_options(f, f.input_file_pattern);
@@ -467,13 +467,13 @@ void run_inference(RunFlags r) {
   train::configure_threads(f.num_threads);
   // run: --checkpoint_path is a train_dir or one checkpoint file in it; predict: --model_dir is the
   // train_dir and --checkpoint an optional file.
-  if (r.checkpoint.empty() && !fs::is_directory(r.checkpoint_path)) {
+  if (r.checkpoint.empty() && !dir_exists(r.checkpoint_path)) {
     r.checkpoint = r.checkpoint_path;
-    r.checkpoint_path = fs::path(r.checkpoint_path).parent_path().string();
+    r.checkpoint_path = parent_path(r.checkpoint_path);
   }
   const std::string train_dir = r.checkpoint_path;
   load_model_config(train_dir, &f);
-  if (f.vocab_file.empty()) f.vocab_file = (fs::path(train_dir) / "word_counts.txt").string();
+  if (f.vocab_file.empty()) f.vocab_file = join_path(train_dir, "word_counts.txt");
   const auto vocab = load_vocab(f.vocab_file, "--vocab_file");
   tasks::CaptionTask task(task_config(f, vocab));
   engine::restore_for_inference(task, train_dir, r.checkpoint);
@@ -495,7 +495,7 @@ void run_inference(RunFlags r) {
                    const auto captions = task.generate_from_embeddings(embeddings);
                    for (size_t i = 0; i < files.size(); ++i) {
                      json list = json::array();
-                     if (!r.json_out) std::cout << "Captions for image " << fs::path(files[i]).filename().string() << ":\n";
+                     if (!r.json_out) std::cout << "Captions for image " << base_name(files[i]) << ":\n";
                      for (size_t k = 0; k < captions[i].size(); ++k) {
                        const auto& c = captions[i][k];
                        const std::string sentence = vocab.sentence(c.words);

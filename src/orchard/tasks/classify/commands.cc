@@ -177,7 +177,7 @@ bool channels_last(const ClassifyFlags& f, bool cuda) {
 
 int64_t resolve_num_classes(const ClassifyFlags& f) {
   if (f.num_classes > 0) return f.num_classes;
-  auto labels = data::read_labels((fs::path(f.data_dir) / "labels.txt").string());
+  auto labels = data::read_labels(join_path(f.data_dir, "labels.txt"));
   return labels.empty() ? 1000 : static_cast<int64_t>(labels.size());
 }
 
@@ -299,14 +299,14 @@ int64_t total_train_steps(const ClassifyFlags& f, int64_t num_examples) {
 void run_continuous_eval(ClassifyFlags f) {
   if (f.batch_size < 1) throw Error("--batch_size must be positive");
   if (f.use_synthetic_data) throw Error("--mode " + f.mode + " evaluates the validation shards; not with --use_synthetic_data");
-  if (!fs::is_directory(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
+  if (!dir_exists(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
   train::configure_threads(f.num_threads);
   check_dir_can_be_written(f.model_dir);  // eval/ is made with the first summary
   const int64_t num_examples = f.num_train_examples > 0
                                    ? f.num_train_examples
-                                   : count_examples((fs::path(f.data_dir) / "train-*").string(), f.skip_corrupt_records);
+                                   : count_examples(join_path(f.data_dir, "train-*"), f.skip_corrupt_records);
   const int64_t total = total_train_steps(f, num_examples);
-  const std::string validation = (fs::path(f.data_dir) / "validation-*").string();
+  const std::string validation = join_path(f.data_dir, "validation-*");
   count_examples(validation, f.skip_corrupt_records);  // a clear error before the wait for checkpoints
   auto tcfg = task_config(f, /*cuda=*/false);
   tcfg.model.initialize = false;  // every evaluation restores a checkpoint
@@ -356,12 +356,12 @@ void run_train(ClassifyFlags f) {
   std::string train_files;
   int64_t num_examples = f.num_train_examples;
   if (!f.use_synthetic_data) {
-    if (!fs::is_directory(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
-    train_files = (fs::path(f.data_dir) / "train-*").string();
+    if (!dir_exists(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
+    train_files = join_path(f.data_dir, "train-*");
     const int64_t counted = count_examples(train_files, f.skip_corrupt_records);
     if (num_examples <= 0) num_examples = counted;
     if (!f.skip_eval)
-      check_evaluation_data((fs::path(f.data_dir) / "validation-*").string(), "--skip_eval", f.skip_corrupt_records);
+      check_evaluation_data(join_path(f.data_dir, "validation-*"), "--skip_eval", f.skip_corrupt_records);
   } else if (num_examples <= 0) {
     num_examples = 1281167;  // ImageNet, as the seed's synthetic input assumes
   }
@@ -419,7 +419,7 @@ void run_train(ClassifyFlags f) {
   train_input.cache = f.training_dataset_cache;
   train_input.shuffle_buffer = f.shuffle_buffer;
   const data::PipelineOptions eval_input =
-      eval_input_options(train_input, (fs::path(f.data_dir) / "validation-*").string());
+      eval_input_options(train_input, join_path(f.data_dir, "validation-*"));
 
   // The configuration is the single truth: save it next to the run, once the newest
   // checkpoint (if any) has been restored, so a mismatched restart overwrites nothing.
@@ -433,10 +433,10 @@ void run_train(ClassifyFlags f) {
                    r.restored.size());
     }
     if (!rt.chief) return;
-    atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, tcfg).dump(2) + "\n");
-    const std::string labels = (fs::path(f.data_dir) / "labels.txt").string();
-    if (!f.use_synthetic_data && fs::exists(labels))
-      atomic_write_file((fs::path(f.model_dir) / "labels.txt").string(), read_file(labels));
+    atomic_write_file(join_path(f.model_dir, "config.json"), config_json(f, tcfg).dump(2) + "\n");
+    const std::string labels = join_path(f.data_dir, "labels.txt");
+    if (!f.use_synthetic_data && file_exists(labels))
+      atomic_write_file(join_path(f.model_dir, "labels.txt"), read_file(labels));
   };
 
   spdlog::info("classify: {} ({} classes) at {}px, {}, {} examples/epoch, {} steps/epoch, {} steps, {} threads",
@@ -469,7 +469,7 @@ struct ClassifyVerbs {
     load_model_config(model_dir, f, given);
   }
   static ClassificationConfig config(const Flags& f) { return task_config(f, false); }
-  static std::string validation_files(const Flags& f) { return (fs::path(f.data_dir) / "validation-*").string(); }
+  static std::string validation_files(const Flags& f) { return join_path(f.data_dir, "validation-*"); }
   static void add_inference_flags(FlagSet* c, Flags& f, bool predict) {
     if (predict) c->add_option("--top_k", f.top_k, "Classes to print per image")->capture_default_str();
   }

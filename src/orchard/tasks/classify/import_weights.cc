@@ -49,7 +49,7 @@ std::string join(const std::vector<std::string>& names, size_t limit = 20) {
 
 void write_model_dir(const ImportFlags& f, tasks::ClassificationTask& task, const std::string& source,
                      const std::string& input_normalization) {
-  fs::create_directories(f.out_dir);
+  ensure_writable_dir(f.out_dir);
   train::CheckpointManager manager(f.out_dir);
   if (!manager.latest().empty()) throw Error(f.out_dir + " already holds checkpoints; import into an empty directory");
   const std::string path = manager.save(0, *task.module(), nullptr, task.signature());
@@ -61,9 +61,9 @@ void write_model_dir(const ImportFlags& f, tasks::ClassificationTask& task, cons
                                  {"image_size", task.config().image_size},
                                  {"data_format", "channels_first"},
                                  {"augmentation", "resnet"},
-                                 {"imported_from", fs::absolute(source).string()},
+                                 {"imported_from", is_local_path(source) ? fs::absolute(local_path(source)).string() : source},
                                  {"input_normalization", input_normalization}};
-  atomic_write_file((fs::path(f.out_dir) / "config.json").string(), config.dump(2) + "\n");
+  atomic_write_file(join_path(f.out_dir, "config.json"), config.dump(2) + "\n");
   spdlog::info("imported {} ({} classes) into {}", f.arch, task.config().model.num_classes, path);
 }
 

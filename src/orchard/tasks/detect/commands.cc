@@ -226,7 +226,7 @@ Loaded load(const DetectFlags& f, const std::string& config_path) {
 // full always does.
 void fine_tune(tasks::DetectionTask& task, const std::string& checkpoint, const std::string& type, bool load_all,
                const pb::TrainEvalPipelineConfig& pipeline, bool strict) {
-  if (detect::is_placeholder_path(checkpoint) && !fs::exists(checkpoint) && !fs::exists(checkpoint + ".index"))
+  if (detect::is_placeholder_path(checkpoint) && !file_exists(checkpoint) && !file_exists(checkpoint + ".index"))
     throw Error(detect::placeholder_message("train_config.fine_tune_checkpoint", checkpoint,
                                             "your checkpoint, or remove the line to train from scratch"));
   const auto selection = tasks::fine_tune_selection(task, type, load_all);
@@ -321,7 +321,7 @@ json config_json(const DetectFlags& f, const tasks::DetectionConfig& c, const Me
 void run_continuous_eval(DetectFlags f) {
   const std::string model_dir = f.model_dir.empty() ? f.watch.checkpoint_dir : f.model_dir;
   std::string config_path = f.pipeline_config_path;
-  if (config_path.empty()) config_path = (fs::path(f.watch.checkpoint_dir) / "pipeline.config").string();
+  if (config_path.empty()) config_path = join_path(f.watch.checkpoint_dir, "pipeline.config");
   auto l = load(f, config_path);
   train::configure_threads(f.num_threads);
   check_dir_can_be_written(model_dir);  // eval/ is made with the first summary, not before
@@ -371,10 +371,10 @@ void export_model(tasks::DetectionTask& task, const std::string& model_dir, cons
   train::CheckpointManager manager(out_dir, 1);
   auto meta = task.signature();
   manager.save(step, *task.module(), nullptr, meta);
-  atomic_write_file((fs::path(out_dir) / "pipeline.config").string(), detect::pipeline_config_to_text(l.pipeline));
-  atomic_write_file((fs::path(out_dir) / "label_map.pbtxt").string(), detect::label_map_to_text(l.label_map));
-  const std::string cfg = (fs::path(model_dir) / "config.json").string();
-  if (fs::exists(cfg)) atomic_write_file((fs::path(out_dir) / "config.json").string(), read_file(cfg));
+  atomic_write_file(join_path(out_dir, "pipeline.config"), detect::pipeline_config_to_text(l.pipeline));
+  atomic_write_file(join_path(out_dir, "label_map.pbtxt"), detect::label_map_to_text(l.label_map));
+  const std::string cfg = join_path(model_dir, "config.json");
+  if (file_exists(cfg)) atomic_write_file(join_path(out_dir, "config.json"), read_file(cfg));
   spdlog::info("exported the inference model to {}", out_dir);
 }
 
@@ -475,9 +475,9 @@ void run_train(DetectFlags f) {
                      tc.fine_tune_checkpoint());
     }
     if (!rt.chief) return;
-    atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, l.config, task.meta_architecture()).dump(2) + "\n");
-    atomic_write_file((fs::path(f.model_dir) / "pipeline.config").string(), detect::pipeline_config_to_text(l.pipeline));
-    atomic_write_file((fs::path(f.model_dir) / "label_map.pbtxt").string(), detect::label_map_to_text(l.label_map));
+    atomic_write_file(join_path(f.model_dir, "config.json"), config_json(f, l.config, task.meta_architecture()).dump(2) + "\n");
+    atomic_write_file(join_path(f.model_dir, "pipeline.config"), detect::pipeline_config_to_text(l.pipeline));
+    atomic_write_file(join_path(f.model_dir, "label_map.pbtxt"), detect::label_map_to_text(l.label_map));
   };
   const auto& keep = l.config.input.keep_aspect_ratio;
   const std::string size = !keep ? fmt::format("{}x{}", l.config.input.height, l.config.input.width)
@@ -491,7 +491,7 @@ void run_train(DetectFlags f) {
   const int64_t limit = (l.pipeline.eval_config().num_examples() + workers - 1) / workers;
   auto stats = train_on_pipelines(trainer, task, train_input, eval_input, !has_eval, f.stats_file, {}, limit);
   if (rt.chief)
-    export_model(task, f.model_dir, (fs::path(f.model_dir) / "export" / std::to_string(stats.global_step)).string(),
+    export_model(task, f.model_dir, join_path(join_path(f.model_dir, "export"), std::to_string(stats.global_step)),
                  stats.global_step, l);
   if (stats.eval.count("DetectionBoxes_Precision/mAP"))
     spdlog::info("final: mAP {:.4f}, mAP@.50IOU {:.4f}, AR@100 {:.4f} at step {}",
@@ -503,8 +503,8 @@ void run_train(DetectFlags f) {
 // A model_dir written by `detect train`, or an export directory inside it.
 Loaded load_for_inference(DetectFlags& f) {
   if (!f.pipeline_config_path.empty()) return load(f, f.pipeline_config_path);
-  const std::string cfg = (fs::path(f.model_dir) / "pipeline.config").string();
-  if (!fs::exists(cfg))
+  const std::string cfg = join_path(f.model_dir, "pipeline.config");
+  if (!file_exists(cfg))
     throw Error(f.model_dir + ": no pipeline.config (is it a model_dir written by `orchard detect train`?)");
   return load(f, cfg);
 }
@@ -528,8 +528,8 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
   train::configure_threads(f.num_threads);
   // The saved config names the label map the model was trained with; the copy beside it wins.
   auto l = load_for_inference(f);
-  const std::string saved_map = (fs::path(f.model_dir) / "label_map.pbtxt").string();
-  if (fs::exists(saved_map)) {
+  const std::string saved_map = join_path(f.model_dir, "label_map.pbtxt");
+  if (file_exists(saved_map)) {
     l.label_map = detect::load_label_map(saved_map);
     l.config.class_names.clear();
     for (int64_t id = 1; id <= l.config.num_classes; ++id)
@@ -564,11 +564,12 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
   // same name in another folder) gets "-2", "-3", ... instead of overwriting its result.
   std::set<std::string> drawn_names;
   auto drawn_path = [&](const std::string& file) {
-    const std::string stem = fs::path(file).stem().string();
+    std::string stem = base_name(file);
+    if (stem.find('.', 1) != std::string::npos) stem = stem.substr(0, stem.rfind('.'));
     std::string name = stem + ".png";
     for (int n = 2; !drawn_names.insert(name).second; ++n) name = stem + "-" + std::to_string(n) + ".png";
     if (name != stem + ".png") spdlog::info("{}: another input is also named {}; drawn as {}", file, stem, name);
-    return (fs::path(output_dir) / name).string();
+    return join_path(output_dir, name);
   };
   // Text: boxes as [xmin,ymin,xmax,ymax] in the original image's pixels, said on each line;
   // JSON: "box" normalised [ymin, xmin, ymax, xmax] (the OD API's detection_boxes), said in
@@ -696,7 +697,7 @@ TaskCommands detect_commands() {
       if (!e->checkpoint.empty()) e->checkpoint = train::resolve_checkpoint_prefix(e->checkpoint);
       if (f->model_dir.empty()) {
         if (e->checkpoint.empty()) throw Error("--model_dir or --trained_checkpoint_prefix is required");
-        f->model_dir = fs::path(e->checkpoint).parent_path().string();
+        f->model_dir = parent_path(e->checkpoint);
         if (f->model_dir.empty()) f->model_dir = ".";
       }
       auto l = load_for_inference(*f);

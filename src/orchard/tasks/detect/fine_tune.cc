@@ -1,6 +1,5 @@
 #include "orchard/tasks/detect/fine_tune.h"
 
-#include <filesystem>
 #include <set>
 
 #include "orchard/core/error.h"
@@ -10,7 +9,6 @@
 #include "orchard/proto/object_detection/pipeline.pb.h"
 #include "orchard/tasks/detect/detection.h"
 
-namespace fs = std::filesystem;
 namespace pb = object_detection::protos;
 
 namespace orchard::tasks {
@@ -60,18 +58,17 @@ std::string join(const std::vector<std::string>& items, size_t most) {
 // the checkpoint under `config`'s fine-tuning type.
 std::vector<std::string> own_config_hint(const tf::CheckpointReader& checkpoint, size_t unfit,
                                          const pb::TrainEvalPipelineConfig& config) {
-  const fs::path own = fs::path(checkpoint.prefix()).parent_path() / "pipeline.config";
-  std::error_code ec;
-  if (!fs::is_regular_file(own, ec)) return {};
+  const std::string own = join_path(parent_path(checkpoint.prefix()), "pipeline.config");
+  if (!file_exists(own)) return {};
   pb::TrainEvalPipelineConfig theirs;
   std::vector<std::string> differences;
   size_t theirs_unfit = 0;
   try {
     std::vector<std::string> unknown;  // fields of older OD APIs (batch_norm_trainable): not the model's shape
-    detect::parse_text_proto(read_file(own.string()), own.string(), &theirs, &unknown);
+    detect::parse_text_proto(read_file(own), own, &theirs, &unknown);
     differences = detect::message_differences(config.model(), theirs.model(), "model");
     if (differences.empty()) return {};
-    detect::validate_pipeline_config(theirs, own.string());
+    detect::validate_pipeline_config(theirs, own);
     DetectionTask task(detection_config(theirs, false));
     const std::string type = fine_tune_checkpoint_type(config.train_config());
     const auto selection = fine_tune_selection(task, type, config.train_config().load_all_detection_checkpoint_vars());
@@ -79,13 +76,13 @@ std::vector<std::string> own_config_hint(const tf::CheckpointReader& checkpoint,
                                                selection.skip);
     theirs_unfit = m.count(models::TfMatch::kMissing) + m.count(models::TfMatch::kShapeMismatch);
   } catch (const Error& e) {
-    return {"the checkpoint's own " + own.string() + " could not be compared: " + e.what()};
+    return {"the checkpoint's own " + own + " could not be compared: " + e.what()};
   }
   const std::string fields = "its model differs from this config's in: " + join(differences, 8);
   if (theirs_unfit >= unfit)
-    return {"the checkpoint's own " + own.string() + " does not fit it better (its model leaves out " +
+    return {"the checkpoint's own " + own + " does not fit it better (its model leaves out " +
             std::to_string(theirs_unfit) + "); " + fields};
-  return {"the checkpoint's own " + own.string() + " builds a model that " +
+  return {"the checkpoint's own " + own + " builds a model that " +
           (theirs_unfit == 0 ? std::string("takes every variable it would restore")
                              : "leaves out " + std::to_string(theirs_unfit) + " instead of " + std::to_string(unfit)) +
           "; " + fields};

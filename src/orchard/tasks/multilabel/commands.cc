@@ -208,9 +208,9 @@ void load_model_config(const std::string& model_dir, MultiLabelFlags* f, const F
 // ML-Images keeps shards in data_dir/train/ and data_dir/val/; `orchard data` writes
 // train-* and validation-* shards. Either layout works.
 std::string shard_pattern(const std::string& data_dir, bool training) {
-  const fs::path dir = fs::path(data_dir) / (training ? "train" : "val");
-  if (fs::is_directory(dir)) return (dir / "*").string();
-  return (fs::path(data_dir) / (training ? "train-*" : "validation-*")).string();
+  const std::string dir = join_path(data_dir, training ? "train" : "val");
+  if (dir_exists(dir)) return join_path(dir, "*");
+  return join_path(data_dir, (training ? "train-*" : "validation-*"));
 }
 
 void fine_tune_from(tasks::MultiLabelTask& task, const std::string& checkpoint) {
@@ -235,7 +235,7 @@ void run_train(MultiLabelFlags f) {
   auto tcfg = task_config(f);
 
   // The data is checked before a model is built.
-  if (!fs::is_directory(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
+  if (!dir_exists(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
   const std::string train_files = shard_pattern(f.data_dir, true);
   const int64_t num_examples = count_examples(train_files, f.skip_corrupt_records);
   const int64_t steps_per_epoch = std::max<int64_t>(1, num_examples / f.batch_size);
@@ -271,9 +271,9 @@ void run_train(MultiLabelFlags f) {
   topt.on_start = [&](int64_t step) {
     if (step == 0 && !f.pretrain_ckpt.empty()) fine_tune_from(task, f.pretrain_ckpt);
     if (!rt.chief) return;
-    atomic_write_file((fs::path(f.model_dir) / "config.json").string(), config_json(f, tcfg).dump(2) + "\n");
-    const std::string labels = (fs::path(f.data_dir) / "labels.txt").string();
-    if (fs::exists(labels)) atomic_write_file((fs::path(f.model_dir) / "labels.txt").string(), read_file(labels));
+    atomic_write_file(join_path(f.model_dir, "config.json"), config_json(f, tcfg).dump(2) + "\n");
+    const std::string labels = join_path(f.data_dir, "labels.txt");
+    if (file_exists(labels)) atomic_write_file(join_path(f.model_dir, "labels.txt"), read_file(labels));
   };
 
   spdlog::info("multilabel: {} ({} classes) at {}px, {}, {} examples/epoch, {} steps, {} threads", tcfg.model.arch,
