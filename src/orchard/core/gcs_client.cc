@@ -25,18 +25,18 @@ using json = nlohmann::json;
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
 constexpr uint64_t kChunkGranularity = 256u << 10;  // resumable chunks are multiples of this
-const char *const kDefaultTokenUri = "https://oauth2.googleapis.com/token";
+const char* const kDefaultTokenUri = "https://oauth2.googleapis.com/token";
 
-std::optional<std::string> process_env(const std::string &name) {
-  const char *v = std::getenv(name.c_str());
+std::optional<std::string> process_env(const std::string& name) {
+  const char* v = std::getenv(name.c_str());
   if (!v || !*v) return std::nullopt;
   return std::string(v);
 }
 
-// Percent-encodes all but RFC 3986's unreserved characters: an object name is
-// one path segment in the JSON API, so its '/' becomes %2F.
-std::string url_encode(const std::string &s) {
-  static const char *hex = "0123456789ABCDEF";
+// Percent-encodes all but RFC 3986's unreserved characters: an object name is one path segment in
+// the JSON API, so its '/' becomes %2F.
+std::string url_encode(const std::string& s) {
+  static const char* hex = "0123456789ABCDEF";
   std::string out;
   for (unsigned char c : s) {
     if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
@@ -50,31 +50,30 @@ std::string url_encode(const std::string &s) {
   return out;
 }
 
-std::string base64(const unsigned char *data, size_t n) {
+std::string base64(const unsigned char* data, size_t n) {
   std::string out(4 * ((n + 2) / 3), '\0');
-  const int len = EVP_EncodeBlock(reinterpret_cast<unsigned char *>(out.data()), data, static_cast<int>(n));
+  const int len = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()), data, static_cast<int>(n));
   out.resize(static_cast<size_t>(len));
   return out;
 }
 
-std::string base64url(const std::string &s) {
-  std::string out = base64(reinterpret_cast<const unsigned char *>(s.data()), s.size());
-  for (char &c : out) c = c == '+' ? '-' : c == '/' ? '_' : c;
+std::string base64url(const std::string& s) {
+  std::string out = base64(reinterpret_cast<const unsigned char*>(s.data()), s.size());
+  for (char& c : out) c = c == '+' ? '-' : c == '/' ? '_' : c;
   while (!out.empty() && out.back() == '=') out.pop_back();
   return out;
 }
 
 // GCS writes a CRC-32C as the base64 of its 4 big-endian bytes.
-std::optional<uint32_t> decode_crc32c(const std::string &b64) {
+std::optional<uint32_t> decode_crc32c(const std::string& b64) {
   if (b64.size() != 8) return std::nullopt;
   unsigned char raw[8];
-  if (EVP_DecodeBlock(raw, reinterpret_cast<const unsigned char *>(b64.data()), 8) != 6) return std::nullopt;
+  if (EVP_DecodeBlock(raw, reinterpret_cast<const unsigned char*>(b64.data()), 8) != 6) return std::nullopt;
   return (uint32_t{raw[0]} << 24) | (uint32_t{raw[1]} << 16) | (uint32_t{raw[2]} << 8) | uint32_t{raw[3]};
 }
 
-// x-goog-hash: "crc32c=AAAAAA==,md5=..." (one header, or several joined with ",
-// ").
-std::optional<uint32_t> crc32c_from_hash_header(const std::map<std::string, std::string> &headers) {
+// x-goog-hash: "crc32c=AAAAAA==,md5=..." (one header, or several joined with ", ").
+std::optional<uint32_t> crc32c_from_hash_header(const std::map<std::string, std::string>& headers) {
   const auto it = headers.find("x-goog-hash");
   if (it == headers.end()) return std::nullopt;
   std::stringstream ss(it->second);
@@ -88,7 +87,7 @@ std::optional<uint32_t> crc32c_from_hash_header(const std::map<std::string, std:
 }
 
 std::string one_line(std::string s) {
-  for (char &c : s)
+  for (char& c : s)
     if (c == '\n' || c == '\r') c = ' ';
   while (!s.empty() && s.back() == ' ') s.pop_back();
   return s;
@@ -129,15 +128,13 @@ struct ServiceError {
   std::string code, message;
 };
 
-// {"error": {"code": 403, "message": "...", "errors": [{"reason":
-// "forbidden"}]}} from storage,
-// {"error": "invalid_grant", "error_description": "..."} from OAuth token
-// endpoints.
-ServiceError parse_error(long status, const std::string &body) {
+// {"error": {"code": 403, "message": "...", "errors": [{"reason": "forbidden"}]}} from storage,
+// {"error": "invalid_grant", "error_description": "..."} from OAuth token endpoints.
+ServiceError parse_error(long status, const std::string& body) {
   ServiceError e;
   const json j = json::parse(body, nullptr, false);
   if (!j.is_discarded() && j.is_object() && j.contains("error")) {
-    const json &err = j["error"];
+    const json& err = j["error"];
     if (err.is_string()) {
       e.code = err.get<std::string>();
       if (j.contains("error_description") && j["error_description"].is_string())
@@ -156,9 +153,8 @@ ServiceError parse_error(long status, const std::string &body) {
   return e;
 }
 
-// "HTTP 403 forbidden (message)" or the transport's failure; whether another
-// try may help.
-std::string describe(const http::Response &r, ServiceError *se, bool *retry) {
+// "HTTP 403 forbidden (message)" or the transport's failure; whether another try may help.
+std::string describe(const http::Response& r, ServiceError* se, bool* retry) {
   if (r.transport_failed) {
     *retry = r.transport_retryable;
     return r.transport_error + (r.status ? " (after HTTP " + std::to_string(r.status) + ")" : "");
@@ -169,38 +165,37 @@ std::string describe(const http::Response &r, ServiceError *se, bool *retry) {
          (se->message.empty() ? "" : " (" + se->message + ")");
 }
 
-std::string looked_at_text(const Credentials &c) {
+std::string looked_at_text(const Credentials& c) {
   std::string s;
   for (size_t i = 0; i < c.looked_at.size(); ++i) s += (i ? ", " : "") + c.looked_at[i];
   return s;
 }
 
-std::string credentials_text(const Credentials &c) {
+std::string credentials_text(const Credentials& c) {
   return "; credentials from " + c.source + "; looked at: " + looked_at_text(c);
 }
 
-// An upload session URI is a capability: messages show it without its
-// upload_id.
-std::string redact(const std::string &url) {
+// An upload session URI is a capability: messages show it without its upload_id.
+std::string redact(const std::string& url) {
   const size_t at = url.find("upload_id=");
   if (at == std::string::npos) return url;
   const size_t end = url.find('&', at);
   return url.substr(0, at) + "upload_id=..." + (end == std::string::npos ? "" : url.substr(end));
 }
 
-std::string json_string(const json &j, const char *key) {
+std::string json_string(const json& j, const char* key) {
   return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
 }
 
 // A JSON number or a decimal string ("size": "123" in the JSON API).
-uint64_t json_uint(const json &j, const char *key) {
+uint64_t json_uint(const json& j, const char* key) {
   if (!j.contains(key)) return 0;
   if (j[key].is_number_unsigned() || j[key].is_number_integer()) return j[key].get<uint64_t>();
   if (j[key].is_string()) return std::strtoull(j[key].get<std::string>().c_str(), nullptr, 10);
   return 0;
 }
 
-ObjectInfo object_info(const json &j) {
+ObjectInfo object_info(const json& j) {
   ObjectInfo o;
   o.name = json_string(j, "name");
   o.size = json_uint(j, "size");
@@ -209,9 +204,8 @@ ObjectInfo object_info(const json &j) {
   return o;
 }
 
-// "" when the object resource an upload returned holds `data`, else what
-// differs.
-std::string upload_mismatch(const std::string &body, const std::string &data) {
+// "" when the object resource an upload returned holds `data`, else what differs.
+std::string upload_mismatch(const std::string& body, const std::string& data) {
   const json j = json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return "";  // nothing to check against
   const ObjectInfo o = object_info(j);
@@ -222,32 +216,31 @@ std::string upload_mismatch(const std::string &body, const std::string &data) {
   return "";
 }
 
-std::string form_encode(const Headers &fields) {
+std::string form_encode(const Headers& fields) {
   std::string out;
-  for (const auto &[k, v] : fields) out += (out.empty() ? "" : "&") + url_encode(k) + "=" + url_encode(v);
+  for (const auto& [k, v] : fields) out += (out.empty() ? "" : "&") + url_encode(k) + "=" + url_encode(v);
   return out;
 }
 
 }  // namespace
 
-std::string object_url(const std::string &bucket, const std::string &object) { return "gs://" + bucket + "/" + object; }
+std::string object_url(const std::string& bucket, const std::string& object) { return "gs://" + bucket + "/" + object; }
 
 // --- credentials -----------------------------------------------------------------------------------
 
-Credentials load_credentials_file(const std::string &path, const std::string &how) {
+Credentials load_credentials_file(const std::string& path, const std::string& how) {
   std::ifstream in(path);
   if (!in) throw fs::StorageError(path + " (" + how + "): cannot read the credentials file");
   std::stringstream text;
   text << in.rdbuf();
-  // Parse errors quote the text around the fault, which may be the private key:
-  // not shown.
+  // Parse errors quote the text around the fault, which may be the private key: not shown.
   const json j = json::parse(text.str(), nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw fs::StorageError(path + " (" + how + "): not a JSON credentials file");
   Credentials c;
   const std::string type = json_string(j, "type");
   c.token_uri = json_string(j, "token_uri");
   if (c.token_uri.empty()) c.token_uri = kDefaultTokenUri;
-  auto need = [&](const char *key) {
+  auto need = [&](const char* key) {
     const std::string v = json_string(j, key);
     if (v.empty()) throw fs::StorageError(path + " (" + how + "): a \"" + type + "\" file needs \"" + key + "\"");
     return v;
@@ -271,7 +264,7 @@ Credentials load_credentials_file(const std::string &path, const std::string &ho
   return c;
 }
 
-Credentials find_credentials(const Env &getenv) {
+Credentials find_credentials(const Env& getenv) {
   std::vector<std::string> looked_at;
   looked_at.push_back("GOOGLE_APPLICATION_CREDENTIALS");
   if (const auto file = getenv("GOOGLE_APPLICATION_CREDENTIALS")) {
@@ -297,7 +290,7 @@ Credentials find_credentials(const Env &getenv) {
   return c;
 }
 
-std::string service_account_jwt(const Credentials &c, int64_t now) {
+std::string service_account_jwt(const Credentials& c, int64_t now) {
   json header = {{"alg", "RS256"}, {"typ", "JWT"}};
   if (!c.private_key_id.empty()) header["kid"] = c.private_key_id;
   const json claims = {
@@ -308,19 +301,18 @@ std::string service_account_jwt(const Credentials &c, int64_t now) {
       BIO_new_mem_buf(c.private_key.data(), static_cast<int>(c.private_key.size())), BIO_free);
   std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
       bio ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr) : nullptr, EVP_PKEY_free);
-  ERR_clear_error();  // OpenSSL's queue would only repeat "bad PEM"; nothing of
-                      // the key goes out
+  ERR_clear_error();  // its queue would only say "bad PEM"; nothing of the key goes out
   if (!key) throw fs::StorageError(c.source + ": private_key is not a PEM private key");
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   size_t len = 0;
   std::string sig;
   bool ok = ctx && EVP_DigestSignInit(ctx.get(), nullptr, EVP_sha256(), nullptr, key.get()) == 1 &&
-            EVP_DigestSign(ctx.get(), nullptr, &len, reinterpret_cast<const unsigned char *>(signing_input.data()),
+            EVP_DigestSign(ctx.get(), nullptr, &len, reinterpret_cast<const unsigned char*>(signing_input.data()),
                            signing_input.size()) == 1;
   if (ok) {
     sig.resize(len);
-    ok = EVP_DigestSign(ctx.get(), reinterpret_cast<unsigned char *>(sig.data()), &len,
-                        reinterpret_cast<const unsigned char *>(signing_input.data()), signing_input.size()) == 1;
+    ok = EVP_DigestSign(ctx.get(), reinterpret_cast<unsigned char*>(sig.data()), &len,
+                        reinterpret_cast<const unsigned char*>(signing_input.data()), signing_input.size()) == 1;
     sig.resize(len);
   }
   ERR_clear_error();
@@ -343,16 +335,15 @@ std::string TokenSource::token() {
   if (!token_.empty() && now < refresh_at_) return token_;
   double expires_in = 3600;
   token_ = fetch(&expires_in);
-  // Fetched again 5 minutes before expiry, or at half its life when that is
-  // shorter.
+  // Fetched again 5 minutes before expiry, or at half its life when that is shorter.
   const double margin = std::min(300.0, expires_in / 2);
   refresh_at_ = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                           std::chrono::duration<double>(expires_in - margin));
   return token_;
 }
 
-std::string TokenSource::fetch(double *expires_in) {
-  const Credentials &c = credentials_;
+std::string TokenSource::fetch(double* expires_in) {
+  const Credentials& c = credentials_;
   http::Request req;
   req.verify_tls = verify_tls_;
   std::string body;
@@ -407,7 +398,7 @@ std::string TokenSource::fetch(double *expires_in) {
 
 GcsOptions GcsOptions::from_environment() { return from_environment(process_env); }
 
-GcsOptions GcsOptions::from_environment(const Env &getenv) {
+GcsOptions GcsOptions::from_environment(const Env& getenv) {
   GcsOptions o;
   if (const auto host = getenv("STORAGE_EMULATOR_HOST")) {
     o.endpoint = host->find("://") != std::string::npos ? *host : "http://" + *host;
@@ -424,7 +415,7 @@ GcsOptions GcsOptions::from_environment(const Env &getenv) {
 struct Client::Call {
   std::string op, method, url;
   std::string bucket, object;
-  const std::string *body = nullptr;
+  const std::string* body = nullptr;
   Headers headers;
   std::vector<long> ok_statuses;  // beyond 2xx, returned rather than thrown
 };
@@ -437,7 +428,7 @@ Client::Client(GcsOptions options)
   options_.chunk_size = std::max(kChunkGranularity, options_.chunk_size / kChunkGranularity * kChunkGranularity);
 }
 
-Client::Reply Client::attempt(const Call &call) {
+Client::Reply Client::attempt(const Call& call) {
   http::Request req;
   req.method = call.method;
   req.url = call.url;
@@ -448,12 +439,12 @@ Client::Reply Client::attempt(const Call &call) {
   if (const std::string token = tokens_.token(); !token.empty())
     req.headers.emplace_back("Authorization", "Bearer " + token);
   Reply reply;
-  static_cast<http::Response &>(reply) = http::shared_client().perform(req);
+  static_cast<http::Response&>(reply) = http::shared_client().perform(req);
   ++requests_sent_;
   return reply;
 }
 
-void Client::fail(const Call &call, const Reply &reply, const std::string &failure, const std::string &gave_up) {
+void Client::fail(const Call& call, const Reply& reply, const std::string& failure, const std::string& gave_up) {
   std::string msg = object_url(call.bucket, call.object) + ": " + call.op + " (" + call.method + " " +
                     redact(call.url) + ") failed: " + failure + gave_up;
   if (reply.status == 401 || reply.status == 403) msg += credentials_text(tokens_.credentials());
@@ -461,7 +452,7 @@ void Client::fail(const Call &call, const Reply &reply, const std::string &failu
   throw fs::StorageError(msg, reply.status, se.code);
 }
 
-Client::Reply Client::send(const Call &call) {
+Client::Reply Client::send(const Call& call) {
   retry::Backoff backoff(options_.retry);
   bool refreshed = false;
   for (;;) {
@@ -487,9 +478,9 @@ Client::Reply Client::send(const Call &call) {
   }
 }
 
-std::string Client::download(const std::string &bucket, const std::string &object, uint64_t offset,
-                             std::optional<uint64_t> n, std::optional<uint64_t> *object_size,
-                             std::optional<uint32_t> *object_crc32c) {
+std::string Client::download(const std::string& bucket, const std::string& object, uint64_t offset,
+                             std::optional<uint64_t> n, std::optional<uint64_t>* object_size,
+                             std::optional<uint32_t>* object_crc32c) {
   const bool whole = offset == 0 && !n;
   const std::string media =
       options_.endpoint + "/storage/v1/b/" + url_encode(bucket) + "/o/" + url_encode(object) + "?alt=media";
@@ -505,8 +496,7 @@ std::string Client::download(const std::string &bucket, const std::string &objec
     const bool ranged = start > 0 || n.has_value();
     // A resumed read asks for the generation it began on.
     call.url = media + (generation ? "&ifGenerationMatch=" + std::to_string(generation) : "");
-    // Stored bytes as they are: without this GCS gunzips a gzip-encoded object
-    // and ignores Range.
+    // Stored bytes as they are: without this GCS gunzips a gzip-encoded object and ignores Range.
     call.headers = {{"Accept-Encoding", "gzip"}};
     if (ranged)
       call.headers.emplace_back(
@@ -519,8 +509,7 @@ std::string Client::download(const std::string &bucket, const std::string &objec
       if (backoff.again(what + ": read: HTTP 401, fetching a new access token")) continue;
     }
     if (!r.transport_failed && r.status == 412 && generation) {
-      // The object was replaced between two parts of this read: begin again on
-      // the new one.
+      // The object was replaced between two parts of this read: begin again on the new one.
       if (whole && backoff.again(what + ": the object changed while it was read")) {
         out.clear();
         generation = 0;
@@ -566,8 +555,7 @@ std::string Client::download(const std::string &bucket, const std::string &objec
         failure = r.transport_error + " after " + std::to_string(r.body.size()) + " bytes of the body";
         retry = r.transport_retryable;
       } else {
-        // A body that ended cleanly but short of the object (a server closing
-        // early) is resumed.
+        // A body that ended cleanly but short of the object (a server closing early) is resumed.
         const uint64_t want_end = n ? std::min(offset + *n, total.value_or(offset + *n)) : total.value_or(0);
         if (offset + out.size() >= want_end) break;
         failure = "the body ended after " + std::to_string(offset + out.size()) + " of " + std::to_string(want_end) +
@@ -587,9 +575,9 @@ std::string Client::download(const std::string &bucket, const std::string &objec
   return out;
 }
 
-std::string Client::get(const std::string &bucket, const std::string &object) {
-  // The bytes are checked against the object's size and crc32c and read again
-  // on a mismatch: a body cut at a clean boundary, or damaged on the way.
+std::string Client::get(const std::string& bucket, const std::string& object) {
+  // The bytes are checked against the object's size and crc32c and read again on a mismatch: a body
+  // cut at a clean boundary, or damaged on the way.
   retry::Backoff backoff(options_.retry);
   for (;;) {
     std::optional<uint64_t> size;
@@ -606,7 +594,7 @@ std::string Client::get(const std::string &bucket, const std::string &object) {
   }
 }
 
-std::string Client::get_range(const std::string &bucket, const std::string &object, uint64_t offset, uint64_t n) {
+std::string Client::get_range(const std::string& bucket, const std::string& object, uint64_t offset, uint64_t n) {
   if (n == 0) return "";
   if (n > UINT64_MAX - offset) n = UINT64_MAX - offset;
   std::optional<uint64_t> size;
@@ -614,7 +602,7 @@ std::string Client::get_range(const std::string &bucket, const std::string &obje
   return download(bucket, object, offset, n, &size, &crc);
 }
 
-std::optional<ObjectInfo> Client::stat(const std::string &bucket, const std::string &object) {
+std::optional<ObjectInfo> Client::stat(const std::string& bucket, const std::string& object) {
   Call call{"stat", "GET", options_.endpoint + "/storage/v1/b/" + url_encode(bucket) + "/o/" + url_encode(object),
             bucket, object};
   call.ok_statuses = {404};
@@ -626,7 +614,7 @@ std::optional<ObjectInfo> Client::stat(const std::string &bucket, const std::str
   return object_info(j);
 }
 
-void Client::put(const std::string &bucket, const std::string &object, const std::string &data) {
+void Client::put(const std::string& bucket, const std::string& object, const std::string& data) {
   if (data.size() > options_.resumable_threshold) return put_resumable(bucket, object, data);
   Call call{"write",
             "POST",
@@ -646,12 +634,11 @@ void Client::put(const std::string &bucket, const std::string &object, const std
   }
 }
 
-void Client::put_resumable(const std::string &bucket, const std::string &object, const std::string &data) {
+void Client::put_resumable(const std::string& bucket, const std::string& object, const std::string& data) {
   const std::string what = object_url(bucket, object);
   const std::string size = std::to_string(data.size());
   const std::string start_body = "{}";
-  // A session the service forgot (404/410: expired, or lost) is started again,
-  // a few times.
+  // A session the service forgot (404/410: expired, or lost) is started again, a few times.
   for (int session = 1;; ++session) {
     Call start{"start resumable upload",
                "POST",
@@ -675,8 +662,7 @@ void Client::put_resumable(const std::string &bucket, const std::string &object,
     uint64_t persisted = 0;  // bytes the service has, as it last said
     bool session_lost = false;
     while (!session_lost) {
-      // One chunk, from where the service's persisted bytes end, with its own
-      // retry budget.
+      // One chunk, from where the service's persisted bytes end, with its own retry budget.
       const uint64_t chunk_start = persisted;
       const std::string chunk = data.substr(chunk_start, options_.chunk_size);
       const uint64_t chunk_end = chunk_start + chunk.size();
@@ -692,9 +678,8 @@ void Client::put_resumable(const std::string &bucket, const std::string &object,
       Call query{"query resumable upload status", "PUT", session_uri, bucket, object, &empty};
       query.headers = {{"Content-Range", "bytes */" + size}};
       retry::Backoff backoff(options_.retry);
-      // All bytes persisted but no final answer seen: the status query gives
-      // it.
-      const Call *next = chunk.empty() ? &query : &put;
+      // All bytes persisted but no final answer seen: the status query gives it.
+      const Call* next = chunk.empty() ? &query : &put;
       for (;;) {
         const Reply r = attempt(*next);
         if (!r.transport_failed && (r.status == 200 || r.status == 201)) {
@@ -703,8 +688,7 @@ void Client::put_resumable(const std::string &bucket, const std::string &object,
           throw fs::StorageError(what + ": resumable upload: " + mismatch, r.status, "dataLoss");
         }
         if (!r.transport_failed && r.status == 308) {
-          // "Range: bytes=0-N" is what the service persisted; none: nothing
-          // yet.
+          // "Range: bytes=0-N" is what the service persisted; none: nothing yet.
           const auto range = r.headers.find("range");
           persisted = 0;
           if (range != r.headers.end()) {
@@ -751,14 +735,14 @@ void Client::put_resumable(const std::string &bucket, const std::string &object,
   }
 }
 
-void Client::remove(const std::string &bucket, const std::string &object) {
+void Client::remove(const std::string& bucket, const std::string& object) {
   Call call{"remove", "DELETE", options_.endpoint + "/storage/v1/b/" + url_encode(bucket) + "/o/" + url_encode(object),
             bucket, object};
   call.ok_statuses = {404};
   send(call);
 }
 
-std::vector<ObjectInfo> Client::list(const std::string &bucket, const std::string &prefix) {
+std::vector<ObjectInfo> Client::list(const std::string& bucket, const std::string& prefix) {
   std::vector<ObjectInfo> out;
   std::string token;
   for (;;) {
@@ -770,14 +754,14 @@ std::vector<ObjectInfo> Client::list(const std::string &bucket, const std::strin
     if (j.is_discarded() || !j.is_object())
       throw fs::StorageError(object_url(bucket, prefix) + ": list: the answer is not a JSON object", r.status);
     if (j.contains("items") && j["items"].is_array())
-      for (const json &item : j["items"]) out.push_back(object_info(item));
+      for (const json& item : j["items"]) out.push_back(object_info(item));
     const std::string next = json_string(j, "nextPageToken");
     if (next.empty()) break;
     if (next == token)
       throw fs::StorageError(object_url(bucket, prefix) + ": list: the service repeated the page token", r.status);
     token = next;
   }
-  std::sort(out.begin(), out.end(), [](const ObjectInfo &a, const ObjectInfo &b) { return a.name < b.name; });
+  std::sort(out.begin(), out.end(), [](const ObjectInfo& a, const ObjectInfo& b) { return a.name < b.name; });
   return out;
 }
 

@@ -10,7 +10,7 @@
 
 namespace orchard::retry {
 
-double backoff_seconds(const Options &options, int attempt) {
+double backoff_seconds(const Options& options, int attempt) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   const double cap =
       std::min(options.max_backoff_seconds, options.initial_backoff_seconds * std::pow(2.0, attempt - 1));
@@ -23,7 +23,7 @@ double Backoff::elapsed_seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-bool Backoff::again(const std::string &what) {
+bool Backoff::again(const std::string& what) {
   const double wait = backoff_seconds(options_, attempts_);
   if (attempts_ >= options_.max_attempts || elapsed_seconds() + wait > options_.max_retry_seconds) return false;
   spdlog::warn("{}; retry {} in {:.2f} s", what, attempts_, wait);
