@@ -924,6 +924,27 @@ TEST(GcsAuth, MetadataServer) {
   EXPECT_EQ(metadata.requests().size(), 1u);
 }
 
+// No file and no metadata server (off Google Cloud): the error lists every place looked at.
+TEST(GcsAuth, NoCredentialsAnywhereNamesThePlacesLookedAt) {
+  test::TempDir empty;
+  const int closed = free_port();
+  gcs::GcsOptions o = gcs::GcsOptions::from_environment(
+      env_of({{"CLOUDSDK_CONFIG", empty.str()}, {"GCE_METADATA_HOST", "127.0.0.1:" + std::to_string(closed)}}));
+  o.endpoint = "http://127.0.0.1:" + std::to_string(closed);
+  fast_retries(o);
+  gcs::Client client(o);
+  try {
+    client.stat("b", "k");
+    ADD_FAILURE() << "no error";
+  } catch (const StorageError& e) {
+    const std::string msg = e.what();
+    for (const std::string& part :
+         {std::string("GOOGLE_APPLICATION_CREDENTIALS"), empty.str() + "/application_default_credentials.json",
+          "the GCE metadata server 127.0.0.1:" + std::to_string(closed)})
+      EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
+  }
+}
+
 TEST(GcsAuth, AMissingCredentialsFileIsAnErrorNamingIt) {
   try {
     gcs::find_credentials(env_of({{"GOOGLE_APPLICATION_CREDENTIALS", "/nonexistent/key.json"}}));
