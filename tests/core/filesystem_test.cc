@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/test_util.h"
 
 namespace orchard::fs {
@@ -25,19 +27,25 @@ TEST(FileSystem, UnknownSchemeIsAnErrorNamingIt) {
   const auto cwd = std::filesystem::current_path();
   std::filesystem::current_path(dir.path());
   try {
-    write_file("gs://bucket/model/ckpt", "x");
+    write_file("hdfs://namenode/model/ckpt", "x");
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("gs://bucket/model/ckpt"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("\"gs://\""), std::string::npos) << msg;
-    EXPECT_NE(msg.find("s3://"), std::string::npos) << msg;  // what is known
+    EXPECT_NE(msg.find("hdfs://namenode/model/ckpt"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("\"hdfs://\""), std::string::npos) << msg;
+    EXPECT_NE(msg.find("gs://"), std::string::npos) << msg;  // what is known
+    EXPECT_NE(msg.find("s3://"), std::string::npos) << msg;
   }
-  EXPECT_THROW(read_file("gs://bucket/x"), Error);
-  EXPECT_THROW(glob("gs://bucket/train-*"), Error);
-  EXPECT_THROW(exists("hdfs://nn/x"), Error);
-  EXPECT_FALSE(std::filesystem::exists(dir.path() / "gs:"));
+  EXPECT_THROW(read_file("az://container/x"), Error);
+  EXPECT_THROW(glob("hdfs://namenode/train-*"), Error);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "hdfs:"));
   std::filesystem::current_path(cwd);
+}
+
+TEST(FileSystem, ObjectStoresAreRegistered) {
+  const auto schemes = registered_schemes();
+  EXPECT_NE(std::find(schemes.begin(), schemes.end(), "gs"), schemes.end());
+  EXPECT_NE(std::find(schemes.begin(), schemes.end(), "s3"), schemes.end());
 }
 
 TEST(FileSystem, LocalRoundTrip) {

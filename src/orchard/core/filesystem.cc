@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "orchard/core/files.h"
+#include "orchard/core/gcs_filesystem.h"
 #include "orchard/core/s3_filesystem.h"
 
 namespace orchard::fs {
@@ -116,15 +117,14 @@ struct Registry {
 };
 
 // The built-in file systems, registered explicitly on first use (no static
-// initialisers, which static libraries drop). GCS and a read-only http(s) file
-// system register here.
+// initialisers, which static libraries drop). A read-only http(s) file system
+// registers here.
 void register_builtins(Registry& r) {
   r.factories[""] = [] { return std::make_unique<LocalFileSystem>(); };
   r.factories["file"] = r.factories[""];
   r.factories["s3"] = [] { return std::make_unique<S3FileSystem>(s3::S3Options::from_environment()); };
-  // r.factories["gs"]: issue 53, not implemented yet (an error naming "gs"
-  // until then). r.factories["http"], ["https"]: read-only, not implemented
-  // yet.
+  r.factories["gs"] = [] { return std::make_unique<GcsFileSystem>(gcs::GcsOptions::from_environment()); };
+  // r.factories["http"], ["https"]: read-only, not implemented yet.
 }
 
 Registry& registry() {
@@ -183,11 +183,13 @@ FileSystem& file_system_for(const std::string& path) {
     std::string known;
     for (const auto& [k, v] : r.factories)
       if (!k.empty()) known += (known.empty() ? "" : ", ") + k + "://";
-    throw Error(path + ": no file system for the scheme \"" + scheme + "://\" (known: " + known + " and local paths)" +
-                (scheme == "gs" ? "; Google Cloud Storage is not supported yet" : ""));
+    throw Error(path + ": no file system for the scheme \"" + scheme + "://\" (known: " + known + " and local paths)");
   }
+  // Created before it is stored: a factory that throws (a malformed credentials file) leaves no
+  // empty slot behind.
+  std::unique_ptr<FileSystem> created = f->second();
   auto& slot = r.instances[scheme];
-  slot = f->second();
+  slot = std::move(created);
   return *slot;
 }
 

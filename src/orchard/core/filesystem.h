@@ -3,13 +3,12 @@
 // Detectron2's PathManager do:
 //
 //   /abs/path, rel/path, file:///abs/path   the local disk (LocalFileSystem)
-//   s3://bucket/key                         S3 and S3-compatible stores
-//   (core/s3_filesystem.h) gs://bucket/object                      not yet: GCS
-//   registers here when it exists http(s)://...                           not
-//   yet: a read-only file system for public files
+//   s3://bucket/key                         S3 and S3-compatible stores (core/s3_filesystem.h)
+//   gs://bucket/object                      Google Cloud Storage (core/gcs_filesystem.h)
+//   http(s)://...                           not yet: a read-only file system for public files
 //
-// A path whose scheme no file system is registered for (gs:// today) is an
-// error naming the scheme, never a local folder called "gs:".
+// A path whose scheme no file system is registered for (hdfs://, http:// today)
+// is an error naming the scheme, never a local folder called "hdfs:".
 //
 // What is atomic:
 //   - write_file on the local disk writes "<path>.tmp-<pid>", fsyncs it,
@@ -23,6 +22,8 @@
 //     written atomically together, and there is no rename: to publish a set of
 //     objects, write them first and the object that names them (a `checkpoint`
 //     state file) last.
+//   - write_file on GCS is one media upload (or a resumable upload above the threshold):
+//     the object appears whole when its upload finalizes, as on S3.
 //   - remove, list and stat are single operations with no transaction around
 //   them; on S3 a
 //     listing is strongly consistent with the writes that finished before it

@@ -25,7 +25,11 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
     std::string value = line.substr(colon + 1);
     while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' ')) value.pop_back();
     size_t start = value.find_first_not_of(' ');
-    (*headers)[name] = start == std::string::npos ? "" : value.substr(start);
+    value = start == std::string::npos ? "" : value.substr(start);
+    // A repeated header joins the earlier ones with ", " (RFC 9110 5.3): GCS sends x-goog-hash
+    // twice, once for crc32c and once for md5.
+    auto [it, inserted] = headers->emplace(name, value);
+    if (!inserted) it->second += ", " + value;
   }
   return size * n;
 }

@@ -29,7 +29,7 @@ struct Request {
 
 struct Response {
   long status = 0;                             // 0 when the transport failed before a status line
-  std::map<std::string, std::string> headers;  // names lowercased
+  std::map<std::string, std::string> headers;  // names lowercased; repeats joined with ", "
   std::string body;                            // what arrived, also when the transport failed mid-body
   bool transport_failed = false;
   bool transport_retryable = false;  // connection refused/reset, timeouts, a truncated body
