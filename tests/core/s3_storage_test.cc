@@ -18,9 +18,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -352,14 +354,17 @@ struct HttpRequest {
   }
 };
 
-// A loopback HTTP server on its own thread: one request per connection,
-// answered with what `handler` returns (raw bytes; the connection is closed
-// after them, so a response may be cut short on purpose).
+// A loopback HTTP server: one request per connection, answered with what
+// `handler` returns (raw bytes; the connection is closed after them, so a
+// response may be cut short on purpose). Connections are served one after
+// another on one thread, or with `concurrent` each on its own thread; either
+// way the server records the most requests it had open at once.
 class FakeServer {
  public:
   using Handler = std::function<std::string(const HttpRequest&,
                                             int n)>;  // n: 0-based request count
-  explicit FakeServer(Handler handler) : handler_(std::move(handler)) {
+  explicit FakeServer(Handler handler, bool concurrent = false)
+      : handler_(std::move(handler)), concurrent_(concurrent) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
     ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -367,7 +372,7 @@ class FakeServer {
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::listen(fd_, 16);
+    ::listen(fd_, 64);
     socklen_t len = sizeof a;
     ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
     port_ = ntohs(a.sin_port);
@@ -378,58 +383,77 @@ class FakeServer {
     ::shutdown(fd_, SHUT_RDWR);
     ::close(fd_);
     thread_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (std::thread& t : connections_) t.join();
   }
   int port() const { return port_; }
   std::vector<HttpRequest> requests() {
     std::lock_guard<std::mutex> lock(mu_);
     return requests_;
   }
+  int max_in_flight() const { return max_in_flight_; }
 
  private:
   void serve() {
     while (!stop_) {
       const int c = ::accept(fd_, nullptr, nullptr);
       if (c < 0) break;
-      HttpRequest req;
-      std::string buf;
-      char tmp[65536];
-      size_t head_end;
-      while ((head_end = buf.find("\r\n\r\n")) == std::string::npos) {
-        const ssize_t r = ::recv(c, tmp, sizeof tmp, 0);
-        if (r <= 0) break;
-        buf.append(tmp, static_cast<size_t>(r));
-      }
-      if (head_end == std::string::npos) {
-        ::close(c);
-        continue;
-      }
-      req.head = buf.substr(0, head_end + 4);
-      std::istringstream first(req.head);
-      first >> req.method >> req.target;
-      const std::string cl = req.header("content-length");
-      const size_t want = cl.empty() ? 0 : std::stoul(cl);
-      req.body = buf.substr(head_end + 4);
-      while (req.body.size() < want) {
-        const ssize_t r = ::recv(c, tmp, sizeof tmp, 0);
-        if (r <= 0) break;
-        req.body.append(tmp, static_cast<size_t>(r));
-      }
-      int n;
-      {
+      if (concurrent_) {
         std::lock_guard<std::mutex> lock(mu_);
-        requests_.push_back(req);
-        n = static_cast<int>(requests_.size()) - 1;
+        connections_.emplace_back([this, c] { handle(c); });
+      } else {
+        handle(c);
       }
-      send_all(c, handler_(req, n));
-      ::shutdown(c, SHUT_WR);
-      ::close(c);
     }
   }
+  void handle(int c) {
+    HttpRequest req;
+    std::string buf;
+    char tmp[65536];
+    size_t head_end;
+    while ((head_end = buf.find("\r\n\r\n")) == std::string::npos) {
+      const ssize_t r = ::recv(c, tmp, sizeof tmp, 0);
+      if (r <= 0) break;
+      buf.append(tmp, static_cast<size_t>(r));
+    }
+    if (head_end == std::string::npos) {
+      ::close(c);
+      return;
+    }
+    req.head = buf.substr(0, head_end + 4);
+    std::istringstream first(req.head);
+    first >> req.method >> req.target;
+    const std::string cl = req.header("content-length");
+    const size_t want = cl.empty() ? 0 : std::stoul(cl);
+    req.body = buf.substr(head_end + 4);
+    while (req.body.size() < want) {
+      const ssize_t r = ::recv(c, tmp, sizeof tmp, 0);
+      if (r <= 0) break;
+      req.body.append(tmp, static_cast<size_t>(r));
+    }
+    int n;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      requests_.push_back(req);
+      n = static_cast<int>(requests_.size()) - 1;
+    }
+    const int now = ++in_flight_;
+    for (int m = max_in_flight_; now > m && !max_in_flight_.compare_exchange_weak(m, now);) {
+    }
+    const std::string out = handler_(req, n);
+    --in_flight_;
+    send_all(c, out);
+    ::shutdown(c, SHUT_WR);
+    ::close(c);
+  }
   Handler handler_;
+  bool concurrent_;
   int fd_ = -1, port_ = 0;
   std::atomic<bool> stop_{false};
+  std::atomic<int> in_flight_{0}, max_in_flight_{0};
   std::thread thread_;
   std::mutex mu_;
+  std::vector<std::thread> connections_;
   std::vector<HttpRequest> requests_;
 };
 
@@ -599,6 +623,84 @@ TEST(S3Faults, ThroughAFaultInjectingProxyToS3rver) {
   // What s3rver holds, read without the proxy.
   s3::Client direct(S3rver::options());
   EXPECT_TRUE(direct.get(kBucket, "proxy/big") == data);
+}
+
+// --- parallel multipart uploads --------------------------------------------------------------
+
+// Orchard -> proxy (a thread per connection) -> s3rver. Each part's PUT is held 150 ms in the
+// proxy, so parts sent together are seen together; part 2's first try is a 503.
+TEST(S3Faults, PartsAreUploadedInParallelAndRetriedOnTheirOwn) {
+  NEED_S3RVER();
+  std::atomic<int> part2_seen{0}, parts_in_flight{0}, max_parts_in_flight{0};
+  FakeServer proxy(
+      [&](const HttpRequest& req, int) -> std::string {
+        if (req.method != "PUT" || req.target.find("partNumber=") == std::string::npos) return forward(req);
+        const int now = ++parts_in_flight;
+        for (int m = max_parts_in_flight; now > m && !max_parts_in_flight.compare_exchange_weak(m, now);) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(150));
+        std::string out = req.target.find("partNumber=2&") != std::string::npos && part2_seen++ == 0
+                              ? response(503, "Slow Down", error_xml("SlowDown", "slow down"))
+                              : forward(req);
+        --parts_in_flight;
+        return out;
+      },
+      /*concurrent=*/true);
+  s3::S3Options o = S3rver::options();
+  o.endpoint = "http://127.0.0.1:" + std::to_string(proxy.port());
+  o.part_size = 5u << 20;
+  o.multipart_threshold = 6u << 20;
+  o.upload_concurrency = 4;
+  S3FileSystem* s3fs = use_s3(o);
+  const std::string data = pattern_bytes((20u << 20) + 1234, 7);  // 5 parts, the last one short
+  const int64_t before = s3fs->client().requests_sent();
+  write_file(kRoot + "parallel/ckpt", data);
+  EXPECT_EQ(s3fs->client().requests_sent() - before, 8);  // start, 5 parts, part 2 again, complete
+  EXPECT_EQ(part2_seen.load(), 2);
+  EXPECT_GE(max_parts_in_flight.load(), 2);  // parts really were in flight together
+  EXPECT_LE(max_parts_in_flight.load(), 4);  // and never more than upload_concurrency
+  s3::Client direct(S3rver::options());
+  EXPECT_TRUE(direct.get(kBucket, "parallel/ckpt") == data);
+
+  // The control: with one part at a time the proxy sees one at a time.
+  max_parts_in_flight = 0;
+  o.upload_concurrency = 1;
+  use_s3(o);
+  write_file(kRoot + "parallel/ckpt-sequential", data);
+  EXPECT_EQ(max_parts_in_flight.load(), 1);
+  EXPECT_TRUE(direct.get(kBucket, "parallel/ckpt-sequential") == data);
+}
+
+TEST(S3Faults, APartThatFailsForGoodAbortsTheUpload) {
+  NEED_S3RVER();
+  FakeServer proxy(
+      [&](const HttpRequest& req, int) -> std::string {
+        if (req.method == "PUT" && req.target.find("partNumber=3&") != std::string::npos)
+          return response(403, "Forbidden", error_xml("AccessDenied", "no part 3 for you"));
+        return forward(req);
+      },
+      /*concurrent=*/true);
+  s3::S3Options o = S3rver::options();
+  o.endpoint = "http://127.0.0.1:" + std::to_string(proxy.port());
+  o.part_size = 5u << 20;
+  o.multipart_threshold = 6u << 20;
+  o.upload_concurrency = 3;
+  use_s3(o);
+  try {
+    write_file(kRoot + "parallel/aborted", pattern_bytes((25u << 20) + 1, 8));
+    ADD_FAILURE() << "no error";
+  } catch (const StorageError& e) {
+    EXPECT_EQ(e.code(), "AccessDenied");
+    EXPECT_NE(std::string(e.what()).find("upload part 3"), std::string::npos) << e.what();
+  }
+  int aborts = 0, completes = 0;
+  for (const HttpRequest& r : proxy.requests()) {
+    aborts += r.method == "DELETE" && r.target.find("uploadId=") != std::string::npos;
+    completes += r.method == "POST" && r.target.find("uploadId=") != std::string::npos;
+  }
+  EXPECT_EQ(aborts, 1);
+  EXPECT_EQ(completes, 0);
+  EXPECT_FALSE(s3::Client(S3rver::options()).head(kBucket, "parallel/aborted"));
 }
 
 }  // namespace
