@@ -259,7 +259,7 @@ TEST(S3, RangedReadsAndSequentialReader) {
   EXPECT_EQ(read_range(path, 1000, 5), "");                 // at the end
   EXPECT_EQ(read_range(path, 5000, 5), "");                 // past it (416)
   const int64_t before = s3fs->client().requests_sent();
-  SequentialReader reader(path, 64);
+  SequentialReader reader(path, PrefetchOptions{64, 1});  // one block at a time: a known count
   std::string got;
   char buf[100];
   for (size_t n; (n = reader.read(buf, sizeof buf)) > 0;) got.append(buf, n);
@@ -701,6 +701,123 @@ TEST(S3Faults, APartThatFailsForGoodAbortsTheUpload) {
   EXPECT_EQ(aborts, 1);
   EXPECT_EQ(completes, 0);
   EXPECT_FALSE(s3::Client(S3rver::options()).head(kBucket, "parallel/aborted"));
+}
+
+// --- prefetching reads -------------------------------------------------------------------------
+
+std::string read_all(SequentialReader& reader, size_t chunk) {
+  std::string got, buf(chunk, '\0');
+  for (size_t n; (n = reader.read(buf.data(), chunk)) > 0;) got.append(buf.data(), n);
+  return got;
+}
+
+TEST(S3, PrefetchingReaderGivesTheObjectForEveryBlockSize) {
+  NEED_S3RVER();
+  use_s3(S3rver::options());
+  const std::string path = kRoot + "prefetch/shard";
+  const std::string data = pattern_bytes((1u << 20) + 123, 9);
+  write_file(path, data);
+  settle(path);
+  for (uint64_t block : {4096ull, 65536ull, 300001ull, 1ull << 20, (1ull << 20) + 123, 2ull << 20})
+    for (int blocks : {1, 3, 6})
+      for (size_t chunk : {size_t{70000}, size_t{4096 * 3}}) {
+        SequentialReader reader(path, PrefetchOptions{block, blocks});
+        EXPECT_TRUE(reader.prefetching());
+        EXPECT_TRUE(read_all(reader, chunk) == data) << "block " << block << " blocks " << blocks;
+      }
+  SequentialReader empty(kRoot + "prefetch/missing-is-an-error", PrefetchOptions{4096, 2});
+  char c;
+  EXPECT_THROW(empty.read(&c, 1), StorageError);
+}
+
+// Ranged GETs through a proxy that answers some 503 and cuts some bodies short: the client's
+// retries mend each block, the reader gives the object, and several blocks were in flight.
+TEST(S3Faults, PrefetchThroughAFaultInjectingProxy) {
+  NEED_S3RVER();
+  use_s3(S3rver::options());
+  const std::string data = pattern_bytes((1u << 20) + 4321, 10);
+  write_file(kRoot + "prefetch/faulty", data);
+  settle(kRoot + "prefetch/faulty");
+  std::atomic<int> ranged{0}, failed{0}, cut{0};
+  FakeServer proxy(
+      [&](const HttpRequest& req, int) -> std::string {
+        if (req.header("range").empty()) return forward(req);
+        const int k = ranged++;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a round trip
+        if (k % 5 == 1) {
+          ++failed;
+          return response(503, "Slow Down", error_xml("SlowDown", "slow down"));
+        }
+        std::string out = forward(req);
+        if (k % 7 == 3) {
+          ++cut;
+          return out.substr(0, out.size() - 30000);  // the connection drops mid-body
+        }
+        return out;
+      },
+      /*concurrent=*/true);
+  s3::S3Options o = S3rver::options();
+  o.endpoint = "http://127.0.0.1:" + std::to_string(proxy.port());
+  use_s3(o);
+  SequentialReader reader(kRoot + "prefetch/faulty", PrefetchOptions{65536, 4});
+  EXPECT_TRUE(read_all(reader, 100000) == data);
+  EXPECT_GE(failed.load(), 3);
+  EXPECT_GE(cut.load(), 2);
+  EXPECT_GE(proxy.max_in_flight(), 2);
+  EXPECT_LE(proxy.max_in_flight(), 4);
+}
+
+// A reader destroyed while its block requests hang returns at once: the requests are cancelled
+// (http::CancelScope), not waited for.
+TEST(S3Faults, AReaderDestroyedMidFileCancelsItsRequests) {
+  const std::string data = pattern_bytes(100000, 11);
+  std::atomic<bool> release{false};
+  FakeServer server(
+      [&](const HttpRequest& req, int) -> std::string {
+        if (req.header("range") == "bytes=0-999")
+          return response(206, "Partial Content", data.substr(0, 1000), "Content-Range: bytes 0-999/100000\r\n");
+        for (int i = 0; i < 2000 && !release; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        return response(503, "Slow Down", "");
+      },
+      /*concurrent=*/true);
+  s3::S3Options o = fake_options(server.port());
+  o.retry.max_attempts = 1;  // without cancellation the destructor would wait one 20 s request
+  use_s3(o);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    SequentialReader reader("s3://b/hanging", PrefetchOptions{1000, 4});
+    std::string got(500, '\0');
+    EXPECT_EQ(reader.read(got.data(), 500), 500u);
+    EXPECT_TRUE(got == data.substr(0, 500));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the other blocks' GETs are waiting
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 3.0);  // without cancellation: 20 s
+  release = true;
+  EXPECT_GE(server.requests().size(), 2u);
+}
+
+TEST(S3, ShardPrefetcherReadsShardAfterShard) {
+  NEED_S3RVER();
+  S3FileSystem* s3fs = use_s3(S3rver::options());
+  std::vector<std::string> shards;
+  for (int i = 0; i < 3; ++i) {
+    shards.push_back(kRoot + "prefetch/train-0000" + std::to_string(i) + "-of-00003");
+    write_file(shards.back(), pattern_bytes(300000 + 1000 * i, 20 + i));
+    settle(shards.back());
+  }
+  ShardPrefetcher prefetcher(PrefetchOptions{65536, 3});
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string next = i + 1 < shards.size() ? shards[i + 1] : "";
+    SequentialReader reader = prefetcher.open(shards[i], next);
+    EXPECT_TRUE(read_all(reader, 50000) == pattern_bytes(300000 + 1000 * i, 20 + static_cast<unsigned>(i)));
+    if (next.empty()) continue;
+    for (int t = 0; t < 400 && prefetcher.started().empty(); ++t)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(prefetcher.started(), std::vector<std::string>{next});  // begun before it is opened
+  }
+  EXPECT_TRUE(prefetcher.started().empty());
+  EXPECT_GT(s3fs->client().requests_sent(), 0);
 }
 
 }  // namespace
