@@ -128,6 +128,8 @@ TEST(FileSystem, RegisteredSchemeIsUsed) {
   const auto schemes = registered_schemes();
   EXPECT_NE(std::find(schemes.begin(), schemes.end(), "mem"), schemes.end());
   EXPECT_NE(std::find(schemes.begin(), schemes.end(), "s3"), schemes.end());
+  EXPECT_NE(std::find(schemes.begin(), schemes.end(), "http"), schemes.end());
+  EXPECT_NE(std::find(schemes.begin(), schemes.end(), "https"), schemes.end());
 }
 
 TEST(FileSystem, LocalSequentialReaderHasNoThreads) {

@@ -29,6 +29,7 @@
 
 #include "core/test_util.h"
 #include "orchard/core/filesystem.h"
+#include "orchard/core/http_filesystem.h"
 #include "orchard/core/s3_client.h"
 #include "orchard/core/s3_filesystem.h"
 #include "orchard/core/s3_sigv4.h"
@@ -818,6 +819,166 @@ TEST(S3, ShardPrefetcherReadsShardAfterShard) {
   }
   EXPECT_TRUE(prefetcher.started().empty());
   EXPECT_GT(s3fs->client().requests_sent(), 0);
+}
+
+// --- http(s):// ---------------------------------------------------------------------------------
+
+// A static file server: `ranges` false answers every GET 200 with the whole body (as Python's
+// http.server does); `head` false refuses HEAD with 405.
+FakeServer::Handler static_files(std::map<std::string, std::string> files, bool ranges, bool head) {
+  return [files = std::move(files), ranges, head](const HttpRequest& req, int) -> std::string {
+    if (req.target == "/moved") return response(302, "Found", "", "Location: /data\r\n");
+    auto it = files.find(req.target);
+    if (it == files.end()) return response(404, "Not Found", "no such file");
+    const std::string& body = it->second;
+    if (req.method == "HEAD") {
+      if (!head) return response(405, "Method Not Allowed", "");
+      return "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
+    }
+    const std::string range = req.header("range");
+    if (!ranges || range.empty()) return response(200, "OK", body, "ETag: \"e1\"\r\n");
+    unsigned long long a = 0, b = ~0ull;
+    if (std::sscanf(range.c_str(), "bytes=%llu-%llu", &a, &b) < 1) return response(400, "Bad Request", "");
+    if (a >= body.size())
+      return response(416, "Range Not Satisfiable", "", "Content-Range: bytes */" + std::to_string(body.size()) + "\r\n");
+    b = std::min<unsigned long long>(b, body.size() - 1);
+    return response(206, "Partial Content", body.substr(a, b - a + 1),
+                    "ETag: \"e1\"\r\nContent-Range: bytes " + std::to_string(a) + "-" + std::to_string(b) + "/" +
+                        std::to_string(body.size()) + "\r\n");
+  };
+}
+
+HttpFileSystem* use_http() {
+  HttpOptions o;
+  o.retry.initial_backoff_seconds = 0.01;
+  o.retry.max_backoff_seconds = 0.05;
+  auto* fs = new HttpFileSystem(o);
+  register_file_system("http", [fs] { return std::unique_ptr<FileSystem>(fs); });
+  return fs;
+}
+
+void expect_http_reads(const std::string& url, const std::string& data) {
+  EXPECT_TRUE(read_file(url) == data);
+  EXPECT_TRUE(read_range(url, 0, 10) == data.substr(0, 10));
+  EXPECT_TRUE(read_range(url, 12345, 1000) == data.substr(12345, 1000));
+  EXPECT_TRUE(read_range(url, data.size() - 5, 100) == data.substr(data.size() - 5));  // short at the end
+  EXPECT_EQ(read_range(url, data.size(), 5), "");
+  EXPECT_EQ(read_range(url, data.size() + 100, 5), "");
+  ASSERT_TRUE(stat(url));
+  EXPECT_EQ(stat(url)->size, static_cast<int64_t>(data.size()));
+  for (uint64_t block : {1000ull, 65536ull, 1ull << 20}) {
+    SequentialReader reader(url, PrefetchOptions{block, 4});
+    EXPECT_TRUE(read_all(reader, 30000) == data) << url << " block " << block;
+  }
+}
+
+TEST(Http, ReadsRangesAndStatsFromAServerWithRanges) {
+  const std::string data = pattern_bytes(200000, 12);
+  FakeServer server(static_files({{"/data", data}}, /*ranges=*/true, /*head=*/true), /*concurrent=*/true);
+  use_http();
+  const std::string base = "http://127.0.0.1:" + std::to_string(server.port());
+  expect_http_reads(base + "/data", data);
+  EXPECT_TRUE(read_range(base + "/moved", 5, 10) == data.substr(5, 10));  // a redirect is followed
+  bool ranged_206 = false;
+  for (const HttpRequest& r : server.requests()) ranged_206 |= r.header("range") == "bytes=12345-13344";
+  EXPECT_TRUE(ranged_206);
+  EXPECT_FALSE(stat(base + "/missing"));
+  EXPECT_FALSE(exists(base + "/missing"));
+  try {
+    read_file(base + "/missing");
+    ADD_FAILURE() << "no error";
+  } catch (const StorageError& e) {
+    EXPECT_EQ(e.http_status(), 404);
+    EXPECT_NE(std::string(e.what()).find(base + "/missing: read (GET) failed: HTTP 404"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(file_system_for("https://example.com/x"));  // https is registered too (no request here)
+}
+
+TEST(Http, AServerThatIgnoresRangeStillGivesTheRightBytes) {
+  const std::string data = pattern_bytes(300000, 13);
+  FakeServer server(static_files({{"/data", data}, {"/other", "other"}}, /*ranges=*/false, /*head=*/false),
+                    /*concurrent=*/true);
+  HttpFileSystem* fs = use_http();
+  const std::string base = "http://127.0.0.1:" + std::to_string(server.port());
+  expect_http_reads(base + "/data", data);  // stat falls back to GET when HEAD is refused
+  EXPECT_EQ(read_range(base + "/other", 1, 3), "the");
+  // A block reader over a fresh URL downloads the whole body a few times at most (the blocks in
+  // flight before the first whole body arrives), not once per block (300 blocks of 1000).
+  const int64_t before = fs->requests_sent();
+  SequentialReader reader(base + "/data", PrefetchOptions{1000, 4});
+  EXPECT_TRUE(read_all(reader, 4096) == data);
+  EXPECT_LE(fs->requests_sent() - before, 8);
+}
+
+TEST(Http, RetriesAndResumesABrokenDownload) {
+  const std::string data = pattern_bytes(150000, 14);
+  FakeServer server([&](const HttpRequest& req, int n) -> std::string {
+    if (n == 0) return response(503, "Service Unavailable", "");
+    if (n == 1) {  // promises the whole body, sends 60000 bytes, drops the connection
+      const std::string full = response(200, "OK", data, "ETag: \"v7\"\r\n");
+      return full.substr(0, full.size() - data.size() + 60000);
+    }
+    if (req.header("range") != "bytes=60000-" || req.header("if-range") != "\"v7\"")
+      return response(400, "Bad Request", "unexpected " + req.header("range"));
+    return response(206, "Partial Content", data.substr(60000),
+                    "ETag: \"v7\"\r\nContent-Range: bytes 60000-149999/150000\r\n");
+  });
+  use_http();
+  EXPECT_TRUE(read_file("http://127.0.0.1:" + std::to_string(server.port()) + "/ckpt") == data);
+  EXPECT_EQ(server.requests().size(), 3u);
+}
+
+TEST(Http, IsReadOnlyAndHasNoListing) {
+  FakeServer server(static_files({{"/data", "x"}}, true, true));
+  use_http();
+  const std::string base = "http://127.0.0.1:" + std::to_string(server.port());
+  auto expect_error = [](const std::function<void()>& f, const std::string& part) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, expected: " << part;
+    } catch (const StorageError& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { write_file(base + "/data", "y"); }, base + "/data: write: http(s):// is read-only");
+  expect_error([&] { remove(base + "/data"); }, "http(s):// is read-only");
+  expect_error([&] { list_prefix(base + "/"); }, "http(s):// has no listing");
+  expect_error([&] { glob(base + "/da*"); }, "has no listing");
+  EXPECT_EQ(glob(base + "/data"), std::vector<std::string>{base + "/data"});  // no wildcard: a HEAD
+  EXPECT_EQ(server.requests().size(), 1u);  // nothing was sent for the refused operations
+}
+
+// Python's http.server: no Range support, HEAD with Content-Length.
+TEST(Http, AgainstPythonHttpServer) {
+  const std::string python = which("python3");
+  if (python.empty()) GTEST_SKIP() << "python3 not on PATH";
+  test::TempDir dir;
+  const std::string data = pattern_bytes(250000, 15);
+  write_file(dir.file("model.ckpt.data-00000-of-00001"), data);
+  const int port = free_port();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    std::freopen("/dev/null", "w", stderr);
+    const std::string p = std::to_string(port), d = dir.str();
+    ::execl(python.c_str(), python.c_str(), "-m", "http.server", p.c_str(), "--bind", "127.0.0.1", "--directory",
+            d.c_str(), static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  bool up = false;
+  for (int i = 0; i < 100 && !up; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const int s = connect_to(port);
+    if ((up = s >= 0)) ::close(s);
+  }
+  ASSERT_TRUE(up) << "python3 -m http.server did not start";
+  use_http();
+  const std::string base = "http://127.0.0.1:" + std::to_string(port);
+  expect_http_reads(base + "/model.ckpt.data-00000-of-00001", data);
+  EXPECT_FALSE(exists(base + "/model.ckpt.index"));
+  ::kill(pid, SIGTERM);
+  ::waitpid(pid, nullptr, 0);
 }
 
 }  // namespace

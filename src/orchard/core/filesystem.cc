@@ -17,6 +17,7 @@
 
 #include "orchard/core/files.h"
 #include "orchard/core/http.h"
+#include "orchard/core/http_filesystem.h"
 #include "orchard/core/s3_filesystem.h"
 
 namespace orchard::fs {
@@ -129,8 +130,9 @@ void register_builtins(Registry& r) {
   r.factories["file"] = r.factories[""];
   r.factories["s3"] = [] { return std::make_unique<S3FileSystem>(s3::S3Options::from_environment()); };
   // r.factories["gs"]: issue 53, not implemented yet (an error naming "gs"
-  // until then). r.factories["http"], ["https"]: read-only, not implemented
-  // yet.
+  // until then).
+  r.factories["http"] = [] { return std::make_unique<HttpFileSystem>(HttpOptions{}); };
+  r.factories["https"] = r.factories["http"];
 }
 
 Registry& registry() {

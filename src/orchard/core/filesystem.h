@@ -7,8 +7,8 @@
 //                                           (core/s3_filesystem.h)
 //   gs://bucket/object                      not yet: GCS registers here when
 //                                           it exists
-//   http(s)://...                           not yet: a read-only file system
-//                                           for public files
+//   http://..., https://...                 read-only public files
+//                                           (core/http_filesystem.h)
 //
 // A path whose scheme no file system is registered for (gs:// today) is an
 // error naming the scheme, never a local folder called "gs:".
