@@ -508,7 +508,7 @@ TEST(S3Faults, A503IsRetried) {
   s3::Client client(fake_options(server.port()));
   EXPECT_EQ(client.get("b", "k"), "hello");
   ASSERT_EQ(server.requests().size(), 2u);
-  const HttpRequest& r = server.requests()[0];
+  const HttpRequest r = server.requests()[0];  // a copy: requests() returns one
   EXPECT_EQ(r.target, "/b/k");
   EXPECT_NE(r.header("authorization").find("Credential=AKIDFAKE/"), std::string::npos);
   EXPECT_EQ(r.header("x-amz-content-sha256"), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
