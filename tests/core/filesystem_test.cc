@@ -301,9 +301,13 @@ TEST(Prefetch, ShardPrefetcherStartsTheNextShardBeforeTheCurrentEnds) {
       for (int t = 0; t < 200 && prefetcher.started().empty(); ++t)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       EXPECT_EQ(prefetcher.started(), std::vector<std::string>{next});
-      std::lock_guard<std::mutex> lock(fs->mu);
-      for (const auto& [path, offset] : fs->log) next_reads_at_open += path == next;
-      EXPECT_GE(next_reads_at_open, 1u);  // requested before the consumer asked for it
+      // Its fetch threads exist now; wait (up to 2 s) for the first of them to send a read.
+      for (int t = 0; t < 400 && next_reads_at_open == 0; ++t) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        std::lock_guard<std::mutex> lock(fs->mu);
+        for (const auto& [path, offset] : fs->log) next_reads_at_open += path == next;
+      }
+      EXPECT_GE(next_reads_at_open, 1u);  // requested before the consumer opened it
     }
   }
   EXPECT_TRUE(prefetcher.started().empty());  // every started shard was taken over by open()

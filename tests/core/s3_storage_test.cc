@@ -750,7 +750,7 @@ TEST(S3Faults, PrefetchThroughAFaultInjectingProxy) {
           return response(503, "Slow Down", error_xml("SlowDown", "slow down"));
         }
         std::string out = forward(req);
-        if (k % 7 == 3) {
+        if (k % 7 == 3 && out.size() > 60000) {  // a full block, not a 416 past the end
           ++cut;
           return out.substr(0, out.size() - 30000);  // the connection drops mid-body
         }
