@@ -840,7 +840,8 @@ FakeServer::Handler static_files(std::map<std::string, std::string> files, bool 
     unsigned long long a = 0, b = ~0ull;
     if (std::sscanf(range.c_str(), "bytes=%llu-%llu", &a, &b) < 1) return response(400, "Bad Request", "");
     if (a >= body.size())
-      return response(416, "Range Not Satisfiable", "", "Content-Range: bytes */" + std::to_string(body.size()) + "\r\n");
+      return response(416, "Range Not Satisfiable", "",
+                      "Content-Range: bytes */" + std::to_string(body.size()) + "\r\n");
     b = std::min<unsigned long long>(b, body.size() - 1);
     return response(206, "Partial Content", body.substr(a, b - a + 1),
                     "ETag: \"e1\"\r\nContent-Range: bytes " + std::to_string(a) + "-" + std::to_string(b) + "/" +

@@ -10,7 +10,10 @@
 //               the right bytes: the slice of the body; the last such body is
 //               kept (up to 256 MiB, one URL) so that a reader going through
 //               the file block by block downloads it once, not once per
-//               block. 416 is the end of the file.
+//               block (a prefetching reader's first blocks may each fetch it
+//               before it is kept; a larger file from such a server is
+//               fetched once per block: read it with read_file). 416 is the
+//               end of the file.
 //   stat        HEAD's Content-Length; when HEAD is refused or has no length,
 //               GET bytes=0-0 (Content-Range's total). 404/410: no file.
 //   list_prefix, glob with wildcards
