@@ -18,15 +18,18 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "core/test_util.h"
 #include "orchard/core/filesystem.h"
+#include "orchard/core/http_filesystem.h"
 #include "orchard/core/s3_client.h"
 #include "orchard/core/s3_filesystem.h"
 #include "orchard/core/s3_sigv4.h"
@@ -257,7 +260,7 @@ TEST(S3, RangedReadsAndSequentialReader) {
   EXPECT_EQ(read_range(path, 1000, 5), "");                 // at the end
   EXPECT_EQ(read_range(path, 5000, 5), "");                 // past it (416)
   const int64_t before = s3fs->client().requests_sent();
-  SequentialReader reader(path, 64);
+  SequentialReader reader(path, PrefetchOptions{64, 1});  // one block at a time: a known count
   std::string got;
   char buf[100];
   for (size_t n; (n = reader.read(buf, sizeof buf)) > 0;) got.append(buf, n);
@@ -352,14 +355,17 @@ struct HttpRequest {
   }
 };
 
-// A loopback HTTP server on its own thread: one request per connection,
-// answered with what `handler` returns (raw bytes; the connection is closed
-// after them, so a response may be cut short on purpose).
+// A loopback HTTP server: one request per connection, answered with what
+// `handler` returns (raw bytes; the connection is closed after them, so a
+// response may be cut short on purpose). Connections are served one after
+// another on one thread, or with `concurrent` each on its own thread; either
+// way the server records the most requests it had open at once.
 class FakeServer {
  public:
   using Handler = std::function<std::string(const HttpRequest&,
                                             int n)>;  // n: 0-based request count
-  explicit FakeServer(Handler handler) : handler_(std::move(handler)) {
+  explicit FakeServer(Handler handler, bool concurrent = false)
+      : handler_(std::move(handler)), concurrent_(concurrent) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
     ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -367,7 +373,7 @@ class FakeServer {
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::listen(fd_, 16);
+    ::listen(fd_, 64);
     socklen_t len = sizeof a;
     ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
     port_ = ntohs(a.sin_port);
@@ -378,58 +384,77 @@ class FakeServer {
     ::shutdown(fd_, SHUT_RDWR);
     ::close(fd_);
     thread_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (std::thread& t : connections_) t.join();
   }
   int port() const { return port_; }
   std::vector<HttpRequest> requests() {
     std::lock_guard<std::mutex> lock(mu_);
     return requests_;
   }
+  int max_in_flight() const { return max_in_flight_; }
 
  private:
   void serve() {
     while (!stop_) {
       const int c = ::accept(fd_, nullptr, nullptr);
       if (c < 0) break;
-      HttpRequest req;
-      std::string buf;
-      char tmp[65536];
-      size_t head_end;
-      while ((head_end = buf.find("\r\n\r\n")) == std::string::npos) {
-        const ssize_t r = ::recv(c, tmp, sizeof tmp, 0);
-        if (r <= 0) break;
-        buf.append(tmp, static_cast<size_t>(r));
-      }
-      if (head_end == std::string::npos) {
-        ::close(c);
-        continue;
-      }
-      req.head = buf.substr(0, head_end + 4);
-      std::istringstream first(req.head);
-      first >> req.method >> req.target;
-      const std::string cl = req.header("content-length");
-      const size_t want = cl.empty() ? 0 : std::stoul(cl);
-      req.body = buf.substr(head_end + 4);
-      while (req.body.size() < want) {
-        const ssize_t r = ::recv(c, tmp, sizeof tmp, 0);
-        if (r <= 0) break;
-        req.body.append(tmp, static_cast<size_t>(r));
-      }
-      int n;
-      {
+      if (concurrent_) {
         std::lock_guard<std::mutex> lock(mu_);
-        requests_.push_back(req);
-        n = static_cast<int>(requests_.size()) - 1;
+        connections_.emplace_back([this, c] { handle(c); });
+      } else {
+        handle(c);
       }
-      send_all(c, handler_(req, n));
-      ::shutdown(c, SHUT_WR);
-      ::close(c);
     }
   }
+  void handle(int c) {
+    HttpRequest req;
+    std::string buf;
+    char tmp[65536];
+    size_t head_end;
+    while ((head_end = buf.find("\r\n\r\n")) == std::string::npos) {
+      const ssize_t r = ::recv(c, tmp, sizeof tmp, 0);
+      if (r <= 0) break;
+      buf.append(tmp, static_cast<size_t>(r));
+    }
+    if (head_end == std::string::npos) {
+      ::close(c);
+      return;
+    }
+    req.head = buf.substr(0, head_end + 4);
+    std::istringstream first(req.head);
+    first >> req.method >> req.target;
+    const std::string cl = req.header("content-length");
+    const size_t want = cl.empty() ? 0 : std::stoul(cl);
+    req.body = buf.substr(head_end + 4);
+    while (req.body.size() < want) {
+      const ssize_t r = ::recv(c, tmp, sizeof tmp, 0);
+      if (r <= 0) break;
+      req.body.append(tmp, static_cast<size_t>(r));
+    }
+    int n;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      requests_.push_back(req);
+      n = static_cast<int>(requests_.size()) - 1;
+    }
+    const int now = ++in_flight_;
+    for (int m = max_in_flight_; now > m && !max_in_flight_.compare_exchange_weak(m, now);) {
+    }
+    const std::string out = handler_(req, n);
+    --in_flight_;
+    send_all(c, out);
+    ::shutdown(c, SHUT_WR);
+    ::close(c);
+  }
   Handler handler_;
+  bool concurrent_;
   int fd_ = -1, port_ = 0;
   std::atomic<bool> stop_{false};
+  std::atomic<int> in_flight_{0}, max_in_flight_{0};
   std::thread thread_;
   std::mutex mu_;
+  std::vector<std::thread> connections_;
   std::vector<HttpRequest> requests_;
 };
 
@@ -483,7 +508,7 @@ TEST(S3Faults, A503IsRetried) {
   s3::Client client(fake_options(server.port()));
   EXPECT_EQ(client.get("b", "k"), "hello");
   ASSERT_EQ(server.requests().size(), 2u);
-  const HttpRequest& r = server.requests()[0];
+  const HttpRequest r = server.requests()[0];  // a copy: requests() returns one
   EXPECT_EQ(r.target, "/b/k");
   EXPECT_NE(r.header("authorization").find("Credential=AKIDFAKE/"), std::string::npos);
   EXPECT_EQ(r.header("x-amz-content-sha256"), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
@@ -599,6 +624,362 @@ TEST(S3Faults, ThroughAFaultInjectingProxyToS3rver) {
   // What s3rver holds, read without the proxy.
   s3::Client direct(S3rver::options());
   EXPECT_TRUE(direct.get(kBucket, "proxy/big") == data);
+}
+
+// --- parallel multipart uploads --------------------------------------------------------------
+
+// Orchard -> proxy (a thread per connection) -> s3rver. Each part's PUT is held 150 ms in the
+// proxy, so parts sent together are seen together; part 2's first try is a 503.
+TEST(S3Faults, PartsAreUploadedInParallelAndRetriedOnTheirOwn) {
+  NEED_S3RVER();
+  std::atomic<int> part2_seen{0}, parts_in_flight{0}, max_parts_in_flight{0};
+  FakeServer proxy(
+      [&](const HttpRequest& req, int) -> std::string {
+        if (req.method != "PUT" || req.target.find("partNumber=") == std::string::npos) return forward(req);
+        const int now = ++parts_in_flight;
+        for (int m = max_parts_in_flight; now > m && !max_parts_in_flight.compare_exchange_weak(m, now);) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(150));
+        std::string out = req.target.find("partNumber=2&") != std::string::npos && part2_seen++ == 0
+                              ? response(503, "Slow Down", error_xml("SlowDown", "slow down"))
+                              : forward(req);
+        --parts_in_flight;
+        return out;
+      },
+      /*concurrent=*/true);
+  s3::S3Options o = S3rver::options();
+  o.endpoint = "http://127.0.0.1:" + std::to_string(proxy.port());
+  o.part_size = 5u << 20;
+  o.multipart_threshold = 6u << 20;
+  o.upload_concurrency = 4;
+  S3FileSystem* s3fs = use_s3(o);
+  const std::string data = pattern_bytes((20u << 20) + 1234, 7);  // 5 parts, the last one short
+  const int64_t before = s3fs->client().requests_sent();
+  write_file(kRoot + "parallel/ckpt", data);
+  EXPECT_EQ(s3fs->client().requests_sent() - before, 8);  // start, 5 parts, part 2 again, complete
+  EXPECT_EQ(part2_seen.load(), 2);
+  EXPECT_GE(max_parts_in_flight.load(), 2);  // parts really were in flight together
+  EXPECT_LE(max_parts_in_flight.load(), 4);  // and never more than upload_concurrency
+  s3::Client direct(S3rver::options());
+  EXPECT_TRUE(direct.get(kBucket, "parallel/ckpt") == data);
+
+  // The control: with one part at a time the proxy sees one at a time.
+  max_parts_in_flight = 0;
+  o.upload_concurrency = 1;
+  use_s3(o);
+  write_file(kRoot + "parallel/ckpt-sequential", data);
+  EXPECT_EQ(max_parts_in_flight.load(), 1);
+  EXPECT_TRUE(direct.get(kBucket, "parallel/ckpt-sequential") == data);
+}
+
+TEST(S3Faults, APartThatFailsForGoodAbortsTheUpload) {
+  NEED_S3RVER();
+  FakeServer proxy(
+      [&](const HttpRequest& req, int) -> std::string {
+        if (req.method == "PUT" && req.target.find("partNumber=3&") != std::string::npos)
+          return response(403, "Forbidden", error_xml("AccessDenied", "no part 3 for you"));
+        return forward(req);
+      },
+      /*concurrent=*/true);
+  s3::S3Options o = S3rver::options();
+  o.endpoint = "http://127.0.0.1:" + std::to_string(proxy.port());
+  o.part_size = 5u << 20;
+  o.multipart_threshold = 6u << 20;
+  o.upload_concurrency = 3;
+  use_s3(o);
+  try {
+    write_file(kRoot + "parallel/aborted", pattern_bytes((25u << 20) + 1, 8));
+    ADD_FAILURE() << "no error";
+  } catch (const StorageError& e) {
+    EXPECT_EQ(e.code(), "AccessDenied");
+    EXPECT_NE(std::string(e.what()).find("upload part 3"), std::string::npos) << e.what();
+  }
+  int aborts = 0, completes = 0;
+  for (const HttpRequest& r : proxy.requests()) {
+    aborts += r.method == "DELETE" && r.target.find("uploadId=") != std::string::npos;
+    completes += r.method == "POST" && r.target.find("uploadId=") != std::string::npos;
+  }
+  EXPECT_EQ(aborts, 1);
+  EXPECT_EQ(completes, 0);
+  EXPECT_FALSE(s3::Client(S3rver::options()).head(kBucket, "parallel/aborted"));
+}
+
+// --- prefetching reads -------------------------------------------------------------------------
+
+std::string read_all(SequentialReader& reader, size_t chunk) {
+  std::string got, buf(chunk, '\0');
+  for (size_t n; (n = reader.read(buf.data(), chunk)) > 0;) got.append(buf.data(), n);
+  return got;
+}
+
+TEST(S3, PrefetchingReaderGivesTheObjectForEveryBlockSize) {
+  NEED_S3RVER();
+  use_s3(S3rver::options());
+  const std::string path = kRoot + "prefetch/shard";
+  const std::string data = pattern_bytes((1u << 20) + 123, 9);
+  write_file(path, data);
+  settle(path);
+  for (uint64_t block : {4096ull, 65536ull, 300001ull, 1ull << 20, (1ull << 20) + 123, 2ull << 20})
+    for (int blocks : {1, 3, 6})
+      for (size_t chunk : {size_t{70000}, size_t{4096 * 3}}) {
+        SequentialReader reader(path, PrefetchOptions{block, blocks});
+        EXPECT_TRUE(reader.prefetching());
+        EXPECT_TRUE(read_all(reader, chunk) == data) << "block " << block << " blocks " << blocks;
+      }
+  SequentialReader empty(kRoot + "prefetch/missing-is-an-error", PrefetchOptions{4096, 2});
+  char c;
+  EXPECT_THROW(empty.read(&c, 1), StorageError);
+}
+
+// Ranged GETs through a proxy that answers some 503 and cuts some bodies short: the client's
+// retries mend each block, the reader gives the object, and several blocks were in flight.
+TEST(S3Faults, PrefetchThroughAFaultInjectingProxy) {
+  NEED_S3RVER();
+  use_s3(S3rver::options());
+  const std::string data = pattern_bytes((1u << 20) + 4321, 10);
+  write_file(kRoot + "prefetch/faulty", data);
+  settle(kRoot + "prefetch/faulty");
+  std::atomic<int> ranged{0}, failed{0}, cut{0};
+  FakeServer proxy(
+      [&](const HttpRequest& req, int) -> std::string {
+        if (req.header("range").empty()) return forward(req);
+        const int k = ranged++;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a round trip
+        if (k % 5 == 1) {
+          ++failed;
+          return response(503, "Slow Down", error_xml("SlowDown", "slow down"));
+        }
+        std::string out = forward(req);
+        if (k % 7 == 3 && out.size() > 60000) {  // a full block, not a 416 past the end
+          ++cut;
+          return out.substr(0, out.size() - 30000);  // the connection drops mid-body
+        }
+        return out;
+      },
+      /*concurrent=*/true);
+  s3::S3Options o = S3rver::options();
+  o.endpoint = "http://127.0.0.1:" + std::to_string(proxy.port());
+  use_s3(o);
+  SequentialReader reader(kRoot + "prefetch/faulty", PrefetchOptions{65536, 4});
+  EXPECT_TRUE(read_all(reader, 100000) == data);
+  EXPECT_GE(failed.load(), 3);
+  EXPECT_GE(cut.load(), 2);
+  EXPECT_GE(proxy.max_in_flight(), 2);
+  EXPECT_LE(proxy.max_in_flight(), 4);
+}
+
+// A reader destroyed while its block requests hang returns at once: the requests are cancelled
+// (http::CancelScope), not waited for.
+TEST(S3Faults, AReaderDestroyedMidFileCancelsItsRequests) {
+  const std::string data = pattern_bytes(100000, 11);
+  std::atomic<bool> release{false};
+  FakeServer server(
+      [&](const HttpRequest& req, int) -> std::string {
+        if (req.header("range") == "bytes=0-999")
+          return response(206, "Partial Content", data.substr(0, 1000), "Content-Range: bytes 0-999/100000\r\n");
+        for (int i = 0; i < 2000 && !release; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        return response(503, "Slow Down", "");
+      },
+      /*concurrent=*/true);
+  s3::S3Options o = fake_options(server.port());
+  o.retry.max_attempts = 1;  // without cancellation the destructor would wait one 20 s request
+  use_s3(o);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    SequentialReader reader("s3://b/hanging", PrefetchOptions{1000, 4});
+    std::string got(500, '\0');
+    EXPECT_EQ(reader.read(got.data(), 500), 500u);
+    EXPECT_TRUE(got == data.substr(0, 500));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the other blocks' GETs are waiting
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 3.0);  // without cancellation: 20 s
+  release = true;
+  EXPECT_GE(server.requests().size(), 2u);
+}
+
+TEST(S3, ShardPrefetcherReadsShardAfterShard) {
+  NEED_S3RVER();
+  S3FileSystem* s3fs = use_s3(S3rver::options());
+  std::vector<std::string> shards;
+  for (int i = 0; i < 3; ++i) {
+    shards.push_back(kRoot + "prefetch/train-0000" + std::to_string(i) + "-of-00003");
+    write_file(shards.back(), pattern_bytes(300000 + 1000 * i, 20 + i));
+    settle(shards.back());
+  }
+  ShardPrefetcher prefetcher(PrefetchOptions{65536, 3});
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string next = i + 1 < shards.size() ? shards[i + 1] : "";
+    SequentialReader reader = prefetcher.open(shards[i], next);
+    EXPECT_TRUE(read_all(reader, 50000) == pattern_bytes(300000 + 1000 * i, 20 + static_cast<unsigned>(i)));
+    if (next.empty()) continue;
+    for (int t = 0; t < 400 && prefetcher.started().empty(); ++t)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(prefetcher.started(), std::vector<std::string>{next});  // begun before it is opened
+  }
+  EXPECT_TRUE(prefetcher.started().empty());
+  EXPECT_GT(s3fs->client().requests_sent(), 0);
+}
+
+// --- http(s):// ---------------------------------------------------------------------------------
+
+// A static file server: `ranges` false answers every GET 200 with the whole body (as Python's
+// http.server does); `head` false refuses HEAD with 405.
+FakeServer::Handler static_files(std::map<std::string, std::string> files, bool ranges, bool head) {
+  return [files = std::move(files), ranges, head](const HttpRequest& req, int) -> std::string {
+    if (req.target == "/moved") return response(302, "Found", "", "Location: /data\r\n");
+    auto it = files.find(req.target);
+    if (it == files.end()) return response(404, "Not Found", "no such file");
+    const std::string& body = it->second;
+    if (req.method == "HEAD") {
+      if (!head) return response(405, "Method Not Allowed", "");
+      return "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
+    }
+    const std::string range = req.header("range");
+    if (!ranges || range.empty()) return response(200, "OK", body, "ETag: \"e1\"\r\n");
+    unsigned long long a = 0, b = ~0ull;
+    if (std::sscanf(range.c_str(), "bytes=%llu-%llu", &a, &b) < 1) return response(400, "Bad Request", "");
+    if (a >= body.size())
+      return response(416, "Range Not Satisfiable", "",
+                      "Content-Range: bytes */" + std::to_string(body.size()) + "\r\n");
+    b = std::min<unsigned long long>(b, body.size() - 1);
+    return response(206, "Partial Content", body.substr(a, b - a + 1),
+                    "ETag: \"e1\"\r\nContent-Range: bytes " + std::to_string(a) + "-" + std::to_string(b) + "/" +
+                        std::to_string(body.size()) + "\r\n");
+  };
+}
+
+HttpFileSystem* use_http() {
+  HttpOptions o;
+  o.retry.initial_backoff_seconds = 0.01;
+  o.retry.max_backoff_seconds = 0.05;
+  auto* fs = new HttpFileSystem(o);
+  register_file_system("http", [fs] { return std::unique_ptr<FileSystem>(fs); });
+  return fs;
+}
+
+void expect_http_reads(const std::string& url, const std::string& data) {
+  EXPECT_TRUE(read_file(url) == data);
+  EXPECT_TRUE(read_range(url, 0, 10) == data.substr(0, 10));
+  EXPECT_TRUE(read_range(url, 12345, 1000) == data.substr(12345, 1000));
+  EXPECT_TRUE(read_range(url, data.size() - 5, 100) == data.substr(data.size() - 5));  // short at the end
+  EXPECT_EQ(read_range(url, data.size(), 5), "");
+  EXPECT_EQ(read_range(url, data.size() + 100, 5), "");
+  ASSERT_TRUE(stat(url));
+  EXPECT_EQ(stat(url)->size, static_cast<int64_t>(data.size()));
+  for (uint64_t block : {1000ull, 65536ull, 1ull << 20}) {
+    SequentialReader reader(url, PrefetchOptions{block, 4});
+    EXPECT_TRUE(read_all(reader, 30000) == data) << url << " block " << block;
+  }
+}
+
+TEST(Http, ReadsRangesAndStatsFromAServerWithRanges) {
+  const std::string data = pattern_bytes(200000, 12);
+  FakeServer server(static_files({{"/data", data}}, /*ranges=*/true, /*head=*/true), /*concurrent=*/true);
+  use_http();
+  const std::string base = "http://127.0.0.1:" + std::to_string(server.port());
+  expect_http_reads(base + "/data", data);
+  EXPECT_TRUE(read_range(base + "/moved", 5, 10) == data.substr(5, 10));  // a redirect is followed
+  bool ranged_206 = false;
+  for (const HttpRequest& r : server.requests()) ranged_206 |= r.header("range") == "bytes=12345-13344";
+  EXPECT_TRUE(ranged_206);
+  EXPECT_FALSE(stat(base + "/missing"));
+  EXPECT_FALSE(exists(base + "/missing"));
+  try {
+    read_file(base + "/missing");
+    ADD_FAILURE() << "no error";
+  } catch (const StorageError& e) {
+    EXPECT_EQ(e.http_status(), 404);
+    EXPECT_NE(std::string(e.what()).find(base + "/missing: read (GET) failed: HTTP 404"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(file_system_for("https://example.com/x"));  // https is registered too (no request here)
+}
+
+TEST(Http, AServerThatIgnoresRangeStillGivesTheRightBytes) {
+  const std::string data = pattern_bytes(300000, 13);
+  FakeServer server(static_files({{"/data", data}, {"/other", "other"}}, /*ranges=*/false, /*head=*/false),
+                    /*concurrent=*/true);
+  HttpFileSystem* fs = use_http();
+  const std::string base = "http://127.0.0.1:" + std::to_string(server.port());
+  expect_http_reads(base + "/data", data);  // stat falls back to GET when HEAD is refused
+  EXPECT_EQ(read_range(base + "/other", 1, 3), "the");
+  // A block reader over a fresh URL downloads the whole body a few times at most (the blocks in
+  // flight before the first whole body arrives), not once per block (300 blocks of 1000).
+  const int64_t before = fs->requests_sent();
+  SequentialReader reader(base + "/data", PrefetchOptions{1000, 4});
+  EXPECT_TRUE(read_all(reader, 4096) == data);
+  EXPECT_LE(fs->requests_sent() - before, 8);
+}
+
+TEST(Http, RetriesAndResumesABrokenDownload) {
+  const std::string data = pattern_bytes(150000, 14);
+  FakeServer server([&](const HttpRequest& req, int n) -> std::string {
+    if (n == 0) return response(503, "Service Unavailable", "");
+    if (n == 1) {  // promises the whole body, sends 60000 bytes, drops the connection
+      const std::string full = response(200, "OK", data, "ETag: \"v7\"\r\n");
+      return full.substr(0, full.size() - data.size() + 60000);
+    }
+    if (req.header("range") != "bytes=60000-" || req.header("if-range") != "\"v7\"")
+      return response(400, "Bad Request", "unexpected " + req.header("range"));
+    return response(206, "Partial Content", data.substr(60000),
+                    "ETag: \"v7\"\r\nContent-Range: bytes 60000-149999/150000\r\n");
+  });
+  use_http();
+  EXPECT_TRUE(read_file("http://127.0.0.1:" + std::to_string(server.port()) + "/ckpt") == data);
+  EXPECT_EQ(server.requests().size(), 3u);
+}
+
+TEST(Http, IsReadOnlyAndHasNoListing) {
+  FakeServer server(static_files({{"/data", "x"}}, true, true));
+  use_http();
+  const std::string base = "http://127.0.0.1:" + std::to_string(server.port());
+  auto expect_error = [](const std::function<void()>& f, const std::string& part) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, expected: " << part;
+    } catch (const StorageError& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { write_file(base + "/data", "y"); }, base + "/data: write: http(s):// is read-only");
+  expect_error([&] { remove(base + "/data"); }, "http(s):// is read-only");
+  expect_error([&] { list_prefix(base + "/"); }, "http(s):// has no listing");
+  expect_error([&] { glob(base + "/da*"); }, "has no listing");
+  EXPECT_EQ(glob(base + "/data"), std::vector<std::string>{base + "/data"});  // no wildcard: a HEAD
+  EXPECT_EQ(server.requests().size(), 1u);  // nothing was sent for the refused operations
+}
+
+// Python's http.server: no Range support, HEAD with Content-Length.
+TEST(Http, AgainstPythonHttpServer) {
+  const std::string python = which("python3");
+  if (python.empty()) GTEST_SKIP() << "python3 not on PATH";
+  test::TempDir dir;
+  const std::string data = pattern_bytes(250000, 15);
+  write_file(dir.file("model.ckpt.data-00000-of-00001"), data);
+  const int port = free_port();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    std::freopen("/dev/null", "w", stderr);
+    const std::string p = std::to_string(port), d = dir.str();
+    ::execl(python.c_str(), python.c_str(), "-m", "http.server", p.c_str(), "--bind", "127.0.0.1", "--directory",
+            d.c_str(), static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  bool up = false;
+  for (int i = 0; i < 100 && !up; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const int s = connect_to(port);
+    if ((up = s >= 0)) ::close(s);
+  }
+  ASSERT_TRUE(up) << "python3 -m http.server did not start";
+  use_http();
+  const std::string base = "http://127.0.0.1:" + std::to_string(port);
+  expect_http_reads(base + "/model.ckpt.data-00000-of-00001", data);
+  EXPECT_FALSE(exists(base + "/model.ckpt.index"));
+  ::kill(pid, SIGTERM);
+  ::waitpid(pid, nullptr, 0);
 }
 
 }  // namespace

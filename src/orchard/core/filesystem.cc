@@ -8,12 +8,17 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "orchard/core/files.h"
 #include "orchard/core/gcs_filesystem.h"
+#include "orchard/core/http.h"
+#include "orchard/core/http_filesystem.h"
 #include "orchard/core/s3_filesystem.h"
 
 namespace orchard::fs {
@@ -108,6 +113,8 @@ class LocalFileSystem : public FileSystem {
     const std::string p = local_path(path);
     if (::unlink(p.c_str()) != 0 && errno != ENOENT) throw StorageError(path + ": remove: " + std::strerror(errno));
   }
+
+  bool is_local() const override { return true; }
 };
 
 struct Registry {
@@ -124,7 +131,8 @@ void register_builtins(Registry& r) {
   r.factories["file"] = r.factories[""];
   r.factories["s3"] = [] { return std::make_unique<S3FileSystem>(s3::S3Options::from_environment()); };
   r.factories["gs"] = [] { return std::make_unique<GcsFileSystem>(gcs::GcsOptions::from_environment()); };
-  // r.factories["http"], ["https"]: read-only, not implemented yet.
+  r.factories["http"] = [] { return std::make_unique<HttpFileSystem>(HttpOptions{}); };
+  r.factories["https"] = r.factories["http"];
 }
 
 Registry& registry() {
@@ -226,10 +234,184 @@ std::string join(const std::string& dir, const std::string& name) {
   return dir + "/" + name;
 }
 
+// --- PrefetchingReader ---------------------------------------------------------------------
+//
+// The window is a deque of blocks in file order; its front holds position_.
+// Fetch threads claim the first unclaimed block, fetch it without the lock,
+// and store it; the consumer waits for the front, copies out of it without the
+// lock (only the consumer pops the front, and a done block is never touched by
+// a fetcher again; deque push_back/pop_front keep references to the other
+// elements valid), and pops it when consumed, which lets one more block be
+// scheduled. So at most `blocks` blocks exist at once.
+
+struct PrefetchingReader::Block {
+  uint64_t offset = 0;
+  std::string data;
+  bool claimed = false, done = false;
+  std::exception_ptr error;
+};
+
+struct PrefetchingReader::State {
+  std::mutex mu;
+  std::condition_variable work_cv;   // fetchers: a block to claim, or stop
+  std::condition_variable ready_cv;  // consumer: a block done
+  std::deque<Block> window;
+  uint64_t next_offset = 0;     // of the next block to schedule
+  uint64_t end = UINT64_MAX;    // the file's size, once a short block found it
+  bool stop = false;
+  std::atomic<bool> cancel{false};
+  std::function<void()> on_end;
+  bool on_end_done = false;
+  int64_t requests = 0;
+  std::vector<std::thread> threads;
+};
+
+PrefetchingReader::PrefetchingReader(std::string path, PrefetchOptions options)
+    : path_(std::move(path)), fs_(&file_system_for(path_)), options_(options), state_(std::make_unique<State>()) {
+  options_.block_size = std::max<uint64_t>(options_.block_size, 1);
+  options_.blocks = std::max(options_.blocks, 1);
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    schedule();
+  }
+  try {
+    for (int i = 0; i < options_.blocks; ++i) state_->threads.emplace_back([this] { fetch_loop(); });
+  } catch (...) {
+    if (state_->threads.empty()) throw;  // the threads started share the blocks
+  }
+}
+
+PrefetchingReader::~PrefetchingReader() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stop = true;
+    state_->cancel = true;
+  }
+  state_->work_cv.notify_all();
+  for (std::thread& t : state_->threads) t.join();
+}
+
+void PrefetchingReader::schedule() {
+  State& st = *state_;
+  while (st.window.size() < static_cast<size_t>(options_.blocks) && st.next_offset < st.end) {
+    st.window.push_back(Block{});
+    st.window.back().offset = st.next_offset;
+    st.next_offset += options_.block_size;
+  }
+}
+
+void PrefetchingReader::fetch_loop() {
+  State& st = *state_;
+  http::CancelScope cancel_scope(&st.cancel);  // the destructor abandons in-flight requests
+  for (;;) {
+    Block* block = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(st.mu);
+      st.work_cv.wait(lock, [&] {
+        if (st.stop) return true;
+        for (Block& b : st.window)
+          if (!b.claimed) return true;
+        return false;
+      });
+      if (st.stop) return;
+      for (Block& b : st.window)
+        if (!b.claimed) {
+          block = &b;
+          break;
+        }
+      block->claimed = true;
+      ++st.requests;
+    }
+    std::string data;
+    std::exception_ptr error;
+    try {
+      data = fs_->read_range(path_, block->offset, options_.block_size);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::function<void()> call;
+    {
+      std::lock_guard<std::mutex> lock(st.mu);
+      if (!error && data.size() < options_.block_size && block->offset + data.size() < st.end) {
+        st.end = block->offset + data.size();
+        if (st.on_end && !st.on_end_done) {
+          st.on_end_done = true;
+          call = std::move(st.on_end);
+        }
+      }
+      block->data = std::move(data);
+      block->error = error;
+      block->done = true;
+    }
+    st.ready_cv.notify_all();
+    if (call) call();
+  }
+}
+
+void PrefetchingReader::on_end_found(std::function<void()> f) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->on_end_done) return;
+    if (state_->end == UINT64_MAX) {
+      state_->on_end = std::move(f);
+      return;
+    }
+    state_->on_end_done = true;
+  }
+  f();
+}
+
+int64_t PrefetchingReader::requests() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->requests;
+}
+
+size_t PrefetchingReader::read(char* out, size_t n) {
+  State& st = *state_;
+  size_t done = 0;
+  while (done < n) {
+    std::unique_lock<std::mutex> lock(st.mu);
+    if (st.window.empty()) break;  // nothing scheduled: at the end
+    Block& front = st.window.front();
+    st.ready_cv.wait(lock, [&] { return front.done; });
+    if (front.error) std::rethrow_exception(front.error);
+    const uint64_t in_block = position_ - front.offset;
+    if (in_block >= front.data.size()) {
+      if (front.data.size() < options_.block_size) break;  // the file's last block, consumed
+      st.window.pop_front();
+      schedule();
+      lock.unlock();
+      st.work_cv.notify_all();
+      continue;
+    }
+    lock.unlock();
+    const size_t take = static_cast<size_t>(std::min<uint64_t>(n - done, front.data.size() - in_block));
+    std::memcpy(out + done, front.data.data() + in_block, take);
+    done += take;
+    position_ += take;
+  }
+  return done;
+}
+
+// --- SequentialReader ----------------------------------------------------------------------
+
 SequentialReader::SequentialReader(std::string path, uint64_t block_size)
-    : path_(std::move(path)), fs_(&file_system_for(path_)), block_size_(std::max<uint64_t>(block_size, 1)) {}
+    : SequentialReader(std::move(path), PrefetchOptions{block_size, PrefetchOptions{}.blocks}) {}
+
+SequentialReader::SequentialReader(std::string path, PrefetchOptions options)
+    : path_(std::move(path)), fs_(&file_system_for(path_)), block_size_(std::max<uint64_t>(options.block_size, 1)) {
+  if (!fs_->is_local()) prefetching_ = std::make_unique<PrefetchingReader>(path_, options);
+}
+
+SequentialReader::SequentialReader(std::unique_ptr<PrefetchingReader> prefetching)
+    : path_(prefetching->path()), prefetching_(std::move(prefetching)) {}
+
+SequentialReader::~SequentialReader() = default;
+SequentialReader::SequentialReader(SequentialReader&&) noexcept = default;
+SequentialReader& SequentialReader::operator=(SequentialReader&&) noexcept = default;
 
 size_t SequentialReader::read(char* out, size_t n) {
+  if (prefetching_) return prefetching_->read(out, n);
   size_t done = 0;
   while (done < n) {
     const uint64_t in_block = position_ - block_start_;
@@ -247,6 +429,92 @@ size_t SequentialReader::read(char* out, size_t n) {
     position_ += take;
   }
   return done;
+}
+
+// --- ShardPrefetcher -----------------------------------------------------------------------
+//
+// The readers' end-found callbacks hold a weak_ptr to Shared, so a reader that
+// outlives its prefetcher starts nothing. Readers are destroyed outside the
+// mutex: a reader's destructor joins threads whose callbacks take it.
+
+struct ShardPrefetcher::Shared {
+  PrefetchOptions options;
+  size_t max_started = 2;
+  mutable std::mutex mu;
+  std::deque<std::unique_ptr<PrefetchingReader>> started;  // oldest first
+
+  void start(const std::string& path) {
+    if (file_system_for(path).is_local()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (const auto& r : started)
+        if (r->path() == path) return;
+    }
+    auto reader = std::make_unique<PrefetchingReader>(path, options);
+    std::unique_ptr<PrefetchingReader> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (const auto& r : started)
+        if (r->path() == path) return;  // started meanwhile; `reader` is dropped
+      started.push_back(std::move(reader));
+      if (started.size() > max_started) {
+        dropped = std::move(started.front());
+        started.pop_front();
+      }
+    }
+  }
+
+  std::unique_ptr<PrefetchingReader> take(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto it = started.begin(); it != started.end(); ++it)
+      if ((*it)->path() == path) {
+        auto r = std::move(*it);
+        started.erase(it);
+        return r;
+      }
+    return nullptr;
+  }
+};
+
+ShardPrefetcher::ShardPrefetcher(PrefetchOptions options, int max_started) : shared_(std::make_shared<Shared>()) {
+  shared_->options = options;
+  shared_->max_started = static_cast<size_t>(std::max(max_started, 1));
+}
+
+ShardPrefetcher::~ShardPrefetcher() {
+  std::deque<std::unique_ptr<PrefetchingReader>> started;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    started.swap(shared_->started);
+  }
+}
+
+SequentialReader ShardPrefetcher::open(const std::string& path, const std::string& next) {
+  if (file_system_for(path).is_local()) return SequentialReader(path, shared_->options);
+  std::unique_ptr<PrefetchingReader> reader = shared_->take(path);
+  if (!reader) reader = std::make_unique<PrefetchingReader>(path, shared_->options);
+  if (!next.empty()) {
+    std::weak_ptr<Shared> weak = shared_;
+    reader->on_end_found([weak, next] {
+      if (auto shared = weak.lock()) {
+        try {
+          shared->start(next);
+        } catch (const std::exception&) {
+          // A bad next path fails when it is opened, on the consumer's thread.
+        }
+      }
+    });
+  }
+  return SequentialReader(std::move(reader));
+}
+
+void ShardPrefetcher::start(const std::string& path) { shared_->start(path); }
+
+std::vector<std::string> ShardPrefetcher::started() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  std::vector<std::string> out;
+  for (const auto& r : shared_->started) out.push_back(r->path());
+  return out;
 }
 
 }  // namespace orchard::fs

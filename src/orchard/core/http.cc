@@ -2,7 +2,13 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <cstdlib>
+#include <cmath>
+#include <random>
+#include <thread>
 
 #include "orchard/core/error.h"
 
@@ -10,7 +16,17 @@ namespace orchard::http {
 namespace {
 
 size_t on_body(char* data, size_t size, size_t n, void* user) {
-  static_cast<std::string*>(user)->append(data, size * n);
+  auto* response = static_cast<Response*>(user);
+  if (response->body.empty()) {
+    // Room for the whole body at once: growing by doubling would hold up to 1.5x its size in
+    // transient copies, per request in flight.
+    auto it = response->headers.find("content-length");
+    if (it != response->headers.end()) {
+      const unsigned long long length = std::strtoull(it->second.c_str(), nullptr, 10);
+      if (length > 0 && length <= (1ull << 32)) response->body.reserve(static_cast<size_t>(length));
+    }
+  }
+  response->body.append(data, size * n);
   return size * n;
 }
 
@@ -34,6 +50,12 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
   return size * n;
 }
 
+thread_local const std::atomic<bool>* tls_cancel = nullptr;
+
+int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return static_cast<const std::atomic<bool>*>(user)->load() ? 1 : 0;  // non-zero aborts the transfer
+}
+
 bool retryable(CURLcode code) {
   switch (code) {
     case CURLE_COULDNT_CONNECT:
@@ -53,6 +75,28 @@ bool retryable(CURLcode code) {
 }
 
 }  // namespace
+
+double backoff_seconds(const RetryOptions& r, int attempt) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  const double cap = std::min(r.max_backoff_seconds, r.initial_backoff_seconds * std::pow(2.0, attempt - 1));
+  return std::uniform_real_distribution<double>(0.0, cap)(rng);  // full jitter
+}
+
+CancelScope::CancelScope(const std::atomic<bool>* flag) : previous_(tls_cancel) { tls_cancel = flag; }
+CancelScope::~CancelScope() { tls_cancel = previous_; }
+
+bool cancelled() { return tls_cancel && tls_cancel->load(); }
+
+bool sleep_unless_cancelled(double seconds) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                      std::chrono::duration<double>(seconds));
+  for (Clock::time_point now; (now = Clock::now()) < until;) {
+    if (cancelled()) return false;
+    std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(20), until - now));
+  }
+  return !cancelled();
+}
 
 Client::Client() {
   static std::once_flag once;
@@ -83,6 +127,12 @@ void Client::release(void* handle) {
 }
 
 Response Client::perform(const Request& request) {
+  if (cancelled()) {
+    Response r;
+    r.transport_failed = true;
+    r.transport_error = "cancelled";
+    return r;
+  }
   CURL* h = static_cast<CURL*>(acquire());
   curl_easy_reset(h);  // keeps the handle's live connections
   Response response;
@@ -95,9 +145,18 @@ Response Client::perform(const Request& request) {
   curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, request.verify_tls ? 2L : 0L);
   curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &response.body);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &response);
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, &response.headers);
+  if (request.follow_redirects) {
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(h, CURLOPT_MAXREDIRS, 10L);
+  }
+  if (tls_cancel) {
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(tls_cancel));
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+  }
   static const std::string empty;
   const std::string& body = request.body ? *request.body : empty;
   if (request.method == "GET") {
@@ -130,7 +189,7 @@ Response Client::perform(const Request& request) {
   if (code != CURLE_OK) {
     response.transport_failed = true;
     response.transport_retryable = retryable(code);
-    response.transport_error = curl_easy_strerror(code);
+    response.transport_error = code == CURLE_ABORTED_BY_CALLBACK ? "cancelled" : curl_easy_strerror(code);
     // A broken connection should not go back to the pool's cache.
     curl_easy_cleanup(h);
     return response;

@@ -9,10 +9,12 @@
 #include <ctime>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <openssl/evp.h>
 #include <pugixml.hpp>
 #include <random>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include "orchard/core/filesystem.h"
@@ -117,11 +119,7 @@ std::string status_text(long status) {
   }
 }
 
-double backoff_seconds(const RetryOptions& r, int attempt) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  const double cap = std::min(r.max_backoff_seconds, r.initial_backoff_seconds * std::pow(2.0, attempt - 1));
-  return std::uniform_real_distribution<double>(0.0, cap)(rng);  // full jitter
-}
+using http::backoff_seconds;
 
 }  // namespace
 
@@ -281,8 +279,9 @@ Client::Result Client::request(const std::string& op, const std::string& method,
     const double wait = backoff_seconds(options_.retry, attempt);
     if (retry && attempt < options_.retry.max_attempts && elapsed + wait <= options_.retry.max_retry_seconds) {
       spdlog::warn("{}: {} {}: {}; retry {} in {:.2f} s", what, op, method, failure, attempt, wait);
-      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
-      continue;
+      if (http::sleep_unless_cancelled(wait)) continue;
+      failure += "; cancelled";
+      retry = false;
     }
     std::string msg = what + ": " + op + " (" + method + " " + url + ") failed: " + failure;
     if (retry) {
@@ -330,7 +329,7 @@ std::string Client::get(const std::string& bucket, const std::string& key) {
     if (attempt >= options_.retry.max_attempts) throw fs::StorageError(what, r.status, "BadDigest");
     const double wait = backoff_seconds(options_.retry, attempt);
     spdlog::warn("{}; retry {} in {:.2f} s", what, attempt, wait);
-    std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+    if (!http::sleep_unless_cancelled(wait)) throw fs::StorageError(what + "; cancelled", r.status, "BadDigest");
   }
 }
 
@@ -345,7 +344,7 @@ std::string Client::get_range(const std::string& bucket, const std::string& key,
     return r.body.substr(offset, n);
   }
   if (r.body.size() > n) r.body.resize(n);
-  return r.body;
+  return std::move(r.body);  // a member of a local is copied unless moved: 8 MiB per block
 }
 
 std::optional<uint64_t> Client::head(const std::string& bucket, const std::string& key) {
@@ -368,19 +367,52 @@ void Client::put_multipart(const std::string& bucket, const std::string& key, co
   if (upload_id.empty())
     throw fs::StorageError(object_url(bucket, key) + ": start multipart upload: no UploadId in the response");
   try {
+    // Parts go out `upload_concurrency` at a time: each thread takes the next
+    // part number, sends it (with its own retries) and stores its ETag. The
+    // first part that fails for good stops the others from starting new parts.
+    const uint64_t parts = (data.size() + options_.part_size - 1) / options_.part_size;
+    std::vector<std::string> etags(parts);
+    std::atomic<uint64_t> next{0};
+    std::atomic<bool> failed{false};
+    std::exception_ptr first_error;
+    std::mutex error_mu;
+    auto upload_parts = [&] {
+      for (uint64_t i; !failed && (i = next++) < parts;) {
+        try {
+          const std::string chunk = data.substr(i * options_.part_size, options_.part_size);
+          const std::string number = std::to_string(i + 1);
+          Result r = request("upload part " + number, "PUT", bucket, key,
+                             {{"partNumber", number}, {"uploadId", upload_id}}, &chunk, {});
+          auto etag = r.headers.find("etag");
+          if (etag == r.headers.end())
+            throw fs::StorageError(object_url(bucket, key) + ": upload part " + number + ": no ETag");
+          etags[i] = etag->second;
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (!first_error) first_error = std::current_exception();
+          failed = true;
+        }
+      }
+    };
+    const uint64_t threads = std::min<uint64_t>(parts, static_cast<uint64_t>(std::max(1, options_.upload_concurrency)));
+    std::vector<std::thread> pool;
+    for (uint64_t t = 1; t < threads; ++t) {
+      try {
+        pool.emplace_back(upload_parts);
+      } catch (const std::system_error&) {
+        break;  // no more threads: the ones running share the parts
+      }
+    }
+    upload_parts();  // this thread is one of them
+    for (std::thread& t : pool) t.join();
+    if (first_error) std::rethrow_exception(first_error);
+
     pugi::xml_document complete;
     pugi::xml_node root = complete.append_child("CompleteMultipartUpload");
-    int part = 1;
-    for (uint64_t off = 0; off < data.size(); off += options_.part_size, ++part) {
-      const std::string chunk = data.substr(off, options_.part_size);
-      Result r = request("upload part " + std::to_string(part), "PUT", bucket, key,
-                         {{"partNumber", std::to_string(part)}, {"uploadId", upload_id}}, &chunk, {});
-      auto etag = r.headers.find("etag");
-      if (etag == r.headers.end())
-        throw fs::StorageError(object_url(bucket, key) + ": upload part " + std::to_string(part) + ": no ETag");
+    for (uint64_t i = 0; i < parts; ++i) {
       pugi::xml_node p = root.append_child("Part");
-      p.append_child("PartNumber").text().set(part);
-      p.append_child("ETag").text().set(etag->second.c_str());
+      p.append_child("PartNumber").text().set(static_cast<unsigned long long>(i + 1));
+      p.append_child("ETag").text().set(etags[i].c_str());
     }
     std::ostringstream xml;
     complete.save(xml, "", pugi::format_raw);

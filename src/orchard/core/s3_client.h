@@ -25,7 +25,9 @@
 // connections, timeouts and stalls are retried with exponential backoff and
 // full jitter, at most `max_attempts` tries and `max_retry_seconds` in all. A
 // GET that breaks mid-body resumes with a range request from the last byte
-// received. Each multipart part is retried on its own. Anything else fails at
+// received. A multipart upload sends `upload_concurrency` parts at once, each
+// retried on its own; CompleteMultipartUpload follows when all have succeeded,
+// AbortMultipartUpload when one has failed for good. Anything else fails at
 // once with one line: URL, operation, HTTP status, S3's error code, and for
 // 401/403 where the credentials came from and which places were looked at. The
 // secret key and session token never appear in messages or logs.
@@ -37,6 +39,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "orchard/core/http.h"
 
 namespace orchard::s3 {
 
@@ -50,12 +54,7 @@ struct Credentials {
   bool anonymous() const { return access_key_id.empty(); }
 };
 
-struct RetryOptions {
-  int max_attempts = 8;
-  double max_retry_seconds = 120;
-  double initial_backoff_seconds = 0.1;
-  double max_backoff_seconds = 10;
-};
+using RetryOptions = http::RetryOptions;
 
 struct S3Options {
   std::string endpoint;  // "scheme://host[:port]"; empty: AWS's regional endpoint
@@ -65,6 +64,10 @@ struct S3Options {
   Credentials credentials;
   uint64_t multipart_threshold = 64u << 20;  // objects larger than this go in parts
   uint64_t part_size = 16u << 20;            // S3's minimum is 5 MiB (except the last part)
+  // Parts uploaded at once by a multipart upload (threads, each with its own
+  // connection); the upload holds up to this many part copies in memory
+  // beyond the data itself.
+  int upload_concurrency = 6;
   int max_keys = 1000;                       // ListObjectsV2 page size
   RetryOptions retry;
   long stall_timeout_s = 30;
@@ -94,7 +97,8 @@ class Client {
   std::string get_range(const std::string& bucket, const std::string& key, uint64_t offset, uint64_t n);
   // The object's size, or nothing on 404.
   std::optional<uint64_t> head(const std::string& bucket, const std::string& key);
-  // One PUT up to multipart_threshold, a multipart upload above it.
+  // One PUT up to multipart_threshold, a multipart upload (parts in parallel)
+  // above it.
   void put(const std::string& bucket, const std::string& key, const std::string& data);
   void remove(const std::string& bucket, const std::string& key);
   // Every object whose key starts with `prefix` (ListObjectsV2, following

@@ -191,7 +191,7 @@ CocoCaptionResult captions_to_records(const CocoCaptionOptions& o) {
   for (int s = 0; s < o.num_shards; ++s) {
     char name[128];
     std::snprintf(name, sizeof name, "%s-%05d-of-%05d", o.prefix.c_str(), s, o.num_shards);
-    TFRecordWriter w((fs::path(o.out_dir) / name).string());
+    TFRecordWriter w(join_path(o.out_dir, name));
     for (int64_t k = n * s / o.num_shards; k < n * (s + 1) / o.num_shards; ++k) {
       const auto& [i, j] = pairs[static_cast<size_t>(k)];
       CaptionExample e;
@@ -244,7 +244,7 @@ CocoConvertResult instances_to_records(const CocoConvertOptions& o) {
   for (int s = 0; s < o.num_shards; ++s) {
     char name[128];
     std::snprintf(name, sizeof name, "%s-%05d-of-%05d", o.prefix.c_str(), s, o.num_shards);
-    TFRecordWriter w((fs::path(o.out_dir) / name).string());
+    TFRecordWriter w(join_path(o.out_dir, name));
     for (int64_t i = n * s / o.num_shards; i < n * (s + 1) / o.num_shards; ++i) {
       const json& im = *images[static_cast<size_t>(i)];
       const int64_t id = int_field(im, "id", o.annotations);

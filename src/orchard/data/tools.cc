@@ -31,7 +31,7 @@ void write_shards(const std::string& out_dir, const std::string& prefix, const s
   for (int s = 0; s < num_shards; ++s) {
     char name[128];
     std::snprintf(name, sizeof name, "%s-%05d-of-%05d", prefix.c_str(), s, num_shards);
-    TFRecordWriter w((fs::path(out_dir) / name).string());
+    TFRecordWriter w(join_path(out_dir, name));
     for (int64_t i = n * s / num_shards; i < n * (s + 1) / num_shards; ++i) w.write(records[static_cast<size_t>(i)]);
     w.close();
   }
