@@ -30,7 +30,7 @@
 namespace orchard::cli {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 using nlohmann::json;
 using test::TempDir;
 
@@ -96,17 +96,17 @@ TEST_F(CaptionTrain, LearnsTheCaptionLanguage) {
 TEST_F(CaptionTrain, TrainDirHoldsCheckpointsConfigVocabularyAndSummaries) {
   ASSERT_EQ(result_.rc, 0) << result_.err;
   for (int step : {60, kSteps}) {
-    EXPECT_TRUE(fs::exists(fs::path(train_dir_) / ("ckpt-" + std::to_string(step) + ".pt"))) << step;
+    EXPECT_TRUE(stdfs::exists(stdfs::path(train_dir_) / ("ckpt-" + std::to_string(step) + ".pt"))) << step;
     EXPECT_TRUE(contains(result_.err, "eval at step " + std::to_string(step))) << result_.err;
   }
-  EXPECT_EQ(read_file((fs::path(train_dir_) / "word_counts.txt").string()),
-            read_file((fs::path(data_) / "word_counts.txt").string()));
-  const json config = json::parse(read_file((fs::path(train_dir_) / "config.json").string()));
+  EXPECT_EQ(read_file((stdfs::path(train_dir_) / "word_counts.txt").string()),
+            read_file((stdfs::path(data_) / "word_counts.txt").string()));
+  const json config = json::parse(read_file((stdfs::path(train_dir_) / "config.json").string()));
   EXPECT_EQ(config.at("task"), "caption");
   EXPECT_EQ(config.at("image_size"), 75);
   std::set<std::string> tags;
   for (const char* sub : {"train", "eval"})
-    for (const auto& name : files_with((fs::path(train_dir_) / sub).string(), "events.out.tfevents")) {
+    for (const auto& name : files_with((stdfs::path(train_dir_) / sub).string(), "events.out.tfevents")) {
       TFRecordReader reader(name);
       for (std::string rec; reader.next(&rec);) {
         tensorflow::Event ev;
@@ -152,7 +152,7 @@ TEST_F(CaptionTrain, TwoWorkersEvaluateTheirShardsAndGatherTheCaptions) {
   // workers' halves of the validation records; hypotheses and references are gathered before
   // BLEU / CIDEr-D (an image's references may sit on both workers).
   const std::string copy = root_->file("two_workers");
-  fs::copy(train_dir_, copy, fs::copy_options::recursive);
+  stdfs::copy(train_dir_, copy, stdfs::copy_options::recursive);
   const int port = 32000 + static_cast<int>(::getpid() % 200) * 5;
   std::vector<std::string> args = {"launch", "--nproc_per_node", "2", "--master_port", std::to_string(port), "--",
                                    "caption", "train", "--input_file_pattern", data_ + "/train-*",
@@ -204,7 +204,7 @@ TEST_F(CaptionTrain, RunPrintsBeamSearchCaptions) {
   }
   EXPECT_EQ(lines, 2);
   // run_inference.py's text format, and a single checkpoint file instead of the directory.
-  r = run({"caption", "run", "--checkpoint_path", (fs::path(train_dir_) / "ckpt-60.pt").string(), "--input_files",
+  r = run({"caption", "run", "--checkpoint_path", (stdfs::path(train_dir_) / "ckpt-60.pt").string(), "--input_files",
            images + "/0.jpg", "--beam_size", "2", "--max_caption_length", "4"},
           *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -215,7 +215,7 @@ TEST_F(CaptionTrain, RunPrintsBeamSearchCaptions) {
   EXPECT_TRUE(contains(r.out, "(p=")) << r.out;
   // `predict`, the other tasks' interface: --model_dir, positional files / globs / directories.
   r = run({"caption", "predict", "--model_dir", train_dir_, images, "--json", "--checkpoint",
-           (fs::path(train_dir_) / "ckpt-60.pt").string()},
+           (stdfs::path(train_dir_) / "ckpt-60.pt").string()},
           *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
   std::istringstream all(r.out);
@@ -223,7 +223,7 @@ TEST_F(CaptionTrain, RunPrintsBeamSearchCaptions) {
   for (std::string line; std::getline(all, line);) {
     const json j = json::parse(line);
     EXPECT_EQ(j.at("captions").size(), 3u) << line;
-    files.insert(fs::path(j.at("file").get<std::string>()).filename().string());
+    files.insert(stdfs::path(j.at("file").get<std::string>()).filename().string());
   }
   EXPECT_EQ(files, (std::set<std::string>{"0.jpg", "1.jpg", "2.jpg", "3.jpg"})) << r.out;
 }
@@ -231,7 +231,7 @@ TEST_F(CaptionTrain, RunPrintsBeamSearchCaptions) {
 TEST_F(CaptionTrain, ResumesAndInitialisesTheEncoderFromACheckpoint) {
   ASSERT_EQ(result_.rc, 0) << result_.err;
   const std::string copy = root_->file("resume");
-  fs::copy(train_dir_, copy, fs::copy_options::recursive);
+  stdfs::copy(train_dir_, copy, stdfs::copy_options::recursive);
   std::vector<std::string> args = {"caption", "train", "--input_file_pattern", data_ + "/train-*", "--train_dir", copy,
                                    "--train_steps", std::to_string(kSteps + 2), "--log_every_n_steps", "1"};
   for (const auto& a : recipe()) args.push_back(a);
@@ -359,7 +359,7 @@ TEST(CaptionInit, TorchvisionInitDrawsTheEncoderWithStd01) {
   auto bad = train("xavier");
   EXPECT_NE(bad.rc, 0);
   EXPECT_TRUE(contains(bad.err, "--init must be default or torchvision, not 'xavier'")) << bad.err;
-  EXPECT_FALSE(fs::exists(root.file("xavier") + "/config.json"));
+  EXPECT_FALSE(stdfs::exists(root.file("xavier") + "/config.json"));
 }
 
 class CaptionErrors : public ::testing::Test {

@@ -19,8 +19,8 @@
 namespace orchard::cli {
 namespace {
 
-namespace fs = std::filesystem;
-const fs::path kTf = fs::path(ORCHARD_TEST_FIXTURES) / "tf";
+namespace stdfs = std::filesystem;
+const stdfs::path kTf = stdfs::path(ORCHARD_TEST_FIXTURES) / "tf";
 
 // The model `config` describes, with the weights of model_dir's newest checkpoint.
 models::ImageModel load_model_dir(const models::ModelConfig& config, const std::string& model_dir) {
@@ -66,8 +66,8 @@ TEST(TfCheckpointInspect, ListsValuesAndJson) {
 
   // The index alone (the data shard, which holds the object graph, not downloaded yet): keys,
   // dtypes and shapes, and a warning (seen on the TF2 detection zoo's ckpt-0.index).
-  fs::create_directories(root.file("index_only"));
-  fs::copy_file(kTf / "half_plus_two_tf2" / "variables.index", root.file("index_only/variables.index"));
+  stdfs::create_directories(root.file("index_only"));
+  stdfs::copy_file(kTf / "half_plus_two_tf2" / "variables.index", root.file("index_only/variables.index"));
   r = run({"checkpoint", "inspect", root.file("index_only/variables")}, root);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "a/.ATTRIBUTES/VARIABLE_VALUE (float32) []")) << r.out;
@@ -128,8 +128,8 @@ TEST(TfCheckpointInspect, SampleConfigsAgainstTheZoosCheckpoint) {
                               "once its data file is there\n"))
       << r.out;
 
-  const auto sample = fs::path(ORCHARD_TEST_FIXTURES) / "od_api_configs" / "ssd_mobilenet_v2_coco.config";
-  const auto orchards = fs::path(ORCHARD_TEST_FIXTURES) / ".." / ".." / "configs" / "ssd_mobilenet_v2_coco.config";
+  const auto sample = stdfs::path(ORCHARD_TEST_FIXTURES) / "od_api_configs" / "ssd_mobilenet_v2_coco.config";
+  const auto orchards = stdfs::path(ORCHARD_TEST_FIXTURES) / ".." / ".." / "configs" / "ssd_mobilenet_v2_coco.config";
   for (const auto& config : {sample, orchards}) {
     r = run({"checkpoint", "inspect", (dir / "model.ckpt").string(), "--pipeline_config_path", config.string()}, root);
     ASSERT_EQ(r.rc, 0) << r.err;

@@ -39,7 +39,7 @@
 namespace orchard::cli {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 using nlohmann::json;
 using test::TempDir;
 
@@ -137,7 +137,7 @@ std::string first_event_file_version(const std::string& path) {
 class ClassifyTrain : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!fs::exists(kFashionDir + "/train-images-idx3-ubyte.gz")) return;
+    if (!stdfs::exists(kFashionDir + "/train-images-idx3-ubyte.gz")) return;
     root_ = new TempDir;
     data_dir_ = make_data(*root_);
     model_a_ = root_->file("model_a");
@@ -170,9 +170,9 @@ TEST_F(ClassifyTrain, ModelDirLayout) {
   // Checkpoints every 10 steps and at the end, the index, the configuration, the labels.
   for (const char* name :
        {"ckpt-10.pt", "ckpt-20.pt", "ckpt-30.pt", "ckpt-40.pt", "checkpoint", "config.json", "labels.txt"})
-    EXPECT_TRUE(fs::exists(fs::path(model_a_) / name)) << name;
+    EXPECT_TRUE(stdfs::exists(stdfs::path(model_a_) / name)) << name;
   EXPECT_EQ(files_with(model_a_, ".tmp-"), std::vector<std::string>{});
-  EXPECT_EQ(train::CheckpointManager(model_a_).latest(), (fs::path(model_a_) / "ckpt-40.pt").string());
+  EXPECT_EQ(train::CheckpointManager(model_a_).latest(), (stdfs::path(model_a_) / "ckpt-40.pt").string());
   auto config = json::parse(read_file(model_a_ + "/config.json"));
   EXPECT_EQ(config.at("model"), "resnet_tiny");
   EXPECT_EQ(config.at("num_classes"), 10);  // from labels.txt
@@ -321,8 +321,8 @@ TEST_F(ClassifyTrain, PredictCommand) {
 
   // A directory: its images, not the other files beside them.
   const std::string photos = root_->file("photos");
-  fs::create_directories(photos);
-  for (size_t i = 0; i < images.size(); ++i) fs::copy_file(images[i], photos + "/p" + std::to_string(i) + ".PNG");
+  stdfs::create_directories(photos);
+  for (size_t i = 0; i < images.size(); ++i) stdfs::copy_file(images[i], photos + "/p" + std::to_string(i) + ".PNG");
   test::write_bytes(photos + "/notes.txt", "not an image");
   r = run({"classify", "predict", "--model_dir", model_a_, photos, "--json", "--num_threads", "1"}, *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -340,7 +340,7 @@ TEST_F(ClassifyTrain, PredictCommand) {
 // an error line naming it, and the command exits 1 at the end.
 TEST_F(ClassifyTrain, PredictGivesEveryGoodImageItsResultDespiteABadOne) {
   const std::string photos = root_->file("photos_with_a_bad_one");
-  fs::create_directories(photos);
+  stdfs::create_directories(photos);
   TFRecordReader reader(data_dir_ + "/validation-00000-of-00001");
   std::string rec;
   for (int i = 0; i < 3 && reader.next(&rec); ++i) {
@@ -404,7 +404,7 @@ TEST_F(ClassifyTrain, KilledAndRestartedRunMatchesUninterrupted) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   bool ready = false;
   while (std::chrono::steady_clock::now() < deadline) {
-    if (fs::exists(model_b + "/checkpoint") && !manager.latest().empty()) {
+    if (stdfs::exists(model_b + "/checkpoint") && !manager.latest().empty()) {
       ready = true;
       break;
     }
@@ -458,7 +458,7 @@ TEST_F(ClassifyTrain, KilledAndRestartedRunMatchesUninterrupted) {
 class ClassifyErrors : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!fs::exists(kFashionDir + "/train-images-idx3-ubyte.gz")) return;
+    if (!stdfs::exists(kFashionDir + "/train-images-idx3-ubyte.gz")) return;
     root_ = new TempDir;
     data_dir_ = make_data(*root_);
   }
@@ -528,7 +528,7 @@ TEST_F(ClassifyErrors, AbslFlagHabitsAndTheEndOfRunSummary) {
   auto last_wins = args(root_->file("m_absl_err"));
   last_wins.insert(last_wins.end(), {"--batch_size", "-1"});  // after --batch_size 16
   expect_error(last_wins, {"--batch_size must be positive"});
-  EXPECT_FALSE(fs::exists(root_->file("m_absl_err")));
+  EXPECT_FALSE(stdfs::exists(root_->file("m_absl_err")));
 
   const std::string flagfile = root_->file("flags.txt");
   test::write_bytes(flagfile, "# the seed's command line, kept in a file\n--train_steps=1\n\n// also a comment\n"
@@ -557,14 +557,14 @@ TEST_F(ClassifyErrors, AbslFlagHabitsAndTheEndOfRunSummary) {
 // had run), and the failed start leaves no empty model_dir behind.
 TEST_F(ClassifyErrors, MissingValidationDataFailsBeforeTraining) {
   const std::string train_only = root_->file("train_only");
-  fs::create_directories(train_only);
-  for (const auto& e : fs::directory_iterator(data_dir_))
-    if (e.path().filename().string().rfind("train-", 0) == 0) fs::copy_file(e.path(), train_only / e.path().filename());
+  stdfs::create_directories(train_only);
+  for (const auto& e : stdfs::directory_iterator(data_dir_))
+    if (e.path().filename().string().rfind("train-", 0) == 0) stdfs::copy_file(e.path(), train_only / e.path().filename());
   auto a = args(root_->file("m_noval"), {"--data_dir", train_only});
   a.erase(std::find(a.begin(), a.end(), "--skip_eval"));
   const auto r = expect_error(a, {"evaluation data", train_only + "/validation-*", "--skip_eval"});
   EXPECT_FALSE(contains(r.err, "step 1")) << r.err;
-  EXPECT_FALSE(fs::exists(root_->file("m_noval"))) << "a failed start left model_dir behind";
+  EXPECT_FALSE(stdfs::exists(root_->file("m_noval"))) << "a failed start left model_dir behind";
 }
 
 // --max_image_pixels reaches the decoders: a 28x28 image over a limit of 100 pixels is a data
@@ -578,7 +578,7 @@ TEST_F(ClassifyErrors, ImagesOverThePixelLimitNameTheirRecord) {
 TEST_F(ClassifyErrors, DataImagesWarnsAboutNoValidationRecords) {
   const std::string tree = root_->file("tree");
   for (const std::string cls : {"cat", "dog"}) {
-    fs::create_directories(tree + "/" + cls);
+    stdfs::create_directories(tree + "/" + cls);
     data::Image im;
     im.height = im.width = 8;
     im.pixels.assign(8 * 8 * 3, cls == "cat" ? 30 : 200);
@@ -598,7 +598,7 @@ TEST_F(ClassifyErrors, MissingDataDir) {
 }
 
 TEST_F(ClassifyErrors, EmptyDataDir) {
-  fs::create_directories(root_->file("empty_data"));
+  stdfs::create_directories(root_->file("empty_data"));
   expect_error(args(root_->file("m_empty"), {"--data_dir", root_->file("empty_data")}), {root_->file("empty_data")});
 }
 
@@ -616,7 +616,7 @@ TEST_F(ClassifyErrors, RestartWithAnotherModelOrClassCount) {
   const std::string m = root_->file("m_restart");
   auto first = run(args(m, {"--enable_checkpoint_and_export"}), *root_);
   ASSERT_EQ(first.rc, 0) << first.err;
-  ASSERT_TRUE(fs::exists(m + "/ckpt-2.pt"));
+  ASSERT_TRUE(stdfs::exists(m + "/ckpt-2.pt"));
   const auto files = test::list_dir(m);
   const std::string ckpt = test::read_bytes(m + "/ckpt-2.pt");
   const std::string config = test::read_bytes(m + "/config.json");
@@ -648,7 +648,7 @@ TEST_F(ClassifyErrors, TpuStrategyNotSupported) {
 TEST_F(ClassifyErrors, AugmentationProbabilityOutOfRange) {
   expect_error(args(root_->file("m_erasing"), {"--random_erasing", "1.5"}), {"--random_erasing must be in [0, 1]"});
   expect_error(args(root_->file("m_erasing"), {"--random_erasing", "-0.1"}), {"--random_erasing must be in [0, 1]"});
-  EXPECT_FALSE(fs::exists(root_->file("m_erasing") + "/config.json"));
+  EXPECT_FALSE(stdfs::exists(root_->file("m_erasing") + "/config.json"));
 }
 
 TEST_F(ClassifyErrors, BatchLargerThanTheData) {
@@ -656,7 +656,7 @@ TEST_F(ClassifyErrors, BatchLargerThanTheData) {
 }
 
 TEST_F(ClassifyErrors, EvalWithoutAModelDir) {
-  fs::create_directories(root_->file("not_a_model"));
+  stdfs::create_directories(root_->file("not_a_model"));
   expect_error({"classify", "eval", "--model_dir", root_->file("not_a_model")},
                {root_->file("not_a_model") + "/config.json"});
 }
@@ -775,8 +775,8 @@ TEST_F(ClassifyErrors, MovingAverageOfTheWeights) {
 TEST_F(ClassifyErrors, CorruptRecordFailsOrIsSkippedAndCounted) {
   // A copy of the data whose first train shard has one record with a broken data CRC.
   const std::string data = root_->file("corrupt_data");
-  fs::create_directories(data);
-  for (const auto& e : fs::directory_iterator(data_dir_)) fs::copy(e.path(), data + "/" + e.path().filename().string());
+  stdfs::create_directories(data);
+  for (const auto& e : stdfs::directory_iterator(data_dir_)) stdfs::copy(e.path(), data + "/" + e.path().filename().string());
   const std::string shard = data + "/train-00000-of-00002";
   std::string bytes = test::read_bytes(shard);
   bytes[20] = static_cast<char>(bytes[20] ^ 0x55);  // inside the first record's data

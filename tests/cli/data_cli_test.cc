@@ -12,7 +12,7 @@
 #include "orchard/data/example.h"
 #include "orchard/data/image.h"
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 namespace orchard::cli {
 namespace {
@@ -25,8 +25,8 @@ std::string jpeg(int height, int width) {
   return data::encode_jpeg(img, 90);
 }
 
-void write(const fs::path& path, const std::string& bytes) {
-  fs::create_directories(path.parent_path());
+void write(const stdfs::path& path, const std::string& bytes) {
+  stdfs::create_directories(path.parent_path());
   atomic_write_file(path.string(), bytes);
 }
 
@@ -51,7 +51,7 @@ class DataConvert : public ::testing::Test {
  protected:
   // VOCdevkit/VOC2007: 000001 (a dog, and a difficult cat in 000002), trainval.
   std::string voc_tree() {
-    const fs::path year = root_.path() / "VOCdevkit" / "VOC2007";
+    const stdfs::path year = root_.path() / "VOCdevkit" / "VOC2007";
     write(year / "JPEGImages" / "000001.jpg", jpeg(40, 60));
     write(year / "JPEGImages" / "000002.jpg", jpeg(30, 30));
     write(year / "ImageSets" / "Main" / "trainval.txt", "000001\n000002\n");
@@ -70,7 +70,7 @@ TEST_F(DataConvert, VocEndToEnd) {
                root_);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "wrote 2 images with 1 boxes (1 difficult left out)")) << r.err;
-  EXPECT_TRUE(fs::exists(root_.file("voc/pascal_label_map.pbtxt")));
+  EXPECT_TRUE(stdfs::exists(root_.file("voc/pascal_label_map.pbtxt")));
   const auto records = test::read_records(out);
   ASSERT_EQ(records.size(), 2u);
   const data::ExampleView v(records[0], "0");
@@ -81,17 +81,17 @@ TEST_F(DataConvert, VocEndToEnd) {
   EXPECT_TRUE(data::ExampleView(records[1], "1").int64s("image/object/class/label").empty());
 
   // A class that is not in the label map: one line naming the xml and the class, non-zero exit.
-  write(fs::path(devkit) / "VOC2007" / "Annotations" / "000002.xml",
+  write(stdfs::path(devkit) / "VOC2007" / "Annotations" / "000002.xml",
         xml("VOC2007", "000002.jpg", 30, 30, "unicorn", 0, "1 1 15 15"));
   r = run({"data", "voc", "--data_dir", devkit, "--set", "trainval", "--output_path", root_.file("voc/b.record")},
           root_);
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(contains(r.err, "000002.xml: object 0 (unicorn): class 'unicorn' is not in the label map")) << r.err;
-  EXPECT_FALSE(fs::exists(root_.file("voc/b.record")));
+  EXPECT_FALSE(stdfs::exists(root_.file("voc/b.record")));
 }
 
 TEST_F(DataConvert, PetsEndToEnd) {
-  const fs::path pets = root_.path() / "pets";
+  const stdfs::path pets = root_.path() / "pets";
   std::string list;
   std::vector<uint8_t> trimap(20 * 24, 2);
   for (int y = 2; y < 12; ++y)
@@ -114,7 +114,7 @@ TEST_F(DataConvert, PetsEndToEnd) {
     for (int k = 0; k < 2; ++k) {
       const std::string shard =
           out + "/pets_fullbody_with_masks_" + split + ".record-0000" + std::to_string(k) + "-of-00002";
-      ASSERT_TRUE(fs::exists(shard)) << shard;
+      ASSERT_TRUE(stdfs::exists(shard)) << shard;
       for (const auto& rec : test::read_records(shard)) {
         const data::ExampleView v(rec, shard);
         EXPECT_EQ(v.bytes_list("image/object/mask").size(), 1u);
@@ -123,13 +123,13 @@ TEST_F(DataConvert, PetsEndToEnd) {
       }
     }
   EXPECT_EQ(total, 4);
-  EXPECT_TRUE(fs::exists(out + "/pet_label_map.pbtxt"));
+  EXPECT_TRUE(stdfs::exists(out + "/pet_label_map.pbtxt"));
 
   // The defaults: head boxes, 10 shards a split.
   r = run({"data", "pets", "--data_dir", pets.string(), "--output_dir", out}, root_);
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_TRUE(fs::exists(out + "/pet_faces_train.record-00009-of-00010"));
-  EXPECT_TRUE(fs::exists(out + "/pet_faces_val.record-00000-of-00010"));
+  EXPECT_TRUE(stdfs::exists(out + "/pet_faces_train.record-00009-of-00010"));
+  EXPECT_TRUE(stdfs::exists(out + "/pet_faces_val.record-00000-of-00010"));
 }
 
 TEST_F(DataConvert, ImagesRefusesAVocFolder) {
@@ -139,7 +139,7 @@ TEST_F(DataConvert, ImagesRefusesAVocFolder) {
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(contains(r.err, "is a PASCAL VOC folder")) << r.err;
   EXPECT_TRUE(contains(r.err, "orchard data voc --data_dir " + devkit + " --year VOC2007")) << r.err;
-  EXPECT_FALSE(fs::exists(root_.file("images_out")));
+  EXPECT_FALSE(stdfs::exists(root_.file("images_out")));
 }
 
 // A second `data coco` into the same out_dir: the validation split beside the training split
@@ -173,12 +173,12 @@ TEST_F(DataConvert, SecondCocoIntoTheSameOutDir) {
   EXPECT_TRUE(contains(r.err, out + "/label_map.pbtxt already exists with other classes")) << r.err;
   EXPECT_TRUE(contains(r.err, "choose another output directory")) << r.err;
   EXPECT_EQ(test::read_bytes(out + "/label_map.pbtxt"), label_map);
-  EXPECT_FALSE(fs::exists(out + "/test-00000-of-00001"));
+  EXPECT_FALSE(stdfs::exists(out + "/test-00000-of-00001"));
 
   r = coco(json_a, "train", "2");  // the same split in another shard count would mix with the first
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(contains(r.err, "train-00000-of-00001 already exists")) << r.err;
-  EXPECT_FALSE(fs::exists(out + "/train-00000-of-00002"));
+  EXPECT_FALSE(stdfs::exists(out + "/train-00000-of-00002"));
 }
 
 }  // namespace

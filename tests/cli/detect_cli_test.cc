@@ -28,7 +28,7 @@
 namespace orchard::cli {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 using nlohmann::json;
 using test::TempDir;
 
@@ -74,7 +74,7 @@ class DetectTrain : public ::testing::Test {
     one_thread_per_process();
     root_ = new TempDir();
     data_ = make_training_shapes(*root_);
-    config_ = (fs::path(data_) / "pipeline.config").string();
+    config_ = (stdfs::path(data_) / "pipeline.config").string();
     model_ = root_->file("model");
     // Checkpoints (and evaluations) every 200 steps, keeping 2.
     result_ = run({"detect", "train", "--pipeline_config_path", config_, "--model_dir", model_, "--num_train_steps",
@@ -106,20 +106,20 @@ TEST_F(DetectTrain, ModelDirAsModelMainLeavesIt) {
   ASSERT_EQ(result_.rc, 0) << result_.err;
   // Two newest checkpoints, the index, the resolved config and label map, events, the export.
   int checkpoints = 0;
-  for (const auto& e : fs::directory_iterator(model_)) checkpoints += contains(e.path().filename().string(), "ckpt-");
+  for (const auto& e : stdfs::directory_iterator(model_)) checkpoints += contains(e.path().filename().string(), "ckpt-");
   EXPECT_EQ(checkpoints, 2);
-  EXPECT_TRUE(fs::exists(fs::path(model_) / ("ckpt-" + std::to_string(kSteps) + ".pt")));
-  EXPECT_TRUE(fs::exists(fs::path(model_) / "checkpoint"));
-  EXPECT_TRUE(fs::exists(fs::path(model_) / "pipeline.config"));
-  EXPECT_TRUE(contains(read_file((fs::path(model_) / "label_map.pbtxt").string()), "triangle"));
-  EXPECT_FALSE(files_with((fs::path(model_) / "train").string(), "events.out.tfevents").empty());
-  EXPECT_FALSE(files_with((fs::path(model_) / "eval").string(), "events.out.tfevents").empty());
-  const fs::path exported = fs::path(model_) / "export" / std::to_string(kSteps);
-  EXPECT_TRUE(fs::exists(exported / "pipeline.config"));
+  EXPECT_TRUE(stdfs::exists(stdfs::path(model_) / ("ckpt-" + std::to_string(kSteps) + ".pt")));
+  EXPECT_TRUE(stdfs::exists(stdfs::path(model_) / "checkpoint"));
+  EXPECT_TRUE(stdfs::exists(stdfs::path(model_) / "pipeline.config"));
+  EXPECT_TRUE(contains(read_file((stdfs::path(model_) / "label_map.pbtxt").string()), "triangle"));
+  EXPECT_FALSE(files_with((stdfs::path(model_) / "train").string(), "events.out.tfevents").empty());
+  EXPECT_FALSE(files_with((stdfs::path(model_) / "eval").string(), "events.out.tfevents").empty());
+  const stdfs::path exported = stdfs::path(model_) / "export" / std::to_string(kSteps);
+  EXPECT_TRUE(stdfs::exists(exported / "pipeline.config"));
   EXPECT_EQ(files_with(exported.string(), "ckpt-").size(), 1u);
   // Image summaries: detections beside the ground truth, twice as wide as the input (96).
   int images = 0;
-  for (const auto& name : files_with((fs::path(model_) / "eval").string(), "events.out.tfevents")) {
+  for (const auto& name : files_with((stdfs::path(model_) / "eval").string(), "events.out.tfevents")) {
     TFRecordReader reader(name);
     for (std::string rec; reader.next(&rec);) {
       tensorflow::Event ev;
@@ -152,7 +152,7 @@ TEST_F(DetectTrain, ContinuousEvalStopsAfterTheFinalCheckpoint) {
   const json eval = json::parse(test::read_bytes(root_->file("eval.json")));
   EXPECT_NEAR(eval.at("DetectionBoxes_Precision/mAP@.50IOU").get<double>(),
               train.at("eval_DetectionBoxes_Precision/mAP@.50IOU").get<double>(), 1e-9);
-  EXPECT_FALSE(files_with((fs::path(out) / "eval").string(), "events.out.tfevents").empty());
+  EXPECT_FALSE(files_with((stdfs::path(out) / "eval").string(), "events.out.tfevents").empty());
   // --sample_1_of_n_eval_examples 4 with --run_once: a quarter of the images.
   r = run({"detect", "eval", "--checkpoint_dir", model_, "--model_dir", out, "--run_once",
            "--sample_1_of_n_eval_examples", "4"},
@@ -161,7 +161,7 @@ TEST_F(DetectTrain, ContinuousEvalStopsAfterTheFinalCheckpoint) {
   EXPECT_TRUE(contains(r.err, "over 50 examples")) << r.err;
   // The same from the config's eval_input_reader.sample_1_of_n_examples (the flag unset).
   const std::string sampled = root_->file("sampled.config");
-  atomic_write_file(sampled, replace(read_file((fs::path(model_) / "pipeline.config").string()), "eval_input_reader {",
+  atomic_write_file(sampled, replace(read_file((stdfs::path(model_) / "pipeline.config").string()), "eval_input_reader {",
                                      "eval_input_reader {\n  sample_1_of_n_examples: 4"));
   r = run({"detect", "eval", "--checkpoint_dir", model_, "--model_dir", out, "--run_once", "--pipeline_config_path",
            sampled},
@@ -176,7 +176,7 @@ TEST_F(DetectTrain, PascalVocAndOpenImagesMetricSets) {
   // difficult or group-of boxes, so PASCAL and Open Images V2 agree exactly, and PASCAL's
   // AP@0.5 (every recall point) is within a few points of COCO's (101 recall points).
   const std::string config = root_->file("voc.config");
-  atomic_write_file(config, replace(read_file((fs::path(model_) / "pipeline.config").string()),
+  atomic_write_file(config, replace(read_file((stdfs::path(model_) / "pipeline.config").string()),
                                     "metrics_set: \"coco_detection_metrics\"",
                                     "metrics_set: \"coco_detection_metrics\"\n  metrics_set: "
                                     "\"pascal_voc_detection_metrics\"\n  metrics_set: \"oid_V2_detection_metrics\""));
@@ -201,7 +201,7 @@ TEST_F(DetectTrain, TwoWorkersEvaluateTheirShardsAndGatherTheDetections) {
   // Two processes resume the finished model_dir: nothing to train, one evaluation over both
   // workers' halves of the validation set, the detections gathered before the COCO metrics.
   const std::string copy = root_->file("two_workers");
-  fs::copy(model_, copy, fs::copy_options::recursive);
+  stdfs::copy(model_, copy, stdfs::copy_options::recursive);
   const int port = 31000 + static_cast<int>(::getpid() % 200) * 5;
   auto r = run({"launch", "--nproc_per_node", "2", "--master_port", std::to_string(port), "--", "detect", "train",
                 "--pipeline_config_path", config_, "--model_dir", copy, "--num_train_steps", std::to_string(kSteps),
@@ -218,7 +218,7 @@ TEST_F(DetectTrain, TwoWorkersEvaluateTheirShardsAndGatherTheDetections) {
 
 TEST_F(DetectTrain, ContinuousEvalWaitsForACheckpointThenTimesOut) {
   const std::string empty = root_->file("no_checkpoints");
-  fs::create_directories(empty);
+  stdfs::create_directories(empty);
   auto r = run({"detect", "eval", "--pipeline_config_path", config_, "--checkpoint_dir", empty, "--eval_timeout", "1",
                 "--eval_poll_secs", "0.2"},
                *root_);
@@ -234,12 +234,12 @@ TEST_F(DetectTrain, PredictWritesBoxesAndAnnotatedImages) {
   ASSERT_EQ(result_.rc, 0) << result_.err;
   // Validation images as files.
   const std::string images = root_->file("images");
-  auto r = run({"data", "inspect", (fs::path(data_) / "validation-00000-of-00001").string(), "--limit", "3",
+  auto r = run({"data", "inspect", (stdfs::path(data_) / "validation-00000-of-00001").string(), "--limit", "3",
                 "--dump_images", images},
                *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
   const std::string annotated = root_->file("annotated");
-  for (const std::string& dir : {model_, (fs::path(model_) / "export" / std::to_string(kSteps)).string()}) {
+  for (const std::string& dir : {model_, (stdfs::path(model_) / "export" / std::to_string(kSteps)).string()}) {
     r = run({"detect", "predict", "--model_dir", dir, images, "--json", "--output_dir", annotated, "--min_score",
              "0.3"},
             *root_);
@@ -264,8 +264,8 @@ TEST_F(DetectTrain, PredictWritesBoxesAndAnnotatedImages) {
   // Inputs of the same name from two folders: two results, neither overwritten; the text
   // output says its box convention on each line.
   const std::string other = root_->file("other_images");
-  fs::create_directories(other);
-  for (const auto& e : fs::directory_iterator(images)) fs::copy_file(e.path(), other / e.path().filename());
+  stdfs::create_directories(other);
+  for (const auto& e : stdfs::directory_iterator(images)) stdfs::copy_file(e.path(), other / e.path().filename());
   const std::string both = root_->file("annotated_both");
   r = run({"detect", "predict", "--model_dir", model_, images, other, "--output_dir", both}, *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -277,13 +277,13 @@ TEST_F(DetectTrain, ResumesAndFineTunesByType) {
   ASSERT_EQ(result_.rc, 0) << result_.err;
   // A second run over the same model_dir resumes at the last step and trains on.
   const std::string copy = root_->file("resume");
-  fs::copy(model_, copy, fs::copy_options::recursive);
+  stdfs::copy(model_, copy, stdfs::copy_options::recursive);
   auto r = run({"detect", "train", "--pipeline_config_path", config_, "--model_dir", copy, "--num_train_steps",
                 std::to_string(kSteps + 20), "--log_steps", "10", "--skip_eval"},
                *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "at step " + std::to_string(kSteps))) << r.err;
-  EXPECT_TRUE(fs::exists(fs::path(copy) / ("ckpt-" + std::to_string(kSteps + 20) + ".pt")));
+  EXPECT_TRUE(stdfs::exists(stdfs::path(copy) / ("ckpt-" + std::to_string(kSteps + 20) + ".pt")));
 
   // fine_tune_checkpoint_type detection: everything but the heads; full: everything.
   const std::string text = read_file(config_);
@@ -365,7 +365,7 @@ TEST_F(DetectTrain, TensorFlowCheckpointsOutAndIn) {
   const std::string prefix = root_->file("tf/model.ckpt");
   auto r = run({"detect", "export", "--model_dir", model_, "--format", "tf", "--out", prefix}, *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_TRUE(fs::exists(prefix + ".index") && fs::exists(prefix + ".data-00000-of-00001"));
+  EXPECT_TRUE(stdfs::exists(prefix + ".index") && stdfs::exists(prefix + ".data-00000-of-00001"));
   r = run({"checkpoint", "inspect", root_->file("tf"), "--pipeline_config_path", config_}, *root_);  // the directory
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "0 missing, 0 with another shape")) << r.out;
@@ -451,7 +451,7 @@ std::string DetectFamily::data_;
 
 TEST_P(DetectFamily, LearnsTheShapesSet) {
   const FamilyCase& c = GetParam();
-  std::string text = read_file((fs::path(data_) / "pipeline.config").string());
+  std::string text = read_file((stdfs::path(data_) / "pipeline.config").string());
   for (const auto& [from, to] : c.edits) text = replace(text, from, to);
   const std::string cfg = root_->file(c.name + ".config"), stats = root_->file(c.name + ".json");
   atomic_write_file(cfg, text);
@@ -675,7 +675,7 @@ class DetectErrors : public ::testing::Test {
                   "--num_validation", "16"},
                  *root_);
     ASSERT_EQ(r.rc, 0) << r.err;
-    text_ = read_file((fs::path(data_) / "pipeline.config").string());
+    text_ = read_file((stdfs::path(data_) / "pipeline.config").string());
   }
   static void TearDownTestSuite() { delete root_; }
 
@@ -703,7 +703,7 @@ TEST_F(DetectErrors, UnknownFieldsFailUnlessAllowed) {
   EXPECT_TRUE(contains(r.err, "model.ssd.frobnicate (line")) << r.err;
   EXPECT_TRUE(contains(r.err, "model.ssd.num_clases (line")) << r.err;
   EXPECT_TRUE(contains(r.err, "(did you mean num_classes?)")) << r.err;
-  EXPECT_FALSE(fs::exists(root_->file("m/ckpt-2.pt"))) << "trained anyway";
+  EXPECT_FALSE(stdfs::exists(root_->file("m/ckpt-2.pt"))) << "trained anyway";
   r = train_with(cfg, {"--allow_unknown_fields"});
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "model.ssd.frobnicate")) << r.err;
@@ -740,7 +740,7 @@ TEST_F(DetectErrors, UnsupportedModelAndBadLabelMap) {
   atomic_write_file(map, "item { id: 1 name: \"circle\" }\nitem { id: 7 name: \"hexagon\" }\n");
   std::string cfg = text_;
   for (int i = 0; i < 2; ++i)
-    cfg = replace(cfg, "label_map_path: \"" + fs::absolute(data_).lexically_normal().string() + "/label_map.pbtxt\"",
+    cfg = replace(cfg, "label_map_path: \"" + stdfs::absolute(data_).lexically_normal().string() + "/label_map.pbtxt\"",
                   "label_map_path: \"" + map + "\"");
   r = train_with(cfg);
   EXPECT_NE(r.rc, 0);
@@ -752,7 +752,7 @@ TEST_F(DetectErrors, LabelOutsideTheModelsClassesNamesTheRecord) {
   // The records use classes 1..3; a 2-class model (no label map to catch it first) rejects
   // them naming the file, the record and the field.
   std::string cfg = replace(text_, "num_classes: 3", "num_classes: 2");
-  const std::string line = "  label_map_path: \"" + fs::absolute(data_).lexically_normal().string() + "/label_map.pbtxt\"\n";
+  const std::string line = "  label_map_path: \"" + stdfs::absolute(data_).lexically_normal().string() + "/label_map.pbtxt\"\n";
   for (int i = 0; i < 2; ++i) cfg = replace(cfg, line, "");
   auto r = train_with(cfg);
   EXPECT_NE(r.rc, 0);
@@ -780,7 +780,7 @@ TEST(ResizeKeepAspectRatio, TrainsEvaluatesAndPredictsAtEachImagesShape) {
            "--seed", "6", "--image_size", "96", "--image_width", "64"},
           root);
   ASSERT_EQ(r.rc, 0) << r.err;
-  const std::string base = replace(read_file((fs::path(wide) / "pipeline.config").string()),
+  const std::string base = replace(read_file((stdfs::path(wide) / "pipeline.config").string()),
                                    "fixed_shape_resizer {\n        height: 96\n        width: 96\n      }",
                                    "keep_aspect_ratio_resizer {\n        min_dimension: 96\n        max_dimension: 160\n"
                                    "      }");
@@ -832,15 +832,15 @@ TEST(ResizeKeepAspectRatio, TrainsEvaluatesAndPredictsAtEachImagesShape) {
 
   // Predict on both orientations: each confident box overlaps an object of its image.
   const std::string images = root.file("images");
-  fs::create_directories(images);
+  stdfs::create_directories(images);
   std::map<std::string, std::vector<data::Box>> truth;
   for (const std::string& dir : {wide, tall}) {
-    TFRecordReader reader((fs::path(dir) / "validation-00000-of-00001").string());
+    TFRecordReader reader((stdfs::path(dir) / "validation-00000-of-00001").string());
     std::string rec;
     for (int i = 0; i < 3 && reader.next(&rec); ++i) {
       const auto ex = data::parse_detection_example(rec, "validation", 3);
-      const std::string name = fs::path(dir).filename().string() + std::to_string(i) + ".jpg";
-      test::write_bytes((fs::path(images) / name).string(), ex.encoded);
+      const std::string name = stdfs::path(dir).filename().string() + std::to_string(i) + ".jpg";
+      test::write_bytes((stdfs::path(images) / name).string(), ex.encoded);
       truth[name] = ex.boxes;
     }
   }
@@ -855,7 +855,7 @@ TEST(ResizeKeepAspectRatio, TrainsEvaluatesAndPredictsAtEachImagesShape) {
     std::istringstream in(r.out);
     for (std::string line; std::getline(in, line);) {
       const json j = json::parse(line);
-      const std::string name = fs::path(j.at("file").get<std::string>()).filename().string();
+      const std::string name = stdfs::path(j.at("file").get<std::string>()).filename().string();
       for (const auto& d : j.at("detections")) {
         ++confident;
         tall_confident += name.rfind("tall", 0) == 0;
@@ -887,7 +887,7 @@ TEST(TwoStageShapes, MaskRcnnLearnsPredictsAndExports) {
                 "--num_validation", "200", "--seed", "5", "--image_size", "160"},
                root);
   ASSERT_EQ(r.rc, 0) << r.err;
-  std::string text = read_file((fs::path(data) / "pipeline.config").string());
+  std::string text = read_file((stdfs::path(data) / "pipeline.config").string());
   const auto model_start = text.find("model {"), model_end = text.find("train_config {");
   ASSERT_LT(model_start, model_end);
   text.replace(model_start, model_end - model_start, R"(model {
@@ -1027,15 +1027,15 @@ TEST(TwoStageShapes, MaskRcnnLearnsPredictsAndExports) {
   // predict: boxes on the objects among those scoring 0.1 or more, each with a mask (COCO RLE
   // in the image's pixels) that lies mostly inside its box.
   const std::string images = root.file("images");
-  fs::create_directories(images);
+  stdfs::create_directories(images);
   std::map<std::string, std::vector<data::Box>> truth;
   {
-    TFRecordReader reader((fs::path(data) / "validation-00000-of-00001").string());
+    TFRecordReader reader((stdfs::path(data) / "validation-00000-of-00001").string());
     std::string rec;
     for (int i = 0; i < 8 && reader.next(&rec); ++i) {
       const auto ex = data::parse_detection_example(rec, "validation", 3);
       const std::string name = "v" + std::to_string(i) + ".jpg";
-      test::write_bytes((fs::path(images) / name).string(), ex.encoded);
+      test::write_bytes((stdfs::path(images) / name).string(), ex.encoded);
       truth[name] = ex.boxes;
     }
   }
@@ -1047,7 +1047,7 @@ TEST(TwoStageShapes, MaskRcnnLearnsPredictsAndExports) {
   std::istringstream in(r.out);
   for (std::string line; std::getline(in, line);) {
     const json j = json::parse(line);
-    const std::string name = fs::path(j.at("file").get<std::string>()).filename().string();
+    const std::string name = stdfs::path(j.at("file").get<std::string>()).filename().string();
     for (const auto& d : j.at("detections")) {
       ++confident;
       const auto b = d.at("box").get<std::vector<float>>();
@@ -1070,7 +1070,7 @@ TEST(TwoStageShapes, MaskRcnnLearnsPredictsAndExports) {
   EXPECT_GT(confident, 0) << r.out;
   EXPECT_GT(on_objects, 0) << r.out;
   EXPECT_GE(masks_in_boxes, confident / 2) << r.out;
-  EXPECT_TRUE(fs::exists(root.file("drawn/v0.png")));
+  EXPECT_TRUE(stdfs::exists(root.file("drawn/v0.png")));
 
   // A TensorFlow checkpoint under the OD API's names; ONNX is refused with the reason.
   r = run({"detect", "export", "--model_dir", model, "--format", "tf", "--out", root.file("tf/model.ckpt")}, root);

@@ -30,7 +30,7 @@
 namespace orchard::cli {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 using test::TempDir;
 
 // A port per test, away from the usual 29500, so concurrent CTest jobs do not collide.
@@ -173,7 +173,7 @@ TEST_F(DataParallel, AKilledWorkerStopsTheOtherAndARestartResumes) {
   auto again = run(resumed_args, *root_);
   ASSERT_EQ(again.rc, 0) << again.err;
   EXPECT_TRUE(contains(again.err, "resumed from")) << again.err;
-  EXPECT_TRUE(fs::exists(dir + "/ckpt-" + std::to_string(saved + 8) + ".pt"));
+  EXPECT_TRUE(stdfs::exists(dir + "/ckpt-" + std::to_string(saved + 8) + ".pt"));
 }
 
 TEST_F(DataParallel, AHangingWorkerStopsTheOtherAfterTheTimeout) {

@@ -18,7 +18,7 @@
 namespace orchard::cli {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 using test::TempDir;
 
 std::string replaced(std::string text, const std::string& from, const std::string& to) {
@@ -32,7 +32,7 @@ std::string replaced(std::string text, const std::string& from, const std::strin
 std::vector<std::string> checkpoints_in(const std::string& dir) {
   std::vector<std::string> out;
   std::error_code ec;
-  for (const auto& f : fs::directory_iterator(dir, ec)) {
+  for (const auto& f : stdfs::directory_iterator(dir, ec)) {
     const std::string name = f.path().filename().string();
     if (name.rfind("ckpt-", 0) == 0 && f.path().extension() == ".pt") out.push_back(name);
   }
@@ -51,7 +51,7 @@ class DropIn : public ::testing::Test {
                  *root_);
     ASSERT_EQ(r.rc, 0) << r.err;
     // Batch 8 at 96x96: two steps take seconds.
-    text_ = replaced(read_file((fs::path(data_) / "pipeline.config").string()), "batch_size: 32", "batch_size: 8");
+    text_ = replaced(read_file((stdfs::path(data_) / "pipeline.config").string()), "batch_size: 32", "batch_size: 8");
     config_ = root_->file("shapes.config");
     atomic_write_file(config_, text_);
   }
@@ -84,7 +84,7 @@ TEST_F(DropIn, ModeEvalEvaluatesTheModelDirAndModeTrainDoesNotEvaluate) {
   const std::string m = root_->file("mode");
   auto r = detect_train(m, {"--mode=train"});
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_FALSE(fs::exists(fs::path(m) / "eval")) << "--mode=train evaluated";
+  EXPECT_FALSE(stdfs::exists(stdfs::path(m) / "eval")) << "--mode=train evaluated";
   EXPECT_FALSE(contains(r.err, "DetectionBoxes_Precision/mAP")) << r.err;
   const auto before = checkpoints_in(m);
   ASSERT_EQ(before, std::vector<std::string>{"ckpt-2.pt"});
@@ -96,7 +96,7 @@ TEST_F(DropIn, ModeEvalEvaluatesTheModelDirAndModeTrainDoesNotEvaluate) {
   EXPECT_TRUE(contains(r.out, "DetectionBoxes_Precision/mAP")) << r.out << r.err;
   EXPECT_TRUE(contains(r.err, "--mode eval: evaluating the checkpoints of")) << r.err;
   EXPECT_EQ(checkpoints_in(m), before) << "--mode=eval wrote checkpoints";
-  EXPECT_FALSE(files_with((fs::path(m) / "eval").string(), "events.out.tfevents").empty());
+  EXPECT_FALSE(files_with((stdfs::path(m) / "eval").string(), "events.out.tfevents").empty());
 
   r = detect_train(m, {"--mode", "evaluate"});
   EXPECT_EQ(r.rc, 1);
@@ -124,7 +124,7 @@ TEST_F(DropIn, ModelTpuMainFlags) {
   EXPECT_TRUE(contains(r.err, ", batch 4,")) << r.err;
   EXPECT_TRUE(contains(r.err, "load_pretrained=false")) << r.err;
   EXPECT_EQ(checkpoints_in(m), (std::vector<std::string>{"ckpt-3.pt", "ckpt-4.pt"})) << r.err;
-  EXPECT_TRUE(contains(read_file((fs::path(m) / "pipeline.config").string()), "batch_size: 4"));
+  EXPECT_TRUE(contains(read_file((stdfs::path(m) / "pipeline.config").string()), "batch_size: 4"));
 
   r = detect_train(root_->file("tpu2"), {"--hparams_overrides", "learning_rate=0.1"});
   EXPECT_EQ(r.rc, 1);
@@ -135,7 +135,7 @@ TEST_F(DropIn, ModelTpuMainFlags) {
   EXPECT_TRUE(contains(r.err, "orchard detect train: unknown flag --train_batch_sise (did you mean --train_batch_size?)"))
       << r.err;
   EXPECT_FALSE(contains(r.err, "The following arguments were not expected")) << r.err;
-  EXPECT_FALSE(fs::exists(root_->file("tpu3")));
+  EXPECT_FALSE(stdfs::exists(root_->file("tpu3")));
 }
 
 // export_inference_graph.py's command line: --input_type, --pipeline_config_path,
@@ -152,8 +152,8 @@ TEST_F(DropIn, ExportInferenceGraphFlags) {
            "eval_config { num_examples: 7 }"},
           *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_TRUE(fs::exists(fs::path(out) / "ckpt-2.pt")) << r.err;
-  EXPECT_TRUE(contains(read_file((fs::path(out) / "pipeline.config").string()), "num_examples: 7"));
+  EXPECT_TRUE(stdfs::exists(stdfs::path(out) / "ckpt-2.pt")) << r.err;
+  EXPECT_TRUE(contains(read_file((stdfs::path(out) / "pipeline.config").string()), "num_examples: 7"));
   EXPECT_FALSE(contains(r.err, "use_moving_average")) << "the training-only note on an export: " << r.err;
 
   r = run({"detect", "export", "--trained_checkpoint_prefix", m + "/model.ckpt-9", "--output_directory", out}, *root_);
@@ -170,23 +170,23 @@ TEST_F(DropIn, ExportInferenceGraphFlags) {
 // it, training counts the records before the damage and runs.
 TEST_F(DropIn, SkipCorruptRecordsRescuesTrainingFromATruncatedShard) {
   const std::string data = root_->file("truncated");
-  fs::create_directories(data);
-  for (const auto& f : fs::directory_iterator(data_)) fs::copy(f.path(), fs::path(data) / f.path().filename());
+  stdfs::create_directories(data);
+  for (const auto& f : stdfs::directory_iterator(data_)) stdfs::copy(f.path(), stdfs::path(data) / f.path().filename());
   auto shards = files_with(data, "train-");
   ASSERT_FALSE(shards.empty());
   const std::string shard = shards.back();
-  fs::resize_file(shard, fs::file_size(shard) - 100);
+  stdfs::resize_file(shard, stdfs::file_size(shard) - 100);
   std::string cfg = text_;
   for (size_t pos; (pos = cfg.find(data_ + "/")) != std::string::npos;) cfg.replace(pos, data_.size(), data);
   cfg = write_config("truncated.config", cfg);
 
   auto r = detect_train(root_->file("t1"), {"--skip_eval"}, cfg);
   EXPECT_EQ(r.rc, 1);
-  EXPECT_TRUE(contains(r.err, fs::path(shard).filename().string())) << r.err;
+  EXPECT_TRUE(contains(r.err, stdfs::path(shard).filename().string())) << r.err;
   EXPECT_TRUE(contains(r.err, "--skip_corrupt_records")) << r.err;
   r = detect_train(root_->file("t2"), {"--skip_eval", "--skip_corrupt_records"}, cfg);
   EXPECT_EQ(r.rc, 0) << r.err;
-  EXPECT_TRUE(fs::exists(fs::path(root_->file("t2")) / "ckpt-2.pt")) << r.err;
+  EXPECT_TRUE(stdfs::exists(stdfs::path(root_->file("t2")) / "ckpt-2.pt")) << r.err;
 }
 
 // The OD API repeats its input before batching: a batch larger than the data set trains (the
@@ -196,7 +196,7 @@ TEST_F(DropIn, ABatchLargerThanTheDataSetRepeatsIt) {
   auto r = detect_train(m, {"--skip_eval", "--train_batch_size", "40"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "the data set is repeated, each batch holds it 2.5 times over")) << r.err;
-  EXPECT_TRUE(fs::exists(fs::path(m) / "ckpt-2.pt"));
+  EXPECT_TRUE(stdfs::exists(stdfs::path(m) / "ckpt-2.pt"));
 }
 
 // Slow steps: a progress line after the first step (not only at --log_steps), and
@@ -224,7 +224,7 @@ TEST_F(DropIn, EvalJobWithAMisspeltCheckpointDirLeavesNothingBehind) {
                *root_);
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "waiting for the first checkpoint")) << r.err;
-  EXPECT_FALSE(fs::exists(typo)) << "an empty folder was left behind";
+  EXPECT_FALSE(stdfs::exists(typo)) << "an empty folder was left behind";
 }
 
 TEST_F(DropIn, DetectHelpNamesEveryMetaArchitecture) {
@@ -266,7 +266,7 @@ TEST(DropInClassify, ModeTrainThenModeEvalAndTheModelGardensFlags) {
   EXPECT_TRUE(contains(r.out, "\"accuracy_top_1\"")) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "\"global_step\":4")) << r.out;
   EXPECT_EQ(checkpoints_in(m), before) << "--mode=eval trained";
-  EXPECT_FALSE(files_with((fs::path(m) / "eval").string(), "events.out.tfevents").empty());
+  EXPECT_FALSE(files_with((stdfs::path(m) / "eval").string(), "events.out.tfevents").empty());
 }
 
 }  // namespace

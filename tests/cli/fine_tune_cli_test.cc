@@ -17,7 +17,7 @@
 namespace orchard::cli {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 using test::TempDir;
 
 std::string replace(std::string text, const std::string& from, const std::string& to) {
@@ -43,7 +43,7 @@ class FineTuneCheckpoint : public ::testing::Test {
                   "--num_validation", "4"},
                  *root_);
     ASSERT_EQ(r.rc, 0) << r.err;
-    text_ = replace(read_file((fs::path(data_) / "pipeline.config").string()), "batch_size: 32", "batch_size: 2");
+    text_ = replace(read_file((stdfs::path(data_) / "pipeline.config").string()), "batch_size: 32", "batch_size: 2");
   }
   static void TearDownTestSuite() { delete root_; }
 
@@ -83,7 +83,7 @@ TEST_F(FineTuneCheckpoint, RestoresWhatFitsAndNamesTheRest) {
 
   r = train("tuned", with_fine_tune(text_, zoo + "/model.ckpt"));
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_TRUE(fs::exists(root_->file("tuned/ckpt-1.pt")));
+  EXPECT_TRUE(stdfs::exists(root_->file("tuned/ckpt-1.pt")));
   EXPECT_TRUE(contains(r.err, "24 skipped (box and class prediction heads")) << r.err;
   EXPECT_TRUE(contains(r.err, "4 not in the checkpoint with the model's shape, left as initialised")) << r.err;
   // Each one named with both shapes (the model's in TensorFlow's layout), e.g.
@@ -107,7 +107,7 @@ TEST_F(FineTuneCheckpoint, RestoresWhatFitsAndNamesTheRest) {
                               "model's shape (--strict_fine_tune"))
       << r.err;
   EXPECT_TRUE(contains(r.err, " | FeatureExtractor/MobilenetV2/layer_19_2_Conv2d_2_3x3_s2_")) << r.err;
-  EXPECT_FALSE(fs::exists(root_->file("strict/ckpt-1.pt")));
+  EXPECT_FALSE(stdfs::exists(root_->file("strict/ckpt-1.pt")));
 
   // inspect says what training does, ending with the verdict.
   r = run({"checkpoint", "inspect", zoo + "/model.ckpt", "--pipeline_config_path", root_->file("tuned.config")},
@@ -122,8 +122,8 @@ TEST_F(FineTuneCheckpoint, RestoresWhatFitsAndNamesTheRest) {
 
   // The index without its data file (a partial download): inspect says so without --stats; a
   // restore from it is an error naming the file.
-  fs::create_directories(root_->file("partial"));
-  fs::copy_file(zoo + "/model.ckpt.index", root_->file("partial/model.ckpt.index"));
+  stdfs::create_directories(root_->file("partial"));
+  stdfs::copy_file(zoo + "/model.ckpt.index", root_->file("partial/model.ckpt.index"));
   const std::string shard = root_->file("partial/model.ckpt.data-00000-of-00001");
   r = run({"checkpoint", "inspect", root_->file("partial/model.ckpt")}, *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -142,7 +142,7 @@ TEST_F(FineTuneCheckpoint, PlaceholderPathsAreNamed) {
                               "PATH_TO_BE_CONFIGURED/model.ckpt: set it to your checkpoint, or remove the line to "
                               "train from scratch"))
       << r.err;
-  const std::string data = fs::absolute(data_).lexically_normal().string();
+  const std::string data = stdfs::absolute(data_).lexically_normal().string();
   r = train("placeholder_map", replace_all(text_, data + "/label_map.pbtxt", "PATH_TO_BE_CONFIGURED/label_map.pbtxt"));
   EXPECT_EQ(r.rc, 1) << r.err;
   EXPECT_TRUE(contains(r.err, "label_map_path is still the sample config's placeholder "

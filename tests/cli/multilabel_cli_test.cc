@@ -25,7 +25,7 @@
 namespace orchard::cli {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 using nlohmann::json;
 using test::TempDir;
 
@@ -105,8 +105,8 @@ TEST_F(MultiLabelTrain, SummariesCheckpointsAndConfig) {
   }
   // Every 400 steps, the newest 2 kept.
   EXPECT_EQ(files_with(model_, ".pt").size(), 2u);
-  EXPECT_TRUE(fs::exists(model_ + "/ckpt-800.pt"));
-  EXPECT_TRUE(fs::exists(model_ + "/ckpt-1200.pt"));
+  EXPECT_TRUE(stdfs::exists(model_ + "/ckpt-800.pt"));
+  EXPECT_TRUE(stdfs::exists(model_ + "/ckpt-1200.pt"));
   const json config = json::parse(test::read_bytes(model_ + "/config.json"));
   EXPECT_EQ(config.at("task"), "multilabel");
   EXPECT_EQ(config.at("class_num"), 6);
@@ -129,9 +129,9 @@ TEST_F(MultiLabelTrain, EvalReproducesTheFinalMetrics) {
 TEST_F(MultiLabelTrain, AnExplicitThresholdWinsOverTheSavedOneEvenAtTheDefault) {
   ASSERT_EQ(result_.rc, 0) << result_.err;
   const std::string copy = root_->file("model_threshold_0.9");
-  fs::create_directories(copy);
-  for (const auto& e : fs::directory_iterator(model_))
-    if (e.is_regular_file()) fs::copy_file(e.path(), fs::path(copy) / e.path().filename());
+  stdfs::create_directories(copy);
+  for (const auto& e : stdfs::directory_iterator(model_))
+    if (e.is_regular_file()) stdfs::copy_file(e.path(), stdfs::path(copy) / e.path().filename());
   json config = json::parse(test::read_bytes(copy + "/config.json"));
   ASSERT_EQ(config.at("threshold").get<double>(), 0.5);
   config["threshold"] = 0.9;  // as if trained with --threshold 0.9
@@ -261,7 +261,7 @@ TEST(MultiLabelOptions, AdamTrainsAndResumes) {
   auto resumed = train(4);
   ASSERT_EQ(resumed.rc, 0) << resumed.err;
   EXPECT_TRUE(contains(resumed.err, "ckpt-2")) << resumed.err;  // restored, Adam state included
-  EXPECT_TRUE(fs::exists(model + "/ckpt-4.pt"));
+  EXPECT_TRUE(stdfs::exists(model + "/ckpt-4.pt"));
 
   auto bad = run({"multilabel", "train", "--data_dir", data, "--model_dir", root.file("b1"), "--model", "resnet_tiny",
                   "--class_num", "6", "--optimizer", "rmsprop"},
@@ -273,7 +273,7 @@ TEST(MultiLabelOptions, AdamTrainsAndResumes) {
             root);
   EXPECT_EQ(bad.rc, 1);
   EXPECT_TRUE(contains(bad.err, "--init torchvision applies to inception_v3, not resnet_tiny")) << bad.err;
-  EXPECT_FALSE(fs::exists(root.file("b1") + "/config.json"));
+  EXPECT_FALSE(stdfs::exists(root.file("b1") + "/config.json"));
 }
 
 TEST(MultiLabelErrors, WrongLabelLengthNamesFileAndRecord) {
@@ -299,7 +299,7 @@ TEST(MultiLabelErrors, WrongLabelLengthNamesFileAndRecord) {
                      root);
   EXPECT_EQ(balance.rc, 1);
   EXPECT_TRUE(contains(balance.err, "--loss_balance")) << balance.err;
-  fs::create_directories(root.file("empty"));
+  stdfs::create_directories(root.file("empty"));
   auto not_ours = run({"multilabel", "predict", "--model_dir", root.file("empty"), root.file("x.jpg")}, root);
   EXPECT_EQ(not_ours.rc, 1);
   EXPECT_TRUE(contains(not_ours.err, "config.json: not found")) << not_ours.err;

@@ -15,14 +15,14 @@
 namespace orchard {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 using test::from_hex;
 using test::read_bytes;
 using test::TempDir;
 using test::to_hex;
 using test::write_bytes;
 
-const fs::path kTf = fs::path(ORCHARD_TEST_FIXTURES) / "tf";
+const stdfs::path kTf = stdfs::path(ORCHARD_TEST_FIXTURES) / "tf";
 
 float scalar(const tf::CheckpointReader& r, const std::string& name) {
   const auto v = r.read(name).floats();
@@ -137,7 +137,7 @@ TEST(TfCheckpointReal, V1TensorSliceFile) {
 TEST(TfCheckpointReal, EstimatorDirectoryCheckpointStateAndInt64) {
   // The directory's `checkpoint` file names model.ckpt-1000.
   const tf::CheckpointReader r((kTf / "estimator_ckpt").string());
-  EXPECT_EQ(fs::path(r.prefix()).filename(), "model.ckpt-1000");
+  EXPECT_EQ(stdfs::path(r.prefix()).filename(), "model.ckpt-1000");
   EXPECT_EQ(r.variables().size(), 60u);
   const auto* step = r.find("global_step");
   ASSERT_NE(step, nullptr);
@@ -160,13 +160,13 @@ TEST(TfCheckpointReal, EstimatorDirectoryCheckpointStateAndInt64) {
 TEST(TfCheckpointDirectory, WindowsPathsInTheCheckpointFile) {
   for (const std::string named : {"/tmp/speech_commands_train\\model.ckpt-1000", "C:\\Users\\me\\run\\model.ckpt-1000"}) {
     TempDir dir;
-    for (const auto& e : fs::directory_iterator(kTf / "estimator_ckpt"))
-      if (e.path().filename().string().rfind("model.ckpt-1000", 0) == 0) fs::copy_file(e.path(), dir.file(e.path().filename().string()));
+    for (const auto& e : stdfs::directory_iterator(kTf / "estimator_ckpt"))
+      if (e.path().filename().string().rfind("model.ckpt-1000", 0) == 0) stdfs::copy_file(e.path(), dir.file(e.path().filename().string()));
     std::string text;  // a text proto: each backslash escaped, as TensorFlow writes it
     for (char c : named) text += c == '\\' ? std::string("\\\\") : std::string(1, c);
     write_bytes(dir.file("checkpoint"), "model_checkpoint_path: \"" + text + "\"\n");
     const tf::CheckpointReader r(dir.path().string());
-    EXPECT_EQ(fs::path(r.prefix()).filename(), "model.ckpt-1000") << named;
+    EXPECT_EQ(stdfs::path(r.prefix()).filename(), "model.ckpt-1000") << named;
   }
 }
 

@@ -21,14 +21,14 @@
 namespace orchard::data {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
-const fs::path kFuzzFixtures = fs::path(ORCHARD_TEST_FIXTURES) / "fuzz";
+const stdfs::path kFuzzFixtures = stdfs::path(ORCHARD_TEST_FIXTURES) / "fuzz";
 
 // The reproducers of one target, in name order.
-std::vector<fs::path> reproducers(const std::string& target) {
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(kFuzzFixtures / target))
+std::vector<stdfs::path> reproducers(const std::string& target) {
+  std::vector<stdfs::path> files;
+  for (const auto& entry : stdfs::directory_iterator(kFuzzFixtures / target))
     if (entry.is_regular_file()) files.push_back(entry.path());
   std::sort(files.begin(), files.end());
   return files;
@@ -46,7 +46,7 @@ class CocoJson {
     atomic_write_file(dir_.file("tiny.jpg"), encode_jpeg(image));
     atomic_write_file(dir_.file("tiny.png"), encode_png(image));
   }
-  CocoConvertOptions instances(const fs::path& json) const {
+  CocoConvertOptions instances(const stdfs::path& json) const {
     CocoConvertOptions o;
     o.annotations = json.string();
     o.image_dir = dir_.str();
@@ -54,7 +54,7 @@ class CocoJson {
     o.num_shards = 2;
     return o;
   }
-  CocoCaptionOptions captions(const fs::path& json) const {
+  CocoCaptionOptions captions(const stdfs::path& json) const {
     CocoCaptionOptions o;
     o.annotations = json.string();
     o.image_dir = dir_.str();
@@ -92,7 +92,7 @@ TEST(FuzzRegression, CocoJsonReproducersFailCleanly) {
 // An image without "file_name": nlohmann's out_of_range used to escape the converter.
 TEST(FuzzRegression, CocoJsonMissingKeyIsADataError) {
   const CocoJson coco;
-  const fs::path json = kFuzzFixtures / "coco_json" / "missing-file-name.json";
+  const stdfs::path json = kFuzzFixtures / "coco_json" / "missing-file-name.json";
   test::expect_data_error([&] { convert_coco_detection(coco.instances(json)); },
                           {"missing-file-name.json", "malformed COCO json", "file_name"});
 }
@@ -100,7 +100,7 @@ TEST(FuzzRegression, CocoJsonMissingKeyIsADataError) {
 // An image id of 7.8e66: nlohmann's get<int64_t>() cast it to an integer, undefined behaviour.
 TEST(FuzzRegression, CocoJsonFloatIdIsADataError) {
   const CocoJson coco;
-  const fs::path json = kFuzzFixtures / "coco_json" / "float-out-of-range-image-id.json";
+  const stdfs::path json = kFuzzFixtures / "coco_json" / "float-out-of-range-image-id.json";
   test::expect_data_error([&] { convert_coco_captions(coco.captions(json)); },
                           {"float-out-of-range-image-id.json", "'id' must be an integer"});
 }

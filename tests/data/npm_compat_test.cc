@@ -27,7 +27,7 @@ using test::read_records;
 
 using json = nlohmann::json;
 using test::TempDir;
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 const std::string kNpmDir = ORCHARD_TEST_NPM_DIR;
 const std::string kScript = kNpmDir + "/tfrecords_compat.js";
@@ -65,7 +65,7 @@ std::string node_unavailable(std::string* node) {
     }
   }
   if (node->empty()) return "node is not on PATH";
-  if (!fs::exists(kNpmDir + "/node_modules/@roboflow/tfrecords/package.json"))
+  if (!stdfs::exists(kNpmDir + "/node_modules/@roboflow/tfrecords/package.json"))
     return kNpmDir + "/node_modules has no @roboflow/tfrecords (run: npm ci --prefix tests/npm)";
   return "";
 }

@@ -23,7 +23,7 @@ namespace {
 using test::read_records;
 
 using test::TempDir;
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 const std::string kFashionDir = "/usr/share/datasets/fashion-mnist";
 
@@ -62,7 +62,7 @@ TEST(WriteShards, ContiguousRangesAndNames) {
 }
 
 TEST(ConvertFashionMnist, LimitedConversion) {
-  if (!fs::exists(kFashionDir + "/train-images-idx3-ubyte.gz"))
+  if (!stdfs::exists(kFashionDir + "/train-images-idx3-ubyte.gz"))
     GTEST_SKIP() << kFashionDir << " is missing (Debian package dataset-fashion-mnist)";
   TempDir dir;
   FashionMnistOptions o;
@@ -119,7 +119,7 @@ TEST(ConvertFashionMnist, LimitedConversion) {
 }
 
 TEST(ConvertFashionMnist, JpegFormatAndErrors) {
-  if (!fs::exists(kFashionDir + "/train-images-idx3-ubyte.gz"))
+  if (!stdfs::exists(kFashionDir + "/train-images-idx3-ubyte.gz"))
     GTEST_SKIP() << kFashionDir << " is missing (Debian package dataset-fashion-mnist)";
   TempDir dir;
   FashionMnistOptions o;
@@ -148,7 +148,7 @@ TEST(ConvertImageFolder, TwoClasses) {
   // cat/: 5 red PNGs, dog/: 5 blue PNGs of different sizes, plus files that are not images.
   const std::map<std::string, std::array<uint8_t, 3>> colours = {{"cat", {220, 10, 10}}, {"dog", {10, 10, 220}}};
   for (const auto& [cls, rgb] : colours) {
-    fs::create_directories(dir.path() / "in" / cls);
+    stdfs::create_directories(dir.path() / "in" / cls);
     for (int i = 0; i < 5; ++i) {
       Image im;
       im.height = 6 + i;
@@ -207,10 +207,10 @@ TEST(ConvertImageFolder, Errors) {
   o.input_dir = dir.file("missing");
   o.out_dir = dir.file("out");
   EXPECT_THROW(convert_image_folder(o), Error);
-  fs::create_directories(dir.path() / "empty");
+  stdfs::create_directories(dir.path() / "empty");
   o.input_dir = dir.file("empty");
   EXPECT_THROW(convert_image_folder(o), Error);  // no class folders
-  fs::create_directories(dir.path() / "empty" / "cls");
+  stdfs::create_directories(dir.path() / "empty" / "cls");
   EXPECT_THROW(convert_image_folder(o), Error);  // no images
   // A .jpg that is not an image is rejected, naming the file.
   test::write_bytes(dir.file("empty/cls/broken.jpg"), "this is text");

@@ -19,7 +19,7 @@
 #include "orchard/data/tools.h"
 #include "orchard/data/voc.h"
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 namespace orchard::data {
 namespace {
@@ -63,8 +63,8 @@ std::string annotation_xml(const std::string& folder, const std::string& filenam
   return x + "</annotation>\n";
 }
 
-void write(const fs::path& path, const std::string& bytes) {
-  fs::create_directories(path.parent_path());
+void write(const stdfs::path& path, const std::string& bytes) {
+  stdfs::create_directories(path.parent_path());
   atomic_write_file(path.string(), bytes);
 }
 
@@ -75,7 +75,7 @@ class VocTree : public ::testing::Test {
  protected:
   void SetUp() override {
     devkit_ = dir_.path() / "VOCdevkit";
-    const fs::path y7 = devkit_ / "VOC2007";
+    const stdfs::path y7 = devkit_ / "VOC2007";
     jpeg1_ = jpeg(100, 200, 90);
     write(y7 / "JPEGImages" / "000001.jpg", jpeg1_);
     write(y7 / "JPEGImages" / "000002.jpg", jpeg(50, 80, 160));
@@ -86,7 +86,7 @@ class VocTree : public ::testing::Test {
     // No <pose>, <truncated> or <difficult>: VOC's defaults.
     write(y7 / "Annotations" / "000002.xml",
           annotation_xml("VOC2007", "000002.jpg", 80, 50, {{"cat", "", -1, -1, "8 5 40 25"}}));
-    const fs::path y12 = devkit_ / "VOC2012";
+    const stdfs::path y12 = devkit_ / "VOC2012";
     write(y12 / "JPEGImages" / "2012_000001.jpg", jpeg(40, 40, 30));
     write(y12 / "ImageSets" / "Main" / "aeroplane_train.txt", "2012_000001 -1\n");
     write(y12 / "Annotations" / "2012_000001.xml",
@@ -98,7 +98,7 @@ class VocTree : public ::testing::Test {
   std::vector<std::string> records() const { return test::read_records(options_.output_path); }
 
   test::TempDir dir_;
-  fs::path devkit_;
+  stdfs::path devkit_;
   std::string jpeg1_;
   VocConvertOptions options_;
 };
@@ -197,11 +197,11 @@ TEST_F(VocTree, ALabelMapPathGivesTheIds) {
   options_.label_map_path = dir_.file("two.pbtxt");
   convert_voc(options_);
   EXPECT_EQ(ExampleView(records()[0], "0").int64s("image/object/class/label"), (std::vector<int64_t>{2, 1}));
-  EXPECT_FALSE(fs::exists(dir_.file("out/pascal_label_map.pbtxt")));  // nothing written when one is given
+  EXPECT_FALSE(stdfs::exists(dir_.file("out/pascal_label_map.pbtxt")));  // nothing written when one is given
 }
 
 TEST_F(VocTree, BadInputNamesTheFileAndField) {
-  const fs::path ann = devkit_ / "VOC2007" / "Annotations";
+  const stdfs::path ann = devkit_ / "VOC2007" / "Annotations";
   // A class not in the label map.
   write(dir_.path() / "one.pbtxt", "item { id: 1 name: 'dog' }\n");
   options_.label_map_path = dir_.file("one.pbtxt");
@@ -219,7 +219,7 @@ TEST_F(VocTree, BadInputNamesTheFileAndField) {
   write(ann / "000002.xml", annotation_xml("VOC2007", "000002.jpg", 81, 50, {{"cat", "Left", 0, 0, "8 5 40 25"}}));
   test::expect_data_error([&] { convert_voc(options_); }, {"000002.xml", "<size> is 81x50", "000002.jpg is 80x50"});
   // A missing xml.
-  fs::remove(ann / "000002.xml");
+  stdfs::remove(ann / "000002.xml");
   test::expect_data_error([&] { convert_voc(options_); }, {(ann / "000002.xml").string(), "no such file"});
   // Not xml at all.
   write(ann / "000002.xml", "<annotation><filename>");
@@ -238,7 +238,7 @@ TEST_F(VocTree, BadInputNamesTheFileAndField) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("pascal_label_map.pbtxt already exists"), std::string::npos) << e.what();
   }
-  EXPECT_FALSE(fs::exists(options_.output_path));
+  EXPECT_FALSE(stdfs::exists(options_.output_path));
 }
 
 TEST(VocXml, Sha256OfTheFipsExample) {
@@ -248,13 +248,13 @@ TEST(VocXml, Sha256OfTheFipsExample) {
 // `data images` refuses detection layouts instead of making a class of each folder.
 TEST(ImageFolder, RefusesPascalVocAndPetsLayouts) {
   test::TempDir dir;
-  const fs::path year = dir.path() / "VOCdevkit" / "VOC2007";
+  const stdfs::path year = dir.path() / "VOCdevkit" / "VOC2007";
   write(year / "JPEGImages" / "000001.jpg", jpeg(8, 8, 10));
   write(year / "Annotations" / "000001.xml", "<annotation/>");
   write(year / "ImageSets" / "Main" / "train.txt", "000001\n");
   ImageFolderOptions o;
   o.out_dir = dir.file("out");
-  for (const fs::path& input : {year, year.parent_path()}) {
+  for (const stdfs::path& input : {year, year.parent_path()}) {
     o.input_dir = input.string();
     try {
       convert_image_folder(o);
@@ -266,7 +266,7 @@ TEST(ImageFolder, RefusesPascalVocAndPetsLayouts) {
           << e.what();
     }
   }
-  const fs::path pets = dir.path() / "pets";
+  const stdfs::path pets = dir.path() / "pets";
   write(pets / "images" / "Abyssinian_1.jpg", jpeg(8, 8, 10));
   write(pets / "annotations" / "xmls" / "Abyssinian_1.xml", "<annotation/>");
   o.input_dir = pets.string();
@@ -276,7 +276,7 @@ TEST(ImageFolder, RefusesPascalVocAndPetsLayouts) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("orchard data pets"), std::string::npos) << e.what();
   }
-  EXPECT_FALSE(fs::exists(dir.file("out")));
+  EXPECT_FALSE(stdfs::exists(dir.file("out")));
 }
 
 TEST(Shards, StaleShardsOfAnotherCountAreRefused) {
@@ -363,7 +363,7 @@ class PetsTree : public ::testing::Test {
   }
 
   test::TempDir dir_;
-  fs::path root_;
+  stdfs::path root_;
   std::vector<uint8_t> trimap_;
   PetsConvertOptions options_;
 };
@@ -427,7 +427,7 @@ TEST_F(PetsTree, FullBodyBoxesAndPngMasksFromTheTrimaps) {
   // Orchard's reader takes the PNG masks (Mask R-CNN's load_instance_masks).
   const DetectionExample d = parse_detection_example(recs[0], "r", 37);
   EXPECT_EQ(d.masks.size(), 1u);
-  EXPECT_FALSE(fs::exists(dir_.file("out/pet_faces_train.record-00000-of-00002")));
+  EXPECT_FALSE(stdfs::exists(dir_.file("out/pet_faces_train.record-00000-of-00002")));
 }
 
 TEST_F(PetsTree, NumericalMasksAreOneFloatList) {
@@ -441,7 +441,7 @@ TEST_F(PetsTree, NumericalMasksAreOneFloatList) {
 }
 
 TEST_F(PetsTree, BadInputNamesTheFileAndField) {
-  const fs::path xmls = root_ / "annotations" / "xmls";
+  const stdfs::path xmls = root_ / "annotations" / "xmls";
   // A head without a box.
   write(xmls / "Abyssinian_2.xml",
         annotation_xml("OXIIIT", "Abyssinian_2.jpg", kPetW, kPetH, {{"cat", "Frontal", 0, 0, ""}}));
@@ -467,7 +467,7 @@ TEST_F(PetsTree, BadInputNamesTheFileAndField) {
   // A missing trimap (full-body only).
   write(xmls / "Abyssinian_2.xml",
         annotation_xml("OXIIIT", "Abyssinian_2.jpg", kPetW, kPetH, {{"cat", "Frontal", 0, 0, ""}}));
-  fs::remove(root_ / "annotations" / "trimaps" / "american_bulldog_12.png");
+  stdfs::remove(root_ / "annotations" / "trimaps" / "american_bulldog_12.png");
   test::expect_data_error([&] { convert_pets(options_); }, {"american_bulldog_12.png", "no such file"});
   options_.mask_type = "rle";
   EXPECT_THROW(convert_pets(options_), Error);

@@ -21,7 +21,7 @@
 namespace orchard::engine {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 // y = x . w_true; the model learns w with a squared loss. Counts its evaluations.
 class FakeTask : public tasks::Task {
@@ -354,7 +354,7 @@ TEST(Evaluator, EvaluatesWithoutAnOptimizer) {
   const auto m = evaluator.evaluate(eval_input(), 3, /*summaries=*/true);
   EXPECT_GT(m.at("loss"), 0);
   EXPECT_EQ(task.evaluations, 1);
-  EXPECT_TRUE(fs::is_directory(fs::path(dir.path().string()) / "eval"));
+  EXPECT_TRUE(stdfs::is_directory(stdfs::path(dir.path().string()) / "eval"));
 }
 
 }  // namespace

@@ -37,7 +37,7 @@
 namespace orchard::cli {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 using nlohmann::json;
 using test::TempDir;
 
@@ -96,7 +96,7 @@ std::string newest_checkpoint(const std::string& dir) {
   std::string best;
   int64_t best_step = -1;
   for (const auto& f : all) {
-    const auto name = fs::path(f).filename().string();
+    const auto name = stdfs::path(f).filename().string();
     if (name.size() < 9 || name.substr(name.size() - 3) != ".pt") continue;
     const int64_t s = std::stoll(name.substr(5, name.size() - 8));
     if (s > best_step) best_step = s, best = f;
@@ -136,7 +136,7 @@ class Golden : public ::testing::Test {
 
   // Records or compares one task's run.
   void check(const std::string& task, const std::string& model_dir, const std::string& loss_tag) {
-    json got = {{"losses", losses((fs::path(model_dir) / "train").string(), loss_tag)},
+    json got = {{"losses", losses((stdfs::path(model_dir) / "train").string(), loss_tag)},
                 {"checkpoint", checkpoint_digest(newest_checkpoint(model_dir))}};
     ASSERT_EQ(got["losses"].size(), static_cast<size_t>(kSteps)) << got["losses"].dump(1);
     if (!record_path_.empty()) {

@@ -23,9 +23,9 @@
 namespace orchard::models {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 namespace F = torch::nn::functional;
-const fs::path kTf = fs::path(ORCHARD_TEST_FIXTURES) / "tf";
+const stdfs::path kTf = stdfs::path(ORCHARD_TEST_FIXTURES) / "tf";
 
 tf::Tensor as_tf(const torch::Tensor& t) {
   tf::Tensor out;

@@ -17,7 +17,7 @@ namespace orchard::train {
 namespace {
 
 using test::TempDir;
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 models::ResNet tiny(int64_t num_classes = 10, const std::string& arch = "resnet_tiny") {
   models::ModelConfig c;
@@ -180,10 +180,10 @@ TEST(Checkpoint, LatestFallsBackToScanning) {
   manager.save(20, *m, nullptr, tiny_meta());
   EXPECT_EQ(manager.latest(), dir.file("ckpt-20.pt"));
   // The index names a checkpoint that is gone (deleted by keep-N, or by hand).
-  fs::remove(dir.file("ckpt-20.pt"));
+  stdfs::remove(dir.file("ckpt-20.pt"));
   EXPECT_EQ(manager.latest(), dir.file("ckpt-5.pt"));
   // No index at all.
-  fs::remove(dir.file("checkpoint"));
+  stdfs::remove(dir.file("checkpoint"));
   EXPECT_EQ(manager.latest(), dir.file("ckpt-5.pt"));
 }
 

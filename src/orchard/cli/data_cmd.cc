@@ -19,7 +19,7 @@
 #include "orchard/data/voc.h"
 #include "orchard/detect/shapes_config.h"
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 namespace orchard::cli {
 
@@ -111,7 +111,7 @@ void add_data_command(CLI::App& app) {
         const std::string config = join_path(o->out_dir, "pipeline.config");
         atomic_write_file(config,
                           detect::shapes_pipeline_config(is_local_path(o->out_dir)
-                                                             ? fs::absolute(local_path(o->out_dir)).lexically_normal().string()
+                                                             ? stdfs::absolute(local_path(o->out_dir)).lexically_normal().string()
                                                              : o->out_dir,
                                                          o->image_size));
         spdlog::info(

@@ -61,11 +61,11 @@ Compression parse_compression(const std::string& name) {
 // reads) and inflated when it starts with the gzip magic (several gzip members in a row are
 // read as one stream, as gzread does).
 struct TFRecordReader::ObjectSource {
-  explicit ObjectSource(const std::string& path) : reader(path) {
+  explicit ObjectSource(fs::SequentialReader r) : reader(std::move(r)) {
     in.resize(1 << 18);
     fill();
     gzip = avail >= 2 && static_cast<unsigned char>(in[0]) == 0x1f && static_cast<unsigned char>(in[1]) == 0x8b;
-    if (gzip && inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) throw DataError(path + ": cannot start gzip decoding");
+    if (gzip && inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) throw DataError("cannot start gzip decoding");
   }
   ~ObjectSource() {
     if (gzip) inflateEnd(&z);
@@ -126,11 +126,15 @@ struct TFRecordReader::ObjectSource {
 };
 
 TFRecordReader::TFRecordReader(std::string path, TFRecordReaderOptions options)
+    : TFRecordReader(std::move(path), options, nullptr, "") {}
+
+TFRecordReader::TFRecordReader(std::string path, TFRecordReaderOptions options, fs::ShardPrefetcher* prefetcher,
+                               const std::string& next)
     : path_(std::move(path)), options_(options) {
   if (!is_local_path(path_)) {
     const auto st = fs::stat(path_);
     if (!st) throw DataError(path_ + ": cannot open: no such object");
-    object_ = std::make_unique<ObjectSource>(path_);
+    object_ = std::make_unique<ObjectSource>(prefetcher ? prefetcher->open(path_, next) : fs::SequentialReader(path_));
     if (!object_->gzip) plain_size_ = static_cast<uint64_t>(st->size);
     return;
   }

@@ -9,6 +9,9 @@
 #include <vector>
 
 namespace orchard {
+namespace fs {
+class ShardPrefetcher;
+}
 
 enum class Compression { kNone, kGzip };
 
@@ -25,6 +28,11 @@ struct TFRecordReaderOptions {
 class TFRecordReader {
  public:
   explicit TFRecordReader(std::string path, TFRecordReaderOptions options = {});
+  // An object-store file read through `prefetcher` (which may hold its first blocks already),
+  // starting the fetch of `next` (the file to be read after it, "" for none) before this one
+  // ends, so that moving on to the next shard costs no round trip. Local files as above.
+  TFRecordReader(std::string path, TFRecordReaderOptions options, fs::ShardPrefetcher* prefetcher,
+                 const std::string& next);
   ~TFRecordReader();
   TFRecordReader(const TFRecordReader&) = delete;
   TFRecordReader& operator=(const TFRecordReader&) = delete;

@@ -19,7 +19,7 @@
 #include "orchard/data/tools.h"
 #include "orchard/detect/coco_mask.h"
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 using nlohmann::json;
 
 namespace orchard::data {
@@ -165,7 +165,7 @@ CocoCaptionResult captions_to_records(const CocoCaptionOptions& o) {
     const int64_t id = int_field(im, "id", o.annotations);
     auto it = captions_of.find(id);
     if (it == captions_of.end()) continue;  // an image without captions teaches nothing
-    images.push_back({id, (fs::path(o.image_dir) / im.at("file_name").get<std::string>()).string(), &it->second});
+    images.push_back({id, (stdfs::path(o.image_dir) / im.at("file_name").get<std::string>()).string(), &it->second});
     if (o.limit > 0 && static_cast<int64_t>(images.size()) >= o.limit) break;
   }
   ensure_writable_dir(o.out_dir);
@@ -248,7 +248,7 @@ CocoConvertResult instances_to_records(const CocoConvertOptions& o) {
     for (int64_t i = n * s / o.num_shards; i < n * (s + 1) / o.num_shards; ++i) {
       const json& im = *images[static_cast<size_t>(i)];
       const int64_t id = int_field(im, "id", o.annotations);
-      const std::string file = (fs::path(o.image_dir) / im.at("file_name").get<std::string>()).string();
+      const std::string file = (stdfs::path(o.image_dir) / im.at("file_name").get<std::string>()).string();
       DetectionExample d;
       d.encoded = read_file(file);
       const ImageSize size = image_size(d.encoded, file);

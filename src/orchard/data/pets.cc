@@ -19,7 +19,7 @@
 #include "orchard/data/tools.h"
 #include "orchard/data/voc.h"
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 namespace orchard::data {
 
@@ -139,17 +139,17 @@ struct Split {
 // skips it.
 bool pet_example(const PetsConvertOptions& o, const std::map<std::string, int64_t>& ids, const std::string& label_map,
                  const std::string& name, std::string* record, PetsConvertResult* result) {
-  const fs::path annotations = fs::path(o.data_dir) / "annotations";
+  const stdfs::path annotations = stdfs::path(o.data_dir) / "annotations";
   const std::string xml_path = (annotations / "xmls" / (name + ".xml")).string();
   std::error_code ec;
-  if (!fs::exists(xml_path, ec)) {
+  if (!stdfs::exists(xml_path, ec)) {
     spdlog::warn("could not find {}, ignoring example", xml_path);
     ++result->missing_xml;
     return false;
   }
   const VocAnnotation a = parse_voc_annotation(read_file(xml_path), xml_path);
-  const std::string image_path = (fs::path(o.data_dir) / "images" / a.filename).string();
-  if (!fs::exists(image_path, ec))
+  const std::string image_path = (stdfs::path(o.data_dir) / "images" / a.filename).string();
+  if (!stdfs::exists(image_path, ec))
     throw DataError(xml_path + ": <filename> " + a.filename + ": " + image_path + ": no such file");
   DetectionExample d;
   d.encoded = read_file(image_path);
@@ -174,7 +174,7 @@ bool pet_example(const PetsConvertOptions& o, const std::map<std::string, int64_
   Box extent;
   if (!o.faces_only && !a.objects.empty()) {
     const std::string trimap_path = (annotations / "trimaps" / (name + ".png")).string();
-    if (!fs::exists(trimap_path, ec))
+    if (!stdfs::exists(trimap_path, ec))
       throw DataError(trimap_path + ": no such file (the trimap of " + xml_path +
                       "; --faces_only, the default, needs none)");
     const std::string bytes = read_file(trimap_path);
@@ -258,9 +258,9 @@ PetsConvertResult convert_pets(const PetsConvertOptions& o) {
   if (o.num_shards < 1) throw Error("--num_shards must be at least 1");
   if (o.mask_type != "png" && o.mask_type != "numerical")
     throw Error("--mask_type must be png or numerical, not '" + o.mask_type + "'");
-  const fs::path list_path = fs::path(o.data_dir) / "annotations" / "trainval.txt";
+  const stdfs::path list_path = stdfs::path(o.data_dir) / "annotations" / "trainval.txt";
   std::error_code ec;
-  if (!fs::exists(list_path, ec))
+  if (!stdfs::exists(list_path, ec))
     throw DataError(list_path.string() +
                     ": no such file (--data_dir: the folder holding images/ and annotations/ of the Oxford-IIIT Pets)");
 
@@ -304,7 +304,7 @@ PetsConvertResult convert_pets(const PetsConvertOptions& o) {
   result.train_prefix = splits[0].prefix;
   result.validation_prefix = splits[1].prefix;
   for (const auto& split : splits)
-    check_no_stale_shards(o.output_dir, fs::path(split.prefix).filename().string(), o.num_shards);
+    check_no_stale_shards(o.output_dir, stdfs::path(split.prefix).filename().string(), o.num_shards);
   ensure_writable_dir(o.output_dir);
   spdlog::info("{} training and {} validation examples", splits[0].names.size(), splits[1].names.size());
 

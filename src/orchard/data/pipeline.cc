@@ -16,6 +16,7 @@
 
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
+#include "orchard/core/filesystem.h"
 #include "orchard/core/thread_pool.h"
 
 namespace orchard::data {
@@ -245,6 +246,9 @@ struct Pipeline::Impl {
       size_t skipped_counted = 0;  // entries of this reader's skipped_log() already in `skipped`
     };
     std::deque<std::string> pending(epoch_files.begin(), epoch_files.end());
+    // Object-store shards: the next file's first blocks are fetched before a reader reaches
+    // the end of its own (nothing for local files).
+    fs::ShardPrefetcher prefetcher;
     std::vector<Source> active;
     int64_t global_index = 0;
     int64_t sample_index = 0;
@@ -258,7 +262,9 @@ struct Pipeline::Impl {
         s->reader.reset();
         auto it = cache.find(s->file);
         s->cached = it != cache.end() ? &it->second : nullptr;
-        if (!s->cached) s->reader = std::make_unique<TFRecordReader>(s->file, opt.reader);
+        if (!s->cached)
+          s->reader = std::make_unique<TFRecordReader>(s->file, opt.reader, &prefetcher,
+                                                       pending.empty() ? std::string() : pending.front());
         return true;
       }
       return false;

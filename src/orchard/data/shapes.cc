@@ -21,7 +21,7 @@
 #include "orchard/data/pipeline.h"
 #include "orchard/data/tools.h"
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 namespace orchard::data {
 namespace {

@@ -16,7 +16,7 @@
 #include "orchard/data/example.h"
 #include "orchard/data/image.h"
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 namespace orchard::data {
 
@@ -108,23 +108,23 @@ void write_labels(const std::string& out_dir, const std::vector<std::string>& na
 // images/ and annotations/ (with xmls/) would each become a "class" of a meaningless set.
 void refuse_detection_layouts(const std::string& input_dir) {
   std::error_code ec;
-  const auto is_voc = [&](const fs::path& dir) {
-    return fs::is_directory(dir / "Annotations", ec) &&
-           (fs::is_directory(dir / "JPEGImages", ec) || fs::is_directory(dir / "ImageSets", ec));
+  const auto is_voc = [&](const stdfs::path& dir) {
+    return stdfs::is_directory(dir / "Annotations", ec) &&
+           (stdfs::is_directory(dir / "JPEGImages", ec) || stdfs::is_directory(dir / "ImageSets", ec));
   };
-  const fs::path root(input_dir);
+  const stdfs::path root(input_dir);
   if (is_voc(root)) {
-    fs::path year = fs::absolute(root).lexically_normal();
+    stdfs::path year = stdfs::absolute(root).lexically_normal();
     if (year.filename().empty()) year = year.parent_path();  // a trailing slash
     throw Error(input_dir + " is a PASCAL VOC folder (Annotations/, JPEGImages/), not one folder per class: use "
                             "orchard data voc --data_dir " + year.parent_path().string() + " --year " +
                 year.filename().string());
   }
-  for (const auto& e : fs::directory_iterator(root, ec))
+  for (const auto& e : stdfs::directory_iterator(root, ec))
     if (e.is_directory(ec) && is_voc(e.path()))
       throw Error(input_dir + " is a PASCAL VOC devkit (" + e.path().filename().string() +
                   "/Annotations, JPEGImages), not one folder per class: use orchard data voc --data_dir " + input_dir);
-  if (fs::is_directory(root / "images", ec) && fs::is_directory(root / "annotations" / "xmls", ec))
+  if (stdfs::is_directory(root / "images", ec) && stdfs::is_directory(root / "annotations" / "xmls", ec))
     throw Error(input_dir + " is an Oxford-IIIT Pets folder (images/, annotations/xmls/), not one folder per class: use "
                             "orchard data pets --data_dir " + input_dir);
 }
@@ -144,12 +144,12 @@ std::pair<int64_t, int64_t> convert_fashion_mnist(const FashionMnistOptions& o) 
 
 std::pair<int64_t, int64_t> convert_image_folder(const ImageFolderOptions& o) {
   std::error_code ec;
-  if (!fs::is_directory(o.input_dir, ec)) throw Error(o.input_dir + ": not a directory");
+  if (!stdfs::is_directory(o.input_dir, ec)) throw Error(o.input_dir + ": not a directory");
   refuse_detection_layouts(o.input_dir);
   if (o.validation_fraction < 0 || o.validation_fraction >= 1)
     throw Error("--validation_fraction must be in [0, 1)");
   std::vector<std::string> classes;
-  for (const auto& e : fs::directory_iterator(o.input_dir))
+  for (const auto& e : stdfs::directory_iterator(o.input_dir))
     if (e.is_directory()) classes.push_back(e.path().filename().string());
   std::sort(classes.begin(), classes.end());
   if (classes.empty()) throw Error(o.input_dir + ": no class folders (expected input_dir/<class>/<image>)");
@@ -160,7 +160,7 @@ std::pair<int64_t, int64_t> convert_image_folder(const ImageFolderOptions& o) {
   std::vector<Item> items;
   for (size_t c = 0; c < classes.size(); ++c) {
     std::vector<std::string> files;
-    for (const auto& e : fs::directory_iterator(fs::path(o.input_dir) / classes[c])) {
+    for (const auto& e : stdfs::directory_iterator(stdfs::path(o.input_dir) / classes[c])) {
       std::string ext = e.path().extension().string();
       std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
       if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg" || ext == ".png")) files.push_back(e.path().string());
@@ -177,7 +177,7 @@ std::pair<int64_t, int64_t> convert_image_folder(const ImageFolderOptions& o) {
     const std::string bytes = read_file(items[i].path);
     const ImageSize size = image_size(bytes, items[i].path);  // also rejects non-images
     const std::string format = sniff_format(bytes) == ImageFormat::kPng ? "png" : "jpeg";
-    const std::string rel = fs::relative(items[i].path, o.input_dir).string();
+    const std::string rel = stdfs::relative(items[i].path, o.input_dir).string();
     auto rec = image_record(bytes, format, size.height, size.width, 3, items[i].label,
                             classes[static_cast<size_t>(items[i].label - 1)], rel);
     (i < n_val ? val : train).push_back(std::move(rec));

@@ -19,7 +19,7 @@
 #include "orchard/data/tools.h"
 #include "orchard/detect/label_map.h"
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 namespace orchard::data {
 
@@ -143,12 +143,12 @@ std::string sha256_hex(const std::string& bytes) {
 namespace {
 
 // The image ids of one set: the first word of each line (dataset_util.read_examples_list).
-std::vector<std::string> read_image_ids(const fs::path& main_dir, const std::string& set) {
-  fs::path list = main_dir / (set + ".txt");
+std::vector<std::string> read_image_ids(const stdfs::path& main_dir, const std::string& set) {
+  stdfs::path list = main_dir / (set + ".txt");
   std::error_code ec;
-  if (!fs::exists(list, ec)) {
-    const fs::path aeroplane = main_dir / ("aeroplane_" + set + ".txt");
-    if (!fs::exists(aeroplane, ec))
+  if (!stdfs::exists(list, ec)) {
+    const stdfs::path aeroplane = main_dir / ("aeroplane_" + set + ".txt");
+    if (!stdfs::exists(aeroplane, ec))
       throw DataError(list.string() + ": no such file (nor " + aeroplane.filename().string() +
                       "): --data_dir must be the VOCdevkit folder holding " +
                       main_dir.parent_path().parent_path().filename().string() + "/ImageSets/Main");
@@ -175,7 +175,7 @@ VocConvertResult convert_voc(const VocConvertOptions& o) {
   if (std::find(kYears.begin(), kYears.end(), o.year) == kYears.end())
     throw Error("--year must be VOC2007, VOC2012 or merged, not '" + o.year + "'");
   std::error_code ec;
-  if (!fs::is_directory(o.data_dir, ec))
+  if (!stdfs::is_directory(o.data_dir, ec))
     throw Error(o.data_dir + ": no such directory (--data_dir: the VOCdevkit folder)");
   const std::vector<std::string> years =
       o.year == "merged" ? std::vector<std::string>{"VOC2007", "VOC2012"} : std::vector<std::string>{o.year};
@@ -204,21 +204,21 @@ VocConvertResult convert_voc(const VocConvertOptions& o) {
   };
   std::vector<Item> items;
   for (const auto& year : years)
-    for (auto& id : read_image_ids(fs::path(o.data_dir) / year / "ImageSets" / "Main", o.set))
+    for (auto& id : read_image_ids(stdfs::path(o.data_dir) / year / "ImageSets" / "Main", o.set))
       items.push_back({year, std::move(id)});
   ensure_writable_dir(out_dir);
 
   TFRecordWriter writer(o.output_path);
   for (size_t i = 0; i < items.size(); ++i) {
     if (i % 1000 == 0) spdlog::info("image {} of {}", i, items.size());
-    const fs::path year_dir = fs::path(o.data_dir) / items[i].year;
+    const stdfs::path year_dir = stdfs::path(o.data_dir) / items[i].year;
     const std::string xml_path = (year_dir / o.annotations_dir / (items[i].id + ".xml")).string();
-    if (!fs::exists(xml_path, ec))
+    if (!stdfs::exists(xml_path, ec))
       throw DataError(xml_path + ": no such file (image '" + items[i].id + "' of ImageSets/Main/" + o.set + ")");
     const VocAnnotation a = parse_voc_annotation(read_file(xml_path), xml_path);
     const std::string image_path =
-        (fs::path(o.data_dir) / (a.folder.empty() ? items[i].year : a.folder) / "JPEGImages" / a.filename).string();
-    if (!fs::exists(image_path, ec))
+        (stdfs::path(o.data_dir) / (a.folder.empty() ? items[i].year : a.folder) / "JPEGImages" / a.filename).string();
+    if (!stdfs::exists(image_path, ec))
       throw DataError(xml_path + ": <filename> " + a.filename + ": " + image_path + ": no such file");
     DetectionExample d;
     d.encoded = read_file(image_path);

@@ -24,7 +24,7 @@
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/runtime.h"
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 namespace orchard::tasks {
 
@@ -50,7 +50,7 @@ TrainRuntime start_training(const RuntimeFlags& f, int64_t global_batch_size, co
       std::string dir;
       ~RemoveIfEmpty() {
         std::error_code ec;
-        if (fs::is_empty(dir, ec) && !ec) fs::remove(dir, ec);
+        if (stdfs::is_empty(dir, ec) && !ec) stdfs::remove(dir, ec);
       }
     };
     rt.created_model_dir = std::make_shared<const RemoveIfEmpty>(model_dir);

@@ -24,7 +24,7 @@
 #include "orchard/train/optimizers.h"
 #include "orchard/train/runtime.h"
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 using nlohmann::json;
 
 namespace orchard::tasks {

@@ -25,7 +25,7 @@
 #include "orchard/engine/evaluator.h"
 #include "orchard/engine/trainer.h"
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 using nlohmann::json;
 
 namespace orchard::tasks {

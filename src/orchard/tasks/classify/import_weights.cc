@@ -24,7 +24,7 @@
 namespace orchard::tasks {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 
 struct ImportFlags {
   std::string arch;
@@ -61,7 +61,7 @@ void write_model_dir(const ImportFlags& f, tasks::ClassificationTask& task, cons
                                  {"image_size", task.config().image_size},
                                  {"data_format", "channels_first"},
                                  {"augmentation", "resnet"},
-                                 {"imported_from", is_local_path(source) ? fs::absolute(local_path(source)).string() : source},
+                                 {"imported_from", is_local_path(source) ? stdfs::absolute(local_path(source)).string() : source},
                                  {"input_normalization", input_normalization}};
   atomic_write_file(join_path(f.out_dir, "config.json"), config.dump(2) + "\n");
   spdlog::info("imported {} ({} classes) into {}", f.arch, task.config().model.num_classes, path);

@@ -31,7 +31,7 @@
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/runtime.h"
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 using nlohmann::json;
 namespace pb = object_detection::protos;
 

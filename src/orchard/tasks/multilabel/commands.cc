@@ -21,7 +21,7 @@
 #include "orchard/train/optimizers.h"
 #include "orchard/train/runtime.h"
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 using nlohmann::json;
 
 namespace orchard::tasks {
