@@ -15,8 +15,8 @@
 //   StorageErrors.*    a wrong bucket, a missing object, a malformed URL: one line naming the URL,
 //                      exit 1, no local folder "s3:" or "gs:".
 // Tiny runs: resnet_tiny at 28 px, 256 Fashion-MNIST images; SSD on 16 shapes images, 2 steps.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -418,6 +418,7 @@ TEST(StorageClassify, KilledAndRestartedRunMatchesUninterrupted) {
   ASSERT_FALSE(latest.empty());
   const int64_t killed_at = train::checkpoint_step(latest);
   ASSERT_LT(killed_at, 40);
+  std::printf("killed after the checkpoint of step %lld appeared in the bucket\n", static_cast<long long>(killed_at));
 
   auto resumed = run_in(args, ws);
   ASSERT_EQ(resumed.rc, 0) << resumed.err;
@@ -758,6 +759,14 @@ TEST(StorageErrors, OneLineNamingTheUrlAndNoLocalFolder) {
        kS3 + "no-such-data"},
       {{"detect", "train", "--pipeline_config_path", kGs + "missing/pipeline.config", "--model_dir", kGs + "err/det"},
        kGs + "missing/pipeline.config"},
+      // A bucket the emulator does not have: it lists unknown buckets as empty (GCS answers 404),
+      // so this is the message of a data_dir with nothing under it.
+      {[] {
+         auto a = classify_args(kGs + "err/model", 2);
+         a[3] = "gs://no-such-bucket/fm";
+         return a;
+       }(),
+       "gs://no-such-bucket/fm"},
       // An evaluation of a model_dir that holds nothing.
       {{"classify", "eval", "--data_dir", kData, "--model_dir", kS3 + "no-such-model"}, kS3 + "no-such-model"},
       // A scheme without "//": never a local folder "s3:".
