@@ -28,6 +28,8 @@
 #include <thread>
 
 #include "core/test_util.h"
+#include "orchard/core/event_writer.h"
+#include "orchard/core/files.h"
 #include "orchard/core/filesystem.h"
 #include "orchard/core/http_filesystem.h"
 #include "orchard/core/s3_client.h"
@@ -180,6 +182,7 @@ S3FileSystem* use_s3(const s3::S3Options& o) {
 }
 
 const std::string kRoot = "s3://" + kBucket + "/";
+std::string local_copy_path;
 
 // s3rver answers a PUT before its file is written out (its store resolves on the MD5 stream's end,
 // not the file's): a whole read, which the client checks against the ETag and repeats until the
@@ -245,6 +248,106 @@ TEST(S3, ListFollowsContinuationTokensAndGlobs) {
   EXPECT_TRUE(glob(kRoot + "list/none-*").empty());
   EXPECT_EQ(list_prefix(kRoot + "list").size(),
             11u);  // a plain prefix: listx too
+}
+
+// What the commands use (core/files.h, TFRecords, event files) on an s3:// path.
+TEST(S3Paths, FolderHelpersOnPrefixes) {
+  NEED_S3RVER();
+  use_s3(S3rver::options());
+  const std::string dir = kRoot + "paths/model";
+  EXPECT_FALSE(orchard::dir_exists(dir));
+  EXPECT_NO_THROW(orchard::ensure_writable_dir(dir));  // nothing to create on an object store
+  orchard::atomic_write_file(orchard::join_path(dir, "ckpt-1.pt"), "one");
+  orchard::atomic_write_file(orchard::join_path(dir, "checkpoint"), "state");
+  orchard::atomic_write_file(orchard::join_path(dir, "train/events.out.tfevents.1"), "ev");
+  orchard::atomic_write_file(kRoot + "paths/model-other/x", "not in dir");
+  EXPECT_TRUE(orchard::dir_exists(dir));
+  EXPECT_TRUE(orchard::dir_exists(dir + "/"));
+  EXPECT_TRUE(orchard::file_exists(dir + "/ckpt-1.pt"));
+  EXPECT_FALSE(orchard::file_exists(dir + "/train"));  // a prefix is not a file
+  EXPECT_EQ(orchard::list_dir(dir), (std::vector<std::string>{dir + "/checkpoint", dir + "/ckpt-1.pt"}));
+  EXPECT_EQ(orchard::list_dir_names(dir), (std::vector<std::string>{"checkpoint", "ckpt-1.pt", "train"}));
+  EXPECT_EQ(orchard::base_name(dir + "/ckpt-1.pt"), "ckpt-1.pt");
+  EXPECT_EQ(orchard::parent_path(dir + "/ckpt-1.pt"), dir);
+  EXPECT_EQ(orchard::parent_path(kRoot + "x"), "s3://" + kBucket);
+  EXPECT_EQ(orchard::read_file(dir + "/checkpoint"), "state");
+  EXPECT_EQ(orchard::expand_file_pattern(dir), orchard::list_dir(dir));  // a folder: its files
+  EXPECT_EQ(orchard::expand_file_pattern(dir + "/ckpt-*"), std::vector<std::string>{dir + "/ckpt-1.pt"});
+  {
+    const orchard::LocalCopy copy(dir + "/ckpt-1.pt");
+    EXPECT_EQ(copy.path().rfind("s3:", 0), std::string::npos);
+    EXPECT_EQ(test::read_bytes(copy.path()), "one");
+    local_copy_path = copy.path();
+  }
+  EXPECT_FALSE(std::filesystem::exists(local_copy_path)) << "the download outlived its LocalCopy";
+  EXPECT_EQ(orchard::remove_tree(orchard::join_path(dir, "train")), 1);
+  EXPECT_EQ(orchard::remove_tree(dir), 2);
+  EXPECT_FALSE(orchard::dir_exists(dir));
+  EXPECT_TRUE(orchard::file_exists(kRoot + "paths/model-other/x"));  // a sibling prefix is kept
+}
+
+TEST(S3Paths, TfRecordsPlainAndGzipRoundTrip) {
+  NEED_S3RVER();
+  use_s3(S3rver::options());
+  std::vector<std::string> records;
+  // ~9 MB: more than one 8 MiB block, so records and the gzip stream straddle ranged reads.
+  for (int i = 0; i < 300; ++i) records.push_back(pattern_bytes(static_cast<size_t>(100 + i * 200), i));
+  for (const auto compression : {orchard::Compression::kNone, orchard::Compression::kGzip}) {
+    const std::string path =
+        kRoot + (compression == orchard::Compression::kGzip ? "tfr/data.tfrecord.gz" : "tfr/data.tfrecord");
+    orchard::TFRecordWriter w(path, compression);
+    for (const auto& r : records) w.write(r);
+    EXPECT_FALSE(exists(path)) << "visible before close()";
+    w.close();
+    settle(path);
+    orchard::TFRecordReader reader(path);
+    std::string rec;
+    size_t n = 0;
+    while (reader.next(&rec)) {
+      ASSERT_LT(n, records.size());
+      EXPECT_EQ(rec, records[n]) << "record " << n;
+      ++n;
+    }
+    EXPECT_EQ(n, records.size());
+    EXPECT_EQ(orchard::count_records_fast(path), static_cast<int64_t>(records.size()));
+  }
+  // A truncated object: the reader's error names the URL; the count can stop at the damage.
+  const std::string whole = read_file(kRoot + "tfr/data.tfrecord");
+  write_file(kRoot + "tfr/cut.tfrecord", whole.substr(0, whole.size() - 50));
+  settle(kRoot + "tfr/cut.tfrecord");
+  test::expect_data_error([&] { orchard::count_records_fast(kRoot + "tfr/cut.tfrecord"); },
+                          {kRoot + "tfr/cut.tfrecord", "truncated"});
+  EXPECT_EQ(orchard::count_records_fast(kRoot + "tfr/cut.tfrecord", /*stop_at_damage=*/true),
+            static_cast<int64_t>(records.size()) - 1);
+}
+
+TEST(S3Paths, EventFilesAreUploadedOnFlushAfterTheInterval) {
+  NEED_S3RVER();
+  use_s3(S3rver::options());
+  std::string path;
+  {
+    orchard::EventWriter quick(kRoot + "events/quick", /*upload_interval_s=*/0);
+    path = quick.path();
+    EXPECT_EQ(path.rfind(kRoot + "events/quick/events.out.tfevents.", 0), 0u) << path;
+    quick.scalar("loss", 1.5, 1);
+    quick.flush();
+    settle(path);
+    // Readable from the bucket while the writer is open.
+    const auto events = orchard::read_scalar_events(path);
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_EQ(events[0].tag, "loss");
+  }
+  {
+    orchard::EventWriter slow(kRoot + "events/slow", /*upload_interval_s=*/3600);
+    const std::string slow_path = slow.path();
+    slow.scalar("loss", 2.5, 1);
+    slow.flush();
+    settle(slow_path);  // created (file_version only) when the writer opened
+    EXPECT_TRUE(orchard::read_scalar_events(slow_path).empty()) << "uploaded before the interval";
+    path = slow_path;
+  }
+  settle(path);
+  EXPECT_EQ(orchard::read_scalar_events(path).size(), 1u) << "the destructor uploads the rest";
 }
 
 TEST(S3, RangedReadsAndSequentialReader) {
