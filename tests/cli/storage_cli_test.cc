@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -444,7 +445,8 @@ struct ProxyRequest {
 // what to do with it.
 class FaultProxy {
  public:
-  enum class Fault { kNone, k503, kCloseWithoutAnswer, kCutMidBody };
+  // kStall: the request is read and held unanswered until the proxy is destroyed.
+  enum class Fault { kNone, k503, kCloseWithoutAnswer, kCutMidBody, kStall };
   using Policy = std::function<Fault(const ProxyRequest&, int n)>;
 
   FaultProxy(int upstream_port, Policy policy) : upstream_(upstream_port), policy_(std::move(policy)) {
@@ -462,6 +464,11 @@ class FaultProxy {
     acceptor_ = std::thread([this] { accept_loop(); });
   }
   ~FaultProxy() {
+    {
+      std::lock_guard<std::mutex> lock(stall_mu_);
+      stopping_ = true;
+    }
+    stall_cv_.notify_all();
     ::shutdown(fd_, SHUT_RDWR);
     ::close(fd_);
     acceptor_.join();
@@ -550,6 +557,12 @@ class FaultProxy {
                       "\r\nConnection: close\r\n\r\n" + body);
       return;
     }
+    if (fault == Fault::kStall) {
+      ++counts_[static_cast<int>(fault)];
+      std::unique_lock<std::mutex> lock(stall_mu_);
+      stall_cv_.wait(lock, [this] { return stopping_; });
+      return;
+    }
     if (fault == Fault::kCloseWithoutAnswer) {
       ++counts_[static_cast<int>(fault)];
       return;  // the request reached nobody; the connection closes
@@ -584,7 +597,10 @@ class FaultProxy {
   std::mutex mu_;
   std::vector<std::thread> workers_;
   std::vector<std::string> methods_;
-  std::atomic<int> counts_[4] = {};
+  std::atomic<int> counts_[5] = {};
+  std::mutex stall_mu_;
+  std::condition_variable stall_cv_;
+  bool stopping_ = false;
 };
 
 // The same run as A with every request through the proxy: every 7th answered 503, every 4th GET of
@@ -622,6 +638,56 @@ TEST(StorageClassify, FaultsOnTheWayToTheBucketDoNotChangeTheRun) {
   EXPECT_LT(max_diff(a, f), 1e-6);
   EXPECT_EQ(checkpoints_in(model_f), std::vector<std::string>{"ckpt-40.pt"});
   EXPECT_TRUE(contains(orchard::read_file(model_f + "/checkpoint"), "ckpt-40.pt"));
+  EXPECT_EQ(ws.cwd_entries(), std::vector<std::string>{});
+}
+
+// A preempted VM: SIGTERM while the second checkpoint's upload hangs, SIGKILL a second later (the
+// grace period over). The bucket still names the first checkpoint, whole, and the same command
+// resumes from it to run A's weights.
+TEST(StorageClassify, KilledDuringACheckpointUploadLeavesThePreviousOne) {
+  NEED_RUN_A();
+  std::atomic<int> ckpt_puts{0};
+  std::atomic<bool> stalled{false};
+  auto proxy = std::make_unique<FaultProxy>(Servers::s3->port(), [&](const ProxyRequest& req, int) {
+    if (req.method == "PUT" && contains(req.target, "/ckpt-") && ckpt_puts++ == 1) {
+      stalled = true;
+      return FaultProxy::Fault::kStall;
+    }
+    return FaultProxy::Fault::kNone;
+  });
+  const std::string model = kS3 + "classify/preempted";
+  const auto args = classify_args(model);
+  Workspace ws;
+  const Started s = start(args, ws, Servers::s3->env(proxy->endpoint()));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  while (!stalled && std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(s.pid, &status, WNOHANG) == s.pid) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(s.pid, SIGTERM);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  ::kill(s.pid, SIGKILL);
+  auto killed = finish(s);
+  ASSERT_TRUE(stalled.load()) << "the second checkpoint upload never started\n" << killed.err;
+  ASSERT_TRUE(killed.signaled) << "exited by itself (rc " << killed.rc << ")\n" << killed.err;
+  proxy.reset();  // releases the held request; the upload never reached s3rver
+
+  const std::string state = orchard::read_file(model + "/checkpoint");
+  const auto kept = checkpoints_in(model);
+  ASSERT_EQ(kept.size(), 1u) << state;
+  EXPECT_TRUE(contains(state, "model_checkpoint_path: \"" + kept[0] + "\"")) << state;
+  int64_t first_step = 0;
+  load_tiny(model + "/" + kept[0], &first_step);  // whole: it restores
+  EXPECT_GT(first_step, 0);
+  EXPECT_LT(first_step, 40);
+
+  auto resumed = run_in(args, ws);
+  ASSERT_EQ(resumed.rc, 0) << resumed.err;
+  EXPECT_TRUE(contains(resumed.err, "at step " + std::to_string(first_step))) << resumed.err;
+  auto a = load_tiny(kModelA + "/ckpt-40.pt");
+  auto b = load_tiny(model + "/ckpt-40.pt");
+  EXPECT_LT(max_diff(a, b), 1e-6);
   EXPECT_EQ(ws.cwd_entries(), std::vector<std::string>{});
 }
 
