@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
 
@@ -852,6 +853,50 @@ TEST(StorageErrors, OneLineNamingTheUrlAndNoLocalFolder) {
     EXPECT_FALSE(contains(r.err, "internal error")) << r.err;
     EXPECT_EQ(ws.cwd_entries(), std::vector<std::string>{}) << joined(c.args);
   }
+}
+
+
+// --- http(s):// (read-only public files) ---------------------------------------------------------
+
+// A TensorFlow checkpoint served by Python's http.server (no Range support, no listing), named by
+// its folder URL as users name the zoo's folders: the same variables and statistics as read from
+// the disk.
+TEST(StorageHttp, TensorFlowCheckpointFromAWebServer) {
+  const std::string fixtures = std::string(ORCHARD_TEST_FIXTURES) + "/tf";
+  const int port = test::free_loopback_port();
+  const pid_t server = ::fork();
+  if (server == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    std::freopen("/dev/null", "w", stdout);
+    std::freopen("/dev/null", "w", stderr);
+    const std::string p = std::to_string(port);
+    ::execl("/usr/bin/python3", "python3", "-m", "http.server", p.c_str(), "--bind", "127.0.0.1", "--directory",
+            fixtures.c_str(), static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  bool up = false;
+  for (int i = 0; i < 100 && !up; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const int s = test::connect_loopback(port);
+    if (s >= 0) {
+      ::close(s);
+      up = true;
+    }
+  }
+  ASSERT_TRUE(up) << "python3 -m http.server did not start";
+  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/estimator_ckpt/";
+  Workspace ws;
+  auto remote = run_in({"checkpoint", "inspect", "--stats", url}, ws);
+  auto local = run_in({"checkpoint", "inspect", "--stats", fixtures + "/estimator_ckpt"}, ws);
+  ::kill(server, SIGTERM);
+  ::waitpid(server, nullptr, 0);
+  ASSERT_EQ(remote.rc, 0) << remote.err;
+  ASSERT_EQ(local.rc, 0) << local.err;
+  const auto after_first_line = [](const std::string& s) { return s.substr(s.find('\n') + 1); };
+  EXPECT_TRUE(contains(remote.out, url + "model.ckpt-1000 (V2 tensor bundle)")) << remote.out;
+  EXPECT_GT(after_first_line(remote.out).size(), 1000u);
+  EXPECT_EQ(after_first_line(remote.out), after_first_line(local.out));
+  EXPECT_EQ(ws.cwd_entries(), std::vector<std::string>{});
 }
 
 }  // namespace

@@ -195,7 +195,11 @@ std::string as_prefix(const std::string& dir) { return dir.empty() || dir.back()
 }  // namespace
 
 bool dir_exists(const std::string& path) {
-  if (!is_local_path(path)) return !orchard::fs::list_prefix(as_prefix(path)).empty();
+  if (!is_local_path(path)) {
+    const std::string scheme = orchard::fs::scheme_of(path);
+    if (scheme == "http" || scheme == "https") return false;  // files only: no listing, no folders
+    return !orchard::fs::list_prefix(as_prefix(path)).empty();
+  }
   std::error_code ec;
   return stdfs::is_directory(local_path(path), ec);
 }

@@ -315,7 +315,8 @@ std::vector<float> Tensor::floats() const {
 std::string resolve_checkpoint(const std::string& path) {
   std::string p = path;
   while (p.size() > 1 && p.back() == '/') p.pop_back();
-  if (dir_exists(p)) {
+  // A folder; over http(s), which has no folders, a URL with a `checkpoint` state file under it.
+  if (dir_exists(p) || (!is_local_path(p) && !exists_file(p + ".index") && exists_file(join_path(p, "checkpoint")))) {
     const std::string state_file = join_path(p, "checkpoint");
     if (exists_file(state_file)) {
       tensorflow::CheckpointState state;
@@ -341,8 +342,9 @@ std::string resolve_checkpoint(const std::string& path) {
     const std::string saved_model = join_path(join_path(p, "variables"), "variables");
     if (exists_file(saved_model + ".index")) return saved_model;
     std::vector<std::string> indexes;
-    for (const auto& file : list_dir(p))
-      if (file.size() > 6 && file.compare(file.size() - 6, 6, ".index") == 0) indexes.push_back(file);
+    if (dir_exists(p))
+      for (const auto& file : list_dir(p))
+        if (file.size() > 6 && file.compare(file.size() - 6, 6, ".index") == 0) indexes.push_back(file);
     if (indexes.size() == 1) return indexes[0].substr(0, indexes[0].size() - 6);
     throw Error(p + ": no TensorFlow checkpoint in that directory (no 'checkpoint' file" +
                 (indexes.empty() ? std::string(" and no *.index file)") : ", and several *.index files: name one)"));
