@@ -1,6 +1,7 @@
-// SSD anchors: the TF OD API's create_ssd_anchors + MultipleGridAnchorGenerator
+// The TF OD API's anchor generators: SSD's create_ssd_anchors + MultipleGridAnchorGenerator
 // (anchor_generators/multiple_grid_anchor_generator.py, grid_anchor_generator.tile_anchors),
-// configured as an ssd_anchor_generator { ... } block of pipeline.config.
+// configured as an ssd_anchor_generator { ... } block of pipeline.config; the RetinaNet/FPN
+// configs' multiscale_anchor_generator; and Faster R-CNN's grid_anchor_generator.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -2,9 +2,10 @@
 // `orchard detect` reads it: parse, report what Orchard ignores, check what it supports.
 //
 // A config is read in three steps, each callable on its own:
-//   1. load/parse: syntax errors are fatal; fields outside the schema ("unknown") and fields
-//      Orchard parses but does not implement ("unimplemented") are warned about together, or
-//      fatal with strict == true (like TF, which rejects unknown fields);
+//   1. load/parse: syntax errors are fatal; fields outside the schema ("unknown") are fatal too,
+//      as in TF, unless allow_unknown_fields; those let through and the fields Orchard parses but
+//      does not implement ("unimplemented") are warned about together, or fatal with
+//      strict == true. A Context R-CNN config (model.faster_rcnn.context_config) is refused;
 //   2. validate_pipeline_config: the model and training choices Orchard implements;
 //   3. pipeline_config_to_text: the resolved config, saved next to the run.
 #pragma once
@@ -21,8 +22,8 @@ struct ConfigIssues {
   // " (did you mean <field>?)" where a field of that message is spelt alike.
   std::vector<std::string> unknown;
   // Set fields Orchard parses but does not implement, by path without repeated indices, e.g.
-  // "train_config.optimizer.use_moving_average". A set sub-message none of whose fields Orchard
-  // implements is listed once by its own path ("model.faster_rcnn"), not field by field.
+  // "train_config.freeze_variables". A set sub-message none of whose fields Orchard
+  // implements is listed once by its own path ("model.center_net"), not field by field.
   std::vector<std::string> unimplemented;
 };
 
@@ -48,15 +49,37 @@ object_detection::protos::TrainEvalPipelineConfig parse_pipeline_config(const st
 std::string pipeline_config_to_text(const object_detection::protos::TrainEvalPipelineConfig& config);
 
 // Throws orchard::Error naming `source_name` and the field path of every choice Orchard does not
-// implement: a model other than ssd ("model.faster_rcnn is not supported; Orchard implements
-// ssd"), num_classes <= 0, a feature extractor other than ssd_mobilenet_v2, an image resizer other
-// than fixed_shape_resizer, box coder / matcher / similarity / anchor generator / box predictor
-// other than faster_rcnn_box_coder / argmax_matcher / iou_similarity / ssd_anchor_generator /
-// convolutional_box_predictor, a classification loss other than weighted_sigmoid or
-// weighted_softmax, a localization loss other than weighted_smooth_l1, an optimizer other than
-// rms_prop / momentum / adam or a learning rate other than constant / exponential_decay /
-// manual_step / cosine_decay, fine_tune_checkpoint_type outside {"", classification, detection,
-// full}, and a train input without input_path.
+// implement (all of them, joined by "; "):
+//   model: unset, or a case other than ssd or faster_rcnn ("model.center_net is not supported;
+//     Orchard implements ssd or faster_rcnn");
+//   model.ssd: num_classes <= 0; a feature_extractor.type outside the implemented list (the
+//     extractors of ssd_model.h, some also as _fpn, _ppn, _mnasfpn or _keras types); the OD API's
+//     own checks of embedded_ssd_mobilenet_v1 (a 256x256 fixed_shape_resizer, pad_to_multiple 1),
+//     ssd_mobilenet_v2_mnasfpn (levels 3..6, sides multiples of 64) and ssd_inception_v2/v3
+//     (override_base_feature_extractor_hyperparams); an image resizer other than
+//     fixed_shape_resizer or keep_aspect_ratio_resizer (0 < min_dimension <= max_dimension, 0 or 3
+//     pad values); box coder / matcher / similarity other than faster_rcnn_box_coder / argmax_matcher /
+//     iou_similarity; an anchor generator other than ssd_anchor_generator or
+//     multiscale_anchor_generator; a box predictor other than convolutional_box_predictor or
+//     weight_shared_convolutional_box_predictor; an activation other than RELU_6 where Orchard
+//     uses conv_hyperparams' (the feature extractor's, the weight-shared predictor's, SSDLite's
+//     heads'); a classification loss other than weighted_sigmoid, weighted_softmax or
+//     weighted_sigmoid_focal; a localization loss other than weighted_smooth_l1;
+//     train_config.merge_multiple_label_boxes;
+//   model.faster_rcnn: num_classes <= 0; number_of_stages other than 2 or 3; a mask predictor
+//     without positive mask_height, mask_width and mask_prediction_num_conv_layers; a
+//     feature_extractor.type other than faster_rcnn_resnet50/101/152, faster_rcnn_inception_v2 or
+//     faster_rcnn_inception_resnet_v2; first_stage_features_stride other than 8 or 16 (16 for
+//     inception_v2); the image resizer as for ssd; an anchor generator other than
+//     grid_anchor_generator; a second-stage box predictor other than mask_rcnn_box_predictor or
+//     rfcn_box_predictor (R-FCN with the ResNets only, crop sizes multiples of the spatial bins);
+//     and, without R-FCN, initial_crop_size, maxpool_kernel_size, maxpool_stride,
+//     first_stage_max_proposals or second_stage_batch_size not positive, second_stage_batch_size
+//     above first_stage_max_proposals, a second-stage classification loss other than
+//     weighted_sigmoid or weighted_softmax;
+//   any model: an optimizer other than rms_prop / momentum / adam or a learning rate other than
+//     constant / exponential_decay / manual_step / cosine_decay, fine_tune_checkpoint_type outside
+//     {"", classification, detection, full}, and a train input without input_path.
 void validate_pipeline_config(const object_detection::protos::TrainEvalPipelineConfig& config,
                               const std::string& source_name);
 

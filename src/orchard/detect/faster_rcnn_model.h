@@ -1,11 +1,15 @@
-// The networks of the OD API's Faster R-CNN with a TF-Slim ResNet-v1 feature extractor
-// (faster_rcnn_resnet50 / 101 / 152, models/faster_rcnn_resnet_v1_feature_extractor.py): the
-// first stage (resnet_v1 to block3 at first_stage_features_stride 16 or 8), the RPN (a 3x3
-// ReLU6 convolution 'Conv' and the 1x1 FirstStageBoxPredictor), and the second stage on the
-// proposals' crops (crop_and_resize to initial_crop_size, max pool, block4, the
-// MaskRCNNBoxPredictor's average pool and one fully connected layer per output). The targets,
-// losses and post-processing are detect/rpn.h and detect/box_classifier.h; the meta-architecture
-// is tasks/detect/faster_rcnn/ (docs/od_api_two_stage.md).
+// The networks of the OD API's Faster R-CNN, R-FCN and Mask R-CNN. Feature extractors: TF-Slim's
+// ResNet-v1 (faster_rcnn_resnet50 / 101 / 152, models/faster_rcnn_resnet_v1_feature_extractor.py:
+// the first stage to block3 at first_stage_features_stride 16 or 8, block4 on the crops),
+// Inception-v2 (faster_rcnn_inception_v2: to Mixed_4e at stride 16, Mixed_5a..5c on the crops) and
+// Inception-ResNet-v2 (faster_rcnn_inception_resnet_v2: to PreAuxLogits at stride 16 or 8,
+// Mixed_7a..Conv2d_7b_1x1 on the crops). Then the RPN (a 3x3 ReLU6 convolution 'Conv' and the
+// 1x1 FirstStageBoxPredictor), and the second stage on the proposals' crops (crop_and_resize to
+// initial_crop_size, max pool, the extractor's second part, the MaskRCNNBoxPredictor's average
+// pool and one fully connected layer per output; R-FCN instead: the second part on the whole
+// feature map, then position-sensitive score maps cropped per proposal), and Mask R-CNN's mask
+// head. The targets, losses and post-processing are detect/rpn.h and detect/box_classifier.h; the
+// meta-architecture is tasks/detect/faster_rcnn/ (docs/od_api_two_stage.md).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -107,15 +111,16 @@ class FasterRcnnModelImpl : public torch::nn::Module {
   const FasterRcnnModelOptions& options() const { return options_; }
   // The class-specific outputs (re-initialised for a new num_classes).
   bool is_prediction_head_parameter(const std::string& name) const;
-  // TF1 names of the OD API's Faster R-CNN (FirstStageFeatureExtractor/resnet_v1_50/..., Conv,
-  // FirstStageBoxPredictor, SecondStageFeatureExtractor/resnet_v1_50/block4, SecondStageBoxPredictor);
-  // `classification`: the TF-Slim ImageNet checkpoint's (resnet_v1_50/..., block4 of the
-  // second stage from the classifier's block4; the RPN and box predictor have none).
+  // TF1 names of the OD API's Faster R-CNN (FirstStageFeatureExtractor/<scope>/..., Conv,
+  // FirstStageBoxPredictor, SecondStageFeatureExtractor/<scope>/..., SecondStageBoxPredictor; scope
+  // resnet_v1_50/101/152, InceptionV2 or InceptionResnetV2); `classification`: the TF-Slim
+  // ImageNet checkpoint's (<scope>/..., the second stage's layers from the classifier's, e.g.
+  // resnet_v1_50/block4; the RPN and box predictor have none).
   std::optional<models::TfName> tf_name(const std::string& name, bool classification) const;
 
  private:
   FasterRcnnModelOptions options_;
-  std::string scope_;  // resnet_v1_50 ..., InceptionV2
+  std::string scope_;  // resnet_v1_50 ..., InceptionV2, InceptionResnetV2
   models::ResNet first_stage_extractor_{nullptr};          // ResNet-v1 to block3
   torch::nn::Sequential second_stage_extractor_{nullptr};  // its block4
   models::InceptionV2 inception_first_{nullptr}, inception_second_{nullptr};  // to Mixed_4e; Mixed_5a..5c

@@ -1,6 +1,7 @@
 // label_map.pbtxt: the TF Object Detection API's class names (StringIntLabelMap, text format).
-// Ids start at 1 (0 is the background) and index the model's classes: id k is output k - 1 of
-// an SSD with encode_background_as_zeros, output k of one without.
+// Ids start at 1 (0 is the background) and index the model's classes: id k is class logit column
+// k of Orchard's detectors (column 0 the background, also under the SSD's
+// encode_background_as_zeros, which changes only the loss's targets) and Detections::classes k.
 #pragma once
 
 #include <string>

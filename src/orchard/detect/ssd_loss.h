@@ -1,7 +1,8 @@
 // SSD training targets and loss, as the TF OD API computes them: TargetAssigner with an
 // IoU similarity, ArgMaxMatcher and FasterRcnnBoxCoder (core/target_assigner.py), the
-// weighted smooth L1 and sigmoid/softmax losses and the HardExampleMiner (core/losses.py),
-// combined and normalised as SSDMetaArch.loss does (meta_architectures/ssd_meta_arch.py).
+// weighted smooth L1, sigmoid, softmax and sigmoid focal losses and the HardExampleMiner
+// (core/losses.py), combined and normalised as SSDMetaArch.loss does
+// (meta_architectures/ssd_meta_arch.py).
 #pragma once
 
 #include <ATen/core/Tensor.h>

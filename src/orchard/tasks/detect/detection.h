@@ -1,6 +1,8 @@
 // Object detection as the TF Object Detection API trains it, over a registered
-// meta-architecture (meta_architecture.h; SSD in ssd/): input parsing and augmentation, each
-// replica's share of the loss, L2 regularisation, COCO metrics and the evaluation images.
+// meta-architecture (meta_architecture.h; SSD in ssd/, Faster R-CNN / R-FCN / Mask R-CNN in
+// faster_rcnn/): input parsing and augmentation, each replica's share of the loss, L2
+// regularisation, the eval_config.metrics_set metrics (COCO boxes and masks, PASCAL VOC, Open
+// Images) and the evaluation images.
 // Configured from a pipeline.config (detection_config).
 #pragma once
 
@@ -76,11 +78,14 @@ class DetectionTask : public Task {
   void train_metrics(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
                      MetricSums* sums) const override;
   void begin_evaluation() override { visualizations_.clear(); }
-  // Detections (postprocess) against the ground truth as COCO rows, the eval losses, and the
-  // first num_visualizations images drawn for TensorBoard.
+  // Detections (postprocess) and the ground truth as rows (boxes, with masks when
+  // coco_mask_metrics, and the verified image labels), the eval losses, and the first
+  // num_visualizations images drawn for TensorBoard.
   void eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss, MetricSums* sums) override;
-  // Training: the OD API's Loss/* scalars. Eval: the 12 COCO numbers (DetectionBoxes_*),
-  // per-category AP when configured, and the eval losses.
+  // Training: the OD API's Loss/* scalars. Eval: per eval_config.metrics_set the OD API's
+  // numbers (coco_detection_metrics: the 12 DetectionBoxes_*; coco_mask_metrics: DetectionMasks_*;
+  // the PASCAL VOC and Open Images sets: their mAP and per-class AP), per-category COCO AP when
+  // configured, and the eval losses.
   std::map<std::string, double> compute_metrics(const MetricSums& sums, bool training) const override;
   std::map<std::string, std::string> signature() const override;
   // "Detections_Left_Groundtruth_Right/<i>": the first num_visualizations eval images with the

@@ -1,8 +1,8 @@
-// Detection meta-architectures: the cases of pipeline.config's `model` oneof (ssd; the OD API
-// also has faster_rcnn, center_net, ...). Each registers a parser of its own message; the
-// parsed configuration builds the model. DetectionTask owns what they all share: input parsing
-// and augmentation, each replica's share of the loss, L2 regularisation, COCO metrics and the
-// evaluation images.
+// Detection meta-architectures: the cases of pipeline.config's `model` oneof (ssd and faster_rcnn,
+// registered in meta_architectures.cc; the OD API also has center_net, ...). Each registers a
+// parser of its own message; the parsed configuration builds the model. DetectionTask owns what
+// they all share: input parsing and augmentation, each replica's share of the loss, L2
+// regularisation, the evaluation metrics and the evaluation images.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,7 +1,10 @@
-// The OD API's `faster_rcnn` meta-architecture (FasterRCNNMetaArch) with the TF-Slim ResNet-v1
-// feature extractors: grid anchors, the RPN's targets, loss and proposals (detect/rpn.h), the
-// second stage on the proposals' crops (detect/faster_rcnn_model.h) with its minibatch, loss
-// and detections (detect/box_classifier.h). docs/od_api_two_stage.md has the OD API's facts.
+// The OD API's `faster_rcnn` meta-architecture (FasterRCNNMetaArch, model.faster_rcnn) with the
+// feature extractors of detect/faster_rcnn_model.h (TF-Slim's ResNet-v1 50/101/152, Inception-v2,
+// Inception-ResNet-v2): grid anchors, the RPN's targets, loss and proposals (detect/rpn.h), the
+// second stage on the proposals' crops (the MaskRCNNBoxPredictor, or R-FCN's rfcn_box_predictor on
+// position-sensitive crops) with its minibatch, optional hard example miner, loss and detections
+// (detect/box_classifier.h), and Mask R-CNN's mask head and third stage (predict_instance_masks).
+// docs/od_api_two_stage.md has the OD API's facts.
 #pragma once
 
 #include <map>
@@ -41,19 +44,21 @@ class FasterRcnnMetaArchitecture : public MetaArchitecture {
                              const data::DetectionInputOptions& input);
   std::string name() const override;  // the feature extractor: faster_rcnn_resnet50, ...
   std::shared_ptr<torch::nn::Module> module() override;
-  // -> [B, F], per image: a layout flag (1: training's sampled proposals), the RPN's box
-  // encodings [A, 4] and objectness logits [A, 2] for all A anchors of the input, then P
-  // proposals (second_stage_batch_size sampled in training, first_stage_max_proposals at
-  // inference; unused slots zero): their boxes [P, 4] in input pixels, a validity flag [P],
-  // refined box encodings [P, K, 4] and class logits [P, K + 1].
-  // Mask R-CNN adds, in training, per proposal the mask logits of its target class [mh * mw],
-  // the mask target [mh * mw] and a weight (1: positive); at inference the third stage's final
-  // detections (number_of_stages 3: the box classifier's NMS, then masks from crops at the
-  // detected boxes), D = max_total_detections slots of [box (4, normalised to the input), score,
-  // class, valid, mask probabilities (mh * mw)]. The flag is 2 for evaluation's outputs with the
-  // batch's masks (forward_eval), whose detections then carry, for the mask loss, the logits of
-  // their matched ground-truth class [mh * mw], the matched mask cropped at them [mh * mw] and a
-  // weight (1: matched at IoU 0.5).
+  // -> [B, F], per image: a layout flag (0: inference, 1: training's proposals, 2: see below),
+  // the RPN's box encodings [A, 4] and objectness logits [A, 2] for all A anchors of the input,
+  // then P proposal slots (in training second_stage_batch_size sampled ones, or with a
+  // hard_example_miner all first_stage_max_proposals; at inference first_stage_max_proposals;
+  // unused slots zero): their boxes [P, 4] in input pixels, a validity flag [P], refined box
+  // encodings [P, K, 4] and class logits [P, K + 1] (R-FCN's from its position-sensitive crops).
+  // Mask R-CNN (predict_instance_masks) adds, in training, per proposal the mask logits of its
+  // target class [mh * mw], the mask target [mh * mw] and a weight (1: positive); at inference
+  // the third stage's final detections (the box classifier's NMS, then masks from crops at the
+  // detected boxes; run whenever predict_instance_masks, number_of_stages 2 or 3 alike),
+  // D = max_total_detections slots of [box (4, normalised to the input), score, class, valid,
+  // mask probabilities (mh * mw)]. The flag is 2 for evaluation's outputs with the batch's masks
+  // (forward_eval), whose detections then carry, for the mask loss, the logits of their matched
+  // ground-truth class [mh * mw], the matched mask cropped at them [mh * mw] and a weight (1:
+  // matched at IoU 0.5).
   at::Tensor forward(const at::Tensor& images, const InputShape& input, const data::Batch* targets) override;
   at::Tensor forward_eval(const at::Tensor& images, const InputShape& input, const data::Batch& batch) override;
   std::map<std::string, at::Tensor> loss(const at::Tensor& outputs, const InputShape& input,

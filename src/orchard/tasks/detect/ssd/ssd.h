@@ -1,7 +1,9 @@
-// The OD API's `ssd` meta-architecture with the ssd_mobilenet_v2 or ssd_mobilenet_v1 feature
-// extractor: anchors
-// from ssd_anchor_generator, ConvolutionalBoxPredictor heads, argmax matching, the SSD loss
-// with hard example mining, and batch non-max suppression (orchard/detect).
+// The OD API's `ssd` meta-architecture (model.ssd) over detect::SsdModel, with any of its feature
+// extractors (detect/ssd_model.h: the MobileNets, MobileDets, Inception-v2/v3 and the ResNet FPNs;
+// the _fpn, _ppn, _mnasfpn and _keras variants): anchors from ssd_anchor_generator or
+// multiscale_anchor_generator, the convolutional or weight-shared box predictor, argmax matching,
+// the SSD loss (weighted smooth L1; sigmoid, softmax or sigmoid focal classification; optional
+// hard example mining), and batch non-max suppression after the score converter (orchard/detect).
 #pragma once
 
 #include <map>
