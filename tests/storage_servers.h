@@ -11,8 +11,8 @@
 // continuation token answers 500); it checks no signatures. The emulator checks no credentials
 // and creates a bucket on its first write.
 //
-// tests/core/s3_storage_test.cc and gcs_storage_test.cc start the same servers with their own
-// copies of this code (they predate this header).
+// tests/core/s3_storage_test.cc and gcs_storage_test.cc use its socket helpers; they start their
+// servers with options of their own (fault proxies, in-process clients).
 #pragma once
 
 #include <arpa/inet.h>
@@ -70,6 +70,17 @@ inline int connect_loopback(int port) {
     return -1;
   }
   return s;
+}
+
+// Sends all of `data`; false when the peer is gone.
+inline bool send_all(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t w = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+    if (w <= 0) return false;
+    done += static_cast<size_t>(w);
+  }
+  return true;
 }
 
 // The program's path on $PATH, or "".

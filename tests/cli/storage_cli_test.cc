@@ -487,15 +487,7 @@ class FaultProxy {
   }
 
  private:
-  static bool send_all(int fd, const std::string& data) {
-    size_t done = 0;
-    while (done < data.size()) {
-      const ssize_t w = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-      if (w <= 0) return false;
-      done += static_cast<size_t>(w);
-    }
-    return true;
-  }
+  static bool send_all(int fd, const std::string& data) { return test::send_all(fd, data); }
   static std::string header(const std::string& head, const std::string& name) {  // name lowercase
     std::istringstream in(head);
     for (std::string line; std::getline(in, line);) {

@@ -38,6 +38,7 @@
 #include <thread>
 
 #include "core/test_util.h"
+#include "storage_servers.h"
 #include "orchard/core/crc32c.h"
 #include "orchard/core/filesystem.h"
 #include "orchard/core/gcs_client.h"
@@ -52,47 +53,7 @@ const std::string kNpmDir = ORCHARD_TEST_NPM_DIR;
 const std::string kBucket = "orchard-test";
 const std::string kRoot = "gs://" + kBucket + "/";
 
-int free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
-int connect_to(int port) {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(s);
-    return -1;
-  }
-  return s;
-}
-
-bool send_all(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t w = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-    if (w <= 0) return false;
-    done += static_cast<size_t>(w);
-  }
-  return true;
-}
-
-std::string which(const std::string& prog) {
-  std::stringstream ss(std::getenv("PATH") ? std::getenv("PATH") : "");
-  for (std::string dir; std::getline(ss, dir, ':');)
-    if (::access((dir + "/" + prog).c_str(), X_OK) == 0) return dir + "/" + prog;
-  return "";
-}
+using test::send_all;
 
 std::string pattern_bytes(size_t n, unsigned seed) {
   std::string s(n, '\0');
@@ -135,14 +96,14 @@ class Emulator : public ::testing::Environment {
   static inline std::string unavailable;  // why it could not start, "" when it runs
 
   void SetUp() override {
-    const std::string node = which("node");
+    const std::string node = test::which_program("node");
     const std::string script = kNpmDir + "/gcs_emulator.js";
     const std::string server = kNpmDir + "/node_modules/firebase-tools/lib/emulator/storage/server.js";
     if (node.empty() || ::access(server.c_str(), R_OK) != 0) {
       unavailable = "node or " + server + " missing (scripts/test.sh runs npm ci in tests/npm)";
       return;
     }
-    port = free_port();
+    port = test::free_loopback_port();
     const std::string log = dir_.file("emulator.log");
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -156,7 +117,7 @@ class Emulator : public ::testing::Environment {
     }
     for (int i = 0; i < 300; ++i) {  // up to 30 s on a loaded machine
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      const int s = connect_to(port);
+      const int s = test::connect_loopback(port);
       if (s >= 0) {
         ::close(s);
         gcs::GcsOptions o = options();
@@ -325,7 +286,7 @@ std::string error_json(int code, const std::string& reason, const std::string& m
 
 // Sends raw bytes to the emulator on a fresh connection and returns its whole response.
 std::string to_emulator(const std::string& raw) {
-  const int s = connect_to(Emulator::port);
+  const int s = test::connect_loopback(Emulator::port);
   if (s < 0) return response(502, "Bad Gateway", "");
   send_all(s, raw);
   std::string out;
@@ -550,7 +511,7 @@ TEST(Gcs, ResumableUploadInChunksWithFaults) {
 // An independent client reads what Orchard wrote, and writes what Orchard reads.
 TEST(Gcs, GoogleCloudStorageNodeClientCrossCheck) {
   NEED_EMULATOR();
-  const std::string node = which("node");
+  const std::string node = test::which_program("node");
   if (::access((kNpmDir + "/node_modules/@google-cloud/storage").c_str(), R_OK) != 0)
     GTEST_FAIL() << "@google-cloud/storage not installed in tests/npm "
                     "(scripts/test.sh runs npm ci there)";
@@ -926,7 +887,7 @@ TEST(GcsAuth, MetadataServer) {
 // No file and no metadata server (off Google Cloud): the error lists every place looked at.
 TEST(GcsAuth, NoCredentialsAnywhereNamesThePlacesLookedAt) {
   test::TempDir empty;
-  const int closed = free_port();
+  const int closed = test::free_loopback_port();
   gcs::GcsOptions o = gcs::GcsOptions::from_environment(
       env_of({{"CLOUDSDK_CONFIG", empty.str()}, {"GCE_METADATA_HOST", "127.0.0.1:" + std::to_string(closed)}}));
   o.endpoint = "http://127.0.0.1:" + std::to_string(closed);

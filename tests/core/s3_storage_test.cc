@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "core/test_util.h"
+#include "storage_servers.h"
 #include "orchard/core/event_writer.h"
 #include "orchard/core/files.h"
 #include "orchard/core/filesystem.h"
@@ -42,47 +43,7 @@ namespace {
 const std::string kNpmDir = ORCHARD_TEST_NPM_DIR;
 const std::string kBucket = "orchard-test";
 
-int free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
-int connect_to(int port) {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(s);
-    return -1;
-  }
-  return s;
-}
-
-bool send_all(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t w = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-    if (w <= 0) return false;
-    done += static_cast<size_t>(w);
-  }
-  return true;
-}
-
-std::string which(const std::string& prog) {
-  std::stringstream ss(std::getenv("PATH") ? std::getenv("PATH") : "");
-  for (std::string dir; std::getline(ss, dir, ':');)
-    if (::access((dir + "/" + prog).c_str(), X_OK) == 0) return dir + "/" + prog;
-  return "";
-}
+using test::send_all;
 
 // --- s3rver, started once for the binary
 // ----------------------------------------------
@@ -93,13 +54,13 @@ class S3rver : public ::testing::Environment {
   static inline std::string unavailable;  // why it could not start, "" when it runs
 
   void SetUp() override {
-    const std::string node = which("node");
+    const std::string node = test::which_program("node");
     const std::string script = kNpmDir + "/node_modules/s3rver/bin/s3rver.js";
     if (node.empty() || ::access(script.c_str(), R_OK) != 0) {
       unavailable = "node or " + script + " missing (scripts/test.sh runs npm ci in tests/npm)";
       return;
     }
-    port = free_port();
+    port = test::free_loopback_port();
     const std::string log = dir_.file("s3rver.log");
     std::filesystem::create_directories(dir_.path() / "data");
     pid_ = ::fork();
@@ -114,7 +75,7 @@ class S3rver : public ::testing::Environment {
     }
     for (int i = 0; i < 300; ++i) {  // up to 30 s on a loaded machine
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      const int s = connect_to(port);
+      const int s = test::connect_loopback(port);
       if (s >= 0) {
         ::close(s);
         // The bucket is configured just after the port opens: wait until a
@@ -414,7 +375,7 @@ TEST(S3, EndpointFromTensorFlowVariables) {
 // reads.
 TEST(S3, AwsSdkCrossCheck) {
   NEED_S3RVER();
-  const std::string node = which("node");
+  const std::string node = test::which_program("node");
   if (::access((kNpmDir + "/node_modules/@aws-sdk/client-s3").c_str(), R_OK) != 0)
     GTEST_FAIL() << "@aws-sdk/client-s3 not installed in tests/npm (scripts/test.sh runs npm ci there)";
   use_s3(S3rver::options());
@@ -575,7 +536,7 @@ std::string error_xml(const std::string& code, const std::string& message) {
 // Forwards a request to s3rver on a fresh connection and returns its whole
 // response.
 std::string forward(const HttpRequest& req) {
-  const int s = connect_to(S3rver::port);
+  const int s = test::connect_loopback(S3rver::port);
   if (s < 0) return response(502, "Bad Gateway", "");
   std::string head = req.head;
   head.insert(head.size() - 2, "Connection: close\r\n");
@@ -1055,12 +1016,12 @@ TEST(Http, IsReadOnlyAndHasNoListing) {
 
 // Python's http.server: no Range support, HEAD with Content-Length.
 TEST(Http, AgainstPythonHttpServer) {
-  const std::string python = which("python3");
+  const std::string python = test::which_program("python3");
   if (python.empty()) GTEST_SKIP() << "python3 not on PATH";
   test::TempDir dir;
   const std::string data = pattern_bytes(250000, 15);
   write_file(dir.file("model.ckpt.data-00000-of-00001"), data);
-  const int port = free_port();
+  const int port = test::free_loopback_port();
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -1073,7 +1034,7 @@ TEST(Http, AgainstPythonHttpServer) {
   bool up = false;
   for (int i = 0; i < 100 && !up; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const int s = connect_to(port);
+    const int s = test::connect_loopback(port);
     if ((up = s >= 0)) ::close(s);
   }
   ASSERT_TRUE(up) << "python3 -m http.server did not start";
