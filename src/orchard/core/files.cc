@@ -196,8 +196,7 @@ std::string as_prefix(const std::string& dir) { return dir.empty() || dir.back()
 
 bool dir_exists(const std::string& path) {
   if (!is_local_path(path)) {
-    const std::string scheme = orchard::fs::scheme_of(path);
-    if (scheme == "http" || scheme == "https") return false;  // files only: no listing, no folders
+    if (!orchard::fs::file_system_for(path).has_listing()) return false;  // files only: no folders
     return !orchard::fs::list_prefix(as_prefix(path)).empty();
   }
   std::error_code ec;

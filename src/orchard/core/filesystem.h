@@ -83,6 +83,8 @@ class FileSystem {
   // True for the local disk: SequentialReader reads it without threads or
   // read-ahead (the page cache reads ahead).
   virtual bool is_local() const { return false; }
+  // False for file systems of files only (http(s)): no listing, so no folders either.
+  virtual bool has_listing() const { return true; }
 };
 
 // How a remote file is read ahead (PrefetchingReader, SequentialReader,

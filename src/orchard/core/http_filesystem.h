@@ -55,6 +55,7 @@ class HttpFileSystem : public FileSystem {
   std::optional<FileStat> stat(const std::string& path) override;
   std::vector<std::string> list_prefix(const std::string& prefix) override;
   void remove(const std::string& path) override;
+  bool has_listing() const override { return false; }
 
   // Requests sent so far, retries included (tests).
   int64_t requests_sent() const { return requests_sent_; }
