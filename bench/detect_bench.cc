@@ -43,9 +43,9 @@
 
 #include "bench_util.h"
 #include "orchard/core/error.h"
-#include "orchard/detect/config.h"
+#include "orchard/detect/config/config.h"
 #include "orchard/tasks/detect/detection.h"
-#include "orchard/tasks/detect/ssd/ssd.h"
+#include "orchard/detect/meta_arch/ssd.h"
 
 namespace {
 

@@ -22,11 +22,11 @@
 #include <iostream>
 
 #include "bench_util.h"
-#include "orchard/detect/config.h"
-#include "orchard/detect/crop_and_resize.h"
-#include "orchard/detect/rpn.h"
+#include "orchard/detect/config/config.h"
+#include "orchard/detect/ops/crop_and_resize.h"
+#include "orchard/detect/heads/rpn.h"
 #include "orchard/tasks/detect/detection.h"
-#include "orchard/tasks/detect/faster_rcnn/faster_rcnn.h"
+#include "orchard/detect/meta_arch/faster_rcnn.h"
 #include "orchard/train/optimizers.h"
 
 using orchard::bench::emit;

@@ -27,7 +27,7 @@
 #include "orchard/data/image.h"
 #include "orchard/data/shapes.h"
 #include "orchard/data/tools.h"
-#include "orchard/detect/label_map.h"
+#include "orchard/detect/config/label_map.h"
 #include "orchard/proto/tensorflow/checkpoint.pb.h"
 
 namespace {

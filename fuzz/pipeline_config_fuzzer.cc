@@ -12,8 +12,8 @@
 
 #include "fuzz_util.h"
 #include "orchard/core/error.h"
-#include "orchard/detect/config.h"
-#include "orchard/detect/label_map.h"
+#include "orchard/detect/config/config.h"
+#include "orchard/detect/config/label_map.h"
 
 namespace {
 

@@ -20,7 +20,7 @@
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
 #include "orchard/data/detection.h"
-#include "orchard/detect/coco_mask.h"
+#include "orchard/detect/metrics/coco_mask.h"
 #include "orchard/models/mobilenet_v2.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/proto/event.pb.h"

@@ -14,7 +14,7 @@
 #include "core/test_util.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
-#include "orchard/data/coco.h"
+#include "orchard/detect/dataset_tools/coco.h"
 #include "orchard/data/image.h"
 #include "orchard/data/preprocess.h"
 #include "orchard/data/shapes.h"

@@ -13,7 +13,7 @@
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/data/caption.h"
-#include "orchard/data/coco.h"
+#include "orchard/detect/dataset_tools/coco.h"
 #include "orchard/data/detection.h"
 #include "orchard/data/example.h"
 #include "orchard/data/image.h"

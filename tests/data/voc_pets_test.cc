@@ -15,9 +15,9 @@
 #include "orchard/data/detection.h"
 #include "orchard/data/example.h"
 #include "orchard/data/image.h"
-#include "orchard/data/pets.h"
+#include "orchard/detect/dataset_tools/pets.h"
 #include "orchard/data/tools.h"
-#include "orchard/data/voc.h"
+#include "orchard/detect/dataset_tools/voc.h"
 
 namespace stdfs = std::filesystem;
 

@@ -1,4 +1,4 @@
-#include "orchard/detect/anchors.h"
+#include "orchard/detect/ops/anchors.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

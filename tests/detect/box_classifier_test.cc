@@ -1,7 +1,7 @@
 // Faster R-CNN's second stage around its network, worked by hand: which proposals become
 // positives and how many are sampled, the loss's per-image normalisation, and the final
 // detections with class-specific boxes clipped to the image and normalised to it.
-#include "orchard/detect/box_classifier.h"
+#include "orchard/detect/heads/box_classifier.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

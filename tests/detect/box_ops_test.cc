@@ -1,4 +1,4 @@
-#include "orchard/detect/box_ops.h"
+#include "orchard/detect/ops/box_ops.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "orchard/detect/coco_eval.h"
+#include "orchard/detect/metrics/coco_eval.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <string>
 
 #include "orchard/core/error.h"
-#include "orchard/detect/coco_mask.h"
+#include "orchard/detect/metrics/coco_mask.h"
 
 namespace orchard {
 namespace detect {

@@ -1,4 +1,4 @@
-#include "orchard/detect/coco_mask.h"
+#include "orchard/detect/metrics/coco_mask.h"
 
 #include <gtest/gtest.h>
 

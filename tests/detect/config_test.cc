@@ -1,6 +1,6 @@
 // pipeline.config and label map parsing. Expected values are those written in TF's sample
 // configs (research/object_detection/samples/configs) and TF's proto defaults.
-#include "orchard/detect/config.h"
+#include "orchard/detect/config/config.h"
 
 #include <google/protobuf/util/message_differencer.h>
 #include <spdlog/sinks/ostream_sink.h>
@@ -11,7 +11,7 @@
 
 #include "core/test_util.h"
 #include "orchard/core/error.h"
-#include "orchard/detect/label_map.h"
+#include "orchard/detect/config/label_map.h"
 
 namespace orchard::detect {
 namespace {

@@ -1,7 +1,7 @@
 // tf.image.crop_and_resize: hand-worked samples of a 3x3 image (values 10 y + x), extrapolation,
 // flipped and degenerate boxes, several images, and agreement with TF's per-sample loop (written
 // out below from the kernel's formulas) on random boxes, with gradients to the image.
-#include "orchard/detect/crop_and_resize.h"
+#include "orchard/detect/ops/crop_and_resize.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

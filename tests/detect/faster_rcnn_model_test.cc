@@ -2,7 +2,7 @@
 // parameter counts and shapes as the OD API builds faster_rcnn_resnet50/101 (counts from
 // slim/nets/resnet_v1.py, the RPN of faster_rcnn_meta_arch.py and MaskRCNNBoxPredictor), the
 // output strides, and the TensorFlow names of its checkpoints.
-#include "orchard/detect/faster_rcnn_model.h"
+#include "orchard/detect/meta_arch/faster_rcnn_model.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

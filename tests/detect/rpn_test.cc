@@ -1,7 +1,7 @@
 // Faster R-CNN's first stage, worked by hand: anchor pruning and clipping, the RPN loss of a
 // one-box image (which anchors are positive, negative and ignored, the Huber and softmax terms
 // and their normalisation) and the proposals (NMS at 0.7, clipping to the image).
-#include "orchard/detect/rpn.h"
+#include "orchard/detect/heads/rpn.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -9,7 +9,7 @@
 #include <cmath>
 #include <vector>
 
-#include "orchard/detect/anchors.h"
+#include "orchard/detect/ops/anchors.h"
 
 namespace orchard::detect {
 namespace {

@@ -1,7 +1,7 @@
 // BalancedPositiveNegativeSampler: the counts the OD API's sampler gives (at most
 // floor(fraction * batch) positives, negatives filling the rest, never an entry outside the
 // indicator), uniform choice, and repeatability under torch::manual_seed.
-#include "orchard/detect/sampler.h"
+#include "orchard/detect/ops/sampler.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -1,11 +1,11 @@
-#include "orchard/detect/shapes_config.h"
+#include "orchard/detect/config/shapes_config.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "orchard/core/files.h"
-#include "orchard/detect/config.h"
+#include "orchard/detect/config/config.h"
 
 namespace orchard::detect {
 namespace {

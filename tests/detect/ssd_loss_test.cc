@@ -1,4 +1,4 @@
-#include "orchard/detect/ssd_loss.h"
+#include "orchard/detect/losses/ssd_loss.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

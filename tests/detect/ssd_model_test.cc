@@ -1,4 +1,4 @@
-#include "orchard/detect/ssd_model.h"
+#include "orchard/detect/meta_arch/ssd_model.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

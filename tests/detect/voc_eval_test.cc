@@ -1,4 +1,4 @@
-#include "orchard/detect/voc_eval.h"
+#include "orchard/detect/metrics/voc_eval.h"
 
 #include <gtest/gtest.h>
 

@@ -11,8 +11,8 @@
 
 #include "orchard/core/error.h"
 #include "orchard/core/tf_checkpoint.h"
-#include "orchard/detect/faster_rcnn_model.h"
-#include "orchard/detect/ssd_model.h"
+#include "orchard/detect/meta_arch/faster_rcnn_model.h"
+#include "orchard/detect/meta_arch/ssd_model.h"
 #include "orchard/models/inception_v3.h"
 #include "orchard/models/mobilenet_v2.h"
 #include "orchard/models/registry.h"

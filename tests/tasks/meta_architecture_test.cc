@@ -9,11 +9,11 @@
 #include <memory>
 
 #include "orchard/core/error.h"
-#include "orchard/detect/config.h"
+#include "orchard/detect/config/config.h"
 #include "orchard/proto/object_detection/pipeline.pb.h"
 #include "orchard/tasks/detect/detection.h"
-#include "orchard/tasks/detect/faster_rcnn/faster_rcnn.h"
-#include "orchard/tasks/detect/ssd/ssd.h"
+#include "orchard/detect/meta_arch/faster_rcnn.h"
+#include "orchard/detect/meta_arch/ssd.h"
 
 namespace orchard::tasks {
 namespace {

@@ -20,7 +20,7 @@
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tf_checkpoint.h"
-#include "orchard/detect/config.h"
+#include "orchard/detect/config/config.h"
 #include "orchard/models/registry.h"
 #include "orchard/models/tf_weights.h"
 #include "orchard/proto/object_detection/pipeline.pb.h"

@@ -10,14 +10,14 @@
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
-#include "orchard/data/coco.h"
+#include "orchard/detect/dataset_tools/coco.h"
 #include "orchard/data/example.h"
 #include "orchard/data/image.h"
-#include "orchard/data/pets.h"
+#include "orchard/detect/dataset_tools/pets.h"
 #include "orchard/data/shapes.h"
 #include "orchard/data/tools.h"
-#include "orchard/data/voc.h"
-#include "orchard/detect/shapes_config.h"
+#include "orchard/detect/dataset_tools/voc.h"
+#include "orchard/detect/config/shapes_config.h"
 
 namespace stdfs = std::filesystem;
 

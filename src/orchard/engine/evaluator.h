@@ -10,7 +10,7 @@
 #include <string>
 
 #include "orchard/data/pipeline.h"
-#include "orchard/tasks/task.h"
+#include "orchard/engine/task.h"
 
 namespace orchard {
 class EventWriter;

@@ -9,7 +9,7 @@
 #include <map>
 #include <string>
 
-#include "orchard/tasks/task.h"
+#include "orchard/engine/task.h"
 #include "orchard/train/stats.h"
 
 namespace orchard {

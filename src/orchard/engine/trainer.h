@@ -17,7 +17,7 @@
 #include "orchard/data/pipeline.h"
 #include "orchard/engine/evaluator.h"
 #include "orchard/engine/hook.h"
-#include "orchard/tasks/task.h"
+#include "orchard/engine/task.h"
 #include "orchard/train/distributed.h"
 #include "orchard/train/schedule.h"
 #include "orchard/train/stats.h"

@@ -9,7 +9,7 @@
 
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
-#include "orchard/detect/ssd_model.h"
+#include "orchard/detect/meta_arch/ssd_model.h"
 #include "orchard/models/inception_v3.h"
 #include "orchard/models/mobilenet_v2.h"
 #include "orchard/models/resnet.h"

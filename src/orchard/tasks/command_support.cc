@@ -20,7 +20,7 @@
 #include "orchard/models/image_model.h"
 #include "orchard/models/registry.h"
 #include "orchard/models/tf_weights.h"
-#include "orchard/tasks/task.h"
+#include "orchard/engine/task.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/runtime.h"
 

@@ -13,7 +13,7 @@
 #include "orchard/caption/beam_search.h"
 #include "orchard/caption/show_and_tell.h"
 #include "orchard/data/caption.h"
-#include "orchard/tasks/task.h"
+#include "orchard/engine/task.h"
 
 namespace orchard::tasks {
 

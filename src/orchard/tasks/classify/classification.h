@@ -4,7 +4,7 @@
 
 #include "orchard/data/imagenet.h"
 #include "orchard/models/registry.h"
-#include "orchard/tasks/task.h"
+#include "orchard/engine/task.h"
 
 namespace orchard::tasks {
 

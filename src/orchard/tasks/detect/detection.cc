@@ -8,10 +8,10 @@
 
 #include "orchard/core/error.h"
 #include "orchard/data/image.h"
-#include "orchard/detect/box_classifier.h"
-#include "orchard/detect/coco_eval.h"
-#include "orchard/detect/coco_mask.h"
-#include "orchard/detect/voc_eval.h"
+#include "orchard/detect/heads/box_classifier.h"
+#include "orchard/detect/metrics/coco_eval.h"
+#include "orchard/detect/metrics/coco_mask.h"
+#include "orchard/detect/metrics/voc_eval.h"
 
 namespace orchard::tasks {
 namespace {

@@ -7,7 +7,7 @@
 #include "orchard/data/pipeline.h"
 #include "orchard/data/preprocess.h"
 #include "orchard/models/registry.h"
-#include "orchard/tasks/task.h"
+#include "orchard/engine/task.h"
 
 namespace orchard::tasks {
 

@@ -1,0 +1,906 @@
+#include "orchard/detect/config/config.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/text_format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+#include <sstream>
+
+#include "orchard/core/error.h"
+#include "orchard/core/spelling.h"
+#include "orchard/core/files.h"
+
+namespace orchard::detect {
+namespace {
+
+namespace pb = google::protobuf;
+namespace odp = object_detection::protos;
+
+// ---------------------------------------------------------------------------------------------
+// What Orchard implements. An entry is a field path (a leaf field, or a sub-message with
+// everything in it) or "path=value" (implemented for that value only; a repeated field must have
+// only that value). Paths leave out repeated indices. A set field no entry covers is reported as
+// unimplemented; edit these tables as the implementation grows.
+const char* const kImplemented[] = {
+    "model.ssd.num_classes",
+    "model.ssd.image_resizer.fixed_shape_resizer.height",
+    "model.ssd.image_resizer.fixed_shape_resizer.width",
+    "model.ssd.image_resizer.keep_aspect_ratio_resizer.min_dimension",
+    "model.ssd.image_resizer.keep_aspect_ratio_resizer.max_dimension",
+    "model.ssd.image_resizer.keep_aspect_ratio_resizer.pad_to_max_dimension",
+    "model.ssd.image_resizer.keep_aspect_ratio_resizer.per_channel_pad_value",
+    "model.ssd.image_resizer.keep_aspect_ratio_resizer.resize_method=BILINEAR",
+    "model.ssd.feature_extractor.type",
+    "model.ssd.feature_extractor.depth_multiplier",
+    "model.ssd.feature_extractor.min_depth",
+    "model.ssd.feature_extractor.pad_to_multiple",
+    "model.ssd.feature_extractor.use_explicit_padding",
+    "model.ssd.feature_extractor.use_depthwise",
+    "model.ssd.feature_extractor.override_base_feature_extractor_hyperparams",
+    "model.ssd.feature_extractor.fpn.min_level",
+    "model.ssd.feature_extractor.fpn.max_level",
+    "model.ssd.feature_extractor.fpn.additional_layer_depth",
+    "model.ssd.anchor_generator.multiscale_anchor_generator",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.num_layers_before_predictor",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.depth",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.kernel_size",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.box_code_size",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.class_prediction_bias_init",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.use_dropout",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.dropout_keep_probability",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.share_prediction_tower",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.use_depthwise",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.score_converter=IDENTITY",
+    "model.ssd.box_coder.faster_rcnn_box_coder",
+    "model.ssd.matcher.argmax_matcher.matched_threshold",
+    "model.ssd.matcher.argmax_matcher.unmatched_threshold",
+    "model.ssd.matcher.argmax_matcher.ignore_thresholds",
+    "model.ssd.matcher.argmax_matcher.negatives_lower_than_unmatched",
+    "model.ssd.matcher.argmax_matcher.force_match_for_each_row",
+    "model.ssd.matcher.argmax_matcher.use_matmul_gather",
+    "model.ssd.similarity_calculator.iou_similarity",
+    "model.ssd.anchor_generator.ssd_anchor_generator",
+    "model.ssd.box_predictor.convolutional_box_predictor.min_depth",
+    "model.ssd.box_predictor.convolutional_box_predictor.max_depth",
+    "model.ssd.box_predictor.convolutional_box_predictor.num_layers_before_predictor=0",
+    "model.ssd.box_predictor.convolutional_box_predictor.use_dropout",
+    "model.ssd.box_predictor.convolutional_box_predictor.dropout_keep_probability",
+    "model.ssd.box_predictor.convolutional_box_predictor.kernel_size",
+    "model.ssd.box_predictor.convolutional_box_predictor.box_code_size",
+    "model.ssd.box_predictor.convolutional_box_predictor.apply_sigmoid_to_scores=false",
+    "model.ssd.box_predictor.convolutional_box_predictor.class_prediction_bias_init",
+    "model.ssd.box_predictor.convolutional_box_predictor.use_depthwise",
+    "model.ssd.post_processing.batch_non_max_suppression.score_threshold",
+    "model.ssd.post_processing.batch_non_max_suppression.iou_threshold",
+    "model.ssd.post_processing.batch_non_max_suppression.max_detections_per_class",
+    "model.ssd.post_processing.batch_non_max_suppression.max_total_detections",
+    "model.ssd.post_processing.score_converter",
+    "model.ssd.normalize_loss_by_num_matches",
+    "model.ssd.inplace_batchnorm_update",  // no effect: batch norm statistics always update in place
+    "model.ssd.freeze_batchnorm",
+    "model.ssd.normalize_loc_loss_by_codesize",
+    "model.ssd.encode_background_as_zeros",
+    "model.ssd.loss.classification_loss.weighted_sigmoid",
+    "model.ssd.loss.classification_loss.weighted_softmax",
+    "model.ssd.loss.classification_loss.weighted_sigmoid_focal",
+    "model.ssd.loss.localization_loss.weighted_smooth_l1",
+    "model.ssd.loss.hard_example_miner",
+    "model.ssd.loss.classification_weight",
+    "model.ssd.loss.localization_weight",
+    // model.faster_rcnn (tasks/detect/faster_rcnn): the ResNet-v1 extractors; the l2 weights of
+    // the samples (0) only.
+    "model.faster_rcnn.num_classes",
+    "model.faster_rcnn.number_of_stages=2",
+    "model.faster_rcnn.number_of_stages=3",
+    "model.faster_rcnn.image_resizer.fixed_shape_resizer.height",
+    "model.faster_rcnn.image_resizer.fixed_shape_resizer.width",
+    "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer.min_dimension",
+    "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer.max_dimension",
+    "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer.pad_to_max_dimension",
+    "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer.per_channel_pad_value",
+    "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer.resize_method=BILINEAR",
+    "model.faster_rcnn.feature_extractor.type",
+    "model.faster_rcnn.feature_extractor.first_stage_features_stride",
+    "model.faster_rcnn.feature_extractor.batch_norm_trainable",
+    "model.faster_rcnn.first_stage_anchor_generator.grid_anchor_generator",
+    "model.faster_rcnn.first_stage_atrous_rate",
+    "model.faster_rcnn.first_stage_box_predictor_kernel_size",
+    "model.faster_rcnn.first_stage_box_predictor_depth",
+    "model.faster_rcnn.first_stage_minibatch_size",
+    "model.faster_rcnn.first_stage_positive_balance_fraction",
+    "model.faster_rcnn.first_stage_nms_score_threshold",
+    "model.faster_rcnn.first_stage_nms_iou_threshold",
+    "model.faster_rcnn.first_stage_max_proposals",
+    "model.faster_rcnn.first_stage_localization_loss_weight",
+    "model.faster_rcnn.first_stage_objectness_loss_weight",
+    "model.faster_rcnn.initial_crop_size",
+    "model.faster_rcnn.maxpool_kernel_size",
+    "model.faster_rcnn.maxpool_stride",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.use_dropout",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.dropout_keep_probability",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.predict_instance_masks",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.mask_height",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.mask_width",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.mask_prediction_conv_depth",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.mask_prediction_num_conv_layers",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.masks_are_class_agnostic",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.convolve_then_upsample_masks",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.conv_hyperparams.op=CONV",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.conv_hyperparams.regularizer.l2_regularizer.weight=0",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.conv_hyperparams.initializer.truncated_normal_initializer",
+    "model.faster_rcnn.second_stage_mask_prediction_loss_weight",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.conv_hyperparams.op=CONV",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.conv_hyperparams.regularizer.l2_regularizer.weight=0",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.conv_hyperparams.initializer.truncated_normal_initializer",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.conv_hyperparams.activation=RELU",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.num_spatial_bins_height",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.num_spatial_bins_width",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.depth",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.box_code_size=4",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.crop_height",
+    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.crop_width",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.op=FC",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.regularizer.l2_regularizer.weight=0",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.initializer.variance_scaling_initializer.factor=1",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.initializer.variance_scaling_initializer.uniform=true",
+    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.initializer.variance_scaling_initializer.mode=FAN_AVG",
+    "model.faster_rcnn.second_stage_batch_size",
+    "model.faster_rcnn.second_stage_balance_fraction",
+    "model.faster_rcnn.second_stage_post_processing.batch_non_max_suppression.score_threshold",
+    "model.faster_rcnn.second_stage_post_processing.batch_non_max_suppression.iou_threshold",
+    "model.faster_rcnn.second_stage_post_processing.batch_non_max_suppression.max_detections_per_class",
+    "model.faster_rcnn.second_stage_post_processing.batch_non_max_suppression.max_total_detections",
+    "model.faster_rcnn.second_stage_post_processing.score_converter",
+    "model.faster_rcnn.second_stage_localization_loss_weight",
+    "model.faster_rcnn.second_stage_classification_loss_weight",
+    // anchorwise_output only shapes the loss tensor the OD API sums over the classes.
+    "model.faster_rcnn.second_stage_classification_loss.weighted_sigmoid",
+    "model.faster_rcnn.second_stage_classification_loss.weighted_softmax",
+    // The OD API's Faster R-CNN mines without matches: the negative ratios have no effect there.
+    "model.faster_rcnn.hard_example_miner",
+    "model.faster_rcnn.first_stage_box_predictor_conv_hyperparams.op=CONV",
+    "model.faster_rcnn.first_stage_box_predictor_conv_hyperparams.regularizer.l2_regularizer.weight=0",
+    "model.faster_rcnn.first_stage_box_predictor_conv_hyperparams.initializer.truncated_normal_initializer",
+    "train_config.batch_size",
+    "train_config.data_augmentation_options.random_horizontal_flip",
+    "train_config.data_augmentation_options.ssd_random_crop",
+    "train_config.data_augmentation_options.random_crop_image",
+    "train_config.data_augmentation_options.ssd_random_crop_fixed_aspect_ratio",
+    "train_config.optimizer.rms_prop_optimizer",
+    "train_config.optimizer.momentum_optimizer",
+    "train_config.optimizer.adam_optimizer",
+    "train_config.optimizer.use_moving_average",
+    "train_config.optimizer.moving_average_decay",
+    "train_config.fine_tune_checkpoint",
+    "train_config.fine_tune_checkpoint_type",
+    "train_config.from_detection_checkpoint",
+    "train_config.load_all_detection_checkpoint_vars",
+    "train_config.num_steps",
+    "train_config.gradient_clipping_by_norm",
+    "train_config.max_number_of_boxes",
+    "train_config.merge_multiple_label_boxes",  // faster_rcnn (validate_pipeline_config refuses it for ssd)
+    // Synchronous data parallelism is how Orchard always trains: batch_size is the global batch
+    // over the job's workers (as on the TPUs the *_sync configs were written for).
+    "train_config.sync_replicas",
+    "train_config.replicas_to_aggregate",
+    "train_config.startup_delay_steps",        // no effect: workers start together
+    "train_config.unpad_groundtruth_tensors",  // no effect: boxes are padded and counted either way
+    "train_input_reader.label_map_path",
+    "train_input_reader.shuffle",
+    "train_input_reader.num_readers",
+    "train_input_reader.tf_record_input_reader.input_path",
+    "train_input_reader.max_number_of_boxes",
+    "train_input_reader.num_epochs",
+    "train_input_reader.load_instance_masks",
+    "train_input_reader.mask_type",  // PNG_MASKS; others refused by detection_config with load_instance_masks
+    "eval_config.num_examples",
+    "eval_config.metrics_set=coco_detection_metrics",
+    "eval_config.metrics_set=coco_mask_metrics",
+    "eval_config.metrics_set=pascal_voc_detection_metrics",
+    "eval_config.metrics_set=weighted_pascal_voc_detection_metrics",
+    "eval_config.metrics_set=oid_V2_detection_metrics",
+    "eval_config.metrics_set=open_images_V2_detection_metrics",
+    "eval_config.metrics_set=open_images_metrics",
+    "eval_config.metrics_set=oid_challenge_detection_metrics",
+    "eval_config.image_classes_field_map_empty_to_ones",  // oid_challenge_detection_metrics' empty image labels
+    "eval_config.num_visualizations",
+    "eval_config.max_evals",
+    "eval_config.include_metrics_per_category",
+    "eval_config.min_score_threshold",
+    "eval_config.use_moving_averages",
+    "eval_input_reader.label_map_path",
+    "eval_input_reader.shuffle",
+    "eval_input_reader.num_readers",
+    "eval_input_reader.num_epochs",
+    "eval_input_reader.tf_record_input_reader.input_path",
+    "eval_input_reader.sample_1_of_n_examples",
+    "eval_input_reader.load_instance_masks",
+    "eval_input_reader.mask_type",
+    "model.ssd.post_processing.batch_non_max_suppression.use_static_shapes",  // same detections, unpadded
+};
+
+// Hyperparams (conv_hyperparams) fields Orchard implements, under each of these prefixes.
+const char* const kHyperparamsAt[] = {
+    "model.ssd.feature_extractor.conv_hyperparams",
+    "model.ssd.box_predictor.convolutional_box_predictor.conv_hyperparams",
+    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.conv_hyperparams",
+};
+const char* const kHyperparams[] = {
+    "op=CONV",
+    "activation",
+    "regularizer.l2_regularizer.weight",
+    "initializer.truncated_normal_initializer",
+    "initializer.random_normal_initializer",
+    "batch_norm.decay",
+    "batch_norm.epsilon",
+    "batch_norm.scale",
+    "batch_norm.center",
+    "batch_norm.train",
+};
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
+}
+
+std::string join(const std::vector<std::string>& parts, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? sep : "") + parts[i];
+  return out;
+}
+
+class ImplementedTable {
+ public:
+  ImplementedTable() {
+    for (const char* e : kImplemented) add(e);
+    for (const char* at : kHyperparamsAt)
+      for (const char* e : kHyperparams) add(std::string(at) + "." + e);
+  }
+
+  // The field at `path` (any value), or a sub-message containing it, is implemented.
+  bool covers(const std::string& path) const {
+    for (const auto& e : entries_)
+      if (!e.has_value && (path == e.path || starts_with(path, e.path + "."))) return true;
+    return false;
+  }
+  // Something inside the sub-message at `path` is implemented.
+  bool has_below(const std::string& path) const {
+    for (const auto& e : entries_)
+      if (starts_with(e.path, path + ".")) return true;
+    return false;
+  }
+  // The values implemented for the field at `path` (empty: none).
+  std::vector<std::string> values(const std::string& path) const {
+    std::vector<std::string> out;
+    for (const auto& e : entries_)
+      if (e.has_value && e.path == path) out.push_back(e.value);
+    return out;
+  }
+
+ private:
+  struct Entry {
+    std::string path, value;
+    bool has_value = false;
+  };
+  void add(const std::string& e) {
+    Entry entry;
+    size_t eq = e.find('=');
+    entry.path = e.substr(0, eq);
+    if (eq != std::string::npos) {
+      entry.value = e.substr(eq + 1);
+      entry.has_value = true;
+    }
+    entries_.push_back(std::move(entry));
+  }
+  std::vector<Entry> entries_;
+};
+
+const ImplementedTable& implemented_table() {
+  static const ImplementedTable table;
+  return table;
+}
+
+// A scalar field's value as written in a config (enum by name, bool as true/false, strings bare).
+std::string value_text(const pb::Message& m, const pb::FieldDescriptor* f, int index) {
+  const pb::Reflection* r = m.GetReflection();
+  const bool rep = f->is_repeated();
+  switch (f->cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_BOOL:
+      return (rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f)) ? "true" : "false";
+    case pb::FieldDescriptor::CPPTYPE_ENUM:
+      return (rep ? r->GetRepeatedEnum(m, f, index) : r->GetEnum(m, f))->name();
+    case pb::FieldDescriptor::CPPTYPE_STRING:
+      return rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f);
+    default: {
+      std::string out;
+      pb::TextFormat::PrintFieldValueToString(m, f, rep ? index : -1, &out);
+      return out;
+    }
+  }
+}
+
+void find_unimplemented(const pb::Message& m, const std::string& prefix, const ImplementedTable& table,
+                        std::vector<std::string>* out) {
+  auto add = [&](const std::string& path) {
+    if (std::find(out->begin(), out->end(), path) == out->end()) out->push_back(path);
+  };
+  const pb::Reflection* r = m.GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  r->ListFields(m, &fields);
+  for (const auto* f : fields) {
+    const std::string name = f->is_extension() ? "[" + f->full_name() + "]" : f->name();
+    const std::string path = prefix.empty() ? name : prefix + "." + name;
+    if (table.covers(path)) continue;
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (!table.has_below(path)) {
+        add(path);  // nothing inside is implemented: one entry for the whole sub-message
+        continue;
+      }
+      if (f->is_repeated()) {
+        for (int i = 0; i < r->FieldSize(m, f); ++i)
+          find_unimplemented(r->GetRepeatedMessage(m, f, i), path, table, out);
+      } else {
+        find_unimplemented(r->GetMessage(m, f), path, table, out);
+      }
+      continue;
+    }
+    const std::vector<std::string> allowed = table.values(path);
+    const int n = f->is_repeated() ? r->FieldSize(m, f) : 1;
+    for (int i = 0; i < n; ++i) {
+      if (std::find(allowed.begin(), allowed.end(), value_text(m, f, i)) == allowed.end()) {
+        add(path);
+        break;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text format parsing.
+
+class Collector : public pb::io::ErrorCollector {
+ public:
+  struct Note {
+    int line, column;
+    std::string message;
+  };
+  void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
+    errors.push_back({line, column, message});
+  }
+  void AddWarning(int line, pb::io::ColumnNumber column, const std::string& message) override {
+    warnings.push_back({line, column, message});
+  }
+  std::vector<Note> errors, warnings;
+};
+
+class SilentCollector : public pb::io::ErrorCollector {
+ public:
+  void AddError(int, pb::io::ColumnNumber, const std::string&) override {}
+};
+
+// The dotted path of the message enclosing the text position (line, column), both zero-based:
+// the field names of the open `name { ... }` blocks, repeated indices left out. Follows the text
+// format's grammar closely enough for that (values, [lists], [extension.names], both brackets).
+std::string enclosing_path(const std::string& text, int line, int column) {
+  pb::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
+  SilentCollector silent;
+  pb::io::Tokenizer tok(&input, &silent);
+  tok.set_comment_style(pb::io::Tokenizer::SH_COMMENT_STYLE);
+  tok.set_require_space_after_number(false);
+  tok.set_allow_multiline_strings(true);
+  tok.set_allow_f_after_float(true);
+
+  struct Frame {
+    bool list;  // inside [ ... ] of a repeated field
+    std::string name;
+  };
+  std::vector<Frame> stack;
+  std::string pending;  // the field name just read
+  bool prev_is_name = false;
+  std::string prev;  // previous token's text
+  while (tok.Next()) {
+    const auto& t = tok.current();
+    if (t.line > line || (t.line == line && t.column >= column)) break;
+    const bool in_list = !stack.empty() && stack.back().list;
+    bool is_name = false;
+    if (t.type == pb::io::Tokenizer::TYPE_IDENTIFIER) {
+      if (!in_list && prev != ":" && prev != "-") {
+        pending = t.text;
+        is_name = true;
+      }
+    } else if (t.text == "{" || t.text == "<") {
+      stack.push_back({false, in_list ? stack.back().name : pending});
+      pending.clear();
+    } else if (t.text == "}" || t.text == ">") {
+      if (!stack.empty() && !stack.back().list) stack.pop_back();
+      pending.clear();
+    } else if (t.text == "[" && !in_list) {
+      if (prev_is_name || prev == ":") {
+        stack.push_back({true, pending});
+      } else {  // [extension.name] or [type.googleapis.com/Any]
+        std::string ext = "[";
+        while (tok.Next() && tok.current().text != "]") ext += tok.current().text;
+        pending = ext + "]";
+        is_name = true;
+      }
+    } else if (t.text == "]" && in_list) {
+      stack.pop_back();
+    }
+    prev_is_name = is_name;
+    prev = t.type == pb::io::Tokenizer::TYPE_STRING ? std::string("\"") : t.text;
+  }
+  std::vector<std::string> names;
+  for (const auto& f : stack)
+    if (!f.list) names.push_back(f.name);
+  return join(names, ".");
+}
+
+// The quoted text after `key` in a protobuf message ('Message type "a.B" has no field named
+// "foo".'), or "".
+std::string quoted_after(const std::string& message, const std::string& key) {
+  size_t b = message.find(key + "\"");
+  if (b == std::string::npos) return "";
+  b += key.size() + 1;
+  size_t e = message.find('"', b);
+  return e == std::string::npos ? "" : message.substr(b, e - b);
+}
+
+// The field of message type `type` whose name is closest to `name` (a misspelling: at most a
+// third of the name's letters differ), or "".
+std::string closest_field(const std::string& type, const std::string& name) {
+  const auto* d = pb::DescriptorPool::generated_pool()->FindMessageTypeByName(type);
+  if (!d) return "";
+  std::vector<std::string> fields;
+  for (int i = 0; i < d->field_count(); ++i) fields.push_back(d->field(i)->name());
+  return closest_name(name, fields);
+}
+
+// The last line before `line` (zero-based) with something on it, and its number; -1 if none.
+std::pair<int, std::string> previous_content_line(const std::string& text, int line) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  for (int i = std::min<int>(line, static_cast<int>(lines.size())) - 1; i >= 0; --i) {
+    const auto& l = lines[i];
+    const size_t b = l.find_first_not_of(" \t\r");
+    if (b != std::string::npos && l[b] != '#') return {i, l.substr(b)};
+  }
+  return {-1, ""};
+}
+
+}  // namespace
+
+void parse_text_proto(const std::string& text, const std::string& source_name, pb::Message* message,
+                      std::vector<std::string>* unknown) {
+  pb::TextFormat::Parser parser;
+  Collector collector;
+  parser.RecordErrorsTo(&collector);
+  // Protobuf then skips a field the schema lacks and reports it through AddWarning.
+  parser.AllowUnknownField(true);
+  pb::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
+  if (!parser.Parse(&input, message)) {
+    if (collector.errors.empty()) throw Error(source_name + ": cannot parse as " + message->GetTypeName());
+    const auto& e = collector.errors.front();
+    std::string what = source_name + ":" + std::to_string(e.line + 1) + ":" + std::to_string(e.column + 1) + ": " + e.message;
+    // A token the parser did not expect at the start of a line: the mistake is most often at
+    // the end of the line before (a value left out, a brace not opened).
+    const std::string line_text = [&] {
+      std::istringstream in(text);
+      std::string l;
+      for (int i = 0; i <= e.line && std::getline(in, l); ++i) {}
+      return l;
+    }();
+    const size_t first = line_text.find_first_not_of(" \t");
+    if (first != std::string::npos && static_cast<int>(first) >= e.column && e.message.rfind("Expected", 0) == 0) {
+      const auto [prev_line, prev_text] = previous_content_line(text, e.line);
+      if (prev_line >= 0)
+        what = source_name + ":" + std::to_string(prev_line + 1) + ": after `" + prev_text + "`: " + e.message +
+               " (at line " + std::to_string(e.line + 1) + ")";
+    }
+    throw Error(what);
+  }
+  for (const auto& w : collector.warnings) {
+    const std::string field = quoted_after(w.message, "has no field named ");
+    const std::string at = " (line " + std::to_string(w.line + 1) + ")";
+    if (field.empty()) {
+      unknown->push_back(w.message + at);
+      continue;
+    }
+    const std::string parent = enclosing_path(text, w.line, w.column);
+    const std::string suggestion = closest_field(quoted_after(w.message, "Message type "), field);
+    unknown->push_back((parent.empty() ? field : parent + "." + field) + at +
+                       (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)"));
+  }
+}
+
+namespace {
+
+// " (line <n>)" of the first line of `text` that sets `field` (`field {` or `field:`), outside
+// comments; "" where none does.
+std::string line_of_field(const std::string& text, const std::string& field) {
+  std::istringstream in(text);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    const std::string code = line.substr(0, line.find('#'));
+    const size_t at = code.find(field);
+    if (at == std::string::npos || (at > 0 && (std::isalnum(static_cast<unsigned char>(code[at - 1])) || code[at - 1] == '_')))
+      continue;
+    const size_t next = code.find_first_not_of(" \t", at + field.size());
+    if (next != std::string::npos && (code[next] == '{' || code[next] == ':')) return " (line " + std::to_string(n) + ")";
+  }
+  return "";
+}
+
+}  // namespace
+
+odp::TrainEvalPipelineConfig parse_pipeline_config(const std::string& text, const std::string& source_name, bool strict,
+                                                   ConfigIssues* issues, bool allow_unknown_fields) {
+  odp::TrainEvalPipelineConfig config;
+  ConfigIssues found;
+  std::vector<std::string> unknown;
+  parse_text_proto(text, source_name, &config, &unknown);
+  find_unimplemented(config, "", implemented_table(), &found.unimplemented);
+  // Unknown fields inside a sub-message already reported as a whole (e.g. model.faster_rcnn)
+  // add nothing.
+  for (const auto& u : unknown) {
+    const bool inside = std::any_of(found.unimplemented.begin(), found.unimplemented.end(),
+                                    [&](const std::string& p) { return starts_with(u, p + "."); });
+    if (!inside) found.unknown.push_back(u);
+  }
+  if (issues) *issues = found;
+  // Context R-CNN: without its context_config the config is a plain Faster R-CNN, another model
+  // than the one asked for, so it is refused rather than reported as an ignored field.
+  if (config.model().faster_rcnn().has_context_config())
+    throw Error(source_name + ": Context R-CNN (model.faster_rcnn.context_config" + line_of_field(text, "context_config") +
+                ") is not supported: Orchard's faster_rcnn has no attention over context features, and "
+                "without them this config would train a plain Faster R-CNN");
+  if (found.unknown.empty() && found.unimplemented.empty()) return config;
+  // Fields outside the schema are errors, as TensorFlow's parser makes them: most often a
+  // misspelling whose value would otherwise be silently replaced by the default.
+  if (!found.unknown.empty() && !allow_unknown_fields && !strict)
+    throw Error(source_name + ": fields not in the pipeline.config schema: " + join(found.unknown, ", ") +
+                " (--allow_unknown_fields ignores them, e.g. for a config from a newer OD API)");
+
+  std::vector<std::string> parts;
+  if (!found.unknown.empty()) parts.push_back("fields not in the pipeline.config schema: " + join(found.unknown, ", "));
+  if (!found.unimplemented.empty())
+    parts.push_back("set fields Orchard does not implement: " + join(found.unimplemented, ", "));
+  if (strict) throw Error(source_name + ": " + join(parts, "; ") + " (strict mode)");
+  spdlog::warn("{}: {}; they are ignored", source_name, join(parts, "; "));
+  return config;
+}
+
+odp::TrainEvalPipelineConfig load_pipeline_config(const std::string& path, bool strict, ConfigIssues* issues,
+                                                  bool allow_unknown_fields) {
+  return parse_pipeline_config(read_file(path), path, strict, issues, allow_unknown_fields);
+}
+
+std::string pipeline_config_to_text(const odp::TrainEvalPipelineConfig& config) {
+  std::string out;
+  if (!pb::TextFormat::PrintToString(config, &out)) throw Error("cannot print the pipeline config");
+  return out;
+}
+
+namespace {
+
+// Checks that the oneof `oneof_name` of `m` (at `path`) holds one of `allowed`; otherwise adds a
+// problem. Returns whether it does.
+bool check_oneof(const pb::Message& m, const std::string& oneof_name, const std::string& path,
+                 const std::vector<std::string>& allowed, std::vector<std::string>* problems) {
+  const pb::OneofDescriptor* oneof = m.GetDescriptor()->FindOneofByName(oneof_name);
+  const pb::FieldDescriptor* set = oneof ? m.GetReflection()->GetOneofFieldDescriptor(m, oneof) : nullptr;
+  const std::string expected = join(allowed, " or ");
+  if (!set) {
+    problems->push_back(path + " is not set; Orchard implements " + expected);
+    return false;
+  }
+  if (std::find(allowed.begin(), allowed.end(), set->name()) == allowed.end()) {
+    problems->push_back(path + "." + set->name() + " is not supported; Orchard implements " + expected);
+    return false;
+  }
+  return true;
+}
+
+// image_resizer (at `path`): the resizers Orchard implements, image_resizer_builder's checks and
+// a pad value per channel.
+void check_image_resizer(const odp::ImageResizer& resizer, const std::string& path, std::vector<std::string>* problems) {
+  check_oneof(resizer, "image_resizer_oneof", path, {"fixed_shape_resizer", "keep_aspect_ratio_resizer"}, problems);
+  if (!resizer.has_keep_aspect_ratio_resizer()) return;
+  const auto& k = resizer.keep_aspect_ratio_resizer();
+  if (k.min_dimension() <= 0 || k.min_dimension() > k.max_dimension())
+    problems->push_back(path + ".keep_aspect_ratio_resizer: min_dimension " + std::to_string(k.min_dimension()) +
+                        " must be positive and at most max_dimension " + std::to_string(k.max_dimension()));
+  if (k.per_channel_pad_value_size() != 0 && k.per_channel_pad_value_size() != 3)
+    problems->push_back(path + ".keep_aspect_ratio_resizer.per_channel_pad_value has " +
+                        std::to_string(k.per_channel_pad_value_size()) + " values; it needs one per channel (3)");
+}
+
+// model.faster_rcnn: what FasterRcnnMetaArchitecture builds, and the OD API's own checks.
+void validate_faster_rcnn(const odp::FasterRcnn& f, std::vector<std::string>* problems) {
+  const std::string at = "model.faster_rcnn";
+  if (f.num_classes() <= 0)
+    problems->push_back(at + ".num_classes must be > 0 (got " + std::to_string(f.num_classes()) + ")");
+  if (f.number_of_stages() != 2 && f.number_of_stages() != 3)
+    problems->push_back(at + ".number_of_stages " + std::to_string(f.number_of_stages()) +
+                        " is not supported; Orchard implements 2 (proposals and box classifier) and 3 (Mask R-CNN's "
+                        "masks on the final detections)");
+  const auto& mask_predictor = f.second_stage_box_predictor().mask_rcnn_box_predictor();
+  if (mask_predictor.predict_instance_masks()) {
+    if (mask_predictor.mask_height() <= 0 || mask_predictor.mask_width() <= 0 ||
+        mask_predictor.mask_prediction_num_conv_layers() < 1)
+      problems->push_back(at + ".second_stage_box_predictor.mask_rcnn_box_predictor: mask_height, mask_width and "
+                          "mask_prediction_num_conv_layers must be positive");
+  }
+  const std::string& type = f.feature_extractor().type();
+  if (type != "faster_rcnn_resnet50" && type != "faster_rcnn_resnet101" && type != "faster_rcnn_resnet152" &&
+      type != "faster_rcnn_inception_v2" && type != "faster_rcnn_inception_resnet_v2")
+    problems->push_back(at + ".feature_extractor.type '" + type +
+                        "' is not supported; Orchard implements faster_rcnn_resnet50, faster_rcnn_resnet101, "
+                        "faster_rcnn_resnet152, faster_rcnn_inception_v2 and faster_rcnn_inception_resnet_v2");
+  const int stride = f.feature_extractor().first_stage_features_stride();
+  if (stride != 8 && stride != 16)  // the extractors' own check
+    problems->push_back(at + ".feature_extractor.first_stage_features_stride must be 8 or 16 (got " +
+                        std::to_string(stride) + ")");
+  else if (type == "faster_rcnn_inception_v2" && stride != 16)  // accepted by the OD API but not applied
+    problems->push_back(at + ".feature_extractor.first_stage_features_stride 8: faster_rcnn_inception_v2's first "
+                        "stage (to Mixed_4e) has stride 16 whatever this field says; set 16");
+  check_image_resizer(f.image_resizer(), at + ".image_resizer", problems);
+  check_oneof(f.first_stage_anchor_generator(), "anchor_generator_oneof", at + ".first_stage_anchor_generator",
+              {"grid_anchor_generator"}, problems);
+  check_oneof(f.second_stage_box_predictor(), "box_predictor_oneof", at + ".second_stage_box_predictor",
+              {"mask_rcnn_box_predictor", "rfcn_box_predictor"}, problems);
+  if (f.second_stage_box_predictor().has_rfcn_box_predictor()) {
+    const auto& r = f.second_stage_box_predictor().rfcn_box_predictor();
+    if (type != "faster_rcnn_resnet50" && type != "faster_rcnn_resnet101" && type != "faster_rcnn_resnet152")
+      problems->push_back(at + ".second_stage_box_predictor.rfcn_box_predictor: Orchard implements R-FCN with the "
+                          "ResNet-v1 extractors (as the samples), not " + type);
+    // position_sensitive_crop_regions' own check.
+    if (r.num_spatial_bins_height() <= 0 || r.num_spatial_bins_width() <= 0 || r.depth() <= 0 ||
+        r.crop_height() % std::max(1, r.num_spatial_bins_height()) != 0 ||
+        r.crop_width() % std::max(1, r.num_spatial_bins_width()) != 0)
+      problems->push_back(at + ".second_stage_box_predictor.rfcn_box_predictor: crop_height and crop_width must be "
+                          "multiples of the positive num_spatial_bins_height and num_spatial_bins_width");
+  }
+  if (f.second_stage_box_predictor().has_rfcn_box_predictor()) return;  // R-FCN crops position-sensitively
+  if (f.initial_crop_size() <= 0)
+    problems->push_back(at + ".initial_crop_size must be > 0 (got " + std::to_string(f.initial_crop_size()) + ")");
+  if (f.maxpool_kernel_size() <= 0 || f.maxpool_stride() <= 0)
+    problems->push_back(at + ".maxpool_kernel_size and maxpool_stride must be > 0");
+  if (f.first_stage_max_proposals() <= 0 || f.second_stage_batch_size() <= 0)
+    problems->push_back(at + ".first_stage_max_proposals and second_stage_batch_size must be > 0");
+  // The OD API (faster_rcnn_meta_arch): in training the second stage sees at most as many
+  // proposals as the first stage keeps.
+  if (f.has_second_stage_classification_loss())
+    check_oneof(f.second_stage_classification_loss(), "classification_loss", at + ".second_stage_classification_loss",
+                {"weighted_sigmoid", "weighted_softmax"}, problems);
+  if (f.second_stage_batch_size() > f.first_stage_max_proposals())
+    problems->push_back(at + ".second_stage_batch_size (" + std::to_string(f.second_stage_batch_size()) +
+                        ") must not exceed first_stage_max_proposals (" +
+                        std::to_string(f.first_stage_max_proposals()) + ")");
+}
+
+}  // namespace
+
+void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const std::string& source_name) {
+  std::vector<std::string> problems;
+  const bool faster_rcnn = config.model().has_faster_rcnn();
+  if (faster_rcnn) validate_faster_rcnn(config.model().faster_rcnn(), &problems);
+  if (!faster_rcnn && check_oneof(config.model(), "model", "model", {"ssd", "faster_rcnn"}, &problems)) {
+    const odp::Ssd& ssd = config.model().ssd();
+    if (ssd.num_classes() <= 0)
+      problems.push_back("model.ssd.num_classes must be > 0 (got " + std::to_string(ssd.num_classes()) + ")");
+    const std::string& type = ssd.feature_extractor().type();
+    static const std::set<std::string> kTypes = {
+        "ssd_mobilenet_v2",           "ssd_mobilenet_v1",           "ssd_mobilenet_v2_keras",
+        "ssd_mobilenet_v1_keras",     "ssd_mobilenet_v1_fpn",       "ssd_mobilenet_v2_fpn",
+        "ssd_mobilenet_v1_fpn_keras", "ssd_mobilenet_v2_fpn_keras", "ssd_resnet50_v1_fpn",
+        "ssd_resnet101_v1_fpn",       "ssd_mobilenet_v1_ppn",       "ssd_mobilenet_v3_large",
+        "ssd_mobilenet_v3_small",     "ssd_inception_v3",           "ssd_resnet50_v1_fpn_keras",
+        "ssd_resnet101_v1_fpn_keras", "ssd_mobilenet_edgetpu",
+        "ssd_mobiledet_cpu",          "ssd_mobiledet_dsp",          "ssd_mobiledet_edgetpu",
+        "ssd_mobiledet_gpu",          "embedded_ssd_mobilenet_v1",
+        "ssd_inception_v2",           "ssd_mobilenet_v2_mnasfpn"};
+    if (kTypes.count(type) == 0)
+      problems.push_back("model.ssd.feature_extractor.type '" + type +
+                         "' is not supported; Orchard implements ssd_mobilenet_v2 and ssd_mobilenet_v1 (each also "
+                         "_fpn, _keras), ssd_mobilenet_v1_ppn, ssd_mobilenet_v3_large, ssd_mobilenet_v3_small, "
+                         "ssd_mobilenet_edgetpu, ssd_mobiledet_cpu, ssd_mobiledet_dsp, ssd_mobiledet_edgetpu, ssd_mobiledet_gpu, "
+                         "embedded_ssd_mobilenet_v1, ssd_inception_v2, ssd_mobilenet_v2_mnasfpn, "
+                         "ssd_inception_v3, ssd_resnet50_v1_fpn and ssd_resnet101_v1_fpn (each also _keras)");
+    // EmbeddedSSDMobileNetV1FeatureExtractor raises these itself: its layers are sized for 256x256.
+    if (type == "embedded_ssd_mobilenet_v1") {
+      const auto& resizer = ssd.image_resizer();
+      if (!resizer.has_fixed_shape_resizer() || resizer.fixed_shape_resizer().height() != 256 ||
+          resizer.fixed_shape_resizer().width() != 256)
+        problems.push_back("model.ssd.image_resizer: embedded_ssd_mobilenet_v1 needs a 256x256 fixed_shape_resizer "
+                           "(as the OD API)");
+      if (ssd.feature_extractor().pad_to_multiple() > 1)
+        problems.push_back("model.ssd.feature_extractor.pad_to_multiple must be 1 for embedded_ssd_mobilenet_v1 "
+                           "(as the OD API)");
+    }
+    // SSDMobileNetV2MnasFPNFeatureExtractor's own checks: levels 3..6, sides multiples of 64.
+    if (type == "ssd_mobilenet_v2_mnasfpn") {
+      const auto& fe = ssd.feature_extractor();
+      if (fe.fpn().min_level() != 3 || fe.fpn().max_level() != 6)
+        problems.push_back("model.ssd.feature_extractor.fpn: ssd_mobilenet_v2_mnasfpn has levels 3..6 (as the OD API)");
+      const auto& resizer = ssd.image_resizer();
+      const auto& keep = resizer.keep_aspect_ratio_resizer();
+      if ((resizer.has_fixed_shape_resizer() &&
+           (resizer.fixed_shape_resizer().height() % 64 != 0 || resizer.fixed_shape_resizer().width() % 64 != 0)) ||
+          (resizer.has_keep_aspect_ratio_resizer() && (!keep.pad_to_max_dimension() || keep.max_dimension() % 64 != 0)))
+        problems.push_back("model.ssd.image_resizer: ssd_mobilenet_v2_mnasfpn needs sides that are multiples of 64 "
+                           "(as the OD API)");
+    }
+    // SSDInceptionV3FeatureExtractor raises this itself: inception_v3 has no arg scope of its own.
+    if ((type == "ssd_inception_v2" || type == "ssd_inception_v3") &&
+        !ssd.feature_extractor().override_base_feature_extractor_hyperparams())
+      problems.push_back("model.ssd.feature_extractor.override_base_feature_extractor_hyperparams must be true for " +
+                         type + " (as the OD API: the base network takes conv_hyperparams)");
+    check_image_resizer(ssd.image_resizer(), "model.ssd.image_resizer", &problems);
+    check_oneof(ssd.box_coder(), "box_coder_oneof", "model.ssd.box_coder", {"faster_rcnn_box_coder"}, &problems);
+    check_oneof(ssd.matcher(), "matcher_oneof", "model.ssd.matcher", {"argmax_matcher"}, &problems);
+    check_oneof(ssd.similarity_calculator(), "region_similarity", "model.ssd.similarity_calculator", {"iou_similarity"},
+                &problems);
+    check_oneof(ssd.anchor_generator(), "anchor_generator_oneof", "model.ssd.anchor_generator",
+                {"ssd_anchor_generator", "multiscale_anchor_generator"}, &problems);
+    check_oneof(ssd.box_predictor(), "box_predictor_oneof", "model.ssd.box_predictor",
+                {"convolutional_box_predictor", "weight_shared_convolutional_box_predictor"}, &problems);
+    if (ssd.box_predictor().has_weight_shared_convolutional_box_predictor()) {
+      const auto& h = ssd.box_predictor().weight_shared_convolutional_box_predictor().conv_hyperparams();
+      if (h.activation() != odp::Hyperparams::RELU_6)
+        problems.push_back("model.ssd.box_predictor.weight_shared_convolutional_box_predictor.conv_hyperparams."
+                           "activation " + odp::Hyperparams::Activation_Name(h.activation()) +
+                           " is not supported; Orchard implements RELU_6");
+    }
+    // SSDLite's depthwise heads and the extra layers run ReLU6, as the samples configure them.
+    for (const auto& [path, hyper] :
+         {std::pair{std::string("model.ssd.feature_extractor.conv_hyperparams"), &ssd.feature_extractor().conv_hyperparams()},
+          std::pair{std::string("model.ssd.box_predictor.convolutional_box_predictor.conv_hyperparams"),
+                    &ssd.box_predictor().convolutional_box_predictor().conv_hyperparams()}}) {
+      const bool used = path.find("box_predictor") == std::string::npos ||
+                        ssd.box_predictor().convolutional_box_predictor().use_depthwise();
+      if (used && hyper->activation() != odp::Hyperparams::RELU_6)
+        problems.push_back(path + ".activation " + odp::Hyperparams::Activation_Name(hyper->activation()) +
+                           " is not supported; Orchard implements RELU_6");
+    }
+    check_oneof(ssd.loss().classification_loss(), "classification_loss", "model.ssd.loss.classification_loss",
+                {"weighted_sigmoid", "weighted_softmax", "weighted_sigmoid_focal"}, &problems);
+    check_oneof(ssd.loss().localization_loss(), "localization_loss", "model.ssd.loss.localization_loss",
+                {"weighted_smooth_l1"}, &problems);
+    if (config.train_config().merge_multiple_label_boxes())
+      problems.push_back("train_config.merge_multiple_label_boxes is not supported with model.ssd; Orchard implements "
+                         "it for faster_rcnn (the OD API's AVA sample)");
+  }
+
+  const odp::Optimizer& opt = config.train_config().optimizer();
+  if (check_oneof(opt, "optimizer", "train_config.optimizer",
+                  {"rms_prop_optimizer", "momentum_optimizer", "adam_optimizer"}, &problems)) {
+    const odp::LearningRate* lr = nullptr;
+    std::string name;
+    switch (opt.optimizer_case()) {
+      case odp::Optimizer::kRmsPropOptimizer:
+        lr = &opt.rms_prop_optimizer().learning_rate();
+        name = "rms_prop_optimizer";
+        break;
+      case odp::Optimizer::kMomentumOptimizer:
+        lr = &opt.momentum_optimizer().learning_rate();
+        name = "momentum_optimizer";
+        break;
+      default:
+        lr = &opt.adam_optimizer().learning_rate();
+        name = "adam_optimizer";
+        break;
+    }
+    check_oneof(*lr, "learning_rate", "train_config.optimizer." + name + ".learning_rate",
+                {"constant_learning_rate", "exponential_decay_learning_rate", "manual_step_learning_rate",
+                 "cosine_decay_learning_rate"},
+                &problems);
+  }
+
+  const std::string& ft = config.train_config().fine_tune_checkpoint_type();
+  if (ft != "" && ft != "classification" && ft != "detection" && ft != "full")
+    problems.push_back("train_config.fine_tune_checkpoint_type '" + ft +
+                       "' is not supported; Orchard implements \"\", classification, detection or full");
+
+  const auto& train_paths = config.train_input_reader().tf_record_input_reader().input_path();
+  if (std::none_of(train_paths.begin(), train_paths.end(), [](const std::string& p) { return !p.empty(); }))
+    problems.push_back("train_input_reader.tf_record_input_reader.input_path is not set");
+
+  if (!problems.empty()) throw Error(source_name + ": " + join(problems, "; "));
+}
+
+bool is_placeholder_path(const std::string& value) { return value.find("PATH_TO_BE_CONFIGURED") != std::string::npos; }
+
+std::string placeholder_message(const std::string& field, const std::string& value, const std::string& what) {
+  return field + " is still the sample config's placeholder " + value + ": set it to " + what;
+}
+
+namespace {
+
+// One field's value as text format writes it; a list for a repeated field.
+std::string field_text(const pb::Message& m, const pb::FieldDescriptor* f) {
+  std::string out;
+  if (!f->is_repeated()) {
+    pb::TextFormat::PrintFieldValueToString(m, f, -1, &out);
+    return out;
+  }
+  const int n = m.GetReflection()->FieldSize(m, f);
+  out = "[";
+  for (int i = 0; i < n; ++i) {
+    std::string v;
+    pb::TextFormat::PrintFieldValueToString(m, f, i, &v);
+    out += (i ? ", " : "") + v;
+  }
+  return out + "]";
+}
+
+void collect_differences(const pb::Message& a, const pb::Message& b, const std::string& path,
+                         std::vector<std::string>* out) {
+  const pb::Descriptor* d = a.GetDescriptor();
+  const pb::Reflection* ra = a.GetReflection();
+  const pb::Reflection* rb = b.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* f = d->field(i);
+    const std::string p = path + "." + f->name();
+    if (f->is_repeated()) {
+      const int na = ra->FieldSize(a, f), nb = rb->FieldSize(b, f);
+      if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE && na == nb) {
+        for (int k = 0; k < na; ++k)
+          collect_differences(ra->GetRepeatedMessage(a, f, k), rb->GetRepeatedMessage(b, f, k),
+                              p + "[" + std::to_string(k) + "]", out);
+      } else if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+        out->push_back(p + " (" + std::to_string(na) + " here, " + std::to_string(nb) + " there)");
+      } else if (field_text(a, f) != field_text(b, f)) {
+        out->push_back(p + " (" + field_text(a, f) + " here, " + field_text(b, f) + " there)");
+      }
+      continue;
+    }
+    const bool ha = ra->HasField(a, f), hb = rb->HasField(b, f);
+    if (f->containing_oneof() && ha != hb) {
+      if (ha || hb) out->push_back(p + (ha ? " (set here, not there)" : " (set there, not here)"));
+      continue;
+    }
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (ha || hb) collect_differences(ra->GetMessage(a, f), rb->GetMessage(b, f), p, out);  // unset: its defaults
+      continue;
+    }
+    if (field_text(a, f) != field_text(b, f))
+      out->push_back(p + " (" + field_text(a, f) + " here, " + field_text(b, f) + " there)");
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> message_differences(const pb::Message& a, const pb::Message& b, const std::string& path) {
+  if (a.GetDescriptor() != b.GetDescriptor()) throw std::invalid_argument("message_differences: two message types");
+  std::vector<std::string> out;
+  collect_differences(a, b, path, &out);
+  return out;
+}
+
+std::vector<std::string> input_files(const odp::InputReader& reader, const std::string& source_name,
+                                     const std::string& reader_field) {
+  const std::string field = reader_field + ".tf_record_input_reader.input_path";
+  if (reader.tf_record_input_reader().input_path().empty()) throw Error(source_name + ": " + field + " is not set");
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const auto& pattern : reader.tf_record_input_reader().input_path()) {
+    std::vector<std::string> files;
+    try {
+      files = expand_file_pattern(pattern);
+    } catch (const Error& e) {
+      if (is_placeholder_path(pattern))
+        throw Error(source_name + ": " + placeholder_message(field, pattern, "your TFRecord files"));
+      throw Error(source_name + ": " + field + ": " + e.what());
+    }
+    for (auto& f : files)
+      if (seen.insert(f).second) out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace orchard::detect

@@ -1,0 +1,560 @@
+#include "orchard/detect/meta_arch/faster_rcnn.h"
+
+#include <spdlog/fmt/fmt.h>
+#include <torch/torch.h>
+
+#include "orchard/core/error.h"
+#include "orchard/proto/object_detection/pipeline.pb.h"
+
+namespace orchard::tasks {
+namespace {
+
+namespace pb = object_detection::protos;
+
+// model.faster_rcnn -> FasterRcnnConfig (the message is validated by detect::validate_pipeline_config).
+ParsedModel parse_faster_rcnn(const pb::TrainEvalPipelineConfig& pipeline) {
+  const pb::FasterRcnn& f = pipeline.model().faster_rcnn();
+  auto config = std::make_shared<FasterRcnnConfig>();
+  FasterRcnnConfig& c = *config;
+  ParsedModel parsed;
+  parsed.num_classes = f.num_classes();
+
+  c.model.feature_extractor = f.feature_extractor().type();
+  c.model.features_stride = f.feature_extractor().first_stage_features_stride();
+  c.model.batch_norm_trainable = f.feature_extractor().batch_norm_trainable();
+  c.model.rpn_depth = f.first_stage_box_predictor_depth();
+  c.model.rpn_kernel_size = f.first_stage_box_predictor_kernel_size();
+  c.model.rpn_atrous_rate = f.first_stage_atrous_rate();
+  const auto& init = f.first_stage_box_predictor_conv_hyperparams().initializer();
+  if (init.has_truncated_normal_initializer()) c.model.rpn_init_stddev = init.truncated_normal_initializer().stddev();
+  c.model.initial_crop_size = f.initial_crop_size();
+  c.model.maxpool_kernel_size = f.maxpool_kernel_size();
+  c.model.maxpool_stride = f.maxpool_stride();
+  const auto& predictor = f.second_stage_box_predictor().mask_rcnn_box_predictor();
+  c.model.use_dropout = predictor.use_dropout();
+  c.model.dropout_keep_probability = predictor.dropout_keep_probability();
+  if (f.second_stage_box_predictor().has_rfcn_box_predictor()) {
+    const auto& rfcn = f.second_stage_box_predictor().rfcn_box_predictor();
+    c.model.rfcn = true;
+    c.model.rfcn_depth = rfcn.depth();
+    c.model.rfcn_crop_height = rfcn.crop_height();
+    c.model.rfcn_crop_width = rfcn.crop_width();
+    c.model.rfcn_bins_height = rfcn.num_spatial_bins_height();
+    c.model.rfcn_bins_width = rfcn.num_spatial_bins_width();
+    const auto& rfcn_init = rfcn.conv_hyperparams().initializer();
+    if (rfcn_init.has_truncated_normal_initializer())
+      c.model.rfcn_init_stddev = rfcn_init.truncated_normal_initializer().stddev();
+  }
+  c.model.predict_instance_masks = predictor.predict_instance_masks();
+  c.model.mask_height = predictor.mask_height();
+  c.model.mask_width = predictor.mask_width();
+  c.model.mask_conv_depth = predictor.mask_prediction_conv_depth();
+  c.model.mask_num_conv_layers = predictor.mask_prediction_num_conv_layers();
+  c.model.masks_are_class_agnostic = predictor.masks_are_class_agnostic();
+  c.model.convolve_then_upsample = predictor.convolve_then_upsample_masks();
+  const auto& mask_init = predictor.conv_hyperparams().initializer();
+  if (mask_init.has_truncated_normal_initializer())
+    c.model.mask_init_stddev = mask_init.truncated_normal_initializer().stddev();
+  c.mask_loss_weight = f.second_stage_mask_prediction_loss_weight();
+
+  const auto& grid = f.first_stage_anchor_generator().grid_anchor_generator();
+  if (grid.scales_size() > 0) c.anchors.scales.assign(grid.scales().begin(), grid.scales().end());
+  if (grid.aspect_ratios_size() > 0) c.anchors.aspect_ratios.assign(grid.aspect_ratios().begin(), grid.aspect_ratios().end());
+  c.anchors.base_height = grid.height();
+  c.anchors.base_width = grid.width();
+  c.anchors.stride_height = grid.height_stride();
+  c.anchors.stride_width = grid.width_stride();
+  c.anchors.offset_height = grid.height_offset();
+  c.anchors.offset_width = grid.width_offset();
+  c.model.anchors_per_location = detect::anchors_per_location(c.anchors);
+
+  c.rpn.minibatch_size = f.first_stage_minibatch_size();
+  c.rpn.positive_fraction = f.first_stage_positive_balance_fraction();
+  c.rpn.nms_score_threshold = f.first_stage_nms_score_threshold();
+  c.rpn.nms_iou_threshold = f.first_stage_nms_iou_threshold();
+  c.rpn.max_proposals = f.first_stage_max_proposals();
+  c.rpn.localization_weight = f.first_stage_localization_loss_weight();
+  c.rpn.objectness_weight = f.first_stage_objectness_loss_weight();
+
+  c.second_stage.batch_size = f.second_stage_batch_size();
+  c.second_stage.balance_fraction = f.second_stage_balance_fraction();
+  c.second_stage.localization_weight = f.second_stage_localization_loss_weight();
+  c.second_stage.classification_weight = f.second_stage_classification_loss_weight();
+  // build_faster_rcnn_classification_loss: weighted_softmax when unset.
+  const auto& cls_loss = f.second_stage_classification_loss();
+  c.second_stage.sigmoid = cls_loss.has_weighted_sigmoid();
+  if (cls_loss.has_weighted_softmax()) c.second_stage.logit_scale = cls_loss.weighted_softmax().logit_scale();
+  c.merge_multiple_label_boxes = pipeline.train_config().merge_multiple_label_boxes();
+  if (f.has_hard_example_miner()) {
+    // model_builder's build_hard_example_miner: the proto's defaults (64 examples, NMS 0.7, BOTH).
+    const auto& m = f.hard_example_miner();
+    c.second_stage.miner.enabled = true;
+    c.second_stage.miner.num_hard_examples = m.num_hard_examples();
+    c.second_stage.miner.iou_threshold = m.iou_threshold();
+    c.second_stage.miner.loss_type =
+        detect::miner_loss_type_from_name(pb::HardExampleMiner::LossType_Name(m.loss_type()));
+    c.second_stage.miner.max_negatives_per_positive = 0;
+    c.second_stage.miner.min_negatives_per_image = 0;
+  }
+
+  c.score_converter = parse_post_processing(f.second_stage_post_processing(), &c.nms);
+  parse_image_resizer(f.image_resizer(), &parsed);
+  parsed.config = config;
+  return parsed;
+}
+
+at::Tensor pixels(int64_t height, int64_t width, const at::TensorOptions& options) {
+  return torch::tensor({static_cast<float>(height), static_cast<float>(width), static_cast<float>(height),
+                        static_cast<float>(width)},
+                       options.dtype(torch::kFloat));
+}
+
+}  // namespace
+
+// One image's ground truth that is trained on (crowd regions left out), boxes in pixels of the
+// image (top-left in the input), masks [n, H, W] where the batch has them.
+struct FasterRcnnMetaArchitecture::ImageTruth {
+  at::Tensor boxes, classes, masks;
+};
+
+FasterRcnnMetaArchitecture::ImageTruth FasterRcnnMetaArchitecture::image_truth(const data::Batch& batch, int64_t i,
+                                                                               int64_t height, int64_t width,
+                                                                               bool masks) {
+  const int64_t n = batch.field("num_boxes")[i].item<int64_t>();
+  const auto trained = batch.field("is_crowd")[i].narrow(0, 0, n).logical_not().to(torch::kCPU);
+  FasterRcnnMetaArchitecture::ImageTruth t;
+  t.boxes = batch.field("boxes")[i].narrow(0, 0, n).to(torch::kCPU, torch::kFloat).index({trained}) *
+            pixels(height, width, torch::TensorOptions());
+  t.classes = batch.field("classes")[i].narrow(0, 0, n).to(torch::kCPU).index({trained});
+  if (masks) t.masks = batch.field("masks")[i].narrow(0, 0, n).to(torch::kCPU).index({trained});
+  return t;
+}
+
+struct FasterRcnnMetaArchitecture::Unpacked {
+  bool training = false;  // the proposals are training's sampled minibatch
+  at::Tensor box_encodings, objectness;  // [B, A, 4], [B, A, 2]
+  at::Tensor boxes, valid;               // [B, P, 4], [B, P]
+  at::Tensor refined, logits;            // [B, P, K, 4], [B, P, K + 1]
+  // Mask R-CNN, training: [B, P, mh * mw] twice and [B, P] (of the sampled proposals; weights 0 on
+  // unused slots); evaluation with masks the same of the D detections; inference: [B, D, 7 + mh * mw].
+  at::Tensor mask_logits, mask_targets, mask_weights;
+  at::Tensor detections;
+};
+
+std::unique_ptr<MetaArchitecture> FasterRcnnConfig::build(int64_t num_classes,
+                                                          const data::DetectionInputOptions& input) const {
+  return std::make_unique<FasterRcnnMetaArchitecture>(*this, num_classes, input);
+}
+
+FasterRcnnMetaArchitecture::FasterRcnnMetaArchitecture(const FasterRcnnConfig& config, int64_t num_classes,
+                                                       const data::DetectionInputOptions& input)
+    : config_(config), input_(input) {
+  config_.model.num_classes = num_classes;
+  try {
+    model_ = detect::FasterRcnnModel(config_.model);
+  } catch (const c10::Error& e) {
+    throw Error("model.faster_rcnn: " + std::string(e.what_without_backtrace()));
+  }
+}
+
+std::string FasterRcnnMetaArchitecture::name() const { return config_.model.feature_extractor; }
+
+std::shared_ptr<torch::nn::Module> FasterRcnnMetaArchitecture::module() { return model_.ptr(); }
+
+at::Tensor FasterRcnnMetaArchitecture::anchors(int64_t height, int64_t width) const {
+  std::lock_guard<std::mutex> lock(anchors_mutex_);
+  auto& a = anchors_by_size_[{height, width}];
+  if (!a.defined()) {
+    const auto [fh, fw] = model_->feature_map_size(height, width);
+    a = detect::generate_grid_anchors(config_.anchors, fh, fw);
+  }
+  return a;
+}
+
+at::Tensor FasterRcnnMetaArchitecture::forward(const at::Tensor& images, const InputShape& input,
+                                              const data::Batch* targets) {
+  return run(images, input, targets, nullptr);
+}
+
+at::Tensor FasterRcnnMetaArchitecture::forward_eval(const at::Tensor& images, const InputShape& input,
+                                                   const data::Batch& batch) {
+  const bool truth = config_.model.predict_instance_masks && batch.fields.count("masks");
+  return run(images, input, nullptr, truth ? &batch : nullptr);
+}
+
+at::Tensor FasterRcnnMetaArchitecture::run(const at::Tensor& input_images, const InputShape& input,
+                                           const data::Batch* targets, const data::Batch* eval_truth) {
+  auto images = input_images;
+  if (images.dim() == 4 && images.size(1) != 3 && images.size(3) == 3) images = images.permute({0, 3, 1, 2});
+  const int64_t batch = images.size(0), height = images.size(2), width = images.size(3);
+  const bool training = targets != nullptr;
+  const bool masks = config_.model.predict_instance_masks;
+  if (training && masks && !targets->fields.count("masks"))
+    throw Error("model.faster_rcnn predicts instance masks (Mask R-CNN) but the training records' masks are not "
+                "loaded: set load_instance_masks: true and mask_type: PNG_MASKS in train_input_reader");
+  auto first = model_->first_stage(images);
+  const auto all_anchors = anchors(height, width);
+  TORCH_CHECK(first.box_encodings.size(1) == all_anchors.size(0), "Faster R-CNN: ", first.box_encodings.size(1),
+              " RPN predictions for ", all_anchors.size(0), " anchors");
+
+  // Proposals from the (pruned in training, clipped at inference) anchors, without gradient.
+  const auto kept = detect::rpn_anchors(all_anchors, height, width, training, config_.rpn);
+  const auto index = kept.index.to(images.device());
+  // Each image's size inside the input (the OD API's true_image_shapes): proposals, and the
+  // third stage's detections, are clipped to it.
+  std::vector<std::pair<int64_t, int64_t>> image_sizes(static_cast<size_t>(batch), {height, width});
+  if (!input.image_sizes.empty()) {
+    TORCH_CHECK(static_cast<int64_t>(input.image_sizes.size()) == batch, "Faster R-CNN: ", input.image_sizes.size(),
+                " image sizes for a batch of ", batch);
+    image_sizes = input.image_sizes;
+  }
+  const auto proposals =
+      detect::rpn_proposals(first.box_encodings.detach().index_select(1, index).to(torch::kCPU, torch::kFloat),
+                            first.objectness.detach().index_select(1, index).to(torch::kCPU, torch::kFloat),
+                            kept.boxes.to(torch::kCPU, torch::kFloat), image_sizes, config_.rpn);
+
+  // The second stage's proposals: training's balanced minibatch against the ground truth (in
+  // pixels of each image, crowd regions left out), or all of them.
+  const int64_t slots = proposal_slots(training);
+  const int64_t mh = config_.model.mask_height, mw = config_.model.mask_width;
+  std::vector<at::Tensor> boxes(static_cast<size_t>(batch)), sampled_classes, sampled_mask_targets;
+  for (int64_t i = 0; i < batch; ++i) {
+    const auto& p = proposals[static_cast<size_t>(i)].boxes;
+    if (!training) {
+      boxes[static_cast<size_t>(i)] = p;
+      continue;
+    }
+    const auto [h, w] = image_sizes[static_cast<size_t>(i)];
+    const ImageTruth gt = image_truth(*targets, i, h, w, masks);
+    // With a hard example miner the OD API samples nothing: every proposal goes on, mined in the loss.
+    const auto sample = config_.second_stage.miner.enabled
+                            ? detect::assign_proposals(p, gt.boxes, gt.classes)
+                            : detect::sample_proposals(p, gt.boxes, gt.classes, config_.second_stage);
+    boxes[static_cast<size_t>(i)] = sample.boxes;
+    if (masks) {
+      // The masks share the proposals' pixel frame: the image top-left in the sample buffer.
+      sampled_classes.push_back(sample.classes);
+      sampled_mask_targets.push_back(detect::mask_targets(gt.masks, sample.boxes, sample.match, mh, mw));
+    }
+  }
+  std::vector<at::Tensor> image_index, slot;
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t n = boxes[static_cast<size_t>(i)].size(0);
+    TORCH_CHECK(n <= slots, "Faster R-CNN: ", n, " proposals for ", slots, " slots");
+    image_index.push_back(torch::full({n}, i, torch::kLong));
+    slot.push_back(torch::arange(n, torch::kLong) + i * slots);
+  }
+  const auto all_boxes = torch::cat(boxes).to(images.device(), torch::kFloat);
+  const auto box_index = torch::cat(image_index).to(images.device());
+  const int64_t k = config_.model.num_classes;
+  const int64_t columns = 4 + 1 + 4 * k + k + 1 + (training && masks ? 2 * mh * mw + 1 : 0);
+  auto per_proposal = torch::zeros({batch * slots, columns}, images.options().dtype(torch::kFloat));
+  at::Tensor refined, logits;
+  if (all_boxes.size(0) > 0) {
+    const auto normalised = all_boxes / pixels(height, width, all_boxes.options());
+    at::Tensor box_features;  // the box classifier's maps of the crops (not R-FCN's: it crops scores)
+    if (config_.model.rfcn) {
+      std::tie(refined, logits) = model_->second_stage(first.features, normalised, box_index);
+    } else {
+      box_features = model_->box_classifier_features(first.features, normalised, box_index);
+      std::tie(refined, logits) = model_->box_predictor(box_features);
+    }
+    const int64_t m = all_boxes.size(0);
+    std::vector<at::Tensor> parts = {all_boxes, torch::ones({m, 1}, all_boxes.options()),
+                                     refined.reshape({m, 4 * k}).to(torch::kFloat), logits.to(torch::kFloat)};
+    if (training && masks) {
+      // The mask of each proposal's target class. The OD API predicts masks for every sampled
+      // proposal and weighs the background ones 0 in the loss; the head (convolutions and ReLUs,
+      // each crop on its own) runs here on the positives only, which gives the same loss and
+      // gradients at a quarter or less of the cost. Background rows stay 0 (weight 0).
+      const auto classes = torch::cat(sampled_classes).to(images.device(), torch::kLong);
+      const auto rows = (classes > 0).nonzero().squeeze(1);
+      const int64_t r = rows.size(0);
+      auto chosen = torch::zeros({m, mh * mw}, box_features.options().dtype(torch::kFloat));
+      if (r > 0) {
+        const auto positive = classes.index_select(0, rows);
+        const auto channel = config_.model.masks_are_class_agnostic ? torch::zeros_like(positive)
+                                                                    : positive - 1;
+        const auto predicted = model_->mask_predictor(box_features.index_select(0, rows))
+                                   .gather(1, channel.view({r, 1, 1, 1}).expand({r, 1, mh, mw}))
+                                   .reshape({r, mh * mw});
+        chosen = chosen.index_copy(0, rows, predicted.to(torch::kFloat));
+      }
+      parts.push_back(chosen);
+      parts.push_back(torch::cat(sampled_mask_targets).reshape({m, mh * mw}).to(images.device(), torch::kFloat));
+      parts.push_back((classes > 0).to(torch::kFloat).unsqueeze(1));
+    }
+    per_proposal = per_proposal.index_copy(0, torch::cat(slot).to(images.device()), torch::cat(parts, 1));
+  }
+  const bool mask_truth = !training && masks && eval_truth;
+  const auto flag = torch::full({batch, 1}, training ? 1.0f : mask_truth ? 2.0f : 0.0f, per_proposal.options());
+  std::vector<at::Tensor> out = {flag, first.box_encodings.reshape({batch, -1}).to(torch::kFloat),
+                                 first.objectness.reshape({batch, -1}).to(torch::kFloat),
+                                 per_proposal.view({batch, -1})};
+  if (!training && masks) {
+    std::vector<ImageTruth> truth;
+    if (mask_truth)
+      for (int64_t i = 0; i < batch; ++i) {
+        const auto [h, w] = image_sizes[static_cast<size_t>(i)];
+        truth.push_back(image_truth(*eval_truth, i, h, w, true));
+      }
+    out.push_back(third_stage(first.features, proposals, refined, logits, height, width, image_sizes,
+                              mask_truth ? &truth : nullptr));
+  }
+  return torch::cat(out, 1);
+}
+
+at::Tensor FasterRcnnMetaArchitecture::third_stage(const at::Tensor& features,
+                                                   const std::vector<detect::Proposals>& proposals,
+                                                   const at::Tensor& refined, const at::Tensor& logits, int64_t height,
+                                                   int64_t width,
+                                                   const std::vector<std::pair<int64_t, int64_t>>& image_sizes,
+                                                   const std::vector<ImageTruth>* truth) {
+  // _predict_third_stage: the box classifier's detections (normalised to the input), crops of
+  // the features at them through the second stage again, and the mask of each one's class.
+  // With the ground truth (evaluation), _get_mask_proposal_boxes_and_classes: each detection
+  // matched by the detector's target assigner (IoU 0.5), the mask logits of the matched class and
+  // the matched mask cropped at the detection, for the mask loss.
+  const int64_t batch = features.size(0), d = config_.nms.max_total_detections;
+  const int64_t mh = config_.model.mask_height, mw = config_.model.mask_width;
+  const int64_t columns = 7 + mh * mw + (truth ? 2 * mh * mw + 1 : 0);
+  auto out = torch::zeros({batch, d, columns}, features.options().dtype(torch::kFloat));
+  std::vector<at::Tensor> boxes, image_index, classes, slot, rows, matched_classes, mask_targets;
+  int64_t offset = 0;
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t n = proposals[static_cast<size_t>(i)].boxes.size(0);
+    auto det = detect::Detections();
+    // Clipped to the image and normalised to it, then to the input (the crops' frame). The OD
+    // API clips to true_image_shapes too, but crops at the boxes normalised to the image,
+    // which under padding is another place of the map; Orchard crops where the box is.
+    const auto [h, w] = image_sizes[static_cast<size_t>(i)];
+    if (n > 0)
+      det = detect::box_classifier_detections(refined.narrow(0, offset, n), logits.narrow(0, offset, n),
+                                              proposals[static_cast<size_t>(i)].boxes, h, w, config_.nms,
+                                              config_.score_converter);
+    offset += n;
+    if (!det.boxes.defined() || det.boxes.size(0) == 0) continue;
+    if (h != height || w != width) {
+      const float sy = static_cast<float>(h) / static_cast<float>(height);
+      const float sx = static_cast<float>(w) / static_cast<float>(width);
+      det.boxes = det.boxes * torch::tensor({sy, sx, sy, sx});
+    }
+    const int64_t found = std::min(det.boxes.size(0), d);
+    boxes.push_back(det.boxes.narrow(0, 0, found));
+    classes.push_back(det.classes.narrow(0, 0, found));
+    image_index.push_back(torch::full({found}, i, torch::kLong));
+    slot.push_back(torch::arange(found, torch::kLong) + i * d);
+    rows.push_back(torch::cat({det.boxes.narrow(0, 0, found), det.scores.narrow(0, 0, found).unsqueeze(1),
+                               det.classes.narrow(0, 0, found).to(torch::kFloat).unsqueeze(1),
+                               torch::ones({found, 1})},
+                              1));
+    if (truth) {
+      const auto& gt = (*truth)[static_cast<size_t>(i)];
+      const auto in_pixels = det.boxes.narrow(0, 0, found) * pixels(height, width, torch::TensorOptions());
+      const auto t = detect::assign_proposals(in_pixels, gt.boxes, gt.classes);
+      matched_classes.push_back(t.classes);
+      mask_targets.push_back(detect::mask_targets(gt.masks, in_pixels, t.match, mh, mw).reshape({found, mh * mw}));
+    }
+  }
+  if (boxes.empty()) return out.view({batch, -1});
+  const auto device = features.device();
+  const auto all_boxes = torch::cat(boxes).to(device);
+  const auto box_features = model_->box_classifier_features(features, all_boxes, torch::cat(image_index).to(device));
+  const auto all_classes = torch::cat(classes).to(device);
+  const int64_t m = all_boxes.size(0);
+  const auto channel_of = [&](const at::Tensor& cls) {
+    return config_.model.masks_are_class_agnostic ? torch::zeros_like(cls) : (cls - 1).clamp_min(0);
+  };
+  const auto channel = channel_of(all_classes);
+  const auto matched = truth ? torch::cat(matched_classes).to(device) : at::Tensor();
+  const auto matched_channel = truth ? channel_of(matched) : at::Tensor();
+  // The mask head on 32 detections at a time: the samples' 300 detections at once would hold
+  // gigabytes of 33x33 maps.
+  std::vector<at::Tensor> chunks, matched_chunks;
+  for (int64_t start = 0; start < m; start += 32) {
+    const int64_t len = std::min<int64_t>(32, m - start);
+    const auto all = model_->mask_predictor(box_features.narrow(0, start, len));
+    const auto pick = [&](const at::Tensor& ch) {
+      return all.gather(1, ch.narrow(0, start, len).view({len, 1, 1, 1}).expand({len, 1, mh, mw})).reshape({len, mh * mw});
+    };
+    chunks.push_back(pick(channel).sigmoid());
+    if (truth) matched_chunks.push_back(pick(matched_channel));
+  }
+  std::vector<at::Tensor> parts = {torch::cat(rows).to(device), torch::cat(chunks).to(torch::kFloat)};
+  if (truth) {
+    parts.push_back(torch::cat(matched_chunks).to(torch::kFloat));
+    parts.push_back(torch::cat(mask_targets).to(device, torch::kFloat));
+    parts.push_back((matched > 0).to(torch::kFloat).unsqueeze(1));
+  }
+  const auto packed = torch::cat(parts, 1);
+  return out.view({batch * d, columns}).index_copy(0, torch::cat(slot).to(device), packed).view({batch, -1});
+}
+
+FasterRcnnMetaArchitecture::Unpacked FasterRcnnMetaArchitecture::unpack(const at::Tensor& outputs, int64_t height,
+                                                                        int64_t width) const {
+  const int64_t batch = outputs.size(0), a = anchors(height, width).size(0);
+  const int64_t k = config_.model.num_classes;
+  const bool masks = config_.model.predict_instance_masks;
+  const int64_t mh = config_.model.mask_height, mw = config_.model.mask_width;
+  Unpacked u;
+  const float flag = batch > 0 ? outputs[0][0].item<float>() : 0.0f;  // 1 training, 2 evaluation with masks
+  u.training = flag > 0.5f && flag < 1.5f;
+  const bool mask_truth = flag > 1.5f;
+  const int64_t slots = proposal_slots(u.training);
+  const int64_t columns = 4 + 1 + 4 * k + k + 1 + (u.training && masks ? 2 * mh * mw + 1 : 0);
+  const int64_t d = config_.nms.max_total_detections;
+  const int64_t per_detection = 7 + mh * mw + (mask_truth ? 2 * mh * mw + 1 : 0);
+  const int64_t detections = !u.training && masks ? d * per_detection : 0;
+  TORCH_CHECK(outputs.size(1) == 1 + 6 * a + slots * columns + detections, "Faster R-CNN outputs of ",
+              outputs.size(1), " values do not fit ", a, " anchors of a ", height, "x", width, " input");
+  u.box_encodings = outputs.narrow(1, 1, 4 * a).view({batch, a, 4});
+  u.objectness = outputs.narrow(1, 1 + 4 * a, 2 * a).view({batch, a, 2});
+  const auto p = outputs.narrow(1, 1 + 6 * a, slots * columns).reshape({batch, slots, columns});
+  u.boxes = p.narrow(2, 0, 4);
+  u.valid = p.select(2, 4);
+  u.refined = p.narrow(2, 5, 4 * k).reshape({batch, slots, k, 4});
+  u.logits = p.narrow(2, 5 + 4 * k, k + 1);
+  if (u.training && masks) {
+    const int64_t at = 5 + 4 * k + k + 1;
+    u.mask_logits = p.narrow(2, at, mh * mw);
+    u.mask_targets = p.narrow(2, at + mh * mw, mh * mw);
+    u.mask_weights = p.select(2, at + 2 * mh * mw) * (u.valid > 0.5f).to(p.scalar_type());
+  }
+  if (detections > 0) {
+    const auto all = outputs.narrow(1, 1 + 6 * a + slots * columns, detections).reshape({batch, d, per_detection});
+    u.detections = all.narrow(2, 0, 7 + mh * mw);
+    if (mask_truth) {
+      const int64_t at = 7 + mh * mw;
+      u.mask_logits = all.narrow(2, at, mh * mw);
+      u.mask_targets = all.narrow(2, at + mh * mw, mh * mw);
+      u.mask_weights = all.select(2, at + 2 * mh * mw) * (all.select(2, 6) > 0.5f).to(all.scalar_type());
+    }
+  }
+  return u;
+}
+
+std::map<std::string, at::Tensor> FasterRcnnMetaArchitecture::loss(const at::Tensor& outputs, const InputShape& input,
+                                                                   const std::vector<at::Tensor>& gt_boxes,
+                                                                   const std::vector<at::Tensor>& gt_classes) {
+  const Unpacked u = unpack(outputs, input.height, input.width);
+  const auto scale = pixels(input.height, input.width, outputs.options());
+  std::vector<at::Tensor> gt;
+  for (const auto& b : gt_boxes) gt.push_back(b.to(outputs.device(), torch::kFloat) * scale);
+  const auto kept = detect::rpn_anchors(anchors(input.height, input.width), input.height, input.width, u.training,
+                                        config_.rpn);
+  const auto index = kept.index.to(outputs.device());
+  auto losses = detect::rpn_loss(u.box_encodings.index_select(1, index), u.objectness.index_select(1, index),
+                                 kept.boxes.to(outputs.device()), gt, config_.rpn);
+  std::vector<detect::ProposalTargets> targets;
+  std::vector<at::Tensor> refined, logits;
+  const int64_t k = config_.model.num_classes;
+  for (int64_t i = 0; i < outputs.size(0); ++i) {
+    const auto rows = (u.valid[i] > 0.5f).nonzero().view(-1);
+    const auto proposals = u.boxes[i].index_select(0, rows).detach();
+    const auto classes = gt_classes[static_cast<size_t>(i)].to(outputs.device());
+    if (u.training && config_.merge_multiple_label_boxes) {
+      // The OD API merges the training input's boxes (inputs.transform_input_data); merged here,
+      // where only this loss tells one box with two labels from two boxes. (The RPN's loss above
+      // is the same either way: identical boxes match the same anchors.)
+      const auto merged = detect::merge_boxes_with_multiple_labels(gt_boxes[static_cast<size_t>(i)], classes, k);
+      auto t = detect::assign_proposals(proposals, merged.boxes.to(outputs.device(), torch::kFloat) * scale,
+                                        merged.classes);
+      const auto matched = (t.match >= 0).unsqueeze(1).to(torch::kFloat);
+      const auto hot = merged.labels.size(0) > 0
+                           ? merged.labels.index_select(0, t.match.clamp_min(0)) * matched
+                           : torch::zeros({proposals.size(0), k}, proposals.options().dtype(torch::kFloat));
+      t.class_targets = torch::cat({1 - matched, hot}, 1);
+      targets.push_back(t);
+    } else {
+      targets.push_back(detect::assign_proposals(proposals, gt[static_cast<size_t>(i)], classes));
+    }
+    refined.push_back(u.refined[i].index_select(0, rows));
+    logits.push_back(u.logits[i].index_select(0, rows));
+  }
+  for (auto& [name, value] :
+       detect::box_classifier_loss(torch::cat(refined), torch::cat(logits), targets, config_.second_stage))
+    losses[name] = value;
+  // The mask loss of training's sampled proposals, or of evaluation's detections (forward_eval).
+  if (u.mask_logits.defined()) {
+    const int64_t mh = config_.model.mask_height, mw = config_.model.mask_width;
+    losses["BoxClassifierLoss/mask_loss"] =
+        detect::mask_loss(u.mask_logits.reshape({-1, mh, mw}), u.mask_targets.reshape({-1, mh, mw}).detach(),
+                          u.mask_weights.reshape({-1}), config_.mask_loss_weight);
+  }
+  return losses;
+}
+
+std::vector<detect::Detections> FasterRcnnMetaArchitecture::postprocess(const at::Tensor& outputs,
+                                                                       const InputShape& input) const {
+  torch::NoGradGuard no_grad;
+  const auto out = outputs.to(torch::kCPU, torch::kFloat);
+  const int64_t height = input.height > 0 ? input.height : input_.height;  // unset: the configured size
+  const int64_t width = input.height > 0 ? input.width : input_.width;
+  const Unpacked u = unpack(out, height, width);
+  std::vector<detect::Detections> result;
+  for (int64_t i = 0; i < out.size(0); ++i) {
+    int64_t h = height, w = width;
+    if (static_cast<size_t>(i) < input.image_sizes.size()) std::tie(h, w) = input.image_sizes[static_cast<size_t>(i)];
+    if (u.detections.defined()) {  // Mask R-CNN's third stage: detections normalised to the input
+      const auto d = u.detections[i];
+      const auto rows = (d.select(1, 6) > 0.5f).nonzero().view(-1);
+      const auto kept = d.index_select(0, rows);
+      const float sy = static_cast<float>(height) / static_cast<float>(h);
+      const float sx = static_cast<float>(width) / static_cast<float>(w);
+      detect::Detections det;
+      det.boxes = (kept.narrow(1, 0, 4) * torch::tensor({sy, sx, sy, sx})).clamp(0, 1).contiguous();
+      det.scores = kept.select(1, 4).contiguous();
+      det.classes = kept.select(1, 5).round().to(torch::kLong).contiguous();
+      det.masks = kept.narrow(1, 7, kept.size(1) - 7)
+                      .reshape({-1, config_.model.mask_height, config_.model.mask_width})
+                      .contiguous();
+      result.push_back(det);
+      continue;
+    }
+    const auto rows = (u.valid[i] > 0.5f).nonzero().view(-1);
+    result.push_back(detect::box_classifier_detections(u.refined[i].index_select(0, rows),
+                                                       u.logits[i].index_select(0, rows),
+                                                       u.boxes[i].index_select(0, rows), h, w, config_.nms,
+                                                       config_.score_converter));
+  }
+  return result;
+}
+
+bool FasterRcnnMetaArchitecture::is_prediction_head_parameter(const std::string& name) const {
+  return model_->is_prediction_head_parameter(name);
+}
+
+models::TfNameMap FasterRcnnMetaArchitecture::tf_name_map(const std::string& checkpoint_type) const {
+  const bool classification = checkpoint_type == "classification";
+  const detect::FasterRcnnModel model = model_;
+  return [model, classification](const std::string& name) { return model->tf_name(name, classification); };
+}
+
+std::map<std::string, std::string> FasterRcnnMetaArchitecture::signature() const {
+  std::map<std::string, std::string> s = {{"model", name()},
+                                          {"features_stride", std::to_string(config_.model.features_stride)},
+                                          {"anchors_per_location", std::to_string(config_.model.anchors_per_location)}};
+  if (config_.model.rfcn) s["box_predictor"] = "rfcn";
+  if (config_.model.predict_instance_masks)
+    s["masks"] = std::to_string(config_.model.mask_height) + "x" + std::to_string(config_.model.mask_width);
+  return s;
+}
+
+std::string FasterRcnnMetaArchitecture::describe() const {
+  return fmt::format("{} {} ({} classes, stride {}, {} anchors per location, {} proposals{})",
+                     config_.model.rfcn ? "faster_rcnn (R-FCN)" : "faster_rcnn", name(),
+                     config_.model.num_classes, config_.model.features_stride, config_.model.anchors_per_location,
+                     config_.rpn.max_proposals,
+                     config_.model.predict_instance_masks
+                         ? fmt::format(", {}x{} masks", config_.model.mask_height, config_.model.mask_width)
+                         : std::string());
+}
+
+void FasterRcnnMetaArchitecture::export_onnx(const std::string&, bool) {
+  throw Error("ONNX export of faster_rcnn is not implemented: its second stage crops a data-dependent number of "
+              "proposals (export the TensorFlow checkpoint, or use an SSD config for ONNX)");
+}
+
+MetaArchitectureEntry faster_rcnn_meta_architecture() { return {"faster_rcnn", parse_faster_rcnn}; }
+
+}  // namespace orchard::tasks

@@ -1,0 +1,240 @@
+// The SSD network of the TF Object Detection API's `ssd` meta-architecture: a base network, the
+// feature maps built on it, and the box predictor. The feature extractor (feature_extractor.type,
+// with the parser's _fpn / _ppn / _mnasfpn / _keras suffixes already split off: SsdModelOptions)
+// is a row of ssd_model.cc's kLayouts (TF's feature_map_layout: the base maps, the extra layers'
+// depths and kernels, the FPN blocks, TF-Slim's scope) plus the base network's own branches in the
+// constructor, feature_maps and tf_name (and feature_map_sizes where its strides differ). Base
+// networks (orchard/models): TF-Slim's MobileNetV1 (ssd_mobilenet_v1, embedded_ssd_mobilenet_v1),
+// MobileNetV2 (ssd_mobilenet_v2), MobileNetV3 and MobileNet-EdgeTPU (ssd_mobilenet_v3_large|small,
+// ssd_mobilenet_edgetpu), the MobileDets (ssd_mobiledet_cpu|dsp|edgetpu|gpu), Inception-v2 and -v3
+// (ssd_inception_v2|v3) and TF-Slim's ResNet-v1 50/101 (ssd_resnet50_v1, ssd_resnet101_v1: FPN only).
+//
+// Feature maps, one of four kinds:
+//   multi_resolution_feature_maps (the default): the layout's base maps, then extra layers, each
+//     a 1x1 conv to depth/2 and a k x k (3 unless the layout says) stride-2 conv to depth, conv +
+//     BN + ReLU6; with use_depthwise the strided conv is depthwise, then a 1x1 conv. E.g. at 300x300,
+//     depth_multiplier 1:
+//       ssd_mobilenet_v2  0 layer_15/expansion_output [B, 576, 19, 19], 1 layer_19 [B, 1280, 10, 10]
+//       ssd_mobilenet_v1  0 Conv2d_11_pointwise [B, 512, 19, 19], 1 Conv2d_13_pointwise [B, 1024, 10, 10]
+//       then 2..5 extra layers of depth 512, 256, 256, 128 -> [B, 512, 5, 5] ... [B, 128, 1, 1].
+//     ssd_inception_v3 has three base maps (Mixed_5d, Mixed_6e, Mixed_7c); embedded_ssd_mobilenet_v1
+//     five maps, the last extra layer's strided conv 2x2.
+//   FPN (SsdFpnOptions, the *_fpn types): the top-down pathway (detect/fpn.h) over the base maps of
+//     levels min_level..5, bottom-up stride-2 layers above level 5.
+//   PPN (ssd_mobilenet_v1_ppn): Conv2d_11_pointwise, each next map a 2x2 stride-2 max pool of the
+//     one before.
+//   MnasFPN (ssd_mobilenet_v2_mnasfpn): detect/mnasfpn.h over MobileNetV2's layer_7, 14, 18.
+// Box predictor: convolutional_box_predictor, a box head and a class head per feature map (one
+// kernel_size x kernel_size conv with bias, 'SAME', no BN and no activation; SSDLite's
+// (convolutional_box_predictor.use_depthwise) a kernel_size x kernel_size depthwise conv + BN +
+// ReLU6, then a 1x1 conv with bias); or weight_shared_convolutional_box_predictor
+// (detect/weight_shared_predictor.h), one set of towers and heads for every map.
+// Strided convolutions are padded as TF's 'SAME', or with use_explicit_padding as the OD API's
+// fixed_padding then 'VALID': MobileNetV1/V2/V3/EdgeTPU's and the extra and FPN bottom-up layers'
+// (the Inception and ResNet bases keep their own padding; the MobileDets and MnasFPN refuse it).
+//
+// Parameter (and buffer) names:
+//   backbone.*                 the base network with its own module names: for MobileNetV2
+//                              torchvision's features.* without the classifier, so a torchvision
+//                              state dict's or a classification checkpoint's features.* load under
+//                              the prefix "backbone."; the other bases models::MobileNetV1's,
+//                              MobileNetV3's, MobileDet's, InceptionV2's, InceptionV3's, ResNet's.
+//   TensorFlow names            tf_name(): the OD API's (FeatureExtractor/<backbone_scope()>/...,
+//                              BoxPredictor_N/..., WeightSharedConvolutionalBoxPredictor/...), for
+//                              its checkpoints in and out.
+//   extras.K.*                 the extra layer making feature map K + (number of base maps):
+//                              extras.K.0.{0,1} the 1x1 conv and its BN, extras.K.1.{0,1} the
+//                              strided conv and its BN (use_depthwise: extras.K.1 depthwise
+//                              stride 2, extras.K.2 pointwise 1x1).
+//   box_heads.N.{weight,bias}  the box prediction head of feature map N.
+//   class_heads.N.{weight,bias} the class prediction head of feature map N.
+//   box_depthwise.N.{0,1}.*, class_depthwise.N.{0,1}.*  SSDLite's depthwise conv and its BN
+//                              before box_heads.N / class_heads.N (then 1x1).
+//   fpn.*, bottom_up.<j>.*     the FPN (SsdFpnOptions); mnasfpn.* MnasFPN; predictor.* the
+//                              weight-shared box predictor (detect/weight_shared_predictor.h)
+//                              instead of the heads.
+// "The box and class prediction heads" are exactly the parameters under box_heads.,
+// class_heads., box_depthwise., class_depthwise. and predictor. (the weight-shared predictor with
+// its towers: the OD API's BoxPredictor scope) (is_prediction_head_parameter):
+// fine_tune_checkpoint_type "detection" restores everything else, the feature extractor.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/pimpl.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "orchard/detect/feature_extractors/fpn.h"
+#include "orchard/detect/feature_extractors/mnasfpn.h"
+#include "orchard/detect/heads/weight_shared_predictor.h"
+#include "orchard/models/inception_v2.h"
+#include "orchard/models/inception_v3.h"
+#include "orchard/models/mobilenet_v1.h"
+#include "orchard/models/mobilenet_v2.h"
+#include "orchard/models/mobiledet.h"
+#include "orchard/models/mobilenet_v3.h"
+
+namespace orchard::detect {
+
+// Building blocks shared with orchard/models (declared in models/mobilenet_v2.h; batch_norm in
+// models/resnet.h). Every batch norm of the base networks and the SSD layers runs through
+// models::batch_norm, so models::set_batch_norm_override (synchronized batch norm) covers them too.
+using models::batch_norm;
+using models::conv2d_tf_same;
+using models::ConvNormActivation;
+using models::ConvNormActivationImpl;
+using models::ConvNormActivationOptions;
+using models::make_divisible;
+using models::MobileNetV2;
+using models::MobileNetV2Endpoint;
+using models::MobileNetV2Impl;
+using models::MobileNetV2Options;
+using models::parse_mobilenet_v2_endpoint;
+
+// True for the feature extractors this model builds: the kLayouts types (SsdModelOptions::
+// feature_extractor, without the _fpn / _ppn / _mnasfpn / _keras suffixes), MobileNets or not.
+bool is_ssd_mobilenet_feature_extractor(const std::string& type);
+
+// The FPN feature extractors (ssd_mobilenet_v1_fpn, ssd_mobilenet_v2_fpn, ssd_resnet50_v1_fpn,
+// ssd_resnet101_v1_fpn): feature maps at levels min_level..max_level (stride 2^level), the base
+// network's maps of levels up to 5 through the top-down pathway (detect/fpn.h), the levels above
+// by 3x3 stride-2 conv + BN + ReLU6 layers on the coarsest (use_depthwise: separable; TF
+// fpn/bottom_up_Conv2d_<14|20 + j> for the MobileNets, fpn/bottom_up_block<5 + j> for the
+// ResNets), every map depth(additional_layer_depth) channels. MnasFPN uses min_level, max_level
+// and additional_layer_depth too.
+struct SsdFpnOptions {
+  bool enabled = false;
+  int min_level = 3, max_level = 7;
+  int64_t additional_layer_depth = 256;
+};
+
+struct SsdModelOptions {
+  // The feature extractor, a row of ssd_model.cc's kLayouts: "ssd_mobilenet_v2",
+  // "ssd_mobilenet_v1", "embedded_ssd_mobilenet_v1", "ssd_mobilenet_v3_large",
+  // "ssd_mobilenet_v3_small", "ssd_mobilenet_edgetpu", "ssd_mobiledet_cpu|dsp|edgetpu|gpu",
+  // "ssd_inception_v2", "ssd_inception_v3", or with fpn only "ssd_resnet50_v1" /
+  // "ssd_resnet101_v1" (TF-Slim's resnet_v1, RetinaNet). pipeline.config's _fpn, _ppn and _mnasfpn
+  // are `fpn`, `ppn` and `mnasfpn` below.
+  std::string feature_extractor = "ssd_mobilenet_v2";
+  SsdFpnOptions fpn;
+  // ssd_mobilenet_v1_ppn (pooling_pyramid_feature_maps, base_feature_map_depth 0): the first
+  // feature map is Conv2d_11_pointwise, each next one a 2x2 stride-2 'SAME' max pool of it.
+  bool ppn = false;
+  // ssd_mobilenet_v2_mnasfpn: MobileNetV2 to layer_18, MnasFPN (mnasfpn.h) over layer_7,
+  // layer_14, layer_18 at fpn levels 3..6 with fpn.additional_layer_depth channels.
+  bool mnasfpn = false;
+  // weight_shared_convolutional_box_predictor; unset: convolutional_box_predictor. Its
+  // in_channels, num_levels, anchors_per_location, num_class_slots and box_code_size are the
+  // model's.
+  std::optional<WeightSharedPredictorOptions> weight_shared;
+  int64_t num_classes = 90;  // without background; class outputs have num_classes + 1 columns (0 = background)
+  double depth_multiplier = 1.0;
+  int64_t min_depth = 16;
+  // Anchors per cell of each feature map, from the anchor generator; its length is the number
+  // of feature maps, as TF's num_layers (1..6; with fpn max_level - min_level + 1; MnasFPN 4).
+  std::vector<int64_t> anchors_per_location{3, 6, 6, 6, 6, 6};
+  int64_t box_code_size = 4;  // convolutional_box_predictor
+  int64_t kernel_size = 1;
+  bool use_dropout = false;  // before the class heads only, as TF's ConvolutionalBoxPredictor
+  double dropout_keep_probability = 0.8;
+  double class_prediction_bias_init = 0.0;
+  double bn_momentum = 0.0003, bn_eps = 0.001;  // TF batch_norm decay 0.9997, epsilon 0.001
+  double init_stddev = 0.03;                    // truncated_normal_initializer (extras and heads)
+  bool use_depthwise = false;                   // the feature extractor's: separable convs in the extra and FPN layers
+  // feature_extractor.use_explicit_padding: the strided convolutions of the MobileNet bases and of
+  // the extra and FPN bottom-up layers padded (k - 1) / 2 on each side (ops.fixed_padding, then
+  // 'VALID') instead of TF's 'SAME' (see the top of this file for the other bases).
+  bool use_explicit_padding = false;
+  // freeze_batchnorm: every batch norm runs as in inference while training (the moving
+  // statistics normalise and are not updated; gamma and beta still train), as the OD API's
+  // is_training=False batch norms.
+  bool freeze_batchnorm = false;
+  // feature_extractor.pad_to_multiple: the input padded with zeros at the bottom/right to a
+  // multiple of this before the base network (ops.pad_to_multiple).
+  int64_t pad_to_multiple = 1;
+  // convolutional_box_predictor.use_depthwise (SSDLite): each head a depthwise
+  // kernel_size x kernel_size conv + BN + ReLU6, then a 1x1 conv.
+  bool depthwise_heads = false;
+  double head_bn_momentum = 0.0003, head_bn_eps = 0.001;  // the box predictor's conv_hyperparams
+};
+
+// True for the parameters of the box predictor ("box_heads.*", "class_heads.*", SSDLite's
+// "box_depthwise.*", "class_depthwise.*", the weight-shared "predictor.*"), the ones a
+// "detection" fine-tune checkpoint does not restore.
+bool is_prediction_head_parameter(const std::string& name);
+
+class SsdModelImpl : public torch::nn::Module {
+ public:
+  explicit SsdModelImpl(const SsdModelOptions& options);
+  // images [B, 3, H, W] float32 (channels_last welcome), already scaled to [-1, 1] as TF's
+  // MobileNet preprocessing does (2/255 * x - 1; the ResNet bases turn it back into RGB minus the
+  // ImageNet means themselves). Returns [B, A, box_code_size + num_classes + 1]
+  // float32: per anchor the box encodings (ty, tx, th, tw) then the class logits (column
+  // box_code_size is background). Anchors are ordered feature map by feature map, then cell
+  // (row-major: y, then x), then the anchors of the cell: the anchor generator's order.
+  torch::Tensor forward(const torch::Tensor& images);
+  // As Module::train, leaving the batch norms in inference mode under freeze_batchnorm.
+  void train(bool on = true) override;
+  // The feature maps the heads see, [B, C_i, H_i, W_i].
+  std::vector<torch::Tensor> feature_maps(const torch::Tensor& images);
+  // Feature map sizes (height, width) for an input size, e.g. 300x300 -> {19,19}, {10,10},
+  // {5,5}, {3,3}, {2,2}, {1,1}.
+  std::vector<std::pair<int64_t, int64_t>> feature_map_sizes(int64_t height, int64_t width) const;
+  // Channels of each feature map (ssd_mobilenet_v2 at depth_multiplier 1: 576, 1280, 512, 256, 256,
+  // 128).
+  const std::vector<int64_t>& feature_map_channels() const { return channels_; }
+  const SsdModelOptions& options() const { return options_; }
+  // ssd_mobilenet_v2 (and its FPN and MnasFPN): the MobileNetV2 endpoints taken as the base maps
+  // (layer_15/expansion_output, layer_19 without FPN); empty for every other base network.
+  const std::vector<MobileNetV2Endpoint>& base_endpoints() const { return base_endpoints_; }
+  // ssd_mobilenet_v1 (also its FPN and PPN) and embedded_ssd_mobilenet_v1: the MobileNetV1 layers
+  // taken as the base maps (11, 13 without FPN); empty for every other base network.
+  const std::vector<int64_t>& base_layers() const { return base_layers_; }
+  // TF-Slim's scope of the base network (the kLayouts row's): "MobilenetV2", "MobilenetV1",
+  // "MobilenetV3", "MobilenetEdgeTPU", "MobileDetCPU" ..., "InceptionV2", "InceptionV3",
+  // "resnet_v1_50" or "resnet_v1_101".
+  std::string backbone_scope() const;
+
+  // The TF OD API's name of a variable (as in the zoo's model.ckpt): backbone.* under
+  // `backbone_scope` ("FeatureExtractor/MobilenetV2"; "MobilenetV2" for a TF-Slim
+  // classification checkpoint), extras.<j> "<last base layer>_1_Conv2d_<m>_1x1_<depth/2>" and
+  // "<last base layer>_2_Conv2d_<m>_<k>x<k>_s2_<depth>" (+ "_depthwise"; m = j + the number of
+  // base maps: ssd_mobilenet_v2's layer_19_1_Conv2d_2_1x1_256), box_heads.<i> / class_heads.<i>
+  // "BoxPredictor_<i>/BoxEncodingPredictor" / "ClassPredictor", box_depthwise.<i> /
+  // class_depthwise.<i> the same + "_depthwise" (depthwise_weights, BatchNorm), fpn.* and
+  // bottom_up.<j> under "FeatureExtractor/<scope>/fpn", mnasfpn.* under "FeatureExtractor/MnasFPN",
+  // predictor.* "WeightSharedConvolutionalBoxPredictor/...".
+  // `backbone_scope` empty: "FeatureExtractor/" + backbone_scope().
+  std::optional<models::TfName> tf_name(const std::string& name, const std::string& backbone_scope = "") const;
+
+ private:
+  void init_extra_layers_(double stddev);
+
+  SsdModelOptions options_;
+  std::vector<MobileNetV2Endpoint> base_endpoints_;
+  std::vector<int64_t> base_layers_;
+  std::vector<int64_t> channels_;
+  MobileNetV2 backbone_{nullptr};
+  models::MobileNetV1 backbone_v1_{nullptr};
+  models::MobileNetV3 backbone_v3_{nullptr};
+  models::InceptionV3 backbone_inception_{nullptr};
+  models::MobileDet backbone_mobiledet_{nullptr};
+  models::InceptionV2 backbone_inception_v2_{nullptr};
+  MnasFpn mnasfpn_{nullptr};
+  std::vector<models::MobileNetV3Endpoint> base_endpoints_v3_;
+  models::ResNet backbone_resnet_{nullptr};
+  std::vector<int> resnet_stages_;  // the stages (1..4) taken as the FPN's base maps
+  torch::nn::ModuleList extras_{nullptr};
+  torch::nn::ModuleList box_heads_{nullptr};
+  torch::nn::ModuleList class_heads_{nullptr};
+  torch::nn::ModuleList box_depthwise_{nullptr}, class_depthwise_{nullptr};  // SSDLite
+  FpnTopDown fpn_{nullptr};
+  torch::nn::ModuleList bottom_up_{nullptr};  // FPN levels above 5
+  WeightSharedPredictor predictor_{nullptr};
+};
+TORCH_MODULE(SsdModel);
+
+}  // namespace orchard::detect
