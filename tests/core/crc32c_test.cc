@@ -66,7 +66,9 @@ TEST(Crc32c, MaskIsTensorFlowsRotateAndAdd) {
   EXPECT_EQ(crc32c::mask(0x00008000u), 0xa282ead9u);
   for (uint32_t v : {0u, 1u, 0xE3069283u, 0xffffffffu, 0x12345678u}) {
     EXPECT_EQ(crc32c::unmask(crc32c::mask(v)), v);
-    if (v) EXPECT_NE(crc32c::mask(v), v);
+    if (v) {
+      EXPECT_NE(crc32c::mask(v), v);
+    }
   }
 }
 

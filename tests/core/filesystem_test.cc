@@ -81,7 +81,8 @@ TEST(FileSystem, LocalGlobAndPrefix) {
     write_file(join(dir.str(), name), name);
   const std::string d = dir.str() + "/";
   EXPECT_EQ(
-      glob(d + "train-?????-of-00003"),
+      glob(d + "train-?????"
+                   "-of-00003"),
       (std::vector<std::string>{d + "train-00000-of-00003", d + "train-00001-of-00003", d + "train-00002-of-00003"}));
   EXPECT_EQ(glob(d + "train-0000[02]-of-*"),
             (std::vector<std::string>{d + "train-00000-of-00003", d + "train-00002-of-00003"}));
