@@ -18,6 +18,15 @@
 #              tests/core/thread_pool_test.cc   the thread pool
 #              tests/data/pipeline_test.cc      the input pipeline: readers, parse workers, the
 #                                               batch queue, cancellation, resume
+# Cost, measured 2026-12-07 on the shared 2-core machine at load 10-22 (so CPU seconds; wall
+# was 10-20 times longer): clang -O1 of the protoc output (uninstrumented, in both directories)
+# 78 CPU-s for 26 of its 38 files, so about 110; orchard_core under ASan + UBSan 73 CPU-s for 16
+# of its 20 files. Estimated from those (the rest did not finish that day): address about
+# 350 CPU-s, thread about 500 CPU-s (orchard_data's 13 libtorch files the most), i.e. about
+# 7-8 minutes cold on 2 idle cores with the test runs, at the budget (a warm ccache: not
+# measured; built directories: the test runs only). The next cut, if needed: build the address
+# tests in build-fuzz/, whose libraries fuzz_smoke already compiles with ASan + UBSan (about
+# 200 CPU-s less).
 # Left out (each would need the libtorch layers above data/ compiled a second time, 150+
 # translation units, far over the budget): the models, tasks, train, engine, golden and CLI
 # tests, so the data-parallel (c10d Gloo) runs too, which only the CLI tests exercise, in

@@ -82,7 +82,7 @@ TEST(FileSystem, LocalGlobAndPrefix) {
   const std::string d = dir.str() + "/";
   EXPECT_EQ(
       glob(d + "train-?????"
-                   "-of-00003"),
+               "-of-00003"),
       (std::vector<std::string>{d + "train-00000-of-00003", d + "train-00001-of-00003", d + "train-00002-of-00003"}));
   EXPECT_EQ(glob(d + "train-0000[02]-of-*"),
             (std::vector<std::string>{d + "train-00000-of-00003", d + "train-00002-of-00003"}));

@@ -20,8 +20,9 @@ TEST(ShapesConfig, IsAValidStrictConfigAndTheCommittedSampleMatches) {
   EXPECT_EQ(config.model().ssd().num_classes(), 3);
   EXPECT_EQ(config.model().ssd().image_resizer().fixed_shape_resizer().height(), 96);  // at least 96
   EXPECT_EQ(shapes_pipeline_config("/d", 128).find("height: 128") != std::string::npos, true);
-  EXPECT_EQ(config.train_input_reader().tf_record_input_reader().input_path(0), "/data/shapes/train-?????"
-                                                                                "-of-?????");
+  EXPECT_EQ(config.train_input_reader().tf_record_input_reader().input_path(0),
+            "/data/shapes/train-?????"
+            "-of-?????");
   // configs/ssd_mobilenet_v2_shapes.config is this text with the placeholder path.
   EXPECT_EQ(read_file(ORCHARD_TEST_FIXTURES "/../../configs/ssd_mobilenet_v2_shapes.config"),
             shapes_pipeline_config("PATH_TO_BE_CONFIGURED", 64));
