@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "orchard/models/layer_aliases.h"  // models::set_batch_norm_override
 #include "orchard/models/mobilenet_v2.h"
 #include "orchard/models/mobilenet_v3.h"
 

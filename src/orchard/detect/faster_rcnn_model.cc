@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "orchard/detect/crop_and_resize.h"
-#include "orchard/models/mobilenet_v2.h"  // truncated_normal_
+#include "orchard/models/layer_aliases.h"  // models::truncated_normal_
 
 namespace orchard::detect {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "orchard/models/mobilenet_v2.h"
+#include "orchard/models/layer_aliases.h"  // models::ConvNormActivation, conv2d_tf_same
 
 namespace orchard::detect {
 

@@ -7,8 +7,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "orchard/models/mobilenet_v2.h"
-#include "orchard/models/resnet.h"
+#include "orchard/models/layer_aliases.h"  // models::batch_norm, conv2d_tf_same, ...
 
 namespace orchard::detect {
 namespace {

@@ -9,12 +9,15 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "orchard/layers/init.h"
+#include "orchard/models/layer_aliases.h"  // models::make_divisible
+
 namespace orchard::detect {
 namespace {
 
 namespace F = torch::nn::functional;
 
-using models::truncated_normal_;
+using layers::truncated_normal_;
 
 // TF's feature_map_layout of each feature extractor: the base layers taken as the first feature
 // maps, and the depths of the extra layers.

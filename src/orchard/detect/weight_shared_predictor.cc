@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "orchard/models/mobilenet_v2.h"
+#include "orchard/models/layer_aliases.h"  // models::conv2d_tf_same, batch_norm, truncated_normal_
 
 namespace orchard::detect {
 namespace {

@@ -11,6 +11,7 @@
 #include "orchard/core/files.h"
 #include "orchard/detect/ssd_model.h"
 #include "orchard/models/inception_v3.h"
+#include "orchard/models/layer_aliases.h"  // models::ConvNormActivationImpl
 #include "orchard/models/mobilenet_v2.h"
 #include "orchard/models/resnet.h"
 

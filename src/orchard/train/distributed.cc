@@ -18,7 +18,7 @@
 #include <mutex>
 
 #include "orchard/core/error.h"
-#include "orchard/models/resnet.h"
+#include "orchard/models/layer_aliases.h"  // models::set_batch_norm_override
 
 namespace orchard::train {
 namespace {
