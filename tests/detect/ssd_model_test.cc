@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "orchard/layers/batch_norm.h"
+#include "orchard/layers/depth.h"
+#include "orchard/layers/tf_same.h"
 #include "orchard/models/mobilenet_v2.h"
 #include "orchard/models/mobilenet_v3.h"
 
@@ -1443,7 +1446,7 @@ TEST(SsdModel, EveryBatchNormGoesThroughTheOverride) {
     if (m->as<torch::nn::BatchNorm2d>()) ++bns;
   EXPECT_EQ(bns, 52 + 8);  // backbone + extras
   int calls = 0;
-  models::set_batch_norm_override([&calls](torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
+  layers::set_batch_norm_override([&calls](torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
     ++calls;
     return bn.forward(x);
   });
@@ -1454,7 +1457,7 @@ TEST(SsdModel, EveryBatchNormGoesThroughTheOverride) {
   calls = 0;
   model->forward(torch::rand({1, 3, 64, 64}));
   EXPECT_EQ(calls, 0);
-  models::set_batch_norm_override({});
+  layers::set_batch_norm_override({});
 }
 
 }  // namespace

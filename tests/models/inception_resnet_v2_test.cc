@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "orchard/models/resnet.h"  // set_batch_norm_override
+#include "orchard/layers/batch_norm.h"
 
 namespace orchard::models {
 namespace {
@@ -377,14 +377,14 @@ TEST(InceptionResnetV2, EveryBatchNormThroughTheOverride) {
   auto& net = second_stage();
   net->train();
   int calls = 0;
-  set_batch_norm_override([&](torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
+  layers::set_batch_norm_override([&](torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
     ++calls;
     EXPECT_TRUE(bn.weight.defined());
     return torch::batch_norm(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, true, 0.0, bn.options.eps(),
                              false);
   });
   const auto y = net->forward(torch::randn({2, 1088, 5, 5}));
-  set_batch_norm_override({});
+  layers::set_batch_norm_override({});
   net->eval();
   EXPECT_EQ(y.sizes().vec(), (Sizes{2, 1536, 2, 2}));
   EXPECT_EQ(calls, kSecondStageUnits);

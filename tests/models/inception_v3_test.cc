@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "orchard/core/error.h"
+#include "orchard/layers/batch_norm.h"
 #include "orchard/models/registry.h"
-#include "orchard/models/resnet.h"  // set_batch_norm_override
 
 namespace orchard::models {
 namespace {
@@ -343,7 +343,7 @@ TEST(InceptionV3, FeatureModeForwardReturnsPooledFeatures) {
   EXPECT_NEAR(kept_fraction, 0.5, 0.1);
 }
 
-// Also: every batch norm goes through models::batch_norm, so --sync_bn's override covers them
+// Also: every batch norm goes through layers::batch_norm, so --sync_bn's override covers them
 // all (one 299x299 training forward serves both checks).
 TEST(InceptionV3, AuxOnlyInTrainingAndEveryBatchNormThroughTheOverride) {
   torch::manual_seed(0);
@@ -351,12 +351,12 @@ TEST(InceptionV3, AuxOnlyInTrainingAndEveryBatchNormThroughTheOverride) {
   model->train();
   const auto x = torch::randn({2, 3, 299, 299});
   int calls = 0;
-  set_batch_norm_override([&](torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& in) {
+  layers::set_batch_norm_override([&](torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& in) {
     ++calls;
     return bn.forward(in);
   });
   const auto out = model->forward_with_aux(x);
-  set_batch_norm_override({});
+  layers::set_batch_norm_override({});
   EXPECT_EQ(calls, kNumBatchNorms);
   EXPECT_EQ(out.logits.sizes().vec(), (Sizes{2, 7}));
   ASSERT_TRUE(out.aux.defined());

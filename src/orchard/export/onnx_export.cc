@@ -11,6 +11,8 @@
 #include "orchard/core/files.h"
 #include "orchard/detect/meta_arch/ssd_model.h"
 #include "orchard/models/inception_v3.h"
+#include "orchard/layers/conv_norm_activation.h"
+#include "orchard/layers/tf_same.h"
 #include "orchard/models/mobilenet_v2.h"
 #include "orchard/models/resnet.h"
 
@@ -280,11 +282,11 @@ class InceptionWriter {
 // Written as far as the deepest of `wanted` (TF-Slim's endpoints); returns their outputs.
 Pads same_pads(int64_t h, int64_t w, const torch::nn::detail::ConvNdOptions<2>& o);
 
-// The models::ConvNormActivation `name` on x, an h x w map (TF 'SAME' padding depends on it);
+// The layers::ConvNormActivation `name` on x, an h x w map (TF 'SAME' padding depends on it);
 // h and w become the output's size.
 std::string conv_bn_relu6(GraphBuilder& g, const ModuleIndex& modules, const std::string& name, const std::string& x,
                           int64_t& h, int64_t& w) {
-  auto& cna = modules.get<models::ConvNormActivationImpl>(name);
+  auto& cna = modules.get<layers::ConvNormActivationImpl>(name);
   const auto& o = cna.conv->options;
   const Pads pads = cna.options.tf_same_padding() ? same_pads(h, w, o) : GraphBuilder::symmetric_pads(name, o);
   h = (h + pads[0] + pads[2] - ((*o.kernel_size())[0] - 1) * (*o.dilation())[0] - 1) / (*o.stride())[0] + 1;
@@ -338,11 +340,11 @@ std::vector<std::string> mobilenet_v2_features(GraphBuilder& g, const ModuleInde
     std::string h = x;
     int c = 0;
     if (expansion) h = outputs[{i, true}] = conv_bn_relu6(p + std::to_string(c++), h);
-    auto& depthwise = modules.get<models::ConvNormActivationImpl>(p + std::to_string(c));
+    auto& depthwise = modules.get<layers::ConvNormActivationImpl>(p + std::to_string(c));
     h = conv_bn_relu6(p + std::to_string(c++), h);
     auto& project = modules.get<torch::nn::Conv2dImpl>(p + std::to_string(c));
     h = g.conv_bn(p + std::to_string(c), project, modules.get<torch::nn::BatchNorm2dImpl>(p + std::to_string(c + 1)), h);
-    const int64_t in = expansion ? modules.get<models::ConvNormActivationImpl>(p + "0").options.in_channels()
+    const int64_t in = expansion ? modules.get<layers::ConvNormActivationImpl>(p + "0").options.in_channels()
                                  : depthwise.options.in_channels();
     if (depthwise.options.stride() == 1 && in == project.options.out_channels()) {
       g.node("Add", {h, x}, p + "add");
@@ -371,7 +373,7 @@ std::string mobilenet_v2_body(GraphBuilder& g, models::MobileNetV2Impl& model, c
       .front();
 }
 
-// TF 'SAME' padding of `o` over an input of h x w, as models::conv2d_tf_same pads: the odd
+// TF 'SAME' padding of `o` over an input of h x w, as layers::conv2d_tf_same pads: the odd
 // pixel after.
 Pads same_pads(int64_t h, int64_t w, const torch::nn::detail::ConvNdOptions<2>& o) {
   Pads pads{};
@@ -513,7 +515,7 @@ void export_detection_onnx(detect::SsdModelImpl& model, const at::Tensor& anchor
       const std::string depthwise = std::string(head == std::string("box_heads.") ? "box_depthwise." : "class_depthwise.") +
                                     std::to_string(i);
       if (modules.has(depthwise)) {
-        auto& cna = modules.get<models::ConvNormActivationImpl>(depthwise);
+        auto& cna = modules.get<layers::ConvNormActivationImpl>(depthwise);
         in = g.relu6(g.conv_bn(depthwise, *cna.conv, *cna.bn, in, same_pads(h, w, cna.conv->options)));
       }
       auto& conv = modules.get<torch::nn::Conv2dImpl>(name);

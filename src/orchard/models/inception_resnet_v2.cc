@@ -7,8 +7,8 @@
 
 #include <stdexcept>
 
-#include "orchard/models/mobilenet_v2.h"  // conv2d_tf_same, max_pool2d_tf_same
-#include "orchard/models/resnet.h"        // batch_norm
+#include "orchard/layers/batch_norm.h"
+#include "orchard/layers/tf_same.h"
 
 namespace orchard::models {
 namespace {
@@ -46,7 +46,7 @@ class UnitImpl : public torch::nn::Module {
     bn = register_module("bn", BetaBatchNorm(out, o));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    return torch::relu(batch_norm(*bn, same_ ? conv2d_tf_same(*conv, x) : conv->forward(x)));
+    return torch::relu(layers::batch_norm(*bn, same_ ? layers::conv2d_tf_same(*conv, x) : conv->forward(x)));
   }
   torch::nn::Conv2d conv{nullptr};
   BetaBatchNorm bn{nullptr};
@@ -58,7 +58,7 @@ TORCH_MODULE(Unit);
 
 // A 3x3 max pool, 'SAME' (the padding never wins) or 'VALID'.
 torch::Tensor max_pool(const torch::Tensor& x, int64_t stride, bool same) {
-  return same ? max_pool2d_tf_same(x, 3, stride) : F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(stride));
+  return same ? layers::max_pool2d_tf_same(x, 3, stride) : F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(stride));
 }
 
 // One branch of a mixed layer or residual block: units and pools in order.
@@ -79,9 +79,7 @@ class BranchImpl : public torch::nn::Module {
   }
   // 3x3 stride-1 'SAME' average pool: TF leaves the padding out of the border averages.
   BranchImpl& avg_pool_3x3() {
-    steps_.push_back([](const torch::Tensor& x) {
-      return F::avg_pool2d(x, F::AvgPool2dFuncOptions(3).stride(1).padding(1).count_include_pad(false));
-    });
+    steps_.push_back([](const torch::Tensor& x) { return layers::avg_pool2d_tf_same(x, 3); });
     return *this;
   }
   torch::Tensor forward(torch::Tensor x) {

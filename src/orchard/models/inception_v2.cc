@@ -8,15 +8,22 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "orchard/models/mobilenet_v2.h"
-#include "orchard/models/resnet.h"
+#include "orchard/layers/activation.h"
+#include "orchard/layers/batch_norm.h"
+#include "orchard/layers/depth.h"
+#include "orchard/layers/init.h"
+#include "orchard/layers/tf_same.h"
 
 namespace orchard::models {
 namespace {
 
-namespace F = torch::nn::functional;
+using layers::batch_norm;
+using layers::conv2d_tf_same;
+using layers::max_pool2d_tf_same;
 
-torch::Tensor activation(const torch::Tensor& x, bool relu6) { return relu6 ? torch::clamp(x, 0.0, 6.0) : torch::relu(x); }
+torch::Tensor activation(const torch::Tensor& x, bool relu6) {
+  return layers::activate(relu6 ? layers::Activation::kRelu6 : layers::Activation::kRelu, x);
+}
 
 // slim.conv2d under the config's arg scope: conv ('SAME', no bias), batch norm, ReLU6 (or ReLU).
 class UnitImpl : public torch::nn::Module {
@@ -67,8 +74,8 @@ class BranchImpl : public torch::nn::Module {
     for (auto& s : steps_) {
       if (s.unit) x = s.unit->forward(x);
       else if (s.pool == Pool::kMax) x = max_pool2d_tf_same(x, 3, s.stride);
-      else  // 3x3 stride 1 'SAME' average pool: the padding left out of the border averages
-        x = F::avg_pool2d(x, F::AvgPool2dFuncOptions(3).stride(1).padding(1).count_include_pad(false));
+      else  // 3x3 stride 1 'SAME' average pool
+        x = layers::avg_pool2d_tf_same(x, 3);
     }
     return x;
   }
@@ -105,9 +112,7 @@ TORCH_MODULE(Mixed);
 
 InceptionV2Impl::InceptionV2Impl(const InceptionV2Options& o) {
   TORCH_CHECK(o.depth_multiplier > 0, "InceptionV2 depth_multiplier must be positive, got ", o.depth_multiplier);
-  const auto depth = [&](int64_t d) {
-    return std::max(static_cast<int64_t>(static_cast<double>(d) * o.depth_multiplier), o.min_depth);
-  };
+  const auto depth = [&](int64_t d) { return layers::scale_depth(d, o.depth_multiplier, o.min_depth); };
   static const std::vector<std::string> kMixed = {"Mixed_3b", "Mixed_3c", "Mixed_4a", "Mixed_4b", "Mixed_4c",
                                                   "Mixed_4d", "Mixed_4e", "Mixed_5a", "Mixed_5b", "Mixed_5c"};
   const auto first = std::find(kMixed.begin(), kMixed.end(), o.first_layer);
@@ -182,7 +187,7 @@ InceptionV2Impl::InceptionV2Impl(const InceptionV2Options& o) {
   for (auto& m : modules(/*include_self=*/false)) {
     if (auto* c = m->as<torch::nn::Conv2d>()) {
       if (o.relu6)
-        truncated_normal_(c->weight, o.init_stddev);
+        layers::truncated_normal_(c->weight, o.init_stddev);
       else  // slim.conv2d's default: xavier_initializer (uniform, fan average)
         torch::nn::init::xavier_uniform_(c->weight);
     } else if (auto* b = m->as<torch::nn::BatchNorm2d>()) {

@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "orchard/models/resnet.h"  // batch_norm
+#include "orchard/layers/activation.h"
+#include "orchard/layers/batch_norm.h"
+#include "orchard/layers/depth.h"
+#include "orchard/layers/tf_same.h"
 
 namespace orchard::models {
 namespace inception {
@@ -35,9 +38,7 @@ struct Norm {
 struct Depth {
   double multiplier = 1.0;
   int64_t min_depth = 16;
-  int64_t operator()(int64_t channels) const {
-    return std::max(static_cast<int64_t>(static_cast<double>(channels) * multiplier), min_depth);
-  }
+  int64_t operator()(int64_t channels) const { return layers::scale_depth(channels, multiplier, min_depth); }
 };
 
 class BasicConv2dImpl : public torch::nn::Module {
@@ -51,8 +52,8 @@ class BasicConv2dImpl : public torch::nn::Module {
         bn(register_module(
             "bn", torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(c.out).eps(norm.eps).momentum(norm.momentum)))) {}
   torch::Tensor forward(const torch::Tensor& x) {
-    auto y = batch_norm(*bn, conv->forward(x));
-    return relu6 ? torch::clamp(y, 0.0, 6.0) : torch::relu(y);
+    auto y = layers::batch_norm(*bn, conv->forward(x));
+    return layers::activate(relu6 ? layers::Activation::kRelu6 : layers::Activation::kRelu, y);
   }
 
   bool relu6;
@@ -69,7 +70,8 @@ std::shared_ptr<BasicConv2dImpl> basic(torch::nn::Module& parent, const std::str
 // The branch pools: 3x3, stride 1, 'SAME'. torchvision's border averages count the zero
 // padding (count_include_pad); TF-Slim's (`exclude_pad`) average only the pixels inside.
 torch::Tensor avg_pool_3x3_same(const torch::Tensor& x, bool exclude_pad) {
-  return F::avg_pool2d(x, F::AvgPool2dFuncOptions(3).stride(1).padding(1).count_include_pad(!exclude_pad));
+  if (exclude_pad) return layers::avg_pool2d_tf_same(x, 3);
+  return F::avg_pool2d(x, F::AvgPool2dFuncOptions(3).stride(1).padding(1).count_include_pad(true));
 }
 
 torch::Tensor max_pool_3x3_s2(const torch::Tensor& x) { return F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2)); }

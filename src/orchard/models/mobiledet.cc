@@ -10,20 +10,20 @@
 #include <map>
 #include <stdexcept>
 
-#include "orchard/models/mobilenet_v2.h"
-#include "orchard/models/resnet.h"
+#include "orchard/layers/activation.h"
+#include "orchard/layers/conv_norm_activation.h"
+#include "orchard/layers/depth.h"
+#include "orchard/layers/init.h"
+#include "orchard/layers/squeeze_excite.h"
 
 namespace orchard::models {
 namespace {
 
-enum class Kind { kStem, kIbnNoExpansion, kIbn, kFused, kTucker };
-enum class Act { kNone, kRelu6, kHardSwish };
+using layers::scale_filters;
+using layers::truncated_normal_;
+using Act = layers::Activation;  // kHardSwish: the OD API's _swish6, h * relu6(h + 3) / 6
 
-torch::Tensor activate(Act act, const torch::Tensor& x) {
-  if (act == Act::kRelu6) return torch::clamp(x, 0.0, 6.0);
-  if (act == Act::kHardSwish) return torch::hardswish(x);  // _swish6: h * relu6(h + 3) / 6
-  return x;
-}
+enum class Kind { kStem, kIbnNoExpansion, kIbn, kFused, kTucker };
 
 // One call of ssd_mobiledet_feature_extractor's block helpers, at depth multiplier 1.
 struct BlockDef {
@@ -88,50 +88,23 @@ const Variant& variant_of(const std::string& name) {
   TORCH_CHECK(false, "MobileDet variant '", name, "' is not one of cpu, dsp, edgetpu, gpu");
 }
 
-// ssd_mobiledet_feature_extractor._scale_filters.
-int64_t scale_filters(double filters, double multiplier) {
-  const auto rounded = static_cast<int64_t>(static_cast<int64_t>(filters) * multiplier / 8 + 0.5);
-  return std::max<int64_t>(rounded * 8, 8);
+// Convolution ('SAME', no bias) + batch norm + the activation: children "0" and "1".
+layers::ConvNormActivation conv_bn(int64_t in, int64_t out, int64_t kernel, int64_t stride, bool depthwise, Act act,
+                                   const MobileDetOptions& o) {
+  return layers::ConvNormActivation(layers::ConvNormActivationOptions(in, out, kernel)
+                                        .stride(stride)
+                                        .groups(depthwise ? in : 1)
+                                        .tf_same_padding(true)
+                                        .bn_momentum(o.bn_momentum)
+                                        .bn_eps(o.bn_eps)
+                                        .activation(act));
 }
 
-// Convolution ('SAME', no bias) + batch norm + activation: children "0" and "1".
-class ConvBnImpl : public torch::nn::Module {
- public:
-  ConvBnImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, bool depthwise, Act act,
-             const MobileDetOptions& o)
-      : act_(act) {
-    conv_ = register_module(
-        "0", torch::nn::Conv2d(
-                 torch::nn::Conv2dOptions(in, out, kernel).stride(stride).groups(depthwise ? in : 1).bias(false)));
-    bn_ = register_module(
-        "1", torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(out).momentum(o.bn_momentum).eps(o.bn_eps)));
-  }
-  torch::Tensor forward(const torch::Tensor& x) { return activate(act_, batch_norm(*bn_, conv2d_tf_same(*conv_, x))); }
-
- private:
-  Act act_;
-  torch::nn::Conv2d conv_{nullptr};
-  torch::nn::BatchNorm2d bn_{nullptr};
-};
-TORCH_MODULE(ConvBn);
-
 // _squeeze_and_excite: global mean, 1x1 (bias) + the block's activation, 1x1 (bias) + sigmoid.
-class SqueezeExciteImpl : public torch::nn::Module {
- public:
-  SqueezeExciteImpl(int64_t channels, int64_t hidden, Act act) : act_(act) {
-    fc1_ = register_module("fc1", torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, hidden, 1)));
-    fc2_ = register_module("fc2", torch::nn::Conv2d(torch::nn::Conv2dOptions(hidden, channels, 1)));
-  }
-  torch::Tensor forward(const torch::Tensor& x) {
-    const auto s = activate(act_, fc1_->forward(x.mean({2, 3}, /*keepdim=*/true)));
-    return x * torch::sigmoid(fc2_->forward(s));
-  }
-
- private:
-  Act act_;
-  torch::nn::Conv2d fc1_{nullptr}, fc2_{nullptr};
-};
-TORCH_MODULE(SqueezeExcite);
+layers::SqueezeExcite squeeze_excite(int64_t channels, int64_t hidden, Act act) {
+  return layers::SqueezeExcite(
+      layers::SqueezeExciteOptions(channels, hidden).inner(act).gate(layers::Activation::kSigmoid));
+}
 
 class BlockImpl : public torch::nn::Module {
  public:
@@ -140,35 +113,35 @@ class BlockImpl : public torch::nn::Module {
     TORCH_CHECK(!d.residual || (d.stride == 1 && in == out), "MobileDet: a residual block must keep its shape");
     switch (d.kind) {
       case Kind::kStem:
-        add("conv", ConvBn(in, out, d.kernel, d.stride, false, act, o));
+        add("conv", conv_bn(in, out, d.kernel, d.stride, false, act, o));
         return;
       case Kind::kIbnNoExpansion:
-        add("depthwise", ConvBn(in, in, d.kernel, d.stride, true, act, o));
-        if (se) se_ = register_module("se", SqueezeExcite(in, scale_filters(in, 0.25), act));
+        add("depthwise", conv_bn(in, in, d.kernel, d.stride, true, act, o));
+        if (se) se_ = register_module("se", squeeze_excite(in, scale_filters(in, 0.25), act));
         break;
       case Kind::kIbn: {
         const auto e = static_cast<int64_t>(static_cast<double>(in) * d.expansion);
-        add("expand", ConvBn(in, e, 1, 1, false, act, o));
-        add("depthwise", ConvBn(e, e, d.kernel, d.stride, true, act, o));
-        if (se) se_ = register_module("se", SqueezeExcite(e, scale_filters(e, 0.25), act));
+        add("expand", conv_bn(in, e, 1, 1, false, act, o));
+        add("depthwise", conv_bn(e, e, d.kernel, d.stride, true, act, o));
+        if (se) se_ = register_module("se", squeeze_excite(e, scale_filters(e, 0.25), act));
         in = e;
         break;
       }
       case Kind::kFused: {
         const auto e = static_cast<int64_t>(static_cast<double>(in) * d.expansion);
-        add("expand", ConvBn(in, e, d.kernel, d.stride, false, act, o));
+        add("expand", conv_bn(in, e, d.kernel, d.stride, false, act, o));
         in = e;
         break;
       }
       case Kind::kTucker: {
         const int64_t rank_in = scale_filters(in, d.expansion), rank_out = scale_filters(out, d.output_rank);
-        add("reduce", ConvBn(in, rank_in, 1, 1, false, act, o));
-        add("core", ConvBn(rank_in, rank_out, d.kernel, d.stride, false, act, o));
+        add("reduce", conv_bn(in, rank_in, 1, 1, false, act, o));
+        add("core", conv_bn(rank_in, rank_out, d.kernel, d.stride, false, act, o));
         in = rank_out;
         break;
       }
     }
-    add("project", ConvBn(in, out, 1, 1, false, Act::kNone, o));
+    add("project", conv_bn(in, out, 1, 1, false, Act::kNone, o));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     torch::Tensor h = x;
@@ -180,14 +153,14 @@ class BlockImpl : public torch::nn::Module {
   }
 
  private:
-  void add(const std::string& name, ConvBn layer) {
+  void add(const std::string& name, layers::ConvNormActivation layer) {
     layers_.push_back(register_module(name, layer));
     names_.push_back(name);
   }
   bool residual_;
-  std::vector<ConvBn> layers_;
+  std::vector<layers::ConvNormActivation> layers_;
   std::vector<std::string> names_;
-  SqueezeExcite se_{nullptr};
+  layers::SqueezeExcite se_{nullptr};
 };
 TORCH_MODULE(Block);
 

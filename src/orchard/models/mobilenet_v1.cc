@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "orchard/models/mobilenet_v2.h"
+#include "orchard/layers/conv_norm_activation.h"
+#include "orchard/layers/depth.h"
+#include "orchard/layers/init.h"
 
 namespace orchard::models {
 namespace {
@@ -26,16 +28,14 @@ constexpr LayerDef kLayers[MobileNetV1Impl::kNumLayers] = {
 MobileNetV1Impl::MobileNetV1Impl(const MobileNetV1Options& o) : options_(o) {
   TORCH_CHECK(o.depth_multiplier > 0, "MobileNetV1 depth_multiplier must be positive, got ", o.depth_multiplier);
   TORCH_CHECK(o.min_depth >= 1, "MobileNetV1 min_depth must be >= 1, got ", o.min_depth);
-  const auto depth = [&](int64_t d) {
-    return std::max(static_cast<int64_t>(static_cast<double>(d) * o.depth_multiplier), o.min_depth);
-  };
+  const auto depth = [&](int64_t d) { return layers::scale_depth(d, o.depth_multiplier, o.min_depth); };
   const auto layer = [&](int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups) {
-    return ConvNormActivation(ConvNormActivationOptions(in, out, kernel)
-                                  .stride(stride)
-                                  .groups(groups)
-                                  .tf_same_padding(o.tf_same_padding && stride > 1)
-                                  .bn_momentum(o.bn_momentum)
-                                  .bn_eps(o.bn_eps));
+    return layers::ConvNormActivation(layers::ConvNormActivationOptions(in, out, kernel)
+                                          .stride(stride)
+                                          .groups(groups)
+                                          .tf_same_padding(o.tf_same_padding && stride > 1)
+                                          .bn_momentum(o.bn_momentum)
+                                          .bn_eps(o.bn_eps));
   };
   features_ = register_module("features", torch::nn::ModuleList());
   int64_t in = depth(kLayers[0].depth);
@@ -53,7 +53,7 @@ MobileNetV1Impl::MobileNetV1Impl(const MobileNetV1Options& o) : options_(o) {
   torch::NoGradGuard no_grad;
   for (auto& m : modules(/*include_self=*/false)) {
     if (auto* c = m->as<torch::nn::Conv2d>()) {
-      truncated_normal_(c->weight, 0.09);
+      layers::truncated_normal_(c->weight, 0.09);
     } else if (auto* b = m->as<torch::nn::BatchNorm2d>()) {
       b->weight.fill_(1);
       b->bias.zero_();
@@ -71,7 +71,7 @@ std::vector<torch::Tensor> MobileNetV1Impl::endpoints(const torch::Tensor& x, co
   torch::Tensor h = x;
   for (int64_t i = 0; i <= last; ++i) {
     const auto& m = features_[i];
-    if (auto* first = m->as<ConvNormActivationImpl>())
+    if (auto* first = m->as<layers::ConvNormActivationImpl>())
       h = first->forward(h);
     else
       h = m->as<torch::nn::SequentialImpl>()->forward(h);

@@ -10,7 +10,7 @@
 //   features.N (1..13) Conv2d_N_depthwise (features.N.0) + Conv2d_N_pointwise (features.N.1)
 //                     depths 64, 128, 128, 256, 256, 512 x 6, 1024, 1024; stride 2 at N = 2, 4,
 //                     6, 12 (so Conv2d_11_pointwise is at stride 16, Conv2d_13_pointwise at 32)
-// Each layer is a models::ConvNormActivation: children "0" (the convolution, no bias) and "1"
+// Each layer is a layers::ConvNormActivation: children "0" (the convolution, no bias) and "1"
 // (its batch norm). No classifier: the OD API uses the base only.
 #pragma once
 

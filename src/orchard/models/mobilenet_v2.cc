@@ -13,8 +13,18 @@
 #include <stdexcept>
 #include <utility>
 
+#include "orchard/layers/batch_norm.h"
+#include "orchard/layers/conv_norm_activation.h"
+#include "orchard/layers/depth.h"
+
 namespace orchard::models {
 namespace {
+
+using layers::batch_norm;
+using layers::ConvNormActivation;
+using layers::ConvNormActivationImpl;
+using layers::ConvNormActivationOptions;
+using layers::make_divisible;
 
 namespace F = torch::nn::functional;
 
@@ -75,76 +85,6 @@ class InvertedResidualImpl : public torch::nn::Module {
 TORCH_MODULE(InvertedResidual);
 
 }  // namespace
-
-torch::Tensor max_pool2d_tf_same(const torch::Tensor& x, int64_t kernel, int64_t stride) {
-  int64_t pad[4];  // F::pad's order: left, right, top, bottom
-  for (int d = 0; d < 2; ++d) {
-    const int64_t in = x.size(2 + d), out = (in + stride - 1) / stride;
-    const int64_t total = std::max<int64_t>((out - 1) * stride + kernel - in, 0);
-    pad[2 * (1 - d)] = total / 2;
-    pad[2 * (1 - d) + 1] = total - total / 2;
-  }
-  const auto padded = pad[0] + pad[1] + pad[2] + pad[3] == 0
-                          ? x
-                          : F::pad(x, F::PadFuncOptions({pad[0], pad[1], pad[2], pad[3]})
-                                          .value(-std::numeric_limits<double>::infinity()));
-  return F::max_pool2d(padded, F::MaxPool2dFuncOptions(kernel).stride(stride));
-}
-
-torch::Tensor conv2d_tf_same(torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
-  const auto& o = conv.options;
-  int64_t begin[2], end[2];
-  bool stride_past_input = false;
-  for (int d = 0; d < 2; ++d) {
-    const int64_t in = x.size(2 + d), s = (*o.stride())[d];
-    stride_past_input = stride_past_input || s > in;
-    const int64_t k = ((*o.kernel_size())[d] - 1) * (*o.dilation())[d] + 1;
-    const int64_t out = (in + s - 1) / s;
-    const int64_t total = std::max<int64_t>((out - 1) * s + k - in, 0);
-    begin[d] = total / 2;
-    end[d] = total - begin[d];
-  }
-  auto options = F::Conv2dFuncOptions().bias(conv.bias).stride(o.stride()).dilation(o.dilation()).groups(o.groups());
-  // Symmetric padding goes to the convolution itself, except where the stride exceeds the
-  // input (an SSD extra layer at 1x1): there libtorch 1.13's CPU bf16 convolution (oneDNN)
-  // returns a weight gradient that varies from call to call and is sometimes NaN. Padding
-  // the input first gives the same result and a correct gradient.
-  if (begin[0] == end[0] && begin[1] == end[1] && !stride_past_input)
-    return F::conv2d(x, conv.weight, options.padding(torch::ExpandingArray<2>({begin[0], begin[1]})));
-  return F::conv2d(F::pad(x, F::PadFuncOptions({begin[1], end[1], begin[0], end[0]})), conv.weight, options);
-}
-
-void truncated_normal_(torch::Tensor& w, double stddev) {
-  // Sampled by inverting the normal CDF on the kept range.
-  const double lo = 0.5 * std::erfc(2.0 / std::sqrt(2.0));  // P(z < -2)
-  w.uniform_(2 * lo - 1, 1 - 2 * lo).erfinv_().mul_(stddev * std::sqrt(2.0)).clamp_(-2 * stddev, 2 * stddev);
-}
-
-int64_t make_divisible(double v, int64_t divisor, int64_t min_value) {
-  int64_t out = std::max(min_value, static_cast<int64_t>(v + divisor / 2.0) / divisor * divisor);
-  if (out < 0.9 * v) out += divisor;
-  return out;
-}
-
-ConvNormActivationImpl::ConvNormActivationImpl(const ConvNormActivationOptions& o) : options(o) {
-  const int64_t padding = o.tf_same_padding() ? 0 : (o.kernel_size() - 1) / 2;
-  conv = register_module("0",
-                         torch::nn::Conv2d(torch::nn::Conv2dOptions(o.in_channels(), o.out_channels(), o.kernel_size())
-                                               .stride(o.stride())
-                                               .padding(padding)
-                                               .groups(o.groups())
-                                               .bias(false)));
-  bn = register_module("1",
-                       torch::nn::BatchNorm2d(
-                           torch::nn::BatchNorm2dOptions(o.out_channels()).momentum(o.bn_momentum()).eps(o.bn_eps())));
-}
-
-torch::Tensor ConvNormActivationImpl::forward(const torch::Tensor& x) {
-  auto y = options.tf_same_padding() ? conv2d_tf_same(*conv, x) : conv->forward(x);
-  // ReLU6. clamp, not hardtanh: libtorch 1.13 has no bf16 hardtanh backward on the CPU
-  // (--dtype bf16), and the two differ only in the gradient at exactly 0 and 6.
-  return torch::clamp(batch_norm(*bn, y), 0.0, 6.0);
-}
 
 MobileNetV2Endpoint parse_mobilenet_v2_endpoint(const std::string& name) {
   static const std::string kLayer = "layer_", kExpansion = "/expansion_output";

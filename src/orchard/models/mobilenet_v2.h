@@ -12,12 +12,9 @@
 // extractor's base (orchard/detect/ssd_model.h).
 #pragma once
 
-#include <torch/arg.h>
 #include <torch/nn/module.h>
-#include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/container/sequential.h>
-#include <torch/nn/modules/conv.h>
 #include <torch/nn/pimpl.h>
 
 #include <functional>
@@ -25,51 +22,9 @@
 #include <vector>
 
 #include "orchard/models/image_model.h"
-#include "orchard/models/resnet.h"
 #include "orchard/models/tf_names.h"
 
 namespace orchard::models {
-
-// A convolution with TF's 'SAME' padding: output size ceil(in / stride), the odd padding
-// pixel (if any) at the bottom/right. `conv` must have been built with padding 0.
-torch::Tensor conv2d_tf_same(torch::nn::Conv2dImpl& conv, const torch::Tensor& x);
-// A k x k max pool with TF's 'SAME' padding (the padding never wins; odd pixel bottom/right).
-torch::Tensor max_pool2d_tf_same(const torch::Tensor& x, int64_t kernel, int64_t stride);
-
-// v rounded to the nearest multiple of `divisor` (halves up), at least `min_value`, plus one
-// more `divisor` if rounding lost over 10% of v: TF-Slim's and torchvision's _make_divisible.
-int64_t make_divisible(double v, int64_t divisor, int64_t min_value);
-
-// TF's truncated_normal_initializer in place: N(0, stddev) with values beyond 2 stddev redrawn
-// (so the result's stddev is about 0.88 stddev).
-void truncated_normal_(torch::Tensor& w, double stddev);
-
-struct ConvNormActivationOptions {
-  ConvNormActivationOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
-      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
-  TORCH_ARG(int64_t, in_channels);
-  TORCH_ARG(int64_t, out_channels);
-  TORCH_ARG(int64_t, kernel_size);
-  TORCH_ARG(int64_t, stride) = 1;
-  TORCH_ARG(int64_t, groups) = 1;
-  // false: symmetric padding (kernel_size - 1) / 2 (torchvision); true: TF 'SAME'.
-  TORCH_ARG(bool, tf_same_padding) = false;
-  TORCH_ARG(double, bn_momentum) = 0.1;  // torch convention: 1 - TF decay
-  TORCH_ARG(double, bn_eps) = 1e-5;
-};
-
-// Conv (no bias) -> batch norm -> ReLU6, torchvision's Conv2dNormActivation: children "0"
-// (the convolution) and "1" (the batch norm).
-class ConvNormActivationImpl : public torch::nn::Module {
- public:
-  explicit ConvNormActivationImpl(const ConvNormActivationOptions& options);
-  torch::Tensor forward(const torch::Tensor& x);
-
-  ConvNormActivationOptions options;
-  torch::nn::Conv2d conv{nullptr};
-  torch::nn::BatchNorm2d bn{nullptr};
-};
-TORCH_MODULE(ConvNormActivation);
 
 struct MobileNetV2Options {
   int64_t num_classes = 1000;

@@ -9,25 +9,18 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "orchard/models/mobilenet_v2.h"
-#include "orchard/models/resnet.h"
+#include "orchard/layers/activation.h"
+#include "orchard/layers/conv_norm_activation.h"
+#include "orchard/layers/depth.h"
+#include "orchard/layers/init.h"
+#include "orchard/layers/squeeze_excite.h"
 
 namespace orchard::models {
 namespace {
 
-enum class Act { kNone, kRelu, kHardSwish };
-
-torch::Tensor activate(Act act, torch::Tensor x) {
-  switch (act) {
-    case Act::kRelu:
-      return torch::relu(x);
-    case Act::kHardSwish:
-      return torch::hardswish(x);  // x * relu6(x + 3) / 6, TF-Slim's hard_swish
-    case Act::kNone:
-      break;
-  }
-  return x;
-}
+using layers::make_divisible;
+using layers::truncated_normal_;
+using Act = layers::Activation;  // kHardSwish: x * relu6(x + 3) / 6, TF-Slim's hard_swish
 
 // One row of V3_LARGE / V3_SMALL: a convolution (expansion 0) or an inverted residual block.
 struct LayerDef {
@@ -68,48 +61,23 @@ constexpr int64_t kLargeDetectionFirst = 13, kSmallDetectionFirst = 9;
 
 // slim.conv2d (or separable_conv2d with num_outputs None: groups == channels), no bias, then
 // batch norm and the activation. Children "0" and "1".
-class ConvBnImpl : public torch::nn::Module {
- public:
-  ConvBnImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups, Act act, bool tf_same,
-             const MobileNetV3Options& o)
-      : act_(act), tf_same_(tf_same) {
-    conv_ = register_module("0", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel)
-                                                       .stride(stride)
-                                                       .padding(tf_same ? 0 : (kernel - 1) / 2)
-                                                       .groups(groups)
-                                                       .bias(false)));
-    bn_ = register_module(
-        "1", torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(out).momentum(o.bn_momentum).eps(o.bn_eps)));
-  }
-  torch::Tensor forward(const torch::Tensor& x) {
-    auto y = tf_same_ ? conv2d_tf_same(*conv_, x) : conv_->forward(x);
-    return activate(act_, batch_norm(*bn_, y));
-  }
-
- private:
-  Act act_;
-  bool tf_same_;
-  torch::nn::Conv2d conv_{nullptr};
-  torch::nn::BatchNorm2d bn_{nullptr};
-};
-TORCH_MODULE(ConvBn);
+layers::ConvNormActivation conv_bn(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups, Act act,
+                                   bool tf_same, const MobileNetV3Options& o) {
+  return layers::ConvNormActivation(layers::ConvNormActivationOptions(in, out, kernel)
+                                        .stride(stride)
+                                        .groups(groups)
+                                        .tf_same_padding(tf_same)
+                                        .bn_momentum(o.bn_momentum)
+                                        .bn_eps(o.bn_eps)
+                                        .activation(act));
+}
 
 // conv_blocks.squeeze_excite(squeeze_factor=4, inner ReLU, gating relu6(x + 3) * 0.16667).
-class SqueezeExciteImpl : public torch::nn::Module {
- public:
-  SqueezeExciteImpl(int64_t channels, int64_t squeeze) {
-    fc1_ = register_module("fc1", torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, squeeze, 1)));
-    fc2_ = register_module("fc2", torch::nn::Conv2d(torch::nn::Conv2dOptions(squeeze, channels, 1)));
-  }
-  torch::Tensor forward(const torch::Tensor& x) {
-    auto s = torch::relu(fc1_->forward(x.mean({2, 3}, /*keepdim=*/true)));
-    return x * (torch::clamp(fc2_->forward(s) + 3.0, 0.0, 6.0) * 0.16667);
-  }
-
- private:
-  torch::nn::Conv2d fc1_{nullptr}, fc2_{nullptr};
-};
-TORCH_MODULE(SqueezeExcite);
+layers::SqueezeExcite squeeze_excite(int64_t channels, int64_t squeeze) {
+  return layers::SqueezeExcite(layers::SqueezeExciteOptions(channels, squeeze)
+                                   .inner(layers::Activation::kRelu)
+                                   .gate(layers::Activation::kHardSigmoid));
+}
 
 // conv_blocks.expanded_conv: expand (when wider than the input) -> depthwise -> SE -> project,
 // plus the input when the stride is 1 and the depth unchanged.
@@ -120,14 +88,14 @@ class BlockImpl : public torch::nn::Module {
     const bool same = o.tf_same_padding && d.stride > 1;
     if (d.fused) {
       TORCH_CHECK(hidden > in || d.stride == 1, "MobileNetV3: a fused block without expansion cannot stride");
-      if (hidden > in) expand_ = register_module("expand", ConvBn(in, hidden, d.kernel, d.stride, 1, d.act, same, o));
+      if (hidden > in) expand_ = register_module("expand", conv_bn(in, hidden, d.kernel, d.stride, 1, d.act, same, o));
     } else {
-      if (hidden > in) expand_ = register_module("expand", ConvBn(in, hidden, 1, 1, 1, d.act, false, o));
+      if (hidden > in) expand_ = register_module("expand", conv_bn(in, hidden, 1, 1, 1, d.act, false, o));
       depthwise_ =
-          register_module("depthwise", ConvBn(hidden, hidden, d.kernel, d.stride, hidden, d.act, same, o));
+          register_module("depthwise", conv_bn(hidden, hidden, d.kernel, d.stride, hidden, d.act, same, o));
     }
-    if (d.se) se_ = register_module("se", SqueezeExcite(hidden, make_divisible(hidden / 4.0, 8, 8)));
-    project_ = register_module("project", ConvBn(std::max(hidden, in), out, 1, 1, 1, Act::kNone, false, o));
+    if (d.se) se_ = register_module("se", squeeze_excite(hidden, make_divisible(hidden / 4.0, 8, 8)));
+    project_ = register_module("project", conv_bn(std::max(hidden, in), out, 1, 1, 1, Act::kNone, false, o));
   }
   torch::Tensor expand(const torch::Tensor& x) { return expand_ ? expand_->forward(x) : x; }
   torch::Tensor finish(const torch::Tensor& x, const torch::Tensor& expanded) {
@@ -139,8 +107,8 @@ class BlockImpl : public torch::nn::Module {
 
  private:
   bool residual_;
-  ConvBn expand_{nullptr}, depthwise_{nullptr}, project_{nullptr};
-  SqueezeExcite se_{nullptr};
+  layers::ConvNormActivation expand_{nullptr}, depthwise_{nullptr}, project_{nullptr};
+  layers::SqueezeExcite se_{nullptr};
 };
 TORCH_MODULE(Block);
 
@@ -160,7 +128,7 @@ MobileNetV3Impl::MobileNetV3Impl(const MobileNetV3Options& o) : options_(o) {
     const double outputs = i >= halved_from ? std::round(d.outputs * 0.5) : static_cast<double>(d.outputs);
     const int64_t out = make_divisible(outputs * o.depth_multiplier, 8, o.min_depth);
     if (d.expansion == 0) {
-      features_->push_back(ConvBn(in, out, d.kernel, d.stride, 1, d.act, o.tf_same_padding && d.stride > 1, o));
+      features_->push_back(conv_bn(in, out, d.kernel, d.stride, 1, d.act, o.tf_same_padding && d.stride > 1, o));
       expansion_channels_.push_back(-1);
     } else {
       const int64_t hidden = make_divisible(static_cast<double>(in) * d.expansion, 8, 8);
@@ -198,7 +166,7 @@ std::vector<torch::Tensor> MobileNetV3Impl::endpoints(const torch::Tensor& x,
         if (wanted[j].index == i && wanted[j].expansion_output) out[j] = expanded;
       h = block->finish(h, expanded);
     } else {
-      h = features_[i]->as<ConvBnImpl>()->forward(h);
+      h = features_[i]->as<layers::ConvNormActivationImpl>()->forward(h);
     }
     for (size_t j = 0; j < wanted.size(); ++j)
       if (wanted[j].index == i && !wanted[j].expansion_output) out[j] = h;

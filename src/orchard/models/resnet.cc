@@ -6,7 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "orchard/models/mobilenet_v2.h"  // conv2d_tf_same
+#include "orchard/layers/batch_norm.h"
+#include "orchard/layers/tf_same.h"
 
 namespace orchard::models {
 namespace {
@@ -21,12 +22,7 @@ torch::nn::BatchNorm2d bn(int64_t c, const ResNetOptions& o) {
   return torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(c).momentum(o.bn_momentum).eps(o.bn_eps));
 }
 
-BatchNormOverride& batch_norm_override() {
-  static BatchNormOverride f;
-  return f;
-}
-
-torch::Tensor norm(torch::nn::BatchNorm2dImpl& b, const torch::Tensor& x) { return batch_norm(b, x); }
+torch::Tensor norm(torch::nn::BatchNorm2dImpl& b, const torch::Tensor& x) { return layers::batch_norm(b, x); }
 
 torch::Tensor shortcut(torch::nn::Sequential& down, const torch::Tensor& x) {
   return norm(*down[1]->as<torch::nn::BatchNorm2d>(), down[0]->as<torch::nn::Conv2d>()->forward(x));
@@ -78,7 +74,7 @@ struct BottleneckImpl : torch::nn::Module {
                              : stride_ > 1 ? x.slice(2, 0, c10::nullopt, stride_).slice(3, 0, c10::nullopt, stride_)
                                            : x;
     auto out = torch::relu(norm(*bn1, conv1(x)));
-    out = torch::relu(norm(*bn2, tf_same_ ? conv2d_tf_same(*conv2, out) : conv2(out)));
+    out = torch::relu(norm(*bn2, tf_same_ ? layers::conv2d_tf_same(*conv2, out) : conv2(out)));
     out = norm(*bn3, conv3(out));
     return torch::relu(out + identity);
   }
@@ -143,14 +139,6 @@ void init_weights(torch::nn::Module& module) {
 }
 
 }  // namespace
-
-void set_batch_norm_override(BatchNormOverride f) { batch_norm_override() = std::move(f); }
-
-torch::Tensor batch_norm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
-  const auto& f = batch_norm_override();
-  if (f && bn.is_training()) return f(bn, x);
-  return bn.forward(x);
-}
 
 ResNetImpl::ResNetImpl(const ResNetOptions& o) : options_(o), inplanes_(o.base_width) {
   TORCH_CHECK(o.block == "basic" || o.block == "bottleneck", "unknown ResNet block '", o.block, "'");
@@ -284,12 +272,9 @@ torch::Tensor ResNetImpl::slim_block3(torch::Tensor x, int64_t output_stride) {
 torch::Tensor ResNetImpl::stem(torch::Tensor x) {
   x = torch::relu(norm(*bn1, conv1(x)));
   if (options_.layout != ResNetLayout::kTorchvision) {
-    // TF's 'SAME' max-pool: the odd padding at the bottom/right. After the ReLU every value is
-    // >= 0, so zero padding is the -inf padding of a max-pool.
-    const auto pad = [](int64_t in) { return std::max<int64_t>(((in + 1) / 2 - 1) * 2 + 3 - in, 0); };
-    const int64_t ph = pad(x.size(2)), pw = pad(x.size(3));
-    x = F::max_pool2d(F::pad(x, F::PadFuncOptions({pw / 2, pw - pw / 2, ph / 2, ph - ph / 2})),
-                      F::MaxPool2dFuncOptions(3).stride(2));
+    // TF's 'SAME' max-pool. After the ReLU every value is >= 0, so zero padding is the -inf
+    // padding of a max-pool.
+    x = layers::max_pool2d_tf_same(x, 3, 2, /*pad_value=*/0.0);
   } else if (!options_.small_input) {
     x = F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
   }

@@ -47,14 +47,6 @@ struct ResNetOptions {
   int num_stages = 4;       // 3: no layer4 (Faster R-CNN's first stage ends at block3)
 };
 
-// Replaces every batch norm's training-mode forward in the ResNets (e.g. by a synchronized
-// batch norm across replicas); an empty function restores the modules' own.
-using BatchNormOverride = std::function<torch::Tensor(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x)>;
-void set_batch_norm_override(BatchNormOverride f);
-// bn.forward(x), or the override in training mode: every batch norm of every Orchard model
-// (ResNets, MobileNetV2, the SSD layers) runs through here.
-torch::Tensor batch_norm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
-
 class ResNetImpl : public ImageModelImpl {
  public:
   explicit ResNetImpl(const ResNetOptions& options);

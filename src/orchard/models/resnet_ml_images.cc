@@ -9,9 +9,12 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "orchard/models/resnet.h"  // batch_norm (the synchronized-BN override)
+#include "orchard/layers/batch_norm.h"
 
 namespace orchard::models {
+
+using layers::batch_norm;
+
 namespace {
 
 torch::nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride) {

@@ -18,7 +18,7 @@
 #include <mutex>
 
 #include "orchard/core/error.h"
-#include "orchard/models/resnet.h"
+#include "orchard/layers/batch_norm.h"
 
 namespace orchard::train {
 namespace {
@@ -179,7 +179,7 @@ Distributed::Distributed(const ClusterSpec& spec, std::chrono::milliseconds time
 std::string Distributed::device() const { return impl_->device.str(); }
 
 Distributed::~Distributed() {
-  models::set_batch_norm_override({});
+  layers::set_batch_norm_override({});
 }
 
 void Distributed::broadcast(torch::nn::Module& module) {
@@ -266,7 +266,7 @@ Distributed* SyncBatchNormFunction::group = nullptr;
 
 void Distributed::enable_sync_batch_norm() {
   SyncBatchNormFunction::group = this;
-  models::set_batch_norm_override([](torch::nn::BatchNorm2dImpl& bn, const at::Tensor& x) {
+  layers::set_batch_norm_override([](torch::nn::BatchNorm2dImpl& bn, const at::Tensor& x) {
     return SyncBatchNormFunction::apply(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.options.eps(),
                                         bn.options.momentum().value());
   });

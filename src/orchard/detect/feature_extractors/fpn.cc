@@ -6,7 +6,8 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "orchard/models/mobilenet_v2.h"
+#include "orchard/layers/conv_norm_activation.h"
+#include "orchard/layers/tf_same.h"
 
 namespace orchard::detect {
 
@@ -19,12 +20,12 @@ SeparableConvImpl::SeparableConvImpl(int64_t in, int64_t out, int64_t kernel, in
                                                          .padding(same ? 0 : (kernel - 1) / 2)
                                                          .bias(false)));
   pointwise = register_module(
-      "1", models::ConvNormActivation(models::ConvNormActivationOptions(in, out, 1).bn_momentum(bn_momentum).bn_eps(bn_eps)));
+      "1", layers::ConvNormActivation(layers::ConvNormActivationOptions(in, out, 1).bn_momentum(bn_momentum).bn_eps(bn_eps)));
 }
 
 torch::Tensor SeparableConvImpl::forward(const torch::Tensor& x) {
-  const auto d = tf_same ? models::conv2d_tf_same(*depthwise, x) : depthwise->forward(x);
-  return pointwise->as<models::ConvNormActivationImpl>()->forward(d);
+  const auto d = tf_same ? layers::conv2d_tf_same(*depthwise, x) : depthwise->forward(x);
+  return pointwise->as<layers::ConvNormActivationImpl>()->forward(d);
 }
 
 std::optional<models::TfName> conv_layer_tf_name(const std::string& scope, const std::string& rest, bool separable) {
@@ -49,8 +50,8 @@ FpnTopDownImpl::FpnTopDownImpl(const FpnOptions& o) : options_(o) {
       if (o.use_depthwise)
         smoothing_->push_back(SeparableConv(o.depth, o.depth, 3, 1, o.bn_momentum, o.bn_eps));
       else
-        smoothing_->push_back(models::ConvNormActivation(
-            models::ConvNormActivationOptions(o.depth, o.depth, 3).bn_momentum(o.bn_momentum).bn_eps(o.bn_eps)));
+        smoothing_->push_back(layers::ConvNormActivation(
+            layers::ConvNormActivationOptions(o.depth, o.depth, 3).bn_momentum(o.bn_momentum).bn_eps(o.bn_eps)));
     }
   }
 }
@@ -71,7 +72,7 @@ std::vector<torch::Tensor> FpnTopDownImpl::forward(const std::vector<torch::Tens
     up = up.narrow(2, 0, residual.size(2)).narrow(3, 0, residual.size(3));
     top_down = up + residual;
     out[k] = options_.use_depthwise ? smoothing_[k]->as<SeparableConvImpl>()->forward(top_down)
-                                    : smoothing_[k]->as<models::ConvNormActivationImpl>()->forward(top_down);
+                                    : smoothing_[k]->as<layers::ConvNormActivationImpl>()->forward(top_down);
   }
   return out;
 }

@@ -26,7 +26,7 @@ namespace orchard::detect {
 
 // slim.separable_conv2d(depth_multiplier=1) under conv_hyperparams: a kernel x kernel depthwise
 // convolution ('SAME', no bias, no normalisation) then a 1x1 convolution + batch norm + ReLU6.
-// Children "0" (the depthwise Conv2d) and "1" (a models::ConvNormActivation); TF names
+// Children "0" (the depthwise Conv2d) and "1" (a layers::ConvNormActivation); TF names
 // <scope>/depthwise_weights, <scope>/pointwise_weights, <scope>/BatchNorm/*.
 class SeparableConvImpl : public torch::nn::Module {
  public:
@@ -41,7 +41,7 @@ class SeparableConvImpl : public torch::nn::Module {
 };
 TORCH_MODULE(SeparableConv);
 
-// The TF name of a variable of a conv-BN-ReLU6 layer under `scope`: a models::ConvNormActivation
+// The TF name of a variable of a conv-BN-ReLU6 layer under `scope`: a layers::ConvNormActivation
 // (".0.weight", ".1.<bn field>") or a SeparableConv (".0.weight" depthwise, ".1.0.weight",
 // ".1.1.<bn field>"); `rest` is the name after the layer's own.
 std::optional<models::TfName> conv_layer_tf_name(const std::string& scope, const std::string& rest, bool separable);

@@ -7,8 +7,10 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "orchard/models/mobilenet_v2.h"
-#include "orchard/models/resnet.h"
+#include "orchard/layers/batch_norm.h"
+#include "orchard/layers/depth.h"
+#include "orchard/layers/init.h"
+#include "orchard/layers/tf_same.h"
 
 namespace orchard::detect {
 namespace {
@@ -36,7 +38,7 @@ class Conv1x1Impl : public torch::nn::Module {
     conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).bias(false)));
     bn = register_module("bn", batch_norm_of(out, o));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return models::batch_norm(*bn, conv->forward(x)); }
+  torch::Tensor forward(const torch::Tensor& x) { return layers::batch_norm(*bn, conv->forward(x)); }
   torch::nn::Conv2d conv{nullptr};
   torch::nn::BatchNorm2d bn{nullptr};
 };
@@ -65,7 +67,7 @@ class BlockImpl : public torch::nn::Module {
       const int from = levels_[i];
       auto* project = inputs_[i]->as<Conv1x1Impl>();
       if (from < def_.level) {  // finer: pool down first
-        x = project->forward(models::max_pool2d_tf_same(x, 3, int64_t{1} << (def_.level - from)));
+        x = project->forward(layers::max_pool2d_tf_same(x, 3, int64_t{1} << (def_.level - from)));
       } else {
         x = project->forward(x);
         if (from > def_.level) {  // coarser: nearest upsampling, out[y, x] = in[y / s, x / s]
@@ -82,8 +84,8 @@ class BlockImpl : public torch::nn::Module {
         sum = sum + x;
       }
     }
-    const auto h = models::conv2d_tf_same(*depthwise, torch::clamp(sum, 0.0, 6.0));
-    return models::batch_norm(*bn, pointwise->forward(h));
+    const auto h = layers::conv2d_tf_same(*depthwise, torch::clamp(sum, 0.0, 6.0));
+    return layers::batch_norm(*bn, pointwise->forward(h));
   }
   torch::nn::Conv2d depthwise{nullptr}, pointwise{nullptr};
   torch::nn::BatchNorm2d bn{nullptr};
@@ -100,7 +102,7 @@ TORCH_MODULE(Block);
 MnasFpnImpl::MnasFpnImpl(const MnasFpnOptions& o) : options_(o) {
   TORCH_CHECK(o.in_channels.size() == 3, "MnasFPN takes levels 3, 4, 5; got ", o.in_channels.size(), " maps");
   const auto multiplied = [&](int64_t d) {
-    return models::make_divisible(static_cast<double>(d) * o.depth_multiplier, 8, o.min_depth);
+    return layers::make_divisible(static_cast<double>(d) * o.depth_multiplier, 8, o.min_depth);
   };
   c6_ = register_module("c6", Conv1x1(o.in_channels[2], o.depth, o));
   cells_ = register_module("cells", torch::nn::ModuleList());
@@ -121,7 +123,7 @@ MnasFpnImpl::MnasFpnImpl(const MnasFpnOptions& o) : options_(o) {
   torch::NoGradGuard no_grad;
   for (auto& m : modules(/*include_self=*/false)) {
     if (auto* conv = m->as<torch::nn::Conv2d>()) {
-      models::truncated_normal_(conv->weight, 0.03);
+      layers::truncated_normal_(conv->weight, 0.03);
     } else if (auto* b = m->as<torch::nn::BatchNorm2d>()) {
       b->weight.fill_(1);
       b->bias.zero_();
@@ -132,7 +134,7 @@ MnasFpnImpl::MnasFpnImpl(const MnasFpnOptions& o) : options_(o) {
 std::vector<torch::Tensor> MnasFpnImpl::forward(const std::vector<torch::Tensor>& levels) {
   TORCH_CHECK(levels.size() == 3, "MnasFPN takes levels 3, 4, 5");
   std::vector<torch::Tensor> inputs = levels;
-  inputs.push_back(c6_->as<Conv1x1Impl>()->forward(models::max_pool2d_tf_same(levels[2], 3, 2)));
+  inputs.push_back(c6_->as<Conv1x1Impl>()->forward(layers::max_pool2d_tf_same(levels[2], 3, 2)));
   for (const auto& cell : *cells_) {
     std::vector<torch::Tensor> nodes = inputs;
     for (const auto& block : *cell->as<torch::nn::ModuleList>()) nodes.push_back(block->as<BlockImpl>()->forward(nodes));

@@ -7,7 +7,10 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "orchard/models/mobilenet_v2.h"
+#include "orchard/layers/batch_norm.h"
+#include "orchard/layers/conv_norm_activation.h"
+#include "orchard/layers/init.h"
+#include "orchard/layers/tf_same.h"
 
 namespace orchard::detect {
 namespace {
@@ -28,9 +31,9 @@ std::shared_ptr<torch::nn::Module> layer(int64_t in, int64_t out, int64_t kernel
 }
 
 torch::Tensor run_layer(torch::nn::Module& m, const torch::Tensor& x) {
-  if (auto* c = m.as<torch::nn::Conv2d>()) return models::conv2d_tf_same(*c, x);
+  if (auto* c = m.as<torch::nn::Conv2d>()) return layers::conv2d_tf_same(*c, x);
   auto& seq = *m.as<torch::nn::Sequential>();
-  return seq[1]->as<torch::nn::Conv2d>()->forward(models::conv2d_tf_same(*seq[0]->as<torch::nn::Conv2d>(), x));
+  return seq[1]->as<torch::nn::Conv2d>()->forward(layers::conv2d_tf_same(*seq[0]->as<torch::nn::Conv2d>(), x));
 }
 
 // The layer's last convolution (the one with the bias).
@@ -78,7 +81,7 @@ WeightSharedPredictorImpl::WeightSharedPredictorImpl(const WeightSharedPredictor
   for (auto& m : modules(/*include_self=*/false)) {
     if (auto* c = m->as<torch::nn::Conv2d>()) {
       if (o.truncated_init)
-        models::truncated_normal_(c->weight, o.init_stddev);
+        layers::truncated_normal_(c->weight, o.init_stddev);
       else
         c->weight.normal_(0, o.init_stddev);
       if (c->bias.defined()) c->bias.zero_();
@@ -96,7 +99,7 @@ torch::Tensor WeightSharedPredictorImpl::tower(torch::nn::ModuleList& convs, tor
   for (size_t i = 0; i < convs->size(); ++i) {
     h = run_layer(*convs[i], h);
     if (options_.apply_batch_norm)
-      h = models::batch_norm(*norms[i]->as<torch::nn::ModuleListImpl>()->ptr(level)->as<torch::nn::BatchNorm2dImpl>(), h);
+      h = layers::batch_norm(*norms[i]->as<torch::nn::ModuleListImpl>()->ptr(level)->as<torch::nn::BatchNorm2dImpl>(), h);
     h = torch::clamp(h, 0.0, 6.0);  // ReLU6 (see ConvNormActivation on clamp)
   }
   return h;

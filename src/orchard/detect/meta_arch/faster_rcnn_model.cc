@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "orchard/detect/ops/crop_and_resize.h"
-#include "orchard/models/mobilenet_v2.h"  // truncated_normal_
+#include "orchard/layers/init.h"
 
 namespace orchard::detect {
 namespace {
@@ -137,7 +137,7 @@ FasterRcnnModelImpl::FasterRcnnModelImpl(const FasterRcnnModelOptions& o) : opti
   // convolutions; the box predictor's fc_hyperparams of the samples: variance scaling 1.0,
   // FAN_AVG, uniform (Glorot uniform). Biases 0.
   for (auto* conv : {&rpn_conv_, &rpn_box_, &rpn_class_}) {
-    models::truncated_normal_((*conv)->weight, o.rpn_init_stddev);
+    layers::truncated_normal_((*conv)->weight, o.rpn_init_stddev);
     (*conv)->bias.zero_();
   }
   for (auto* fc : {&box_encoding_, &class_logits_}) {
@@ -147,13 +147,13 @@ FasterRcnnModelImpl::FasterRcnnModelImpl(const FasterRcnnModelOptions& o) : opti
   }
   for (auto* conv : {&reduce_depth_, &refined_locations_, &class_predictions_}) {
     if (!*conv) continue;
-    models::truncated_normal_((*conv)->weight, o.rfcn_init_stddev);
+    layers::truncated_normal_((*conv)->weight, o.rfcn_init_stddev);
     (*conv)->bias.zero_();
   }
   if (mask_convs_)
     for (auto& p : mask_convs_->named_parameters()) {
       auto value = p.value();
-      if (p.key().find("weight") != std::string::npos) models::truncated_normal_(value, o.mask_init_stddev);
+      if (p.key().find("weight") != std::string::npos) layers::truncated_normal_(value, o.mask_init_stddev);
       else value.zero_();
     }
 }

@@ -9,12 +9,17 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "orchard/layers/init.h"
+#include "orchard/layers/conv_norm_activation.h"
+#include "orchard/layers/depth.h"
+#include "orchard/layers/tf_same.h"
+
 namespace orchard::detect {
 namespace {
 
 namespace F = torch::nn::functional;
 
-using models::truncated_normal_;
+using layers::truncated_normal_;
 
 // TF's feature_map_layout of each feature extractor: the base layers taken as the first feature
 // maps, and the depths of the extra layers.
@@ -170,7 +175,7 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     if (o.mnasfpn) {
       MnasFpnOptions mo;
       mo.in_channels = channels_;
-      mo.depth = models::make_divisible(static_cast<double>(fpn.additional_layer_depth) * o.depth_multiplier, 8,
+      mo.depth = layers::make_divisible(static_cast<double>(fpn.additional_layer_depth) * o.depth_multiplier, 8,
                                         o.min_depth);
       mo.depth_multiplier = o.depth_multiplier;
       mo.min_depth = o.min_depth;

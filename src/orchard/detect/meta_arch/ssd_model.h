@@ -70,6 +70,10 @@
 #include "orchard/detect/feature_extractors/fpn.h"
 #include "orchard/detect/feature_extractors/mnasfpn.h"
 #include "orchard/detect/heads/weight_shared_predictor.h"
+#include "orchard/layers/batch_norm.h"
+#include "orchard/layers/conv_norm_activation.h"
+#include "orchard/layers/depth.h"
+#include "orchard/layers/tf_same.h"
 #include "orchard/models/inception_v2.h"
 #include "orchard/models/inception_v3.h"
 #include "orchard/models/mobilenet_v1.h"
@@ -79,15 +83,15 @@
 
 namespace orchard::detect {
 
-// Building blocks shared with orchard/models (declared in models/mobilenet_v2.h; batch_norm in
-// models/resnet.h). Every batch norm of the base networks and the SSD layers runs through
-// models::batch_norm, so models::set_batch_norm_override (synchronized batch norm) covers them too.
-using models::batch_norm;
-using models::conv2d_tf_same;
-using models::ConvNormActivation;
-using models::ConvNormActivationImpl;
-using models::ConvNormActivationOptions;
-using models::make_divisible;
+// Building blocks from orchard/layers (the library the models and detectors share;
+// one definition each). Every batch norm of the base networks and the SSD layers runs through
+// layers::batch_norm, so layers::set_batch_norm_override (synchronized batch norm) covers them too.
+using layers::batch_norm;
+using layers::conv2d_tf_same;
+using layers::ConvNormActivation;
+using layers::ConvNormActivationImpl;
+using layers::ConvNormActivationOptions;
+using layers::make_divisible;
 using models::MobileNetV2;
 using models::MobileNetV2Endpoint;
 using models::MobileNetV2Impl;
