@@ -23,7 +23,7 @@ DetectionPipeline load_detection_pipeline(const std::string& config_path, const 
                  p.pipeline.train_config().batch_size());
     p.pipeline.mutable_train_config()->set_batch_size(static_cast<uint32_t>(o.train_batch_size));
   }
-  detect::validate_pipeline_config(p.pipeline, config_path);
+  validate_detection_pipeline(p.pipeline, config_path);
   p.config = detection_config(p.pipeline, o.channels_last);
   return p;
 }
