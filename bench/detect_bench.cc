@@ -233,7 +233,7 @@ int main(int argc, char** argv) {
     at::set_num_threads(threads);
     torch::manual_seed(static_cast<uint64_t>(seed));
     auto pipeline = orchard::detect::load_pipeline_config(config_path, /*strict=*/false);
-    orchard::detect::validate_pipeline_config(pipeline, config_path);
+    orchard::tasks::validate_detection_pipeline(pipeline, config_path);
     const auto config = orchard::tasks::detection_config(pipeline, /*channels_last=*/false);
     orchard::tasks::DetectionTask task(config);
     auto& ssd = dynamic_cast<orchard::tasks::SsdMetaArchitecture&>(task.meta_architecture());

@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
     at::set_num_threads(threads);
     torch::manual_seed(seed);
     auto pipeline = orchard::detect::load_pipeline_config(config_path, /*strict=*/false);
-    orchard::detect::validate_pipeline_config(pipeline, config_path);
+    orchard::tasks::validate_detection_pipeline(pipeline, config_path);
     const auto config = orchard::tasks::detection_config(pipeline, /*channels_last=*/false);
     orchard::tasks::DetectionTask task(config);
     const int64_t max_boxes = config.input.max_boxes;

@@ -48,7 +48,8 @@ void fuzz_pipeline_config(const std::string& text) {
     // unknown fields (without --allow_unknown_fields), then strict mode's unimplemented ones
   }
   try {
-    detect::validate_pipeline_config(config, "fuzz.config");
+    detect::validate_pipeline_config(config, "fuzz.config",
+                                     {{"ssd", detect::check_ssd_model}, {"faster_rcnn", detect::check_faster_rcnn_model}});
   } catch (const orchard::Error&) {
   }
   // The resolved config Orchard saves next to a run must load again, unchanged.

@@ -18,6 +18,11 @@ namespace {
 
 namespace odp = object_detection::protos;
 
+// The `model` cases Orchard registers (tasks/detect/meta_architectures.cc), with their checks.
+void validate_pipeline_config(const object_detection::protos::TrainEvalPipelineConfig& c, const std::string& name) {
+  detect::validate_pipeline_config(c, name, {{"ssd", check_ssd_model}, {"faster_rcnn", check_faster_rcnn_model}});
+}
+
 const std::string kSample = ORCHARD_TEST_FIXTURES "/../../configs/ssd_mobilenet_v2_coco.config";
 
 std::string sample_text() { return test::read_bytes(kSample); }

@@ -10,6 +10,11 @@
 namespace orchard::detect {
 namespace {
 
+// The `model` cases Orchard registers (tasks/detect/meta_architectures.cc), with their checks.
+void validate_pipeline_config(const object_detection::protos::TrainEvalPipelineConfig& c, const std::string& name) {
+  detect::validate_pipeline_config(c, name, {{"ssd", check_ssd_model}, {"faster_rcnn", check_faster_rcnn_model}});
+}
+
 TEST(ShapesConfig, IsAValidStrictConfigAndTheCommittedSampleMatches) {
   const std::string text = shapes_pipeline_config("/data/shapes", 64);
   ConfigIssues issues;

@@ -64,6 +64,29 @@ TEST(MetaArchitectures, TheModelOneofCasePicksTheRegisteredParser) {
             "meta-architecture 'ssd' is registered twice");
 }
 
+// validate_pipeline_config learns the implemented `model` cases from the registry, and each
+// registered entry checks its own message.
+TEST(MetaArchitectures, ValidationAsksTheRegistry) {
+  const auto pipeline = detect::load_pipeline_config(kCoco, /*strict=*/false);
+  validate_detection_pipeline(pipeline, "coco.config");  // no throw
+  odp::TrainEvalPipelineConfig center_net = pipeline;
+  center_net.mutable_model()->mutable_center_net();
+  EXPECT_EQ(error_of([&] { validate_detection_pipeline(center_net, "cn.config"); }),
+            "cn.config: model.center_net is not supported; Orchard implements ssd or faster_rcnn");
+  odp::TrainEvalPipelineConfig no_classes = pipeline;
+  no_classes.mutable_model()->mutable_ssd()->set_num_classes(0);
+  EXPECT_EQ(error_of([&] { validate_detection_pipeline(no_classes, "ssd.config"); }),
+            "ssd.config: model.ssd.num_classes must be > 0 (got 0)");
+  odp::TrainEvalPipelineConfig frcnn = pipeline;
+  frcnn.mutable_model()->mutable_faster_rcnn()->set_num_classes(0);
+  EXPECT_NE(error_of([&] { validate_detection_pipeline(frcnn, "frcnn.config"); })
+                .find("frcnn.config: model.faster_rcnn.num_classes must be > 0 (got 0)"),
+            std::string::npos);
+  // A case the library is not told about is refused, whatever its message holds.
+  EXPECT_EQ(error_of([&] { detect::validate_pipeline_config(pipeline, "coco.config", {{"faster_rcnn", nullptr}}); }),
+            "coco.config: model.ssd is not supported; Orchard implements faster_rcnn");
+}
+
 TEST(MetaArchitectures, SsdModelCocoBuildsThroughTheTask) {
   const auto pipeline = detect::load_pipeline_config(kCoco, /*strict=*/false);
   const auto config = detection_config(pipeline, /*channels_last=*/false);
@@ -159,7 +182,7 @@ TEST(MetaArchitectures, TheOdApiSampleConfigsBuildWithTheirAnchors) {
   for (const auto& [name, want] : expected) {
     const auto pipeline =
         detect::load_pipeline_config(ORCHARD_TEST_FIXTURES "/od_api_configs/" + name + ".config", /*strict=*/false);
-    detect::validate_pipeline_config(pipeline, name);
+    validate_detection_pipeline(pipeline, name);
     DetectionTask task(detection_config(pipeline, /*channels_last=*/false));
     auto& ssd = dynamic_cast<SsdMetaArchitecture&>(task.meta_architecture());
     EXPECT_EQ(ssd.name(), want.first) << name;
@@ -223,7 +246,7 @@ train_input_reader { tf_record_input_reader { input_path: "x" } }
 // The task of a small config text (validated, 3 boxes per image), its weights from seed 3.
 std::unique_ptr<DetectionTask> small_task(const std::string& text) {
   const odp::TrainEvalPipelineConfig pipeline = detect::parse_pipeline_config(text, "small.config", /*strict=*/true);
-  detect::validate_pipeline_config(pipeline, "small.config");
+  validate_detection_pipeline(pipeline, "small.config");
   auto config = detection_config(pipeline, /*channels_last=*/false);
   config.input.max_boxes = 3;
   torch::manual_seed(3);
@@ -610,7 +633,7 @@ model { faster_rcnn {
 train_config { optimizer { adam_optimizer { learning_rate { constant_learning_rate { learning_rate: 0.001 } } } } }
 train_input_reader { tf_record_input_reader { input_path: "x" } }
 )", "rfcn.config", /*strict=*/true);
-  detect::validate_pipeline_config(pipeline, "rfcn.config");
+  validate_detection_pipeline(pipeline, "rfcn.config");
   auto config = detection_config(pipeline, /*channels_last=*/false);
   config.input.max_boxes = 3;
   torch::manual_seed(3);
@@ -689,7 +712,7 @@ TEST(MetaArchitectures, KeepAspectRatioResizerGivesEachInputItsOwnAnchors) {
   const std::string name = "ssd_mobilenet_v2_fullyconv_coco";
   const auto pipeline =
       detect::load_pipeline_config(ORCHARD_TEST_FIXTURES "/od_api_configs/" + name + ".config", /*strict=*/false);
-  detect::validate_pipeline_config(pipeline, name);
+  validate_detection_pipeline(pipeline, name);
   const auto config = detection_config(pipeline, /*channels_last=*/false);
   ASSERT_TRUE(config.input.keep_aspect_ratio.has_value());
   EXPECT_EQ(config.input.keep_aspect_ratio->min_dimension, 320);

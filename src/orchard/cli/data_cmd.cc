@@ -3,46 +3,17 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
-#include <iostream>
 #include <memory>
 
 #include "orchard/cli/commands.h"
-#include "orchard/core/error.h"
 #include "orchard/core/files.h"
-#include "orchard/core/tfrecord.h"
-#include "orchard/detect/dataset_tools/coco.h"
-#include "orchard/data/example.h"
-#include "orchard/data/image.h"
-#include "orchard/detect/dataset_tools/pets.h"
+#include "orchard/data/conversions.h"
 #include "orchard/data/shapes.h"
-#include "orchard/data/tools.h"
-#include "orchard/detect/dataset_tools/voc.h"
 #include "orchard/detect/config/shapes_config.h"
 
 namespace stdfs = std::filesystem;
 
 namespace orchard::cli {
-
-namespace {
-
-// Writes the encoded image of an Example (image/encoded, or ML-Images' "image") or of an im2txt
-// SequenceExample (context image/data; a SequenceExample's context has the field number of an
-// Example's features, so it parses as one) to dir/<n>.<ext>.
-void dump_image(const std::string& record, const std::string& dir, int64_t n) {
-  tensorflow::Example ex;
-  if (!ex.ParseFromString(record)) return;
-  for (const char* key : {"image/encoded", "image", "image/data"}) {
-    auto it = ex.features().feature().find(key);
-    if (it == ex.features().feature().end() || it->second.bytes_list().value_size() == 0) continue;
-    const std::string& bytes = it->second.bytes_list().value(0);
-    const char* ext = data::sniff_format(bytes) == data::ImageFormat::kPng ? "png" : "jpg";
-    ensure_writable_dir(dir);
-    atomic_write_file(dir + "/" + std::to_string(n) + "." + ext, bytes);
-    return;
-  }
-}
-
-}  // namespace
 
 void add_data_command(CLI::App& app) {
   auto* data = app.add_subcommand("data", "Make and look at TFRecord data sets");
@@ -58,10 +29,7 @@ void add_data_command(CLI::App& app) {
         ->capture_default_str();
     c->add_option("--format", o->format, "Image encoding: png or jpeg")->capture_default_str();
     c->add_option("--limit", o->limit, "Only the first N images of each split (0 = all)");
-    c->callback([o] {
-      auto [tr, va] = data::convert_fashion_mnist(*o);
-      spdlog::info("wrote {} train and {} validation records to {} (+ labels.txt)", tr, va, o->out_dir);
-    });
+    c->callback([o] { data::run_fashion_mnist(*o); });
   }
   {
     auto o = std::make_shared<data::ImageFolderOptions>();
@@ -72,14 +40,7 @@ void add_data_command(CLI::App& app) {
     c->add_option("--validation_fraction", o->validation_fraction, "Fraction held out for validation")
         ->capture_default_str();
     c->add_option("--seed", o->seed, "Shuffle seed")->capture_default_str();
-    c->callback([o] {
-      auto [tr, va] = data::convert_image_folder(*o);
-      spdlog::info("wrote {} train and {} validation records to {} (+ labels.txt)", tr, va, o->out_dir);
-      if (va == 0)
-        spdlog::warn("no validation records (--validation_fraction {} of {} images): training on {} needs --skip_eval, "
-                     "or a larger --validation_fraction",
-                     o->validation_fraction, tr, o->out_dir);
-    });
+    c->callback([o] { data::run_image_folder(*o); });
   }
   {
     auto o = std::make_shared<data::ShapesOptions>();
@@ -147,31 +108,7 @@ void add_data_command(CLI::App& app) {
                   "captioning: use this word_counts.txt (e.g. the training set's) instead of building one");
     c->add_option("--min_word_count", cap->min_word_count, "captioning: words seen fewer times become <UNK>")
         ->capture_default_str();
-    c->callback([o, cap, task] {
-      if (*task == "captioning") {
-        if (o->include_masks)
-          throw Error("--include_masks writes instance masks into detection records: it needs --task detection");
-        cap->annotations = o->annotations;
-        cap->image_dir = o->image_dir;
-        cap->out_dir = o->out_dir;
-        cap->num_shards = o->num_shards;
-        cap->prefix = o->prefix;
-        cap->limit = o->limit;
-        const auto r = data::convert_coco_captions(*cap);
-        spdlog::info("wrote {} caption records of {} images to {}/{}-*; vocabulary {} words{} ({} caption words are "
-                     "<UNK>)",
-                     r.captions, r.images, o->out_dir, o->prefix, r.vocab_size,
-                     cap->vocab_file.empty() ? " (word_counts.txt)" : " from " + cap->vocab_file, r.unknown_words);
-        return;
-      }
-      if (*task != "detection") throw Error("--task must be detection or captioning, not '" + *task + "'");
-      const auto r = data::convert_coco_detection(*o);
-      spdlog::info(
-          "wrote {} images with {} boxes{} ({} crowd; {} empty or outside the image skipped) to {}/{}-*; "
-          "label_map.pbtxt has ids up to {} (model.ssd.num_classes)",
-          r.images, r.boxes, o->include_masks ? " and their masks" : "", r.crowd, r.skipped_boxes, o->out_dir,
-          o->prefix, r.max_category_id);
-    });
+    c->callback([o, cap, task] { data::run_coco(*task, *o, *cap); });
   }
   {
     auto o = std::make_shared<data::VocConvertOptions>();
@@ -188,13 +125,7 @@ void add_data_command(CLI::App& app) {
                   "beside --output_path");
     c->add_flag("--ignore_difficult_instances,!--noignore_difficult_instances", o->ignore_difficult_instances,
                 "Leave out the objects marked <difficult>1</difficult>");
-    c->callback([o] {
-      const auto r = data::convert_voc(*o);
-      spdlog::info("wrote {} images with {} boxes{} to {}; labels from {}", r.images, r.boxes,
-                   o->ignore_difficult_instances ? " (" + std::to_string(r.difficult_skipped) + " difficult left out)"
-                                                 : std::string(),
-                   o->output_path, r.label_map_path);
-    });
+    c->callback([o] { data::run_voc(*o); });
   }
   {
     auto o = std::make_shared<data::PetsConvertOptions>();
@@ -211,54 +142,17 @@ void add_data_command(CLI::App& app) {
                   "Without faces_only: png (one 0/1 PNG per box, what Orchard reads) or numerical (a float list)")
         ->capture_default_str();
     c->add_option("--num_shards", o->num_shards, "Shards per split")->capture_default_str();
-    c->callback([o] {
-      const auto r = data::convert_pets(*o);
-      spdlog::info("wrote {} train records to {}-*-of-{:05d} and {} validation records to {}-*-of-{:05d}{}; labels "
-                   "from {}",
-                   r.train, r.train_prefix, o->num_shards, r.validation, r.validation_prefix, o->num_shards,
-                   r.missing_xml + r.invalid
-                       ? " (" + std::to_string(r.missing_xml) + " without an xml and " + std::to_string(r.invalid) +
-                             " invalid skipped)"
-                       : std::string(),
-                   r.label_map_path);
-    });
+    c->callback([o] { data::run_pets(*o); });
   }
   {
-    struct InspectOptions {
-      std::string pattern;
-      int64_t limit = 0;
-      bool skip_corrupt = false;
-      std::string dump_images;
-    };
-    auto o = std::make_shared<InspectOptions>();
+    auto o = std::make_shared<data::RecordInspectOptions>();
     auto* c = data->add_subcommand("inspect", "Print each record's features as one JSON line");
     c->add_option("file", o->pattern, "TFRecord file, directory or pattern")->required();
     c->add_option("--limit", o->limit, "Stop after N records (0 = all)");
     c->add_flag("--skip_corrupt_records", o->skip_corrupt, "Skip records with bad CRCs instead of failing");
     c->add_option("--dump_images", o->dump_images,
                   "Also write each record's image/encoded (image, image/data) bytes to DIR/<n>.<jpg|png>");
-    c->callback([o] {
-      TFRecordReaderOptions ropt;
-      ropt.skip_corrupt_records = o->skip_corrupt;
-      int64_t n = 0, skipped = 0;
-      for (const auto& file : expand_file_pattern(o->pattern)) {
-        TFRecordReader reader(file, ropt);
-        std::string rec;
-        while ((o->limit <= 0 || n < o->limit) && reader.next(&rec)) {
-          try {
-            std::cout << data::record_to_json(rec) << "\n";
-            if (!o->dump_images.empty()) dump_image(rec, o->dump_images, n);
-          } catch (const Error& e) {
-            throw DataError(where(file, reader.records_read() - 1, -1, e.what()));
-          }
-          ++n;
-        }
-        skipped += reader.skipped();
-        if (o->limit > 0 && n >= o->limit) break;
-      }
-      std::cout.flush();
-      if (skipped) spdlog::warn("skipped {} corrupt records", skipped);
-    });
+    c->callback([o] { data::inspect_records(*o); });
   }
 }
 

@@ -292,6 +292,18 @@ std::map<std::string, double> evaluate_once(tasks::Task& task, const std::string
   return evaluator.evaluate([&] { return pipeline_source(input, task, false); }, step, false);
 }
 
+engine::CheckpointsEvaluated evaluate_new_checkpoints(tasks::Task& task, const engine::CheckpointWatch& watch,
+                                                     const std::string& model_dir, const data::PipelineOptions& input,
+                                                     int64_t limit, bool summaries) {
+  engine::EvaluatorOptions o;
+  o.model_dir = model_dir;
+  o.global_batch_size = input.batch_size;
+  o.enable_tensorboard = summaries;
+  engine::Evaluator evaluator(o, task);
+  return engine::evaluate_checkpoints(watch, evaluator, task,
+                                      [&] { return limit_examples(pipeline_source(input, task, false), limit); });
+}
+
 void add_host_flags(FlagSet* c, RuntimeFlags& f) {
   c->add_option("--num_threads", f.num_threads, "Intra-op threads (0: all cores)");
   c->add_option("--max_image_pixels", f.max_image_pixels,

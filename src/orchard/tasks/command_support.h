@@ -20,6 +20,7 @@
 #include "orchard/data/pipeline.h"
 #include "orchard/data/preprocess.h"
 #include "orchard/train/stats.h"
+#include "orchard/engine/evaluator.h"
 #include "orchard/engine/trainer.h"
 
 namespace torch::nn {
@@ -141,6 +142,14 @@ void finish_run(train::RunStats& stats, std::vector<std::shared_ptr<data::Pipeli
 // restored checkpoint's, for the log line.
 std::map<std::string, double> evaluate_once(tasks::Task& task, const std::string& model_dir,
                                             const data::PipelineOptions& input, int64_t step);
+
+// The continuous evaluation of every task's eval-only mode (the OD API's model_lib.continuous_eval):
+// each new checkpoint of watch.checkpoint_dir restored and evaluated over one pass of `input`
+// (at most `limit` examples per worker; 0: all), with eval summaries into model_dir/eval when
+// `summaries`, until watch.final_step (engine::evaluate_checkpoints).
+engine::CheckpointsEvaluated evaluate_new_checkpoints(tasks::Task& task, const engine::CheckpointWatch& watch,
+                                                     const std::string& model_dir, const data::PipelineOptions& input,
+                                                     int64_t limit, bool summaries);
 
 // Whether a flag was given on the command line (its default is never taken for "not given":
 // an explicit value equal to the default still wins over a saved configuration).

@@ -685,11 +685,13 @@ void validate_faster_rcnn(const odp::FasterRcnn& f, std::vector<std::string>* pr
 
 }  // namespace
 
-void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const std::string& source_name) {
-  std::vector<std::string> problems;
-  const bool faster_rcnn = config.model().has_faster_rcnn();
-  if (faster_rcnn) validate_faster_rcnn(config.model().faster_rcnn(), &problems);
-  if (!faster_rcnn && check_oneof(config.model(), "model", "model", {"ssd", "faster_rcnn"}, &problems)) {
+void check_faster_rcnn_model(const odp::TrainEvalPipelineConfig& config, std::vector<std::string>* problems) {
+  validate_faster_rcnn(config.model().faster_rcnn(), problems);
+}
+
+void check_ssd_model(const odp::TrainEvalPipelineConfig& config, std::vector<std::string>* problems_out) {
+  std::vector<std::string>& problems = *problems_out;
+  {
     const odp::Ssd& ssd = config.model().ssd();
     if (ssd.num_classes() <= 0)
       problems.push_back("model.ssd.num_classes must be > 0 (got " + std::to_string(ssd.num_classes()) + ")");
@@ -774,6 +776,21 @@ void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const 
     if (config.train_config().merge_multiple_label_boxes())
       problems.push_back("train_config.merge_multiple_label_boxes is not supported with model.ssd; Orchard implements "
                          "it for faster_rcnn (the OD API's AVA sample)");
+  }
+}
+
+void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const std::string& source_name,
+                              const std::vector<ModelValidator>& models) {
+  std::vector<std::string> problems;
+  // The `model` oneof: one of the cases the caller implements (tasks/detect's meta-architecture
+  // registry), then that case's own checks.
+  std::vector<std::string> names;
+  for (const auto& m : models) names.push_back(m.name);
+  if (check_oneof(config.model(), "model", "model", names, &problems)) {
+    const auto* set = config.model().GetReflection()->GetOneofFieldDescriptor(
+        config.model(), config.model().GetDescriptor()->FindOneofByName("model"));
+    for (const auto& m : models)
+      if (m.name == set->name() && m.check) m.check(config, &problems);
   }
 
   const odp::Optimizer& opt = config.train_config().optimizer();

@@ -10,6 +10,7 @@
 //   3. pipeline_config_to_text: the resolved config, saved next to the run.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -50,9 +51,9 @@ std::string pipeline_config_to_text(const object_detection::protos::TrainEvalPip
 
 // Throws orchard::Error naming `source_name` and the field path of every choice Orchard does not
 // implement (all of them, joined by "; "):
-//   model: unset, or a case other than ssd or faster_rcnn ("model.center_net is not supported;
-//     Orchard implements ssd or faster_rcnn");
-//   model.ssd: num_classes <= 0; a feature_extractor.type outside the implemented list (the
+//   model: unset, or a case `models` does not name ("model.center_net is not supported;
+//     Orchard implements ssd or faster_rcnn"), then the named case's own check; Orchard's:
+//   model.ssd (check_ssd_model): num_classes <= 0; a feature_extractor.type outside the implemented list (the
 //     extractors of ssd_model.h, some also as _fpn, _ppn, _mnasfpn or _keras types); the OD API's
 //     own checks of embedded_ssd_mobilenet_v1 (a 256x256 fixed_shape_resizer, pad_to_multiple 1),
 //     ssd_mobilenet_v2_mnasfpn (levels 3..6, sides multiples of 64) and ssd_inception_v2/v3
@@ -66,7 +67,7 @@ std::string pipeline_config_to_text(const object_detection::protos::TrainEvalPip
 //     heads'); a classification loss other than weighted_sigmoid, weighted_softmax or
 //     weighted_sigmoid_focal; a localization loss other than weighted_smooth_l1;
 //     train_config.merge_multiple_label_boxes;
-//   model.faster_rcnn: num_classes <= 0; number_of_stages other than 2 or 3; a mask predictor
+//   model.faster_rcnn (check_faster_rcnn_model): num_classes <= 0; number_of_stages other than 2 or 3; a mask predictor
 //     without positive mask_height, mask_width and mask_prediction_num_conv_layers; a
 //     feature_extractor.type other than faster_rcnn_resnet50/101/152, faster_rcnn_inception_v2 or
 //     faster_rcnn_inception_resnet_v2; first_stage_features_stride other than 8 or 16 (16 for
@@ -80,8 +81,26 @@ std::string pipeline_config_to_text(const object_detection::protos::TrainEvalPip
 //   any model: an optimizer other than rms_prop / momentum / adam or a learning rate other than
 //     constant / exponential_decay / manual_step / cosine_decay, fine_tune_checkpoint_type outside
 //     {"", classification, detection, full}, and a train input without input_path.
+//
+// `models` are the `model` oneof cases the caller implements, each with the checks of its own
+// message: this library sits below the tasks that build the models, so the list is handed down
+// (tasks/detect's meta-architecture registry: tasks::validate_detection_pipeline).
+struct ModelValidator {
+  std::string name;  // the `model` oneof case, e.g. "ssd"
+  // Appends one line per problem of that case's message (and what it rules out elsewhere).
+  std::function<void(const object_detection::protos::TrainEvalPipelineConfig& config,
+                     std::vector<std::string>* problems)>
+      check;
+};
 void validate_pipeline_config(const object_detection::protos::TrainEvalPipelineConfig& config,
-                              const std::string& source_name);
+                              const std::string& source_name, const std::vector<ModelValidator>& models);
+
+// The checks of model.ssd and model.faster_rcnn listed above, for their meta-architectures'
+// registrations.
+void check_ssd_model(const object_detection::protos::TrainEvalPipelineConfig& config,
+                     std::vector<std::string>* problems);
+void check_faster_rcnn_model(const object_detection::protos::TrainEvalPipelineConfig& config,
+                             std::vector<std::string>* problems);
 
 // The TFRecord files of an input reader: each tf_record_input_reader.input_path expanded with
 // orchard::expand_file_pattern (TF patterns: "train.record-?????-of-00100", globs, directories,

@@ -97,8 +97,14 @@ struct ParsedModel {
 
 struct MetaArchitectureEntry {
   std::string name;  // the `model` oneof case, e.g. "ssd"
-  // The entry's message of an already validated pipeline.config (detect::validate_pipeline_config).
+  // The entry's message of an already validated pipeline.config (validate_detection_pipeline).
   std::function<ParsedModel(const object_detection::protos::TrainEvalPipelineConfig& pipeline)> parse;
+  // The fields of its message it implements: one line per problem (detect::ModelValidator::check;
+  // empty: no checks of its own). validate_detection_pipeline runs it when the `model` oneof holds
+  // this entry's case.
+  std::function<void(const object_detection::protos::TrainEvalPipelineConfig& pipeline,
+                     std::vector<std::string>* problems)>
+      validate;
 };
 
 // What every meta-architecture's parser reads alike, as the OD API's image_resizer_builder and
@@ -114,5 +120,9 @@ const MetaArchitectureEntry& meta_architecture_for(const object_detection::proto
 // The shipped meta-architectures, one line each (tasks/detect/meta_architectures.cc); calling
 // it again does nothing.
 void register_builtin_meta_architectures();
+// detect::validate_pipeline_config with the registered meta-architectures (the builtin ones
+// registered first) as the `model` cases Orchard implements, each with its own validation.
+void validate_detection_pipeline(const object_detection::protos::TrainEvalPipelineConfig& pipeline,
+                                 const std::string& source_name);
 
 }  // namespace orchard::tasks

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "orchard/core/error.h"
+#include "orchard/detect/config/config.h"
 #include "orchard/proto/object_detection/pipeline.pb.h"
 #include "orchard/detect/meta_arch/meta_architecture.h"
 #include "orchard/detect/meta_arch/faster_rcnn.h"
@@ -23,8 +24,21 @@ void register_builtin_meta_architectures() {
   static bool done = false;
   if (done) return;
   done = true;
-  register_meta_architecture(ssd_meta_architecture());
-  register_meta_architecture(faster_rcnn_meta_architecture());
+  // The validation of each message lives with pipeline.config's parser (detect/config.h).
+  auto with_validation = [](MetaArchitectureEntry entry, decltype(MetaArchitectureEntry::validate) validate) {
+    if (!entry.validate) entry.validate = std::move(validate);
+    return entry;
+  };
+  register_meta_architecture(with_validation(ssd_meta_architecture(), detect::check_ssd_model));
+  register_meta_architecture(with_validation(faster_rcnn_meta_architecture(), detect::check_faster_rcnn_model));
+}
+
+void validate_detection_pipeline(const object_detection::protos::TrainEvalPipelineConfig& pipeline,
+                                 const std::string& source_name) {
+  register_builtin_meta_architectures();
+  std::vector<detect::ModelValidator> models;
+  for (const auto& e : entries()) models.push_back({e.name, e.validate});
+  detect::validate_pipeline_config(pipeline, source_name, models);
 }
 
 void parse_image_resizer(const object_detection::protos::ImageResizer& resizer, ParsedModel* parsed) {

@@ -15,6 +15,7 @@
 #include "orchard/engine/loop.h"
 #include "orchard/tasks/command_support.h"
 #include "orchard/tasks/registry.h"
+#include "orchard/tasks/train_driver.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tf_checkpoint.h"
@@ -321,87 +322,121 @@ data::PipelineOptions eval_options(const CaptionFlags& f, const std::string& pat
   return o;
 }
 
-void run_train(CaptionFlags f) {
-  if (f.train_batch_size < 1) throw Error("--train_batch_size must be positive");
-  if (f.run.total_steps < 1) throw Error("--train_steps must be positive");
-  if (f.run.log_steps < 1 || f.iterations_per_loop < 1)
-    throw Error("--log_every_n_steps and --iterations_per_loop must be positive");
-  const TrainRuntime rt = start_training(f, f.train_batch_size, f.train_dir, f.clean);
+// `caption train`: the shared recipe (tasks/train_driver.h) with im2txt's parts.
+class CaptionTrainer : public TrainDriver {
+ public:
+  explicit CaptionTrainer(CaptionFlags f) : f_(std::move(f)) {}
 
-  if (f.vocab_file.empty()) f.vocab_file = default_vocab_file(f.input_file_pattern);
-  const auto vocab = load_vocab(f.vocab_file, "--vocab_file");
-  // TF-Slim's Inception-v3 weights: the encoder pools as TF-Slim's did (also when a run
-  // started from them resumes without the flag).
-  const std::string saved = join_path(f.train_dir, "config.json");
-  f.inception_tf_avg_pool =
-      (!f.inception_checkpoint_file.empty() && tf::is_tensorflow_checkpoint(f.inception_checkpoint_file)) ||
-      (file_exists(saved) && json::parse(read_file(saved)).value("inception_pooling", std::string()) == "tf");
-  const auto tcfg = task_config(f, vocab);
-
-  // The data is checked before a model is built.
-  const int64_t num_records = count_examples(f.input_file_pattern, f.skip_corrupt_records);
-  if (num_records < f.train_batch_size)
-    throw Error("--train_batch_size " + std::to_string(f.train_batch_size) + " is larger than the " +
-                std::to_string(num_records) + " training records");
-  if (!f.eval_file_pattern.empty())
-    check_evaluation_data(f.eval_file_pattern, "an empty --eval_file_pattern", f.skip_corrupt_records);
-  torch::manual_seed(f.seed);
-  tasks::CaptionTask task(tcfg);
-  const int64_t per_epoch = f.num_examples_per_epoch > 0 ? f.num_examples_per_epoch : num_records;
-  const int64_t steps_per_epoch = std::max<int64_t>(1, num_records / f.train_batch_size);
-
-  engine::TrainerOptions topt = trainer_options(f.run, f, rt, f.train_dir, f.train_batch_size);
-  topt.steps_per_epoch = steps_per_epoch;
-  topt.steps_per_loop = engine::steps_per_loop_for({f.iterations_per_loop, topt.log_steps, topt.checkpoint_every});
-  const bool has_eval = !f.eval_file_pattern.empty();
-  topt.eval_on_checkpoint = has_eval;
-
-  // im2txt: with --train_inception a constant 0.0005; otherwise 2.0 decayed by 0.5 every 8
-  // epochs (staircase), the epoch being num_examples_per_epoch / batch_size steps.
-  // im2txt: with --train_inception a constant 0.0005; otherwise 2.0 decayed by 0.5 every 8
-  // epochs (staircase), the epoch being num_examples_per_epoch / batch_size steps.
-  train::Schedule schedule = train::constant_learning_rate(f.train_inception_learning_rate);
-  if (!f.train_inception) {
-    train::ExponentialDecay decay;  // tf.train.exponential_decay(staircase=True)
-    decay.initial_learning_rate = f.initial_learning_rate;
-    decay.decay_factor = f.learning_rate_decay_factor;
-    decay.decay_steps = static_cast<int64_t>(static_cast<double>(per_epoch) / static_cast<double>(f.train_batch_size) *
-                                             f.num_epochs_per_decay);
-    decay.staircase = true;
-    schedule = decay.decay_factor > 0 && decay.decay_steps > 0 ? train::exponential_decay(decay)
-                                                               : train::constant_learning_rate(f.initial_learning_rate);
+ private:
+  Setup setup() override {
+    if (f_.train_batch_size < 1) throw Error("--train_batch_size must be positive");
+    if (f_.run.total_steps < 1) throw Error("--train_steps must be positive");
+    if (f_.run.log_steps < 1 || f_.iterations_per_loop < 1)
+      throw Error("--log_every_n_steps and --iterations_per_loop must be positive");
+    return {&f_, f_.train_dir, f_.train_batch_size, f_.clean, f_.seed, f_.run, f_.stats_file};
   }
-  auto optimizer = train::make_tf_optimizer(f.optimizer, task.trainable_parameters(), f.momentum);
 
-  data::PipelineOptions train_input = training_input(f.input_file_pattern, f.train_batch_size, f.seed,
-                                                     f.num_preprocess_threads, f.skip_corrupt_records, rt);
-  train_input.shuffle_buffer = f.shuffle_buffer;
-  data::PipelineOptions eval_input = eval_input_options(train_input, has_eval ? f.eval_file_pattern : f.input_file_pattern);
-  eval_input.batch_size = std::max<int64_t>(1, f.eval_batch_size / (rt.dist ? rt.dist->world_size() : 1));
+  void prepare() override {
+    if (f_.vocab_file.empty()) f_.vocab_file = default_vocab_file(f_.input_file_pattern);
+    const auto vocab = load_vocab(f_.vocab_file, "--vocab_file");
+    vocab_size_ = static_cast<int64_t>(vocab.size());
+    // TF-Slim's Inception-v3 weights: the encoder pools as TF-Slim's did (also when a run
+    // started from them resumes without the flag).
+    const std::string saved = join_path(f_.train_dir, "config.json");
+    f_.inception_tf_avg_pool =
+        (!f_.inception_checkpoint_file.empty() && tf::is_tensorflow_checkpoint(f_.inception_checkpoint_file)) ||
+        (file_exists(saved) && json::parse(read_file(saved)).value("inception_pooling", std::string()) == "tf");
+    tcfg_ = task_config(f_, vocab);
 
-  topt.on_start = [&](int64_t step) {
-    if (step == 0 && !f.inception_checkpoint_file.empty()) load_inception(task, f.inception_checkpoint_file);
-    if (step == 0 && f.inception_checkpoint_file.empty())
+    // The data is checked before a model is built.
+    num_records_ = count_examples(f_.input_file_pattern, f_.skip_corrupt_records);
+    if (num_records_ < f_.train_batch_size)
+      throw Error("--train_batch_size " + std::to_string(f_.train_batch_size) + " is larger than the " +
+                  std::to_string(num_records_) + " training records");
+    if (!f_.eval_file_pattern.empty())
+      check_evaluation_data(f_.eval_file_pattern, "an empty --eval_file_pattern", f_.skip_corrupt_records);
+  }
+
+  Task& build_task() override {
+    task_ = std::make_unique<CaptionTask>(tcfg_);
+    return *task_;
+  }
+
+  void configure(engine::TrainerOptions& o) override {
+    o.steps_per_epoch = std::max<int64_t>(1, num_records_ / f_.train_batch_size);
+    o.steps_per_loop = engine::steps_per_loop_for({f_.iterations_per_loop, o.log_steps, o.checkpoint_every});
+    o.eval_on_checkpoint = has_eval();
+  }
+
+  // im2txt: with --train_inception a constant 0.0005; otherwise 2.0 decayed by 0.5 every 8
+  // epochs (staircase), the epoch being num_examples_per_epoch / batch_size steps.
+  Optimization build_optimizer() override {
+    const int64_t per_epoch = f_.num_examples_per_epoch > 0 ? f_.num_examples_per_epoch : num_records_;
+    train::Schedule schedule = train::constant_learning_rate(f_.train_inception_learning_rate);
+    if (!f_.train_inception) {
+      train::ExponentialDecay decay;  // tf.train.exponential_decay(staircase=True)
+      decay.initial_learning_rate = f_.initial_learning_rate;
+      decay.decay_factor = f_.learning_rate_decay_factor;
+      decay.decay_steps = static_cast<int64_t>(static_cast<double>(per_epoch) /
+                                               static_cast<double>(f_.train_batch_size) * f_.num_epochs_per_decay);
+      decay.staircase = true;
+      schedule = decay.decay_factor > 0 && decay.decay_steps > 0
+                     ? train::exponential_decay(decay)
+                     : train::constant_learning_rate(f_.initial_learning_rate);
+    }
+    return {train::make_tf_optimizer(f_.optimizer, task_->trainable_parameters(), f_.momentum), schedule};
+  }
+
+  TrainInputs build_inputs(const engine::TrainerOptions&) override {
+    TrainInputs in;
+    in.train = training_input(f_.input_file_pattern, f_.train_batch_size, f_.seed, f_.num_preprocess_threads,
+                              f_.skip_corrupt_records, runtime());
+    in.train.shuffle_buffer = f_.shuffle_buffer;
+    in.eval = eval_input_options(in.train, has_eval() ? f_.eval_file_pattern : f_.input_file_pattern);
+    const int64_t replicas = runtime().dist ? runtime().dist->world_size() : 1;
+    in.eval.batch_size = std::max<int64_t>(1, f_.eval_batch_size / replicas);
+    in.skip_eval = !has_eval();
+    in.eval_limit = f_.num_eval_examples > 0 ? f_.num_eval_examples / replicas : 0;
+    return in;
+  }
+
+  void fine_tune() override {
+    if (!f_.inception_checkpoint_file.empty())
+      load_inception(*task_, f_.inception_checkpoint_file);
+    else
       spdlog::warn("no --inception_checkpoint_file: the encoder starts from random weights");
-    if (!rt.chief) return;
-    atomic_write_file(join_path(f.train_dir, "config.json"), config_json(f, tcfg).dump(2) + "\n");
-    atomic_write_file(join_path(f.train_dir, "word_counts.txt"), read_file(f.vocab_file));
-  };
+  }
 
-  spdlog::info("caption: Show and Tell at {}px, vocabulary {} words, encoder {}, {} records ({} steps/epoch), {} steps, "
-               "{} threads",
-               tcfg.image.image_size, vocab.size(), f.train_inception ? "fine-tuned" : "frozen", num_records,
-               steps_per_epoch, topt.total_steps, rt.threads);
-  engine::Trainer trainer(topt, task, std::move(optimizer), schedule);
-  const int64_t replicas = rt.dist ? rt.dist->world_size() : 1;
-  const int64_t limit = f.num_eval_examples > 0 ? f.num_eval_examples / replicas : 0;
-  const auto stats = train_on_pipelines(trainer, task, train_input, eval_input, !has_eval, f.stats_file, {}, limit);
-  if (stats.eval.count("Perplexity"))
-    spdlog::info("final: perplexity {:.3f}, BLEU-4 {:.4f}, CIDEr-D {:.4f} at step {}", stats.eval.at("Perplexity"),
-                 stats.eval.count("Bleu_4") ? stats.eval.at("Bleu_4") : 0.0,
-                 stats.eval.count("CIDEr-D") ? stats.eval.at("CIDEr-D") : 0.0, stats.global_step);
-  spdlog::info("train_dir: {}", f.train_dir);
-}
+  void write_run_files() override {
+    atomic_write_file(join_path(f_.train_dir, "config.json"), config_json(f_, tcfg_).dump(2) + "\n");
+    atomic_write_file(join_path(f_.train_dir, "word_counts.txt"), read_file(f_.vocab_file));
+  }
+
+  void log_start(const engine::TrainerOptions& o) override {
+    spdlog::info("caption: Show and Tell at {}px, vocabulary {} words, encoder {}, {} records ({} steps/epoch), {} "
+                 "steps, {} threads",
+                 tcfg_.image.image_size, vocab_size_, f_.train_inception ? "fine-tuned" : "frozen", num_records_,
+                 o.steps_per_epoch, o.total_steps, runtime().threads);
+  }
+
+  void finish(const train::RunStats& stats) override {
+    if (stats.eval.count("Perplexity"))
+      spdlog::info("final: perplexity {:.3f}, BLEU-4 {:.4f}, CIDEr-D {:.4f} at step {}", stats.eval.at("Perplexity"),
+                   stats.eval.count("Bleu_4") ? stats.eval.at("Bleu_4") : 0.0,
+                   stats.eval.count("CIDEr-D") ? stats.eval.at("CIDEr-D") : 0.0, stats.global_step);
+    spdlog::info("train_dir: {}", f_.train_dir);
+  }
+
+  bool has_eval() const { return !f_.eval_file_pattern.empty(); }
+
+  CaptionFlags f_;
+  CaptionConfig tcfg_;
+  std::unique_ptr<CaptionTask> task_;
+  int64_t vocab_size_ = 0;
+  int64_t num_records_ = 0;
+};
+
+void run_train(CaptionFlags f) { CaptionTrainer(std::move(f)).run(); }
 
 struct EvalFlags {
   CaptionFlags f;
@@ -425,19 +460,13 @@ void run_eval(EvalFlags e) {
   const auto input = eval_options(f, f.input_file_pattern);
   count_examples(f.input_file_pattern);  // a clear error for a pattern without files
 
-  engine::EvaluatorOptions eo;
-  eo.model_dir = e.watch.checkpoint_dir;
-  eo.global_batch_size = f.eval_batch_size;
-  eo.enable_tensorboard = true;
-  engine::Evaluator evaluator(eo, task);
-  auto eval_input = [&] { return limit_examples(pipeline_source(input, task, false), f.num_eval_examples); };
-
   engine::CheckpointWatch watch = e.watch;
   const json config = read_model_config(e.watch.checkpoint_dir, "caption");
   watch.final_step = config.value("train_steps", int64_t{0});
   spdlog::info("caption eval: watching {} (final step {}), events into {}/eval", watch.checkpoint_dir, watch.final_step,
                watch.checkpoint_dir);
-  const auto [last_step, metrics] = engine::evaluate_checkpoints(watch, evaluator, task, eval_input);
+  const auto [last_step, metrics] =
+      evaluate_new_checkpoints(task, watch, e.watch.checkpoint_dir, input, f.num_eval_examples, /*summaries=*/true);
   json j = metrics;
   j["global_step"] = last_step;
   if (!f.stats_file.empty()) atomic_write_file(f.stats_file, j.dump(2) + "\n");

@@ -19,6 +19,7 @@
 #include "orchard/tasks/command_support.h"
 #include "orchard/tasks/image_commands.h"
 #include "orchard/tasks/registry.h"
+#include "orchard/tasks/train_driver.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/loss_scale.h"
 #include "orchard/train/runtime.h"
@@ -319,18 +320,13 @@ void run_continuous_eval(ClassifyFlags f) {
   input.batch_size = f.batch_size;
   input.num_threads = f.datasets_num_private_threads;
   input.reader.skip_corrupt_records = f.skip_corrupt_records;
-  engine::EvaluatorOptions eo;
-  eo.model_dir = f.model_dir;
-  eo.global_batch_size = f.batch_size;
-  eo.enable_tensorboard = f.run.enable_tensorboard;
-  engine::Evaluator evaluator(eo, task);
   engine::CheckpointWatch watch;
   watch.checkpoint_dir = f.model_dir;
   watch.final_step = total;
   spdlog::info("--mode {}: evaluating the checkpoints of {} as they appear, until step {} (no training)", f.mode,
                f.model_dir, total);
   const auto [step, metrics] =
-      engine::evaluate_checkpoints(watch, evaluator, task, [&] { return pipeline_source(input, task, false); });
+      evaluate_new_checkpoints(task, watch, f.model_dir, input, /*limit=*/0, f.run.enable_tensorboard);
   if (metrics.empty()) return;
   json j = {{"accuracy_top_1", metrics.at("accuracy")},
             {"top_5_accuracy", metrics.at("top_5_accuracy")},
@@ -340,124 +336,155 @@ void run_continuous_eval(ClassifyFlags f) {
   if (!f.stats_file.empty()) atomic_write_file(f.stats_file, j.dump(2) + "\n");
 }
 
+// `classify train`: the shared recipe (tasks/train_driver.h) with the ResNet CTL seed's parts.
+class ClassifyTrainer : public TrainDriver {
+ public:
+  explicit ClassifyTrainer(ClassifyFlags f) : f_(std::move(f)) {}
+
+ private:
+  Setup setup() override {
+    if (f_.batch_size < 1) throw Error("--batch_size must be positive");
+    if (f_.run.log_steps < 1) throw Error("--log_steps must be positive");
+    return {&f_, f_.model_dir, f_.batch_size, f_.clean, f_.seed, f_.run, f_.stats_file};
+  }
+
+  void prepare() override {
+    tcfg_ = task_config(f_, runtime().cuda);
+    // The data is checked before a model is built: a missing validation split was found only
+    // after training had run.
+    num_examples_ = f_.num_train_examples;
+    if (!f_.use_synthetic_data) {
+      if (!dir_exists(f_.data_dir)) throw Error("--data_dir " + f_.data_dir + ": no such directory");
+      train_files_ = join_path(f_.data_dir, "train-*");
+      const int64_t counted = count_examples(train_files_, f_.skip_corrupt_records);
+      if (num_examples_ <= 0) num_examples_ = counted;
+      if (!f_.skip_eval)
+        check_evaluation_data(join_path(f_.data_dir, "validation-*"), "--skip_eval", f_.skip_corrupt_records);
+    } else if (num_examples_ <= 0) {
+      num_examples_ = 1281167;  // ImageNet, as the seed's synthetic input assumes
+    }
+  }
+
+  Task& build_task() override {
+    task_ = std::make_unique<ClassificationTask>(tcfg_);
+    return *task_;
+  }
+
+  void configure(engine::TrainerOptions& o) override {
+    steps_per_epoch_ = num_examples_ / f_.batch_size;
+    const int64_t total_steps = total_train_steps(f_, num_examples_);
+    int64_t steps_per_loop = f_.steps_per_loop > 0 ? f_.steps_per_loop : steps_per_epoch_;
+    if (steps_per_loop > steps_per_epoch_) {
+      spdlog::warn("--steps_per_loop {} is larger than an epoch; using {}", steps_per_loop, steps_per_epoch_);
+      steps_per_loop = steps_per_epoch_;
+    }
+    o.steps_per_epoch = steps_per_epoch_;
+    o.total_steps = total_steps;
+    o.steps_per_loop = steps_per_loop;
+    o.checkpoint_every = steps_per_loop * 5;  // the seed: every 5 loops
+    o.eval_every = f_.epochs_between_evals * steps_per_epoch_;
+    o.skip_eval = f_.skip_eval || f_.use_synthetic_data;
+    o.moving_average_decay = f_.moving_average_decay;
+    std::tie(o.profile_start, o.profile_end) = parse_profile_steps(f_.profile_steps);
+    o.loss_scale = f_.loss_scale.empty() ? "dynamic" : f_.loss_scale;
+    train::LossScaler check_loss_scale(o.loss_scale);  // a bad --loss_scale fails before any work
+  }
+
+  Optimization build_optimizer() override {
+    train::Schedule schedule;
+    if (f_.lr_schedule == "cosine") {
+      // The same linear warm-up to the rescaled rate, then TF OD API's cosine_decay_with_warmup
+      // (torchvision's references: warm-up + CosineAnnealingLR): to 0 at the end of --train_epochs
+      // (a --train_steps cap does not shorten it, as it does not move the piecewise boundaries).
+      if (f_.warmup_epochs >= static_cast<double>(f_.train_epochs))
+        throw Error("--lr_schedule cosine: --warmup_epochs " + std::to_string(f_.warmup_epochs) +
+                    " must be shorter than --train_epochs " + std::to_string(f_.train_epochs));
+      train::CosineDecay cosine;
+      cosine.learning_rate_base = f_.base_learning_rate * static_cast<double>(f_.batch_size) / 256.0;
+      cosine.warmup_learning_rate = 0.0;
+      cosine.warmup_steps = std::llround(f_.warmup_epochs * static_cast<double>(steps_per_epoch_));
+      cosine.total_steps = steps_per_epoch_ * f_.train_epochs;
+      schedule = train::cosine_decay(cosine);
+    } else {
+      train::PiecewiseWarmupConfig lr;
+      lr.base_lr = f_.base_learning_rate;
+      lr.batch_size = f_.batch_size;
+      lr.steps_per_epoch = steps_per_epoch_;
+      lr.warmup_epochs = f_.warmup_epochs;
+      lr.boundary_epochs = train::parse_double_list(f_.lr_boundaries, "--lr_boundaries");
+      lr.multipliers = train::parse_double_list(f_.lr_multipliers, "--lr_multipliers");
+      schedule = train::piecewise_constant_with_warmup(lr);
+    }
+    return {std::make_unique<torch::optim::SGD>(task_->module()->parameters(),
+                                                torch::optim::SGDOptions(0.0).momentum(f_.momentum)),
+            schedule};
+  }
+
+  TrainInputs build_inputs(const engine::TrainerOptions& o) override {
+    TrainInputs in;
+    in.train = training_input(train_files_, f_.batch_size, f_.seed, f_.datasets_num_private_threads,
+                              f_.skip_corrupt_records, runtime());
+    in.train.cache = f_.training_dataset_cache;
+    in.train.shuffle_buffer = f_.shuffle_buffer;
+    in.eval = eval_input_options(in.train, join_path(f_.data_dir, "validation-*"));
+    in.skip_eval = o.skip_eval;
+    if (f_.use_synthetic_data)
+      in.synthetic = [spec = task_->sample_spec(), batch = in.train.batch_size, classes = tcfg_.model.num_classes,
+                      seed = f_.seed + in.train.worker_index, steps = steps_per_epoch_,
+                      device = o.device](int64_t epoch, int64_t b) {
+        return synthetic_source(spec, batch, classes, seed, steps, epoch, b, device);
+      };
+    return in;
+  }
+
+  void fine_tune() override {
+    if (f_.pretrained_filepath.empty()) return;
+    const auto r = train::restore_part(
+        f_.pretrained_filepath, "--pretrained_filepath", *task_->module(),
+        [](const std::string& name) { return name.rfind("fc.", 0) == 0 || name.rfind("classifier.", 0) == 0; }, {},
+        models::tf_name_map(tcfg_.model.arch));
+    spdlog::info("fine-tuning from the backbone of {} ({} variables; classifier re-initialised)", r.path,
+                 r.restored.size());
+  }
+
+  void write_run_files() override {
+    atomic_write_file(join_path(f_.model_dir, "config.json"), config_json(f_, tcfg_).dump(2) + "\n");
+    const std::string labels = join_path(f_.data_dir, "labels.txt");
+    if (!f_.use_synthetic_data && file_exists(labels))
+      atomic_write_file(join_path(f_.model_dir, "labels.txt"), read_file(labels));
+  }
+
+  void log_start(const engine::TrainerOptions& o) override {
+    spdlog::info("classify: {} ({} classes) at {}px, {}, {} examples/epoch, {} steps/epoch, {} steps, {} threads",
+                 tcfg_.model.arch, tcfg_.model.num_classes, tcfg_.image_size,
+                 tcfg_.channels_last ? "channels_last" : "channels_first", num_examples_, steps_per_epoch_,
+                 o.total_steps, runtime().threads);
+  }
+
+  void finish(const train::RunStats& stats) override {
+    if (stats.eval.count("accuracy"))
+      spdlog::info("final: top-1 accuracy {:.4f}, top-5 accuracy {:.4f}, eval loss {:.4f} at step {}",
+                   stats.eval.at("accuracy"), stats.eval.at("top_5_accuracy"), stats.eval.at("loss"),
+                   stats.global_step);
+    if (!f_.run.enable_checkpoints)
+      spdlog::warn("no weights were written: checkpoints are off, as in the seed (--enable_checkpoint_and_export "
+                   "writes them, then eval, predict and export can use the model)");
+  }
+
+  ClassifyFlags f_;
+  ClassificationConfig tcfg_;
+  std::unique_ptr<ClassificationTask> task_;
+  std::string train_files_;
+  int64_t num_examples_ = 0;
+  int64_t steps_per_epoch_ = 0;
+};
+
 void run_train(ClassifyFlags f) {
   if (f.mode == "eval" || f.mode == "continuous_eval") return run_continuous_eval(f);
   if (!f.mode.empty() && f.mode != "train" && f.mode != "train_and_eval")
     throw Error("--mode must be train, eval or train_and_eval, not '" + f.mode + "'");
   if (f.mode == "train") f.skip_eval = true;
-  if (f.batch_size < 1) throw Error("--batch_size must be positive");
-  if (f.run.log_steps < 1) throw Error("--log_steps must be positive");
-  const TrainRuntime rt = start_training(f, f.batch_size, f.model_dir, f.clean);
-
-  auto tcfg = task_config(f, rt.cuda);
-
-  // The data is checked before a model is built: a missing validation split was found only
-  // after training had run.
-  std::string train_files;
-  int64_t num_examples = f.num_train_examples;
-  if (!f.use_synthetic_data) {
-    if (!dir_exists(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
-    train_files = join_path(f.data_dir, "train-*");
-    const int64_t counted = count_examples(train_files, f.skip_corrupt_records);
-    if (num_examples <= 0) num_examples = counted;
-    if (!f.skip_eval)
-      check_evaluation_data(join_path(f.data_dir, "validation-*"), "--skip_eval", f.skip_corrupt_records);
-  } else if (num_examples <= 0) {
-    num_examples = 1281167;  // ImageNet, as the seed's synthetic input assumes
-  }
-  torch::manual_seed(f.seed);
-  tasks::ClassificationTask task(tcfg);
-  const int64_t steps_per_epoch = num_examples / f.batch_size;
-  const int64_t total_steps = total_train_steps(f, num_examples);
-  int64_t steps_per_loop = f.steps_per_loop > 0 ? f.steps_per_loop : steps_per_epoch;
-  if (steps_per_loop > steps_per_epoch) {
-    spdlog::warn("--steps_per_loop {} is larger than an epoch; using {}", steps_per_loop, steps_per_epoch);
-    steps_per_loop = steps_per_epoch;
-  }
-
-  engine::TrainerOptions topt = trainer_options(f.run, f, rt, f.model_dir, f.batch_size);
-  topt.steps_per_epoch = steps_per_epoch;
-  topt.total_steps = total_steps;
-  topt.steps_per_loop = steps_per_loop;
-  topt.checkpoint_every = steps_per_loop * 5;  // the seed: every 5 loops
-  topt.eval_every = f.epochs_between_evals * steps_per_epoch;
-  topt.skip_eval = f.skip_eval || f.use_synthetic_data;
-  topt.moving_average_decay = f.moving_average_decay;
-  std::tie(topt.profile_start, topt.profile_end) = parse_profile_steps(f.profile_steps);
-  topt.loss_scale = f.loss_scale.empty() ? "dynamic" : f.loss_scale;
-  train::LossScaler check_loss_scale(topt.loss_scale);  // a bad --loss_scale fails before any work
-
-  train::Schedule schedule;
-  if (f.lr_schedule == "cosine") {
-    // The same linear warm-up to the rescaled rate, then TF OD API's cosine_decay_with_warmup
-    // (torchvision's references: warm-up + CosineAnnealingLR): to 0 at the end of --train_epochs
-    // (a --train_steps cap does not shorten it, as it does not move the piecewise boundaries).
-    if (f.warmup_epochs >= static_cast<double>(f.train_epochs))
-      throw Error("--lr_schedule cosine: --warmup_epochs " + std::to_string(f.warmup_epochs) +
-                  " must be shorter than --train_epochs " + std::to_string(f.train_epochs));
-    train::CosineDecay cosine;
-    cosine.learning_rate_base = f.base_learning_rate * static_cast<double>(f.batch_size) / 256.0;
-    cosine.warmup_learning_rate = 0.0;
-    cosine.warmup_steps = std::llround(f.warmup_epochs * static_cast<double>(steps_per_epoch));
-    cosine.total_steps = steps_per_epoch * f.train_epochs;
-    schedule = train::cosine_decay(cosine);
-  } else {
-    train::PiecewiseWarmupConfig lr;
-    lr.base_lr = f.base_learning_rate;
-    lr.batch_size = f.batch_size;
-    lr.steps_per_epoch = steps_per_epoch;
-    lr.warmup_epochs = f.warmup_epochs;
-    lr.boundary_epochs = train::parse_double_list(f.lr_boundaries, "--lr_boundaries");
-    lr.multipliers = train::parse_double_list(f.lr_multipliers, "--lr_multipliers");
-    schedule = train::piecewise_constant_with_warmup(lr);
-  }
-  auto optimizer = std::make_unique<torch::optim::SGD>(task.module()->parameters(),
-                                                       torch::optim::SGDOptions(0.0).momentum(f.momentum));
-
-  data::PipelineOptions train_input = training_input(train_files, f.batch_size, f.seed, f.datasets_num_private_threads,
-                                                     f.skip_corrupt_records, rt);
-  train_input.cache = f.training_dataset_cache;
-  train_input.shuffle_buffer = f.shuffle_buffer;
-  const data::PipelineOptions eval_input =
-      eval_input_options(train_input, join_path(f.data_dir, "validation-*"));
-
-  // The configuration is the single truth: save it next to the run, once the newest
-  // checkpoint (if any) has been restored, so a mismatched restart overwrites nothing.
-  topt.on_start = [&](int64_t step) {
-    if (step == 0 && !f.pretrained_filepath.empty()) {
-      const auto r = train::restore_part(
-          f.pretrained_filepath, "--pretrained_filepath", *task.module(),
-          [](const std::string& name) { return name.rfind("fc.", 0) == 0 || name.rfind("classifier.", 0) == 0; }, {},
-          models::tf_name_map(tcfg.model.arch));
-      spdlog::info("fine-tuning from the backbone of {} ({} variables; classifier re-initialised)", r.path,
-                   r.restored.size());
-    }
-    if (!rt.chief) return;
-    atomic_write_file(join_path(f.model_dir, "config.json"), config_json(f, tcfg).dump(2) + "\n");
-    const std::string labels = join_path(f.data_dir, "labels.txt");
-    if (!f.use_synthetic_data && file_exists(labels))
-      atomic_write_file(join_path(f.model_dir, "labels.txt"), read_file(labels));
-  };
-
-  spdlog::info("classify: {} ({} classes) at {}px, {}, {} examples/epoch, {} steps/epoch, {} steps, {} threads",
-               tcfg.model.arch, tcfg.model.num_classes, tcfg.image_size,
-               tcfg.channels_last ? "channels_last" : "channels_first", num_examples, steps_per_epoch, total_steps,
-               rt.threads);
-  engine::Trainer trainer(topt, task, std::move(optimizer), schedule);
-  engine::TrainInputFactory synthetic;
-  if (f.use_synthetic_data)
-    synthetic = [&, spec = task.sample_spec()](int64_t epoch, int64_t batch) {
-      return synthetic_source(spec, train_input.batch_size, tcfg.model.num_classes, f.seed + train_input.worker_index,
-                              steps_per_epoch, epoch, batch, topt.device);
-    };
-  const auto stats =
-      train_on_pipelines(trainer, task, train_input, eval_input, topt.skip_eval, f.stats_file, synthetic);
-  if (stats.eval.count("accuracy"))
-    spdlog::info("final: top-1 accuracy {:.4f}, top-5 accuracy {:.4f}, eval loss {:.4f} at step {}",
-                 stats.eval.at("accuracy"), stats.eval.at("top_5_accuracy"), stats.eval.at("loss"), stats.global_step);
-  if (!topt.enable_checkpoints)
-    spdlog::warn("no weights were written: checkpoints are off, as in the seed (--enable_checkpoint_and_export "
-                 "writes them, then eval, predict and export can use the model)");
+  ClassifyTrainer(std::move(f)).run();
 }
 
 // What eval, export and predict need of this task (tasks/image_commands.h).

@@ -16,6 +16,7 @@
 #include "orchard/engine/loop.h"
 #include "orchard/tasks/command_support.h"
 #include "orchard/tasks/registry.h"
+#include "orchard/tasks/train_driver.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/data/image.h"
@@ -27,6 +28,7 @@
 #include "orchard/train/schedule.h"
 #include "orchard/tasks/detect/detection.h"
 #include "orchard/tasks/detect/fine_tune.h"
+#include "orchard/tasks/detect/load_pipeline.h"
 #include "orchard/core/tf_checkpoint.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/runtime.h"
@@ -167,11 +169,7 @@ bool load_pretrained(const std::string& overrides) {
   return load;
 }
 
-struct Loaded {
-  pb::TrainEvalPipelineConfig pipeline;
-  tasks::DetectionConfig config;
-  detect::LabelMap label_map;
-};
+using Loaded = DetectionPipeline;
 
 // keep_aspect_ratio_resizer without pad_to_max_dimension: one image per evaluation (and predict)
 // batch, each at its own size, as the OD API evaluates such models.
@@ -187,36 +185,19 @@ Loaded load(const DetectFlags& f, const std::string& config_path) {
   if (config_path.empty()) throw Error("--pipeline_config_path is required");
   if (f.data_format != "channels_first" && f.data_format != "channels_last")
     throw Error("--data_format must be channels_first or channels_last, not '" + f.data_format + "'");
-  Loaded l;
-  l.pipeline = detect::load_pipeline_config(config_path, f.strict, nullptr, f.allow_unknown_fields);
-  if (!f.config_override.empty()) {
-    // export_inference_graph's text_format.Merge: singular fields replaced, repeated ones appended.
-    l.pipeline.MergeFrom(
-        detect::parse_pipeline_config(f.config_override, "--config_override", f.strict, nullptr, f.allow_unknown_fields));
-    spdlog::info("{}: --config_override merged over it", config_path);
-  }
-  if (f.train_batch_size < 0) throw Error("--train_batch_size must be positive");
-  if (f.train_batch_size > 0) {
-    spdlog::info("--train_batch_size {} overrides train_config.batch_size {}", f.train_batch_size,
-                 l.pipeline.train_config().batch_size());
-    l.pipeline.mutable_train_config()->set_batch_size(static_cast<uint32_t>(f.train_batch_size));
-  }
-  detect::validate_pipeline_config(l.pipeline, config_path);
-  l.config = tasks::detection_config(l.pipeline, f.data_format == "channels_last");
+  PipelineLoadOptions o;
+  o.strict = f.strict;
+  o.allow_unknown_fields = f.allow_unknown_fields;
+  o.config_override = f.config_override;
+  o.train_batch_size = f.train_batch_size;
+  o.channels_last = f.data_format == "channels_last";
+  Loaded l = load_detection_pipeline(config_path, o);
   l.config.input.max_image_pixels = f.max_image_pixels;
   if (l.pipeline.has_graph_rewriter())
     spdlog::warn("{}: graph_rewriter (quantization-aware training) is ignored: Orchard trains and evaluates in float "
                  "and exports float models (no fake-quantization, no quantized TFLite export); --strict refuses it",
                  config_path);
-  std::string label_map_path = l.pipeline.train_input_reader().label_map_path();
-  if (label_map_path.empty() && l.pipeline.eval_input_reader_size() > 0)
-    label_map_path = l.pipeline.eval_input_reader(0).label_map_path();
-  if (!label_map_path.empty()) {
-    l.label_map = detect::load_label_map(label_map_path);
-    detect::check_label_map(l.label_map, static_cast<int>(l.config.num_classes), label_map_path);
-  }
-  for (int64_t id = 1; id <= l.config.num_classes; ++id)
-    l.config.class_names.push_back(l.label_map.display(static_cast<int>(id)));
+  read_label_map(&l);
   return l;
 }
 
@@ -343,18 +324,12 @@ void run_continuous_eval(DetectFlags f) {
   input.num_threads = f.num_preprocess_threads;
   const int64_t num_examples = l.pipeline.eval_config().num_examples();
 
-  engine::EvaluatorOptions eo;
-  eo.model_dir = model_dir;
-  eo.global_batch_size = input.batch_size;
-  eo.enable_tensorboard = true;
-  engine::Evaluator evaluator(eo, task);
-  auto eval_input = [&] { return limit_examples(pipeline_source(input, task, false), num_examples); };
-
   spdlog::info("eval-only: watching {} (final step {}), events into {}/eval", f.watch.checkpoint_dir,
                total > 0 ? std::to_string(total) : std::string("none"), model_dir);
   engine::CheckpointWatch watch = f.watch;
   watch.final_step = total;
-  const auto [last_step, metrics] = engine::evaluate_checkpoints(watch, evaluator, task, eval_input);
+  const auto [last_step, metrics] =
+      evaluate_new_checkpoints(task, watch, model_dir, input, num_examples, /*summaries=*/true);
   if (!f.stats_file.empty()) {
     json j = metrics;
     j["global_step"] = last_step;
@@ -378,6 +353,147 @@ void export_model(tasks::DetectionTask& task, const std::string& model_dir, cons
   spdlog::info("exported the inference model to {}", out_dir);
 }
 
+// `detect train`: the shared recipe (tasks/train_driver.h) with model_main's parts: the
+// pipeline.config gives the model, input, optimizer and fine-tuning.
+class DetectTrainer : public TrainDriver {
+ public:
+  explicit DetectTrainer(DetectFlags f) : f_(std::move(f)) {}
+
+ private:
+  Setup setup() override {
+    if (f_.model_dir.empty()) throw Error("--model_dir is required");
+    pretrained_ = load_pretrained(f_.hparams_overrides);
+    l_ = load(f_, f_.pipeline_config_path);
+    const auto& tc = l_.pipeline.train_config();
+    // The OD API keeps a moving average of the weights with use_moving_average (the proto default
+    // is true) and evaluates and exports it only with eval_config.use_moving_averages (default
+    // false): so does Orchard, keeping it only where something uses it.
+    if (tc.optimizer().has_use_moving_average() && tc.optimizer().use_moving_average() &&
+        !l_.pipeline.eval_config().use_moving_averages())
+      spdlog::info("{}: train_config.optimizer.use_moving_average is true, eval_config.use_moving_averages false: "
+                   "evaluation and export use the trained weights (as the OD API's), so no average is kept",
+                   f_.pipeline_config_path);
+    batch_size_ = tc.batch_size();
+    if (f_.num_train_steps < 0)
+      throw Error("--num_train_steps must not be negative, not " + std::to_string(f_.num_train_steps) +
+                  " (0 or absent: train_config.num_steps)");
+    total_ = f_.num_train_steps > 0 ? f_.num_train_steps : tc.num_steps();
+    if (total_ < 1) throw Error("train_config.num_steps is 0 (train forever): give --num_train_steps");
+    if (f_.run.log_steps < 1) throw Error("--log_steps must be positive");
+    if (f_.run.checkpoint_every < 1) throw Error("--save_checkpoints_steps must be positive");
+    return {&f_, f_.model_dir, batch_size_, f_.clean, f_.seed, f_.run, f_.stats_file};
+  }
+
+  // The data is checked before a model is built; the inputs are made here.
+  void prepare() override {
+    const std::string train_files =
+        input_options(l_.pipeline.train_input_reader(), f_.pipeline_config_path, "train_input_reader").file_pattern;
+    num_examples_ = count_examples(train_files, f_.skip_corrupt_records, "--skip_corrupt_records");
+    in_.train = training_input(train_files, batch_size_, f_.seed, f_.num_preprocess_threads, f_.skip_corrupt_records,
+                               runtime());
+    in_.train.shuffle_buffer = l_.pipeline.train_input_reader().shuffle() ? 2048 : 1;
+    // The OD API's input repeats the data set (num_epochs 0: forever) before batching, so a batch
+    // may hold it more than once: each epoch of the pipeline reads it as often as one batch needs.
+    in_.train.passes_per_epoch = (batch_size_ + num_examples_ - 1) / num_examples_;
+    if (in_.train.passes_per_epoch > 1)
+      spdlog::warn("train_config.batch_size {} is larger than the {} training examples: the data set is repeated, "
+                   "each batch holds it {:.1f} times over (as the OD API's repeating input does)",
+                   batch_size_, num_examples_,
+                   static_cast<double>(batch_size_) / static_cast<double>(num_examples_));
+
+    in_.skip_eval = !(l_.pipeline.eval_input_reader_size() > 0 && !f_.skip_eval);
+    if (!in_.skip_eval) {
+      const auto eval_files =
+          input_options(l_.pipeline.eval_input_reader(0), f_.pipeline_config_path, "eval_input_reader");
+      in_.eval = eval_input_options(in_.train, eval_files.file_pattern);
+      in_.eval.sample_1_of_n = eval_sampling(f_, l_.pipeline.eval_input_reader(0));
+      in_.eval.batch_size = eval_batch_size(l_.config, f_.eval_batch_size, "--eval_batch_size");
+      check_evaluation_data(eval_files.file_pattern, "--skip_eval", f_.skip_corrupt_records);
+    }
+    // eval_config.num_examples caps each evaluation (split over the workers).
+    const int64_t workers = runtime().dist ? runtime().dist->world_size() : 1;
+    in_.eval_limit = (l_.pipeline.eval_config().num_examples() + workers - 1) / workers;
+  }
+
+  Task& build_task() override {
+    task_ = std::make_unique<DetectionTask>(l_.config);
+    return *task_;
+  }
+
+  void configure(engine::TrainerOptions& o) override {
+    o.steps_per_epoch = std::max<int64_t>(1, num_examples_ * in_.train.passes_per_epoch / batch_size_);
+    o.total_steps = total_;
+    if (f_.iterations_per_loop < 0) throw Error("--iterations_per_loop must be positive");
+    o.steps_per_loop = f_.iterations_per_loop > 0 ? f_.iterations_per_loop
+                                                  : engine::steps_per_loop_for({o.log_steps, o.checkpoint_every});
+    o.skip_eval = in_.skip_eval;
+    const auto& tc = l_.pipeline.train_config();
+    o.clip_gradient_norm = tc.gradient_clipping_by_norm();
+    // MovingAverageOptimizer(average_decay) without num_updates: a plain exponential average.
+    if (tc.optimizer().use_moving_average() && l_.pipeline.eval_config().use_moving_averages())
+      o.moving_average_decay = tc.optimizer().moving_average_decay();
+  }
+
+  Optimization build_optimizer() override {
+    std::vector<torch::Tensor> params;
+    for (auto& p : task_->module()->parameters())
+      if (p.requires_grad()) params.push_back(p);
+    auto [optimizer, lr] = train::make_od_api_optimizer(l_.pipeline.train_config().optimizer(), params);
+    return {std::move(optimizer), std::move(lr)};
+  }
+
+  TrainInputs build_inputs(const engine::TrainerOptions&) override { return in_; }
+
+  void fine_tune() override {
+    const auto& tc = l_.pipeline.train_config();
+    if (tc.fine_tune_checkpoint().empty()) return;
+    const std::string type = fine_tune_checkpoint_type(tc);
+    if (pretrained_)
+      tasks::fine_tune(*task_, tc.fine_tune_checkpoint(), type, tc.load_all_detection_checkpoint_vars(), l_.pipeline,
+                       f_.strict_fine_tune);
+    else
+      spdlog::info("--hparams_overrides load_pretrained=false: train_config.fine_tune_checkpoint {} is not restored",
+                   tc.fine_tune_checkpoint());
+  }
+
+  void write_run_files() override {
+    atomic_write_file(join_path(f_.model_dir, "config.json"),
+                      config_json(f_, l_.config, task_->meta_architecture()).dump(2) + "\n");
+    atomic_write_file(join_path(f_.model_dir, "pipeline.config"), detect::pipeline_config_to_text(l_.pipeline));
+    atomic_write_file(join_path(f_.model_dir, "label_map.pbtxt"), detect::label_map_to_text(l_.label_map));
+  }
+
+  void log_start(const engine::TrainerOptions&) override {
+    const auto& keep = l_.config.input.keep_aspect_ratio;
+    const std::string size = !keep ? fmt::format("{}x{}", l_.config.input.height, l_.config.input.width)
+                                   : fmt::format("shorter side {} (longer at most {}{})", keep->min_dimension,
+                                                 keep->max_dimension, keep->pad_to_max_dimension ? ", padded to it" : "");
+    spdlog::info("detect: {} at {}, batch {}, {} training examples, {} steps, {} threads",
+                 task_->meta_architecture().describe(), size, batch_size_, num_examples_, total_, runtime().threads);
+  }
+
+  void finish(const train::RunStats& stats) override {
+    if (runtime().chief)
+      export_model(*task_, f_.model_dir,
+                   join_path(join_path(f_.model_dir, "export"), std::to_string(stats.global_step)), stats.global_step,
+                   l_);
+    if (stats.eval.count("DetectionBoxes_Precision/mAP"))
+      spdlog::info("final: mAP {:.4f}, mAP@.50IOU {:.4f}, AR@100 {:.4f} at step {}",
+                   stats.eval.at("DetectionBoxes_Precision/mAP"), stats.eval.at("DetectionBoxes_Precision/mAP@.50IOU"),
+                   stats.eval.at("DetectionBoxes_Recall/AR@100"), stats.global_step);
+    spdlog::info("model_dir: {}", f_.model_dir);
+  }
+
+  DetectFlags f_;
+  Loaded l_;
+  bool pretrained_ = true;
+  int64_t batch_size_ = 0;
+  int64_t total_ = 0;
+  int64_t num_examples_ = 0;
+  TrainInputs in_;
+  std::unique_ptr<DetectionTask> task_;
+};
+
 void run_train(DetectFlags f) {
   // model_tpu_main's --mode (and the Model Garden's continuous_eval); model_main's own switch to
   // evaluation is --checkpoint_dir.
@@ -398,106 +514,7 @@ void run_train(DetectFlags f) {
     return run_continuous_eval(f);
   }
   if (f.mode == "train") f.skip_eval = true;  // model_tpu_main: estimator.train only
-  if (f.model_dir.empty()) throw Error("--model_dir is required");
-  const bool pretrained = load_pretrained(f.hparams_overrides);
-  auto l = load(f, f.pipeline_config_path);
-  const auto& tc = l.pipeline.train_config();
-  // The OD API keeps a moving average of the weights with use_moving_average (the proto default
-  // is true) and evaluates and exports it only with eval_config.use_moving_averages (default
-  // false): so does Orchard, keeping it only where something uses it.
-  if (tc.optimizer().has_use_moving_average() && tc.optimizer().use_moving_average() &&
-      !l.pipeline.eval_config().use_moving_averages())
-    spdlog::info("{}: train_config.optimizer.use_moving_average is true, eval_config.use_moving_averages false: "
-                 "evaluation and export use the trained weights (as the OD API's), so no average is kept",
-                 f.pipeline_config_path);
-  const int64_t batch_size = tc.batch_size();
-  if (f.num_train_steps < 0)
-    throw Error("--num_train_steps must not be negative, not " + std::to_string(f.num_train_steps) +
-                " (0 or absent: train_config.num_steps)");
-  const int64_t total = f.num_train_steps > 0 ? f.num_train_steps : tc.num_steps();
-  if (total < 1) throw Error("train_config.num_steps is 0 (train forever): give --num_train_steps");
-  if (f.run.log_steps < 1) throw Error("--log_steps must be positive");
-  if (f.run.checkpoint_every < 1) throw Error("--save_checkpoints_steps must be positive");
-  const TrainRuntime rt = start_training(f, batch_size, f.model_dir, f.clean);
-
-  // The data is checked before a model is built.
-  const std::string train_files =
-      input_options(l.pipeline.train_input_reader(), f.pipeline_config_path, "train_input_reader").file_pattern;
-  const int64_t num_examples = count_examples(train_files, f.skip_corrupt_records, "--skip_corrupt_records");
-  data::PipelineOptions train_input =
-      training_input(train_files, batch_size, f.seed, f.num_preprocess_threads, f.skip_corrupt_records, rt);
-  train_input.shuffle_buffer = l.pipeline.train_input_reader().shuffle() ? 2048 : 1;
-  // The OD API's input repeats the data set (num_epochs 0: forever) before batching, so a batch
-  // may hold it more than once: each epoch of the pipeline reads it as often as one batch needs.
-  train_input.passes_per_epoch = (batch_size + num_examples - 1) / num_examples;
-  if (train_input.passes_per_epoch > 1)
-    spdlog::warn("train_config.batch_size {} is larger than the {} training examples: the data set is repeated, "
-                 "each batch holds it {:.1f} times over (as the OD API's repeating input does)",
-                 batch_size, num_examples, static_cast<double>(batch_size) / static_cast<double>(num_examples));
-
-  data::PipelineOptions eval_input;
-  const bool has_eval = l.pipeline.eval_input_reader_size() > 0 && !f.skip_eval;
-  if (has_eval) {
-    const auto eval_files =
-        input_options(l.pipeline.eval_input_reader(0), f.pipeline_config_path, "eval_input_reader");
-    eval_input = eval_input_options(train_input, eval_files.file_pattern);
-    eval_input.sample_1_of_n = eval_sampling(f, l.pipeline.eval_input_reader(0));
-    eval_input.batch_size = eval_batch_size(l.config, f.eval_batch_size, "--eval_batch_size");
-    check_evaluation_data(eval_files.file_pattern, "--skip_eval", f.skip_corrupt_records);
-  }
-  torch::manual_seed(f.seed);
-  tasks::DetectionTask task(l.config);
-
-  engine::TrainerOptions topt = trainer_options(f.run, f, rt, f.model_dir, batch_size);
-  topt.steps_per_epoch = std::max<int64_t>(1, num_examples * train_input.passes_per_epoch / batch_size);
-  topt.total_steps = total;
-  if (f.iterations_per_loop < 0) throw Error("--iterations_per_loop must be positive");
-  topt.steps_per_loop = f.iterations_per_loop > 0 ? f.iterations_per_loop
-                                                  : engine::steps_per_loop_for({topt.log_steps, topt.checkpoint_every});
-  topt.skip_eval = !has_eval;
-  std::vector<torch::Tensor> params;
-  for (auto& p : task.module()->parameters())
-    if (p.requires_grad()) params.push_back(p);
-  auto [optimizer, lr] = train::make_od_api_optimizer(tc.optimizer(), params);
-  topt.clip_gradient_norm = tc.gradient_clipping_by_norm();
-  // MovingAverageOptimizer(average_decay) without num_updates: a plain exponential average.
-  if (tc.optimizer().use_moving_average() && l.pipeline.eval_config().use_moving_averages())
-    topt.moving_average_decay = tc.optimizer().moving_average_decay();
-
-  topt.on_start = [&, lr = lr](int64_t step) {
-    const std::string type = fine_tune_checkpoint_type(tc);
-    if (step == 0 && !tc.fine_tune_checkpoint().empty()) {
-      if (pretrained)
-        fine_tune(task, tc.fine_tune_checkpoint(), type, tc.load_all_detection_checkpoint_vars(), l.pipeline,
-                  f.strict_fine_tune);
-      else
-        spdlog::info("--hparams_overrides load_pretrained=false: train_config.fine_tune_checkpoint {} is not restored",
-                     tc.fine_tune_checkpoint());
-    }
-    if (!rt.chief) return;
-    atomic_write_file(join_path(f.model_dir, "config.json"), config_json(f, l.config, task.meta_architecture()).dump(2) + "\n");
-    atomic_write_file(join_path(f.model_dir, "pipeline.config"), detect::pipeline_config_to_text(l.pipeline));
-    atomic_write_file(join_path(f.model_dir, "label_map.pbtxt"), detect::label_map_to_text(l.label_map));
-  };
-  const auto& keep = l.config.input.keep_aspect_ratio;
-  const std::string size = !keep ? fmt::format("{}x{}", l.config.input.height, l.config.input.width)
-                                 : fmt::format("shorter side {} (longer at most {}{})", keep->min_dimension,
-                                               keep->max_dimension, keep->pad_to_max_dimension ? ", padded to it" : "");
-  spdlog::info("detect: {} at {}, batch {}, {} training examples, {} steps, {} threads",
-               task.meta_architecture().describe(), size, batch_size, num_examples, total, rt.threads);
-  engine::Trainer trainer(topt, task, std::move(optimizer), lr);
-  // eval_config.num_examples caps each evaluation (split over the workers).
-  const int64_t workers = rt.dist ? rt.dist->world_size() : 1;
-  const int64_t limit = (l.pipeline.eval_config().num_examples() + workers - 1) / workers;
-  auto stats = train_on_pipelines(trainer, task, train_input, eval_input, !has_eval, f.stats_file, {}, limit);
-  if (rt.chief)
-    export_model(task, f.model_dir, join_path(join_path(f.model_dir, "export"), std::to_string(stats.global_step)),
-                 stats.global_step, l);
-  if (stats.eval.count("DetectionBoxes_Precision/mAP"))
-    spdlog::info("final: mAP {:.4f}, mAP@.50IOU {:.4f}, AR@100 {:.4f} at step {}",
-                 stats.eval.at("DetectionBoxes_Precision/mAP"), stats.eval.at("DetectionBoxes_Precision/mAP@.50IOU"),
-                 stats.eval.at("DetectionBoxes_Recall/AR@100"), stats.global_step);
-  spdlog::info("model_dir: {}", f.model_dir);
+  DetectTrainer(std::move(f)).run();
 }
 
 // A model_dir written by `detect train`, or an export directory inside it.
@@ -529,12 +546,7 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
   // The saved config names the label map the model was trained with; the copy beside it wins.
   auto l = load_for_inference(f);
   const std::string saved_map = join_path(f.model_dir, "label_map.pbtxt");
-  if (file_exists(saved_map)) {
-    l.label_map = detect::load_label_map(saved_map);
-    l.config.class_names.clear();
-    for (int64_t id = 1; id <= l.config.num_classes; ++id)
-      l.config.class_names.push_back(l.label_map.display(static_cast<int>(id)));
-  }
+  if (file_exists(saved_map)) use_label_map(&l, detect::load_label_map(saved_map));
   tasks::DetectionTask task(l.config);
   engine::restore_for_inference(task, f.model_dir, checkpoint);
   if (!output_dir.empty()) ensure_writable_dir(output_dir);

@@ -68,7 +68,7 @@ std::vector<std::string> own_config_hint(const tf::CheckpointReader& checkpoint,
     detect::parse_text_proto(read_file(own), own, &theirs, &unknown);
     differences = detect::message_differences(config.model(), theirs.model(), "model");
     if (differences.empty()) return {};
-    detect::validate_pipeline_config(theirs, own);
+    validate_detection_pipeline(theirs, own);
     DetectionTask task(detection_config(theirs, false));
     const std::string type = fine_tune_checkpoint_type(config.train_config());
     const auto selection = fine_tune_selection(task, type, config.train_config().load_all_detection_checkpoint_vars());

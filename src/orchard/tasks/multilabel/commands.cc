@@ -17,6 +17,7 @@
 #include "orchard/tasks/image_commands.h"
 #include "orchard/tasks/multilabel/multilabel.h"
 #include "orchard/tasks/registry.h"
+#include "orchard/tasks/train_driver.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/optimizers.h"
 #include "orchard/train/runtime.h"
@@ -224,68 +225,102 @@ void fine_tune_from(tasks::MultiLabelTask& task, const std::string& checkpoint) 
   spdlog::info("fine-tuning from the backbone of {} (classifier re-initialised)", r.path);
 }
 
-void run_train(MultiLabelFlags f) {
-  if (f.batch_size < 1) throw Error("--batch_size must be positive");
-  if (f.run.log_steps < 1) throw Error("--log_interval must be positive");
-  if (f.run.total_steps < 1) throw Error("--max_iter must be positive");
-  if (f.run.checkpoint_every < 0 || f.run.eval_every < 0)
-    throw Error("--snapshot and --test_interval must not be negative");
-  const TrainRuntime rt = start_training(f, f.batch_size, f.model_dir, f.clean);
+// `multilabel train`: the shared recipe (tasks/train_driver.h) with the ML-Images trainer's parts.
+class MultiLabelTrainer : public TrainDriver {
+ public:
+  explicit MultiLabelTrainer(MultiLabelFlags f) : f_(std::move(f)) {}
 
-  auto tcfg = task_config(f);
+ private:
+  Setup setup() override {
+    if (f_.batch_size < 1) throw Error("--batch_size must be positive");
+    if (f_.run.log_steps < 1) throw Error("--log_interval must be positive");
+    if (f_.run.total_steps < 1) throw Error("--max_iter must be positive");
+    if (f_.run.checkpoint_every < 0 || f_.run.eval_every < 0)
+      throw Error("--snapshot and --test_interval must not be negative");
+    return {&f_, f_.model_dir, f_.batch_size, f_.clean, f_.random_seed, f_.run, f_.stats_file};
+  }
 
-  // The data is checked before a model is built.
-  if (!dir_exists(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
-  const std::string train_files = shard_pattern(f.data_dir, true);
-  const int64_t num_examples = count_examples(train_files, f.skip_corrupt_records);
-  const int64_t steps_per_epoch = std::max<int64_t>(1, num_examples / f.batch_size);
-  if (num_examples < f.batch_size)
-    throw Error("--batch_size " + std::to_string(f.batch_size) + " is larger than the " + std::to_string(num_examples) +
-                " training examples");
-  if (!f.run.skip_eval) check_evaluation_data(shard_pattern(f.data_dir, false), "--skip_eval", f.skip_corrupt_records);
-  torch::manual_seed(f.random_seed);
-  tasks::MultiLabelTask task(tcfg);
+  void prepare() override {
+    tcfg_ = task_config(f_);
+    // The data is checked before a model is built.
+    if (!dir_exists(f_.data_dir)) throw Error("--data_dir " + f_.data_dir + ": no such directory");
+    train_files_ = shard_pattern(f_.data_dir, true);
+    num_examples_ = count_examples(train_files_, f_.skip_corrupt_records);
+    if (num_examples_ < f_.batch_size)
+      throw Error("--batch_size " + std::to_string(f_.batch_size) + " is larger than the " +
+                  std::to_string(num_examples_) + " training examples");
+    if (!f_.run.skip_eval)
+      check_evaluation_data(shard_pattern(f_.data_dir, false), "--skip_eval", f_.skip_corrupt_records);
+  }
+
+  Task& build_task() override {
+    task_ = std::make_unique<MultiLabelTask>(tcfg_);
+    return *task_;
+  }
 
   // Host loops end where logging, checkpoints and evaluations fall.
-  engine::TrainerOptions topt = trainer_options(f.run, f, rt, f.model_dir, f.batch_size);
-  topt.steps_per_loop = engine::steps_per_loop_for({topt.log_steps, topt.checkpoint_every, topt.eval_every});
-  topt.steps_per_epoch = steps_per_epoch;
-  std::tie(topt.profile_start, topt.profile_end) = parse_profile_steps(f.profile_steps);
+  void configure(engine::TrainerOptions& o) override {
+    o.steps_per_loop = engine::steps_per_loop_for({o.log_steps, o.checkpoint_every, o.eval_every});
+    o.steps_per_epoch = std::max<int64_t>(1, num_examples_ / f_.batch_size);
+    std::tie(o.profile_start, o.profile_end) = parse_profile_steps(f_.profile_steps);
+  }
 
-  train::MlImagesScheduleConfig lr;
-  lr.lr = f.lr;
-  lr.batch_size = f.batch_size;
-  lr.lr_decay_step = f.lr_decay_step;
-  lr.warmup_step = f.warmup_step;
-  lr.lr_warmup = f.lr_warmup;
-  lr.warmup_decay_step = f.warmup_decay_step;
-  lr.warmup_decay_factor = f.warmup_decay_factor;
-  auto optimizer = train::make_tf_optimizer(f.optimizer, task.module()->parameters(), f.opt_momentum);
+  Optimization build_optimizer() override {
+    train::MlImagesScheduleConfig lr;
+    lr.lr = f_.lr;
+    lr.batch_size = f_.batch_size;
+    lr.lr_decay_step = f_.lr_decay_step;
+    lr.warmup_step = f_.warmup_step;
+    lr.lr_warmup = f_.lr_warmup;
+    lr.warmup_decay_step = f_.warmup_decay_step;
+    lr.warmup_decay_factor = f_.warmup_decay_factor;
+    auto optimizer = train::make_tf_optimizer(f_.optimizer, task_->module()->parameters(), f_.opt_momentum);
+    return {std::move(optimizer), train::ml_images_schedule(lr)};
+  }
 
-  data::PipelineOptions train_input =
-      training_input(train_files, f.batch_size, f.random_seed, f.num_preprocess_threads, f.skip_corrupt_records, rt);
-  train_input.shuffle_buffer = f.shuffle_buffer;
-  train_input.file_shuffle_buffer = f.file_shuffle_buffer;
-  const data::PipelineOptions eval_input = eval_input_options(train_input, shard_pattern(f.data_dir, false));
+  TrainInputs build_inputs(const engine::TrainerOptions& o) override {
+    TrainInputs in;
+    in.train = training_input(train_files_, f_.batch_size, f_.random_seed, f_.num_preprocess_threads,
+                              f_.skip_corrupt_records, runtime());
+    in.train.shuffle_buffer = f_.shuffle_buffer;
+    in.train.file_shuffle_buffer = f_.file_shuffle_buffer;
+    in.eval = eval_input_options(in.train, shard_pattern(f_.data_dir, false));
+    in.skip_eval = o.skip_eval;
+    return in;
+  }
 
-  topt.on_start = [&](int64_t step) {
-    if (step == 0 && !f.pretrain_ckpt.empty()) fine_tune_from(task, f.pretrain_ckpt);
-    if (!rt.chief) return;
-    atomic_write_file(join_path(f.model_dir, "config.json"), config_json(f, tcfg).dump(2) + "\n");
-    const std::string labels = join_path(f.data_dir, "labels.txt");
-    if (file_exists(labels)) atomic_write_file(join_path(f.model_dir, "labels.txt"), read_file(labels));
-  };
+  void fine_tune() override {
+    if (!f_.pretrain_ckpt.empty()) fine_tune_from(*task_, f_.pretrain_ckpt);
+  }
 
-  spdlog::info("multilabel: {} ({} classes) at {}px, {}, {} examples/epoch, {} steps, {} threads", tcfg.model.arch,
-               tcfg.model.num_classes, tcfg.image_size, f.data_format, num_examples, topt.total_steps, rt.threads);
-  engine::Trainer trainer(topt, task, std::move(optimizer), train::ml_images_schedule(lr));
-  const auto stats = train_on_pipelines(trainer, task, train_input, eval_input, topt.skip_eval, f.stats_file);
-  if (stats.eval.count("mAP"))
-    spdlog::info("final: mAP {:.4f}, accuracy {:.4f}, precision {:.4f}, recall {:.4f}, F1 {:.4f} at step {}",
-                 stats.eval.at("mAP"), stats.eval.at("accuracy"), stats.eval.at("precision"), stats.eval.at("recall"),
-                 stats.eval.at("f1"), stats.global_step);
-  spdlog::info("model_dir: {}", f.model_dir);
-}
+  void write_run_files() override {
+    atomic_write_file(join_path(f_.model_dir, "config.json"), config_json(f_, tcfg_).dump(2) + "\n");
+    const std::string labels = join_path(f_.data_dir, "labels.txt");
+    if (file_exists(labels)) atomic_write_file(join_path(f_.model_dir, "labels.txt"), read_file(labels));
+  }
+
+  void log_start(const engine::TrainerOptions& o) override {
+    spdlog::info("multilabel: {} ({} classes) at {}px, {}, {} examples/epoch, {} steps, {} threads", tcfg_.model.arch,
+                 tcfg_.model.num_classes, tcfg_.image_size, f_.data_format, num_examples_, o.total_steps,
+                 runtime().threads);
+  }
+
+  void finish(const train::RunStats& stats) override {
+    if (stats.eval.count("mAP"))
+      spdlog::info("final: mAP {:.4f}, accuracy {:.4f}, precision {:.4f}, recall {:.4f}, F1 {:.4f} at step {}",
+                   stats.eval.at("mAP"), stats.eval.at("accuracy"), stats.eval.at("precision"),
+                   stats.eval.at("recall"), stats.eval.at("f1"), stats.global_step);
+    spdlog::info("model_dir: {}", f_.model_dir);
+  }
+
+  MultiLabelFlags f_;
+  MultiLabelConfig tcfg_;
+  std::unique_ptr<MultiLabelTask> task_;
+  std::string train_files_;
+  int64_t num_examples_ = 0;
+};
+
+void run_train(MultiLabelFlags f) { MultiLabelTrainer(std::move(f)).run(); }
 
 // What eval, export and predict need of this task (tasks/image_commands.h).
 struct MultiLabelVerbs {
