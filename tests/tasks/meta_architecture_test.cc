@@ -294,14 +294,14 @@ TEST(MetaArchitectures, FasterRcnnHardExampleMinerTakesEveryProposal) {
   sampled_task->module()->train();
   const auto sampled_outputs = sampled_task->forward(batch, Pass::kTrain);
   const auto& mined = outputs_as<FasterRcnnOutputs>(*outputs);
-  const auto& sampled = outputs_as<FasterRcnnOutputs>(*sampled_outputs);
+  const auto& sampled_fields = outputs_as<FasterRcnnOutputs>(*sampled_outputs);
   const int64_t k = 2;
   EXPECT_EQ(mined.proposal_boxes.sizes(), (std::vector<int64_t>{2, 12, 4}));
   EXPECT_EQ(mined.refined_box_encodings.sizes(), (std::vector<int64_t>{2, 12, k, 4}));
   EXPECT_EQ(mined.class_logits.sizes(), (std::vector<int64_t>{2, 12, k + 1}));
-  EXPECT_EQ(sampled.proposal_boxes.sizes(), (std::vector<int64_t>{2, 8, 4}));
-  EXPECT_EQ(sampled.refined_box_encodings.sizes(), (std::vector<int64_t>{2, 8, k, 4}));
-  EXPECT_EQ(sampled.class_logits.sizes(), (std::vector<int64_t>{2, 8, k + 1}));
+  EXPECT_EQ(sampled_fields.proposal_boxes.sizes(), (std::vector<int64_t>{2, 8, 4}));
+  EXPECT_EQ(sampled_fields.refined_box_encodings.sizes(), (std::vector<int64_t>{2, 8, k, 4}));
+  EXPECT_EQ(sampled_fields.class_logits.sizes(), (std::vector<int64_t>{2, 8, k + 1}));
 }
 
 // faster_rcnn_resnet101_ava_v2.1's multi-label training: second_stage_classification_loss
