@@ -2,8 +2,8 @@
 // the same work in bench/peer_caption.py (PyTorch 1.13 + torchvision 0.14) is timed.
 //
 //   train_frozen    CaptionTask training step with the encoder frozen (inference mode, no
-//                   grad): forward (Inception-v3 + image embedding), loss (LSTM over the
-//                   captions, masked cross entropy), zero_grad + backward, clip_grad_norm_ 5.0,
+//                   grad): forward (Inception-v3 + image embedding + the LSTM over the
+//                   captions), loss (masked cross entropy), zero_grad + backward, clip_grad_norm_ 5.0,
 //                   SGD step (lr 2.0) on the non-encoder parameters, as engine::Trainer runs it
 //   train_finetune  the same with --train_inception: the encoder in training mode with
 //                   gradients, its conv weights' L2 (4e-5) in the loss, SGD (lr 0.0005) on all
@@ -293,10 +293,12 @@ struct TrainStep {
   // engine::Trainer's step: forward, loss, zero_grad, backward, clip, optimizer step.
   double run(const at::Tensor& images, const orchard::data::Batch& batch, std::map<std::string, double>* phase) {
     double t0 = wall_now();
-    const auto out = task.forward(images);
+    orchard::data::Batch with_images = batch;
+    with_images.images = images;
+    const auto out = task.forward(with_images, orchard::tasks::Pass::kTrain);
     (*phase)["forward"] = seconds_since(t0);
     t0 = wall_now();
-    auto terms = task.loss(out, batch, batch.size);
+    auto terms = task.loss(*out, batch, batch.size);
     (*phase)["loss"] = seconds_since(t0);
     t0 = wall_now();
     optimizer.zero_grad();

@@ -362,7 +362,7 @@ int main(int argc, char** argv) {
           const auto out = task.forward(images);
           (*phase)["forward"] = seconds_since(t0);
           t0 = wall_now();
-          terms = task.loss(out, b, batch);
+          terms = task.loss(*out, b, batch);
           (*phase)["loss"] = seconds_since(t0);
           t0 = wall_now();
           optimizer.zero_grad();
@@ -385,7 +385,7 @@ int main(int argc, char** argv) {
           const auto out = task.forward(images);
           (*phase)["forward"] = seconds_since(t0);
           t0 = wall_now();
-          dets = task.postprocess(out);
+          dets = task.postprocess(*out);
           (*phase)["postprocess"] = seconds_since(t0);
         });
         int64_t kept = 0;

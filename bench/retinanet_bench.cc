@@ -239,10 +239,10 @@ int main(int argc, char** argv) {
       orchard::tasks::Loss terms;
       r = time_loop(warmup, iters, [&](std::map<std::string, double>* phase) {
         double t0 = wall_now();
-        const auto out = task.forward_train(b);
+        const auto out = task.forward(b, orchard::tasks::Pass::kTrain);
         (*phase)["forward"] = seconds_since(t0);
         t0 = wall_now();
-        terms = task.loss(out, b, batch);
+        terms = task.loss(*out, b, batch);
         (*phase)["loss"] = seconds_since(t0);
         t0 = wall_now();
         optimizer->zero_grad();
@@ -281,7 +281,7 @@ int main(int argc, char** argv) {
         const auto out = task.forward(images);
         (*phase)["forward"] = seconds_since(t0);
         t0 = wall_now();
-        detections = task.postprocess(out, input);
+        detections = task.postprocess(*out, input);
         (*phase)["postprocess"] = seconds_since(t0);
       });
       std::vector<int64_t> found;

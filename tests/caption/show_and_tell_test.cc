@@ -213,11 +213,14 @@ TEST(CaptionTask, MaskedLossIgnoresPaddingAndIsTheTokenMean) {
   task.module()->eval();
   torch::NoGradGuard no_grad;
   auto batch = caption_batch({{0, 4, 5, 1}, {0, 7, 1}}, {1, 2}, 6);
-  const auto emb = task.forward(batch.images);
-  const auto terms = task.loss(emb, batch, 2);
+  const auto outputs = task.forward(batch, Pass::kEval);
+  const auto& emb = outputs_as<CaptionOutputs>(*outputs).embeddings;
+  EXPECT_EQ(outputs_as<CaptionOutputs>(*outputs).logits.sizes(), (std::vector<int64_t>{2, 3, 11}));  // T - 1 = 3 steps, 11 words
+  const auto terms = task.loss(*outputs, batch, 2);
   auto padded = caption_batch({{0, 4, 5, 1}, {0, 7, 1}}, {1, 2}, 6, 9.0f);
   padded.images = batch.images;
-  EXPECT_NEAR(task.loss(emb, padded, 2).total().item<double>(), terms.total().item<double>(), 1e-6);
+  EXPECT_NEAR(task.loss(*task.forward(padded, Pass::kEval), padded, 2).total().item<double>(),
+              terms.total().item<double>(), 1e-6);
   EXPECT_EQ(terms.terms.at("sum_weights").item<double>(), 5.0);  // 3 + 2 target words
   // By hand: -log p(target) summed over the real positions, over 5.
   auto& model = task.model();
@@ -234,7 +237,7 @@ TEST(CaptionTask, MaskedLossIgnoresPaddingAndIsTheTokenMean) {
   EXPECT_NEAR(terms.terms.at("sum_losses").item<double>(), sum, 1e-4);
   EXPECT_NEAR(terms.data.item<double>(), sum / 5, 1e-5);
   // A replica's share of a global batch of 4.
-  EXPECT_NEAR(task.loss(emb, batch, 4).data.item<double>(), sum / 5 / 2, 1e-5);
+  EXPECT_NEAR(task.loss(*outputs, batch, 4).data.item<double>(), sum / 5 / 2, 1e-5);
   EXPECT_FALSE(terms.regularizer.defined());
 }
 
@@ -243,21 +246,21 @@ TEST(CaptionTask, FrozenEncoderGetsNoGradientsAndNoL2) {
   CaptionTask frozen(tiny_config(false));
   frozen.module()->train();
   auto batch = caption_batch({{0, 4, 1}, {0, 5, 6, 1}}, {1, 2}, 6);
-  auto terms = frozen.loss(frozen.forward(batch.images), batch, 2);
+  auto terms = frozen.loss(*frozen.forward(batch, Pass::kTrain), batch, 2);
   terms.total().backward();
   auto& enc = frozen.model()->encoder();
   for (const auto& p : enc->parameters()) EXPECT_FALSE(p.grad().defined());
   EXPECT_TRUE(frozen.model()->named_parameters()["image_embedding.weight"].grad().defined());
   // Frozen: inference-mode batch norm, so the running statistics do not move.
   const auto mean = enc->named_buffers()["Conv2d_1a_3x3.bn.running_mean"].clone();
-  frozen.forward(batch.images);
+  frozen.forward(batch, Pass::kTrain);
   EXPECT_TRUE(torch::equal(mean, enc->named_buffers()["Conv2d_1a_3x3.bn.running_mean"]));
   const size_t all = frozen.module()->parameters().size();
   EXPECT_EQ(frozen.trainable_parameters().size(), all - enc->parameters().size());
 
   CaptionTask tuned(tiny_config(true));
   tuned.module()->train();
-  auto t2 = tuned.loss(tuned.forward(batch.images), batch, 2);
+  auto t2 = tuned.loss(*tuned.forward(batch, Pass::kTrain), batch, 2);
   ASSERT_TRUE(t2.regularizer.defined());
   double l2 = 0;
   for (const auto& p : tuned.model()->encoder()->parameters())
@@ -277,9 +280,9 @@ TEST(CaptionTask, EvalCaptionsEachImageOnceAndScoresAgainstAllItsReferences) {
   task.begin_evaluation();
   // Image 1 twice (two references), image 2 once; then image 1 again in another batch.
   auto b1 = caption_batch({{0, 4, 5, 1}, {0, 6, 1}, {0, 4, 1}}, {1, 2, 1}, 6);
-  task.eval_step(task.forward(b1.images), b1, task.loss(task.forward(b1.images), b1, 3), &sums);
+  task.eval_step(*task.forward(b1, Pass::kEval), b1, task.loss(*task.forward(b1, Pass::kEval), b1, 3), &sums);
   auto b2 = caption_batch({{0, 7, 8, 1}}, {1}, 6);
-  task.eval_step(task.forward(b2.images), b2, task.loss(task.forward(b2.images), b2, 1), &sums);
+  task.eval_step(*task.forward(b2, Pass::kEval), b2, task.loss(*task.forward(b2, Pass::kEval), b2, 1), &sums);
   EXPECT_EQ(sums.rows("caption_hyps").size(0), 2);  // images 1 and 2
   EXPECT_EQ(sums.rows("caption_refs").size(0), 4);
   const auto m = task.compute_metrics(sums, false);
@@ -292,7 +295,7 @@ TEST(CaptionTask, EvalCaptionsEachImageOnceAndScoresAgainstAllItsReferences) {
   // The next evaluation captions image 1 again.
   MetricSums again;
   task.begin_evaluation();
-  task.eval_step(task.forward(b2.images), b2, task.loss(task.forward(b2.images), b2, 1), &again);
+  task.eval_step(*task.forward(b2, Pass::kEval), b2, task.loss(*task.forward(b2, Pass::kEval), b2, 1), &again);
   EXPECT_EQ(again.rows("caption_hyps").size(0), 1);
   // Hypotheses are the beam search's best caption.
   const auto generated = task.generate(b2.images);

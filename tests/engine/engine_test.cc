@@ -23,25 +23,34 @@ namespace {
 
 namespace stdfs = std::filesystem;
 
+// The fake task's outputs: the predictions y [B, 1].
+struct FakeOutputs : tasks::Outputs {
+  torch::Tensor y;
+};
+
 // y = x . w_true; the model learns w with a squared loss. Counts its evaluations.
 class FakeTask : public tasks::Task {
  public:
   FakeTask() { torch::manual_seed(0), linear_ = torch::nn::Linear(torch::nn::LinearOptions(4, 1).bias(false)); }
   std::string name() const override { return "fake"; }
   std::shared_ptr<torch::nn::Module> module() override { return linear_.ptr(); }
-  torch::Tensor forward(const torch::Tensor& images) override { return linear_(images); }
+  std::unique_ptr<tasks::Outputs> forward(const data::Batch& batch, tasks::Pass) override {
+    auto outputs = std::make_unique<FakeOutputs>();
+    outputs->y = linear_(batch.images);
+    return outputs;
+  }
   data::SampleSpec sample_spec() const override { return {{4}, {{"y", at::kFloat, {1}}}}; }
   data::ParseFn parser(bool) const override { return {}; }
-  tasks::Loss loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t) override {
+  tasks::Loss loss(const tasks::Outputs& outputs, const data::Batch& batch, int64_t) override {
     tasks::Loss loss;
-    loss.data = (outputs - batch.field("y")).pow(2).mean();
+    loss.data = (tasks::outputs_as<FakeOutputs>(outputs).y - batch.field("y")).pow(2).mean();
     return loss;
   }
-  void train_metrics(const torch::Tensor&, const data::Batch&, const tasks::Loss& loss,
+  void train_metrics(const tasks::Outputs&, const data::Batch&, const tasks::Loss& loss,
                      tasks::MetricSums* sums) const override {
     tasks::add_training_loss(loss, sums);
   }
-  void eval_step(const torch::Tensor&, const data::Batch& batch, const tasks::Loss& loss,
+  void eval_step(const tasks::Outputs&, const data::Batch& batch, const tasks::Loss& loss,
                  tasks::MetricSums* sums) override {
     sums->add("loss_sum", loss.total() * batch.size);
     sums->add("count", static_cast<double>(batch.size));

@@ -110,12 +110,14 @@ TEST(MetaArchitectures, SsdModelCocoBuildsThroughTheTask) {
   EXPECT_TRUE(ssd.is_prediction_head_parameter("box_heads.0.weight"));
   EXPECT_FALSE(ssd.is_prediction_head_parameter("backbone.features.0.0.weight"));
 
-  // forward: box codes + background + 90 class logits per anchor.
+  // forward: box codes, and background + 90 class logits, per anchor.
   task.module()->eval();
   torch::NoGradGuard no_grad;
   const auto out = task.forward(torch::zeros({1, 3, 300, 300}));
-  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{1, 1917, 4 + 91}));
-  EXPECT_EQ(task.postprocess(out).size(), 1u);
+  const auto& ssd_out = outputs_as<SsdOutputs>(*out);
+  EXPECT_EQ(ssd_out.box_encodings.sizes(), (std::vector<int64_t>{1, 1917, 4}));
+  EXPECT_EQ(ssd_out.class_logits.sizes(), (std::vector<int64_t>{1, 1917, 91}));
+  EXPECT_EQ(task.postprocess(*out).size(), 1u);
 }
 
 // eval_config reaches the task's evaluation: ssd_mobilenet_v2_oid_v4 evaluates with the Open Images
@@ -258,8 +260,8 @@ TEST(MetaArchitectures, FasterRcnnTrainsAndDetectsThroughTheTask) {
   DetectionTask& task = *owned;
   data::Batch batch = small_two_stage_batch();
   task.module()->train();
-  const auto outputs = task.forward_train(batch);
-  const auto loss = task.loss(outputs, batch, 2);
+  const auto outputs = task.forward(batch, Pass::kTrain);
+  const auto loss = task.loss(*outputs, batch, 2);
   for (const char* name : {"RPNLoss/localization_loss", "RPNLoss/objectness_loss", "BoxClassifierLoss/localization_loss",
                            "BoxClassifierLoss/classification_loss"}) {
     ASSERT_TRUE(loss.terms.count(name)) << name;
@@ -277,7 +279,7 @@ TEST(MetaArchitectures, FasterRcnnTrainsAndDetectsThroughTheTask) {
   task.module()->eval();
   torch::NoGradGuard no_grad;
   const auto inference = task.forward(batch.images);
-  const auto detections = task.postprocess(inference);
+  const auto detections = task.postprocess(*inference);
   ASSERT_EQ(detections.size(), 2u);
   for (const auto& d : detections) {
     EXPECT_LE(d.boxes.size(0), 5);
@@ -301,8 +303,8 @@ TEST(MetaArchitectures, FasterRcnnHardExampleMinerTakesEveryProposal) {
   DetectionTask& task = *owned;
   data::Batch batch = small_two_stage_batch();
   task.module()->train();
-  const auto outputs = task.forward_train(batch);
-  const auto loss = task.loss(outputs, batch, 2);
+  const auto outputs = task.forward(batch, Pass::kTrain);
+  const auto loss = task.loss(*outputs, batch, 2);
   const double classification = loss.terms.at("BoxClassifierLoss/classification_loss").item<double>();
   EXPECT_TRUE(std::isfinite(classification));
   EXPECT_GT(classification, 0.0);
@@ -310,12 +312,19 @@ TEST(MetaArchitectures, FasterRcnnHardExampleMinerTakesEveryProposal) {
   const auto params = task.module()->named_parameters();
   ASSERT_TRUE(params["class_logits.weight"].grad().defined());
   EXPECT_GT(params["class_logits.weight"].grad().abs().sum().item<double>(), 0);
-  // Without the miner the same model's outputs hold 8 slots per image: 12 are wider.
+  // Without the miner the same model's outputs hold 8 slots per image: with it 12.
   auto sampled_task = small_task(kSmallFasterRcnn);
   sampled_task->module()->train();
-  const auto sampled_outputs = sampled_task->forward_train(batch);
-  const int64_t k = 2, columns = 4 + 1 + 4 * k + k + 1;
-  EXPECT_EQ(outputs.size(1) - sampled_outputs.size(1), (12 - 8) * columns);
+  const auto sampled_outputs = sampled_task->forward(batch, Pass::kTrain);
+  const auto& mined = outputs_as<FasterRcnnOutputs>(*outputs);
+  const auto& sampled_fields = outputs_as<FasterRcnnOutputs>(*sampled_outputs);
+  const int64_t k = 2;
+  EXPECT_EQ(mined.proposal_boxes.sizes(), (std::vector<int64_t>{2, 12, 4}));
+  EXPECT_EQ(mined.refined_box_encodings.sizes(), (std::vector<int64_t>{2, 12, k, 4}));
+  EXPECT_EQ(mined.class_logits.sizes(), (std::vector<int64_t>{2, 12, k + 1}));
+  EXPECT_EQ(sampled_fields.proposal_boxes.sizes(), (std::vector<int64_t>{2, 8, 4}));
+  EXPECT_EQ(sampled_fields.refined_box_encodings.sizes(), (std::vector<int64_t>{2, 8, k, 4}));
+  EXPECT_EQ(sampled_fields.class_logits.sizes(), (std::vector<int64_t>{2, 8, k + 1}));
 }
 
 // faster_rcnn_resnet101_ava_v2.1's multi-label training: second_stage_classification_loss
@@ -354,10 +363,10 @@ TEST(MetaArchitectures, FasterRcnnMultiLabelBoxesMergeForTheSigmoidLoss) {
   auto softmax_task = small_task(kSmallFasterRcnn), sigmoid_task = small_task(sigmoid), merged_task = small_task(merged);
   merged_task->module()->train();
   torch::manual_seed(7);
-  const auto outputs = merged_task->forward_train(batch);  // the same layout for all three
-  const auto softmax_loss = softmax_task->loss(outputs, batch, 2);
-  const auto sigmoid_loss = sigmoid_task->loss(outputs, batch, 2);
-  const auto merged_loss = merged_task->loss(outputs, batch, 2);
+  const auto outputs = merged_task->forward(batch, Pass::kTrain);  // the same fields for all three
+  const auto softmax_loss = softmax_task->loss(*outputs, batch, 2);
+  const auto sigmoid_loss = sigmoid_task->loss(*outputs, batch, 2);
+  const auto merged_loss = merged_task->loss(*outputs, batch, 2);
   const auto term = [](const auto& l, const char* name) { return l.terms.at(name).template item<double>(); };
   for (const char* name : {"RPNLoss/localization_loss", "RPNLoss/objectness_loss", "BoxClassifierLoss/localization_loss"}) {
     EXPECT_DOUBLE_EQ(term(merged_loss, name), term(sigmoid_loss, name)) << name;
@@ -368,11 +377,13 @@ TEST(MetaArchitectures, FasterRcnnMultiLabelBoxesMergeForTheSigmoidLoss) {
   // detect/box_classifier_test.cc holds them apart by hand.)
   const char* cls = "BoxClassifierLoss/classification_loss";
   EXPECT_GT(std::abs(term(merged_loss, cls) - term(sigmoid_loss, cls)), 1e-3 * term(sigmoid_loss, cls));
-  // Evaluation's loss (no sampled layout flag) does not merge: the OD API merges training's input only.
+  // Evaluation's loss (outputs not of training's sampled proposals) does not merge: the OD API
+  // merges training's input only.
   merged_task->module()->eval();
   torch::NoGradGuard no_grad;
   const auto eval_outputs = merged_task->forward(batch.images);
-  EXPECT_DOUBLE_EQ(term(merged_task->loss(eval_outputs, batch, 2), cls), term(sigmoid_task->loss(eval_outputs, batch, 2), cls));
+  EXPECT_FALSE(outputs_as<FasterRcnnOutputs>(*eval_outputs).training);
+  EXPECT_DOUBLE_EQ(term(merged_task->loss(*eval_outputs, batch, 2), cls), term(sigmoid_task->loss(*eval_outputs, batch, 2), cls));
 }
 
 // The small Faster R-CNN with Mask R-CNN's head (6x6 masks, one ReLU conv before the mask conv,
@@ -412,8 +423,8 @@ TEST(MetaArchitectures, MaskRcnnTrainsAndPredictsMasksThroughTheTask) {
   torch::optim::Adam adam(task.module()->parameters(), torch::optim::AdamOptions(1e-3));
   double first = 0, last = 0;
   for (int step = 0; step < 25; ++step) {
-    const auto outputs = task.forward_train(batch);
-    const auto loss = task.loss(outputs, batch, 2);
+    const auto outputs = task.forward(batch, Pass::kTrain);
+    const auto loss = task.loss(*outputs, batch, 2);
     ASSERT_TRUE(loss.terms.count("BoxClassifierLoss/mask_loss"));
     const double mask = loss.terms.at("BoxClassifierLoss/mask_loss").item<double>();
     ASSERT_TRUE(std::isfinite(mask));
@@ -441,7 +452,7 @@ TEST(MetaArchitectures, MaskRcnnTrainsAndPredictsMasksThroughTheTask) {
   data::Batch no_masks = batch;
   no_masks.fields.erase("masks");
   try {
-    task.forward_train(no_masks);
+    task.forward(no_masks, Pass::kTrain);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("load_instance_masks: true"), std::string::npos) << e.what();
@@ -449,7 +460,7 @@ TEST(MetaArchitectures, MaskRcnnTrainsAndPredictsMasksThroughTheTask) {
 
   task.module()->eval();
   torch::NoGradGuard no_grad;
-  const auto detections = task.postprocess(task.forward(batch.images));
+  const auto detections = task.postprocess(*task.forward(batch.images));
   ASSERT_EQ(detections.size(), 2u);
   int64_t found = 0;
   for (const auto& d : detections) {
@@ -467,7 +478,7 @@ TEST(MetaArchitectures, MaskRcnnTrainsAndPredictsMasksThroughTheTask) {
   }
   EXPECT_GT(found, 0);
 
-  // Evaluation's mask loss (forward_eval with the batch's masks; the OD API's
+  // Evaluation's mask loss (Pass::kEval with the batch's masks; the OD API's
   // _get_mask_proposal_boxes_and_classes): each detection matched to the ground truth at IoU 0.5,
   // the mask logits of the *matched* class against the matched mask cropped at the detection,
   // the mean per pixel of the matched ones, times the weight 4. Recomputed here from the
@@ -485,14 +496,20 @@ TEST(MetaArchitectures, MaskRcnnTrainsAndPredictsMasksThroughTheTask) {
       truth.fields["classes"][i][g] = g == 0 ? 3 - cls : cls;
     }
   }
-  const auto eval_outputs = task.forward_eval(truth);
-  EXPECT_EQ(eval_outputs[0][0].item<float>(), 2.0f);
-  const auto eval_detections = task.postprocess(eval_outputs);
+  const auto eval_outputs = task.forward(truth, Pass::kEval);
+  const auto& eval_fields = outputs_as<FasterRcnnOutputs>(*eval_outputs);
+  EXPECT_FALSE(eval_fields.training);
+  ASSERT_TRUE(eval_fields.mask_logits.defined());  // of the 5 detection slots
+  EXPECT_EQ(eval_fields.mask_logits.sizes(), (std::vector<int64_t>{2, 5, 36}));
+  EXPECT_EQ(eval_fields.mask_targets.sizes(), (std::vector<int64_t>{2, 5, 36}));
+  EXPECT_EQ(eval_fields.mask_weights.sizes(), (std::vector<int64_t>{2, 5}));
+  EXPECT_EQ(eval_fields.detection_masks.sizes(), (std::vector<int64_t>{2, 5, 6, 6}));
+  const auto eval_detections = task.postprocess(*eval_outputs);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_TRUE(torch::equal(eval_detections[i].boxes, detections[i].boxes));
     EXPECT_TRUE(torch::equal(eval_detections[i].masks, detections[i].masks));
   }
-  const auto eval_loss = task.loss(eval_outputs, truth, 2);
+  const auto eval_loss = task.loss(*eval_outputs, truth, 2);
   ASSERT_TRUE(eval_loss.terms.count("BoxClassifierLoss/mask_loss"));
   auto& frcnn = dynamic_cast<FasterRcnnMetaArchitecture&>(task.meta_architecture());
   const auto features = frcnn.model()->first_stage(truth.images).features;
@@ -543,14 +560,14 @@ TEST(MetaArchitectures, MaskRcnnTrainsAndPredictsMasksThroughTheTask) {
   // Without the batch's masks evaluation reports the box losses only.
   data::Batch eval_no_masks = truth;
   eval_no_masks.fields.erase("masks");
-  EXPECT_FALSE(task.loss(task.forward_eval(eval_no_masks), eval_no_masks, 2).terms.count("BoxClassifierLoss/mask_loss"));
+  EXPECT_FALSE(task.loss(*task.forward(eval_no_masks, Pass::kEval), eval_no_masks, 2).terms.count("BoxClassifierLoss/mask_loss"));
 }
 
 // The OD API's true_image_shapes: with each image in part of the input (keep_aspect_ratio_resizer's
 // padding: image 0 fills the top half, image 1 the left half), the proposals and Mask R-CNN's
 // detections (the third stage, before it crops at them) are clipped to the image, not to the
-// input; postprocess normalises them to the image. Read through the documented output layout
-// (faster_rcnn.h).
+// input; postprocess normalises them to the image. Read through the named outputs
+// (FasterRcnnOutputs).
 TEST(MetaArchitectures, FasterRcnnClipsProposalsAndDetectionsToEachImage) {
   auto owned = small_task(small_mask_rcnn_config());
   DetectionTask& task = *owned;
@@ -571,43 +588,47 @@ TEST(MetaArchitectures, FasterRcnnClipsProposalsAndDetectionsToEachImage) {
   shape.height = 64;
   shape.width = 80;
   shape.image_sizes = {{32, 80}, {64, 40}};
-  const int64_t a = frcnn.anchors(64, 80).size(0), k = 2, slots = 12, columns = 4 + 1 + 4 * k + k + 1;
-  const int64_t detections = 5, per_detection = 7 + 6 * 6;
+  const int64_t a = frcnn.anchors(64, 80).size(0), k = 2, slots = 12;
+  const int64_t detections = 5;
   // [y or x coordinate column, limit]: image 0's ymax, image 1's xmax.
   const std::pair<int64_t, double> limit[2] = {{2, 32.0}, {3, 40.0}};
-  const auto proposals_of = [&](const at::Tensor& out) {
-    return out.narrow(1, 1 + 6 * a, slots * columns).view({2, slots, columns});
-  };
 
   const auto out = task.forward(images, shape);
-  ASSERT_EQ(out.size(1), 1 + 6 * a + slots * columns + detections * per_detection);
-  const auto proposals = proposals_of(out);
-  const auto detected = out.narrow(1, 1 + 6 * a + slots * columns, detections * per_detection)
-                            .view({2, detections, per_detection});
-  const auto unclipped = proposals_of(task.forward(images));  // every image filling the input
+  const auto& fields = outputs_as<FasterRcnnOutputs>(*out);
+  ASSERT_EQ(fields.rpn_box_encodings.sizes(), (std::vector<int64_t>{2, a, 4}));
+  ASSERT_EQ(fields.rpn_objectness.sizes(), (std::vector<int64_t>{2, a, 2}));
+  ASSERT_EQ(fields.proposal_boxes.sizes(), (std::vector<int64_t>{2, slots, 4}));
+  ASSERT_EQ(fields.proposal_valid.sizes(), (std::vector<int64_t>{2, slots}));
+  ASSERT_EQ(fields.refined_box_encodings.sizes(), (std::vector<int64_t>{2, slots, k, 4}));
+  ASSERT_EQ(fields.class_logits.sizes(), (std::vector<int64_t>{2, slots, k + 1}));
+  ASSERT_EQ(fields.detection_boxes.sizes(), (std::vector<int64_t>{2, detections, 4}));
+  ASSERT_EQ(fields.detection_valid.sizes(), (std::vector<int64_t>{2, detections}));
+  ASSERT_EQ(fields.detection_masks.sizes(), (std::vector<int64_t>{2, detections, 6, 6}));
+  const auto unclipped_out = task.forward(images);  // every image filling the input
+  const auto& unclipped = outputs_as<FasterRcnnOutputs>(*unclipped_out);
   for (int64_t i = 0; i < 2; ++i) {
     const auto [column, pixels] = limit[i];
-    const auto valid = (proposals[i].select(1, 4) > 0.5f).nonzero().view(-1);
+    const auto valid = (fields.proposal_valid[i] > 0.5f).nonzero().view(-1);
     ASSERT_GT(valid.size(0), 0) << i;
-    EXPECT_LE(proposals[i].index_select(0, valid).select(1, column).max().item<double>(), pixels + 1e-3) << i;
+    EXPECT_LE(fields.proposal_boxes[i].index_select(0, valid).select(1, column).max().item<double>(), pixels + 1e-3) << i;
     // The same network without the sizes proposes boxes in the padding: the clip is what holds them.
-    const auto all = (unclipped[i].select(1, 4) > 0.5f).nonzero().view(-1);
-    EXPECT_GT(unclipped[i].index_select(0, all).select(1, column).max().item<double>(), pixels + 1) << i;
+    const auto all = (unclipped.proposal_valid[i] > 0.5f).nonzero().view(-1);
+    EXPECT_GT(unclipped.proposal_boxes[i].index_select(0, all).select(1, column).max().item<double>(), pixels + 1) << i;
     // Detections, normalised to the input: inside the image's half.
-    const auto kept = (detected[i].select(1, 6) > 0.5f).nonzero().view(-1);
+    const auto kept = (fields.detection_valid[i] > 0.5f).nonzero().view(-1);
     ASSERT_GT(kept.size(0), 0) << i;
-    EXPECT_LE(detected[i].index_select(0, kept).select(1, column).max().item<double>(), 0.5 + 1e-6) << i;
+    EXPECT_LE(fields.detection_boxes[i].index_select(0, kept).select(1, column).max().item<double>(), 0.5 + 1e-6) << i;
   }
   // postprocess: the same detections normalised to each image (x2 along the padded side).
-  const auto result = task.postprocess(out, shape);
+  const auto result = task.postprocess(*out, shape);
   ASSERT_EQ(result.size(), 2u);
   for (int64_t i = 0; i < 2; ++i) {
-    const auto kept = (detected[i].select(1, 6) > 0.5f).nonzero().view(-1);
+    const auto kept = (fields.detection_valid[i] > 0.5f).nonzero().view(-1);
     const auto& d = result[static_cast<size_t>(i)];
     ASSERT_EQ(d.boxes.size(0), kept.size(0)) << i;
     ASSERT_TRUE(d.masks.defined());
     const auto scale = i == 0 ? torch::tensor({2.0f, 1.0f, 2.0f, 1.0f}) : torch::tensor({1.0f, 2.0f, 1.0f, 2.0f});
-    EXPECT_TRUE(torch::allclose(d.boxes, detected[i].index_select(0, kept).narrow(1, 0, 4) * scale, 1e-5, 1e-6)) << i;
+    EXPECT_TRUE(torch::allclose(d.boxes, fields.detection_boxes[i].index_select(0, kept) * scale, 1e-5, 1e-6)) << i;
   }
 }
 
@@ -645,7 +666,7 @@ train_input_reader { tf_record_input_reader { input_path: "x" } }
   torch::optim::Adam adam(task.module()->parameters(), torch::optim::AdamOptions(3e-4));
   double first = 0, last = 0;
   for (int step = 0; step < 30; ++step) {
-    const auto loss = task.loss(task.forward_train(batch), batch, 2);
+    const auto loss = task.loss(*task.forward(batch, Pass::kTrain), batch, 2);
     const double cls = loss.terms.at("BoxClassifierLoss/classification_loss").item<double>();
     ASSERT_TRUE(std::isfinite(cls));
     ASSERT_TRUE(loss.terms.count("BoxClassifierLoss/localization_loss"));
@@ -666,7 +687,7 @@ train_input_reader { tf_record_input_reader { input_path: "x" } }
   EXPECT_LT(last, 0.6 * first) << first << " -> " << last;
   task.module()->eval();
   torch::NoGradGuard no_grad;
-  const auto detections = task.postprocess(task.forward(batch.images));
+  const auto detections = task.postprocess(*task.forward(batch.images));
   ASSERT_EQ(detections.size(), 2u);
   for (const auto& d : detections) EXPECT_LE(d.boxes.size(0), 5);
 }
@@ -775,7 +796,10 @@ TEST(MetaArchitectures, KeepAspectRatioResizerGivesEachInputItsOwnAnchors) {
   ASSERT_EQ(shape.image_sizes.size(), 2u);
   const int64_t A = padded_ssd.anchors().size(0);
   // The loss sees the first image's box in the padded input's frame.
-  const auto outputs = torch::randn({2, A, 4 + 91});
+  SsdOutputs outputs;
+  const auto predictions = torch::randn({2, A, 4 + 91});
+  outputs.box_encodings = predictions.narrow(2, 0, 4);
+  outputs.class_logits = predictions.narrow(2, 4, 91);
   const auto loss = padded.loss(outputs, batch, 2);
   const float sy = 320.f / 640.f, sx = 427.f / 640.f;
   const std::vector<at::Tensor> realigned = {torch::tensor({0.5f * sy, 0.5f * sx, sy, sx}).view({1, 4}),
@@ -804,7 +828,9 @@ TEST(MetaArchitectures, KeepAspectRatioResizerGivesEachInputItsOwnAnchors) {
   auto logits = torch::full({2, A, 91}, -20.0f);
   logits.index_put_({0, straddling, 1}, 20.0f);
   logits.index_put_({0, outside, 1}, 19.0f);
-  const auto out = torch::cat({torch::zeros({2, A, 4}), logits}, 2);
+  SsdOutputs out;
+  out.box_encodings = torch::zeros({2, A, 4});
+  out.class_logits = logits;
   const auto detections = padded.postprocess(out, shape);
   ASSERT_EQ(detections.size(), 2u);
   ASSERT_EQ(detections[0].boxes.size(0), 1);  // the one in the padding is gone

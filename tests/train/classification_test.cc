@@ -122,17 +122,24 @@ torch::Tensor logits_tensor() {
   return torch::tensor(flat).view({3, 10});
 }
 
+// Logits as the task's forward pass returns them.
+ImageModelOutputs outputs_of(const torch::Tensor& logits) {
+  ImageModelOutputs outputs;
+  outputs.logits = logits;
+  return outputs;
+}
+
 TEST(ClassificationLoss, SumOverBatchDividedByGlobalBatch) {
   ClassificationTask task(tiny_config(/*weight_decay=*/0));
   double sum = 0;
   for (size_t i = 0; i < kLogits.size(); ++i) sum += hand_ce(kLogits[i], static_cast<int>(kLabels[i]));
   auto batch = make_batch();
-  auto local = task.loss(logits_tensor(), batch, 3);
+  auto local = task.loss(outputs_of(logits_tensor()), batch, 3);
   EXPECT_NEAR(local.data.item<double>(), sum / 3, 1e-6);
   EXPECT_NEAR(local.total().item<double>(), sum / 3, 1e-6);
   EXPECT_FALSE(local.regularizer.defined());
   // Two replicas of 3: the replica's sum over a global batch of 6, i.e. half.
-  auto global = task.loss(logits_tensor(), batch, 6);
+  auto global = task.loss(outputs_of(logits_tensor()), batch, 6);
   EXPECT_NEAR(global.data.item<double>(), sum / 6, 1e-6);
   EXPECT_NEAR(global.data.item<double>() * 2, local.data.item<double>(), 1e-6);
 }
@@ -144,7 +151,7 @@ TEST(ClassificationLoss, TotalAddsL2) {
     cfg.single_l2_loss_op = single;
     ClassificationTask task(cfg);
     auto batch = make_batch();
-    auto terms = task.loss(logits_tensor(), batch, 3);
+    auto terms = task.loss(outputs_of(logits_tensor()), batch, 3);
     const double l2 = hand_l2(task, 1e-4);
     EXPECT_LT(rel_diff(terms.regularizer.item<double>(), l2), 1e-5);
     EXPECT_NEAR(terms.total().item<double>(),
@@ -160,7 +167,7 @@ TEST(ClassificationLoss, LabelSmoothing) {
     plain += hand_ce(kLogits[i], static_cast<int>(kLabels[i]));
   }
   auto batch = make_batch();
-  const double got = task.loss(logits_tensor(), batch, 4).total().item<double>();
+  const double got = task.loss(outputs_of(logits_tensor()), batch, 4).total().item<double>();
   EXPECT_NEAR(got, sum / 4, 1e-6);
   EXPECT_GT(std::abs(got - plain / 4), 1e-3);  // smoothing made a difference
 }
@@ -172,9 +179,9 @@ TEST(ClassificationMetrics, TopOneTopFiveAndEvalLoss) {
   // Row 0: label 0 is the top logit (top-1 hit). Row 1: label 5 is second (top-5 hit).
   // Row 2: all equal: the tie-break decides; make it a clear miss instead.
   logits[2][9] = -5.0;
-  auto terms = task.loss(logits, batch, 3);
+  auto terms = task.loss(outputs_of(logits), batch, 3);
   MetricSums eval_sums, train_sums;
-  task.eval_step(logits, batch, terms, &eval_sums);
+  task.eval_step(outputs_of(logits), batch, terms, &eval_sums);
   auto eval = task.compute_metrics(eval_sums, false);
   EXPECT_NEAR(eval.at("accuracy"), 1.0 / 3, 1e-12);
   EXPECT_NEAR(eval.at("top_5_accuracy"), 2.0 / 3, 1e-12);
@@ -185,8 +192,8 @@ TEST(ClassificationMetrics, TopOneTopFiveAndEvalLoss) {
   EXPECT_NEAR(eval.at("loss"), ce / 3, 1e-6);
 
   // Training metrics: mean of the per-step total loss, top-1 over all examples.
-  task.train_metrics(logits, batch, terms, &train_sums);
-  task.train_metrics(logits, batch, terms, &train_sums);
+  task.train_metrics(outputs_of(logits), batch, terms, &train_sums);
+  task.train_metrics(outputs_of(logits), batch, terms, &train_sums);
   auto train = task.compute_metrics(train_sums, true);
   EXPECT_NEAR(train.at("loss"), terms.total().item<double>(), 1e-9);
   EXPECT_NEAR(train.at("accuracy"), 1.0 / 3, 1e-12);

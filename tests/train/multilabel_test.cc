@@ -25,6 +25,13 @@ double coef_neg(double n) {
   return c > 0.01 ? c : 0.001;
 }
 
+// Logits as the task's forward pass returns them.
+ImageModelOutputs outputs_of(const torch::Tensor& logits) {
+  ImageModelOutputs outputs;
+  outputs.logits = logits;
+  return outputs;
+}
+
 void expect_near(const torch::Tensor& got, const std::vector<double>& want, double tol = 1e-6) {
   ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size()));
   for (size_t i = 0; i < want.size(); ++i)
@@ -119,7 +126,7 @@ TEST(MultiLabelLoss, TaskLossIsCoefficientWeightedCrossEntropyPlusHalfL2OverAllV
   EXPECT_GT(variables, 20);  // batch-norm gammas and betas included
 
   torch::manual_seed(11);
-  auto terms = task.loss(logits, batch, /*global_batch_size=*/8);
+  auto terms = task.loss(outputs_of(logits), batch, /*global_batch_size=*/8);
   EXPECT_NEAR(terms.data.item<double>(), ce, 1e-5);
   EXPECT_NEAR(terms.regularizer.item<double>(), 1e-3 * squares / 2, 1e-6 * squares);
   EXPECT_NEAR(terms.total().item<double>(), ce + 1e-3 * squares / 2, 1e-5);
@@ -131,7 +138,7 @@ TEST(MultiLabelLoss, TaskLossIsCoefficientWeightedCrossEntropyPlusHalfL2OverAllV
   EXPECT_TRUE(found);
   EXPECT_TRUE(MultiLabelTask::is_task_state("multilabel_neg_count"));
   task.module()->eval();
-  task.loss(logits, batch, 8);
+  task.loss(outputs_of(logits), batch, 8);
   for (const auto& b : task.module()->named_buffers())
     if (b.key() == "multilabel_pos_count") expect_near(b.value(), {1, 0, 1, 1});
 }
@@ -154,7 +161,7 @@ TEST(MultiLabelMetrics, AveragePrecisionPrecisionRecallAndAccuracy) {
   auto batch = batch_of(targets);
   MetricSums sums;
   // Two batches (the same one twice) merge into the same AP.
-  for (int i = 0; i < 2; ++i) task.eval_step(logits, batch, task.loss(logits, batch, 5), &sums);
+  for (int i = 0; i < 2; ++i) task.eval_step(outputs_of(logits), batch, task.loss(outputs_of(logits), batch, 5), &sums);
   auto m = task.compute_metrics(sums, false);
   EXPECT_NEAR(m.at("mAP"), ((1 + 2.0 / 3 + 3.0 / 5) / 3 + 1) / 2, 1e-9);
   EXPECT_EQ(m.at("classes_with_positives"), 2);

@@ -75,13 +75,13 @@ std::map<std::string, double> Evaluator::run(const EvalInputFactory& input, int6
   while (source(&batch)) {
     batch.to(device);
     task_.prepare_batch(&batch);
-    torch::Tensor outputs;
+    std::unique_ptr<tasks::Outputs> outputs;
     {
       train::AutocastGuard autocast(opt_.dtype, device.is_cuda());
-      outputs = task_.forward_eval(batch);
+      outputs = task_.forward(batch, tasks::Pass::kEval);
     }
-    const auto loss = task_.loss(outputs, batch, opt_.global_batch_size);
-    task_.eval_step(outputs.to(torch::kFloat), batch, loss, &sums);
+    const auto loss = task_.loss(*outputs, batch, opt_.global_batch_size);
+    task_.eval_step(*outputs, batch, loss, &sums);
     n += batch.size;
   }
   module->train();

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "orchard/core/error.h"
+
 namespace orchard::tasks {
 
 void MetricSums::add(const std::string& name, const at::Tensor& value) {
@@ -66,6 +68,10 @@ double training_data_loss(const MetricSums& s) {
 double training_regularization_loss(const MetricSums& s) {
   const double replicas = std::max(1.0, s.get("replicas"));
   return s.get("regularization_loss") / replicas / std::max(1.0, s.get("steps") / replicas);
+}
+
+torch::Tensor Task::inference(const torch::Tensor&) {
+  throw Error("task " + name() + " has no single prediction tensor to predict from images alone");
 }
 
 std::vector<std::vector<ClassScore>> ranked_class_scores(const torch::Tensor& probabilities, int64_t k,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "orchard/data/pipeline.h"
+#include "orchard/tasks/outputs.h"
 
 namespace orchard::tasks {
 
@@ -89,29 +90,32 @@ class Task {
   virtual ~Task() = default;
   virtual std::string name() const = 0;
   virtual std::shared_ptr<torch::nn::Module> module() = 0;
-  virtual torch::Tensor forward(const torch::Tensor& images) = 0;
-  // The training forward pass. The batch holds the targets, for a model that needs them while
-  // training (a two-stage detector samples its proposals with them); default forward(images).
-  virtual torch::Tensor forward_train(const data::Batch& batch) { return forward(batch.images); }
-  // The evaluation forward pass: inference's outputs, plus whatever the evaluation loss needs of
-  // the batch's targets (Mask R-CNN's mask loss on its detections); default forward(images).
-  virtual torch::Tensor forward_eval(const data::Batch& batch) { return forward(batch.images); }
+  // The whole network on a prepared batch (prepare_batch), inside the trainer's or evaluator's
+  // autocast scope: the batch's images and whatever other fields the task's network reads
+  // (captioning's LSTM reads the captions).
+  virtual std::unique_ptr<Outputs> forward(const data::Batch& batch, Pass pass) = 0;
+  // Inference on images alone, for `predict`: the task's one prediction tensor (classification's
+  // and multi-label's logits [B, C], captioning's image embeddings [B, E]). Detection, whose
+  // predictions are more than one tensor, throws here: DetectionTask::forward and postprocess.
+  virtual torch::Tensor inference(const torch::Tensor& images);
   virtual data::SampleSpec sample_spec() const = 0;
   virtual data::ParseFn parser(bool training) const = 0;
   // What the task does to a batch before the model sees it, in training and evaluation (detection:
   // images of different sizes in max-size buffers are cut to the batch's largest). Default none.
   virtual void prepare_batch(data::Batch* /*batch*/) const {}
   // Loss for one replica's batch, normalised by the global batch size.
-  virtual Loss loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) = 0;
+  virtual Loss loss(const Outputs& outputs, const data::Batch& batch, int64_t global_batch_size) = 0;
   // What the progress line calls the data loss (the seeds' "cross_entropy").
   virtual std::string data_loss_name() const { return "data_loss"; }
-  // A training step's metric state (outputs detached, float32).
-  virtual void train_metrics(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+  // A training step's metric state. `outputs` as forward returned them (still in the autograd
+  // graph, in the autocast dtype): what the metrics read they detach and read in float32.
+  virtual void train_metrics(const Outputs& outputs, const data::Batch& batch, const Loss& loss,
                              MetricSums* sums) const = 0;
   // An evaluation step: metric state, and whatever the task produces from its predictions
-  // (captions to score, images for TensorBoard). begin_evaluation starts a pass.
+  // (captions to score, images for TensorBoard); `outputs` as forward returned them (read them in
+  // float32). begin_evaluation starts a pass.
   virtual void begin_evaluation() {}
-  virtual void eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+  virtual void eval_step(const Outputs& outputs, const data::Batch& batch, const Loss& loss,
                          MetricSums* sums) = 0;
   // Final metric values from the sums (names as they appear in summaries and stats).
   virtual std::map<std::string, double> compute_metrics(const MetricSums& sums, bool training) const = 0;

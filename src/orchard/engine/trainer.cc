@@ -214,12 +214,12 @@ train::RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input
     for (auto& group : m.optimizer->param_groups()) group.options().set_lr(s.lr);
     batch.to(m.device);
     m.task.prepare_batch(&batch);
-    torch::Tensor outputs;
+    std::unique_ptr<tasks::Outputs> outputs;
     {
       train::AutocastGuard autocast(m.opt.dtype, m.device.is_cuda());
-      outputs = m.task.forward_train(batch);
+      outputs = m.task.forward(batch, tasks::Pass::kTrain);
     }
-    const auto loss = m.task.loss(outputs, batch, m.opt.global_batch_size);
+    const auto loss = m.task.loss(*outputs, batch, m.opt.global_batch_size);
     m.optimizer->zero_grad();
     // Each replica's data loss is its share of the global batch; the reducer averages the
     // gradients, so scaling that share by the number of replicas makes the result their sum.
@@ -239,7 +239,7 @@ train::RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input
       m.optimizer->step();
     }
     s.applied = apply;
-    m.task.train_metrics(outputs.detach().to(torch::kFloat), batch, loss, &s.loop_metrics);
+    m.task.train_metrics(*outputs, batch, loss, &s.loop_metrics);
     // Hooks read values only: keep no autograd graph alive until the next step.
     s.loss.data = loss.data.detach();
     s.loss.regularizer = loss.regularizer.defined() ? loss.regularizer.detach() : torch::Tensor();

@@ -350,8 +350,16 @@ void predict_images(tasks::Task& task, const data::PreprocessOptions& preprocess
 
 void predict_images(tasks::Task& task, const PrepareImage& prepare, const std::vector<std::string>& inputs,
                     int64_t batch_size,
-                    const std::function<void(const std::vector<std::string>& files, const at::Tensor& outputs)>& emit,
-                    const ForwardImages& forward) {
+                    const std::function<void(const std::vector<std::string>& files, const at::Tensor& outputs)>& emit) {
+  for_each_image_batch(task, prepare, inputs, batch_size,
+                       [&](const at::Tensor& images, const std::vector<std::string>& files) {
+                         emit(files, task.inference(images).to(torch::kFloat).cpu());
+                       });
+}
+
+void for_each_image_batch(
+    tasks::Task& task, const PrepareImage& prepare, const std::vector<std::string>& inputs, int64_t batch_size,
+    const std::function<void(const at::Tensor& images, const std::vector<std::string>& files)>& run) {
   if (batch_size < 1) throw Error("--batch_size must be positive");
   std::vector<std::string> files;
   for (const auto& in : inputs)
@@ -386,7 +394,7 @@ void predict_images(tasks::Task& task, const PrepareImage& prepare, const std::v
     if (good.empty()) continue;
     const auto prepared = Clock::now();
     const auto images = batch.narrow(0, 0, static_cast<int64_t>(good.size()));
-    emit(good, (forward ? forward(images, good) : task.forward(images)).to(torch::kFloat).cpu());
+    run(images, good);
     // (-v) What bench/predict.sh reads: the whole batch, from reading its files to printing.
     spdlog::debug("predict batch: {} images in {:.2f} ms (inputs {:.2f} ms)", good.size(), ms(start, Clock::now()),
                   ms(start, prepared));

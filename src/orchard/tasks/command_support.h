@@ -167,14 +167,17 @@ void predict_images(tasks::Task& task, const data::PreprocessOptions& preprocess
                     const std::function<void(const std::vector<std::string>& files, const at::Tensor& outputs)>& emit);
 
 // The same with the task's own preparation: prepare(encoded bytes, file, out) writes one
-// input of the task's sample_spec() image shape.
-// `forward(images, files)`, where given, runs the model instead of task.forward(images).
+// input of the task's sample_spec() image shape. The outputs are task.inference(images).
 using PrepareImage = std::function<void(const std::string& encoded, const std::string& file, float* out)>;
-using ForwardImages = std::function<at::Tensor(const at::Tensor& images, const std::vector<std::string>& files)>;
 void predict_images(tasks::Task& task, const PrepareImage& prepare, const std::vector<std::string>& inputs,
                     int64_t batch_size,
-                    const std::function<void(const std::vector<std::string>& files, const at::Tensor& outputs)>& emit,
-                    const ForwardImages& forward = nullptr);
+                    const std::function<void(const std::vector<std::string>& files, const at::Tensor& outputs)>& emit);
+// What predict_images does before the model, for a task whose predictions are more than one
+// tensor (detection): `run(images, files)` for each batch of the files that could be read, images
+// float32 on the CPU (the model in eval mode, no gradient).
+void for_each_image_batch(
+    tasks::Task& task, const PrepareImage& prepare, const std::vector<std::string>& inputs, int64_t batch_size,
+    const std::function<void(const at::Tensor& images, const std::vector<std::string>& files)>& run);
 
 // `classify|multilabel export`: the flags, and the writer of a restored image model (a ResNet
 // or Inception-v3) as ONNX (orchard/export/onnx_export.h); `preprocess` gives the input size and

@@ -5,6 +5,7 @@
 
 #include "orchard/data/preprocess.h"
 #include "orchard/models/registry.h"
+#include "orchard/engine/task.h"
 
 namespace orchard::tasks {
 
@@ -15,5 +16,10 @@ models::ImageModel build_image_model(const models::ModelConfig& config, bool cha
 void set_input_scaling(const models::ModelConfig& config, data::PreprocessOptions* options);
 
 torch::Tensor forward_image_model(models::ImageModel& model, const torch::Tensor& images, bool channels_last);
+
+// What classification's and multi-label tagging's forward pass returns.
+struct ImageModelOutputs : Outputs {
+  torch::Tensor logits;  // [B, C], in the autocast dtype
+};
 
 }  // namespace orchard::tasks

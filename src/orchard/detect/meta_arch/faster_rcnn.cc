@@ -130,17 +130,6 @@ FasterRcnnMetaArchitecture::ImageTruth FasterRcnnMetaArchitecture::image_truth(c
   return t;
 }
 
-struct FasterRcnnMetaArchitecture::Unpacked {
-  bool training = false;  // the proposals are training's sampled minibatch
-  at::Tensor box_encodings, objectness;  // [B, A, 4], [B, A, 2]
-  at::Tensor boxes, valid;               // [B, P, 4], [B, P]
-  at::Tensor refined, logits;            // [B, P, K, 4], [B, P, K + 1]
-  // Mask R-CNN, training: [B, P, mh * mw] twice and [B, P] (of the sampled proposals; weights 0 on
-  // unused slots); evaluation with masks the same of the D detections; inference: [B, D, 7 + mh * mw].
-  at::Tensor mask_logits, mask_targets, mask_weights;
-  at::Tensor detections;
-};
-
 std::unique_ptr<MetaArchitecture> FasterRcnnConfig::build(int64_t num_classes,
                                                           const data::DetectionInputOptions& input) const {
   return std::make_unique<FasterRcnnMetaArchitecture>(*this, num_classes, input);
@@ -171,19 +160,22 @@ at::Tensor FasterRcnnMetaArchitecture::anchors(int64_t height, int64_t width) co
   return a;
 }
 
-at::Tensor FasterRcnnMetaArchitecture::forward(const at::Tensor& images, const InputShape& input,
-                                              const data::Batch* targets) {
+std::unique_ptr<Outputs> FasterRcnnMetaArchitecture::forward(const at::Tensor& images, const InputShape& input,
+                                                            const data::Batch* targets) {
   return run(images, input, targets, nullptr);
 }
 
-at::Tensor FasterRcnnMetaArchitecture::forward_eval(const at::Tensor& images, const InputShape& input,
-                                                   const data::Batch& batch) {
+std::unique_ptr<Outputs> FasterRcnnMetaArchitecture::forward_eval(const at::Tensor& images,
+                                                                 const InputShape& input,
+                                                                 const data::Batch& batch) {
   const bool truth = config_.model.predict_instance_masks && batch.fields.count("masks");
   return run(images, input, nullptr, truth ? &batch : nullptr);
 }
 
-at::Tensor FasterRcnnMetaArchitecture::run(const at::Tensor& input_images, const InputShape& input,
-                                           const data::Batch* targets, const data::Batch* eval_truth) {
+std::unique_ptr<FasterRcnnOutputs> FasterRcnnMetaArchitecture::run(const at::Tensor& input_images,
+                                                                   const InputShape& input,
+                                                                   const data::Batch* targets,
+                                                                   const data::Batch* eval_truth) {
   auto images = input_images;
   if (images.dim() == 4 && images.size(1) != 3 && images.size(3) == 3) images = images.permute({0, 3, 1, 2});
   const int64_t batch = images.size(0), height = images.size(2), width = images.size(3);
@@ -247,9 +239,23 @@ at::Tensor FasterRcnnMetaArchitecture::run(const at::Tensor& input_images, const
   const auto all_boxes = torch::cat(boxes).to(images.device(), torch::kFloat);
   const auto box_index = torch::cat(image_index).to(images.device());
   const int64_t k = config_.model.num_classes;
-  const int64_t columns = 4 + 1 + 4 * k + k + 1 + (training && masks ? 2 * mh * mw + 1 : 0);
-  auto per_proposal = torch::zeros({batch * slots, columns}, images.options().dtype(torch::kFloat));
+  const int64_t m = all_boxes.size(0);
+  const auto slot_index = torch::cat(slot).to(images.device());
+  // Zeros [batch, slots, width] float32 holding each proposal's row of `rows` ([m, width]; m 0:
+  // none) in its slot.
+  const auto in_slots = [&](const at::Tensor& rows, int64_t width) {
+    auto all = torch::zeros({batch * slots, width}, images.options().dtype(torch::kFloat));
+    if (m > 0) all = all.index_copy(0, slot_index, rows);
+    return all.view({batch, slots, width});
+  };
+  auto out = std::make_unique<FasterRcnnOutputs>();
+  out->training = training;
+  out->rpn_box_encodings = first.box_encodings.to(torch::kFloat);
+  out->rpn_objectness = first.objectness.to(torch::kFloat);
+  out->proposal_boxes = in_slots(all_boxes, 4);
+  out->proposal_valid = in_slots(torch::ones({m, 1}, all_boxes.options()), 1).select(2, 0);
   at::Tensor refined, logits;
+  at::Tensor mask_logits, mask_targets, mask_weights;  // training's, per sampled proposal [m, ...]
   if (all_boxes.size(0) > 0) {
     const auto normalised = all_boxes / pixels(height, width, all_boxes.options());
     at::Tensor box_features;  // the box classifier's maps of the crops (not R-FCN's: it crops scores)
@@ -259,9 +265,6 @@ at::Tensor FasterRcnnMetaArchitecture::run(const at::Tensor& input_images, const
       box_features = model_->box_classifier_features(first.features, normalised, box_index);
       std::tie(refined, logits) = model_->box_predictor(box_features);
     }
-    const int64_t m = all_boxes.size(0);
-    std::vector<at::Tensor> parts = {all_boxes, torch::ones({m, 1}, all_boxes.options()),
-                                     refined.reshape({m, 4 * k}).to(torch::kFloat), logits.to(torch::kFloat)};
     if (training && masks) {
       // The mask of each proposal's target class. The OD API predicts masks for every sampled
       // proposal and weighs the background ones 0 in the loss; the head (convolutions and ReLUs,
@@ -280,36 +283,39 @@ at::Tensor FasterRcnnMetaArchitecture::run(const at::Tensor& input_images, const
                                    .reshape({r, mh * mw});
         chosen = chosen.index_copy(0, rows, predicted.to(torch::kFloat));
       }
-      parts.push_back(chosen);
-      parts.push_back(torch::cat(sampled_mask_targets).reshape({m, mh * mw}).to(images.device(), torch::kFloat));
-      parts.push_back((classes > 0).to(torch::kFloat).unsqueeze(1));
+      mask_logits = chosen;
+      mask_targets = torch::cat(sampled_mask_targets).reshape({m, mh * mw}).to(images.device(), torch::kFloat);
+      mask_weights = (classes > 0).to(torch::kFloat).unsqueeze(1);
     }
-    per_proposal = per_proposal.index_copy(0, torch::cat(slot).to(images.device()), torch::cat(parts, 1));
   }
-  const bool mask_truth = !training && masks && eval_truth;
-  const auto flag = torch::full({batch, 1}, training ? 1.0f : mask_truth ? 2.0f : 0.0f, per_proposal.options());
-  std::vector<at::Tensor> out = {flag, first.box_encodings.reshape({batch, -1}).to(torch::kFloat),
-                                 first.objectness.reshape({batch, -1}).to(torch::kFloat),
-                                 per_proposal.view({batch, -1})};
+  out->refined_box_encodings = in_slots(m > 0 ? refined.reshape({m, 4 * k}).to(torch::kFloat) : refined, 4 * k)
+                                   .view({batch, slots, k, 4});
+  out->class_logits = in_slots(m > 0 ? logits.to(torch::kFloat) : logits, k + 1);
+  if (training && masks) {
+    // Background and unused slots weigh 0.
+    out->mask_logits = in_slots(mask_logits, mh * mw);
+    out->mask_targets = in_slots(mask_targets, mh * mw);
+    out->mask_weights = in_slots(mask_weights, 1).select(2, 0);
+  }
   if (!training && masks) {
+    const bool mask_truth = eval_truth != nullptr;
     std::vector<ImageTruth> truth;
     if (mask_truth)
       for (int64_t i = 0; i < batch; ++i) {
         const auto [h, w] = image_sizes[static_cast<size_t>(i)];
         truth.push_back(image_truth(*eval_truth, i, h, w, true));
       }
-    out.push_back(third_stage(first.features, proposals, refined, logits, height, width, image_sizes,
-                              mask_truth ? &truth : nullptr));
+    third_stage(first.features, proposals, refined, logits, height, width, image_sizes,
+                mask_truth ? &truth : nullptr, out.get());
   }
-  return torch::cat(out, 1);
+  return out;
 }
 
-at::Tensor FasterRcnnMetaArchitecture::third_stage(const at::Tensor& features,
-                                                   const std::vector<detect::Proposals>& proposals,
-                                                   const at::Tensor& refined, const at::Tensor& logits, int64_t height,
-                                                   int64_t width,
-                                                   const std::vector<std::pair<int64_t, int64_t>>& image_sizes,
-                                                   const std::vector<ImageTruth>* truth) {
+void FasterRcnnMetaArchitecture::third_stage(const at::Tensor& features, const std::vector<detect::Proposals>& proposals,
+                                             const at::Tensor& refined, const at::Tensor& logits, int64_t height,
+                                             int64_t width,
+                                             const std::vector<std::pair<int64_t, int64_t>>& image_sizes,
+                                             const std::vector<ImageTruth>* truth, FasterRcnnOutputs* out) {
   // _predict_third_stage: the box classifier's detections (normalised to the input), crops of
   // the features at them through the second stage again, and the mask of each one's class.
   // With the ground truth (evaluation), _get_mask_proposal_boxes_and_classes: each detection
@@ -317,9 +323,7 @@ at::Tensor FasterRcnnMetaArchitecture::third_stage(const at::Tensor& features,
   // the matched mask cropped at the detection, for the mask loss.
   const int64_t batch = features.size(0), d = config_.nms.max_total_detections;
   const int64_t mh = config_.model.mask_height, mw = config_.model.mask_width;
-  const int64_t columns = 7 + mh * mw + (truth ? 2 * mh * mw + 1 : 0);
-  auto out = torch::zeros({batch, d, columns}, features.options().dtype(torch::kFloat));
-  std::vector<at::Tensor> boxes, image_index, classes, slot, rows, matched_classes, mask_targets;
+  std::vector<at::Tensor> boxes, scores, image_index, classes, slot, matched_classes, mask_targets;
   int64_t offset = 0;
   for (int64_t i = 0; i < batch; ++i) {
     const int64_t n = proposals[static_cast<size_t>(i)].boxes.size(0);
@@ -341,13 +345,10 @@ at::Tensor FasterRcnnMetaArchitecture::third_stage(const at::Tensor& features,
     }
     const int64_t found = std::min(det.boxes.size(0), d);
     boxes.push_back(det.boxes.narrow(0, 0, found));
+    scores.push_back(det.scores.narrow(0, 0, found));
     classes.push_back(det.classes.narrow(0, 0, found));
     image_index.push_back(torch::full({found}, i, torch::kLong));
     slot.push_back(torch::arange(found, torch::kLong) + i * d);
-    rows.push_back(torch::cat({det.boxes.narrow(0, 0, found), det.scores.narrow(0, 0, found).unsqueeze(1),
-                               det.classes.narrow(0, 0, found).to(torch::kFloat).unsqueeze(1),
-                               torch::ones({found, 1})},
-                              1));
     if (truth) {
       const auto& gt = (*truth)[static_cast<size_t>(i)];
       const auto in_pixels = det.boxes.narrow(0, 0, found) * pixels(height, width, torch::TensorOptions());
@@ -356,108 +357,92 @@ at::Tensor FasterRcnnMetaArchitecture::third_stage(const at::Tensor& features,
       mask_targets.push_back(detect::mask_targets(gt.masks, in_pixels, t.match, mh, mw).reshape({found, mh * mw}));
     }
   }
-  if (boxes.empty()) return out.view({batch, -1});
   const auto device = features.device();
-  const auto all_boxes = torch::cat(boxes).to(device);
-  const auto box_features = model_->box_classifier_features(features, all_boxes, torch::cat(image_index).to(device));
-  const auto all_classes = torch::cat(classes).to(device);
-  const int64_t m = all_boxes.size(0);
-  const auto channel_of = [&](const at::Tensor& cls) {
-    return config_.model.masks_are_class_agnostic ? torch::zeros_like(cls) : (cls - 1).clamp_min(0);
+  const bool found_any = !boxes.empty();
+  const auto slot_index = found_any ? torch::cat(slot).to(device) : at::Tensor();
+  // Zeros [batch, d, width] of `type` holding each detection's row of `rows` ([m, width]) in its
+  // slot.
+  const auto in_slots = [&](const at::Tensor& rows, int64_t width, at::ScalarType type) {
+    auto all = torch::zeros({batch * d, width}, features.options().dtype(type));
+    if (found_any) all = all.index_copy(0, slot_index, rows);
+    return all.view({batch, d, width});
   };
-  const auto channel = channel_of(all_classes);
-  const auto matched = truth ? torch::cat(matched_classes).to(device) : at::Tensor();
-  const auto matched_channel = truth ? channel_of(matched) : at::Tensor();
-  // The mask head on 32 detections at a time: the samples' 300 detections at once would hold
-  // gigabytes of 33x33 maps.
-  std::vector<at::Tensor> chunks, matched_chunks;
-  for (int64_t start = 0; start < m; start += 32) {
-    const int64_t len = std::min<int64_t>(32, m - start);
-    const auto all = model_->mask_predictor(box_features.narrow(0, start, len));
-    const auto pick = [&](const at::Tensor& ch) {
-      return all.gather(1, ch.narrow(0, start, len).view({len, 1, 1, 1}).expand({len, 1, mh, mw})).reshape({len, mh * mw});
+  at::Tensor all_boxes, all_classes, mask_probabilities, matched_logits, matched, targets;
+  if (found_any) {
+    all_boxes = torch::cat(boxes).to(device);
+    const auto box_features = model_->box_classifier_features(features, all_boxes, torch::cat(image_index).to(device));
+    all_classes = torch::cat(classes).to(device);
+    const int64_t m = all_boxes.size(0);
+    const auto channel_of = [&](const at::Tensor& cls) {
+      return config_.model.masks_are_class_agnostic ? torch::zeros_like(cls) : (cls - 1).clamp_min(0);
     };
-    chunks.push_back(pick(channel).sigmoid());
-    if (truth) matched_chunks.push_back(pick(matched_channel));
-  }
-  std::vector<at::Tensor> parts = {torch::cat(rows).to(device), torch::cat(chunks).to(torch::kFloat)};
-  if (truth) {
-    parts.push_back(torch::cat(matched_chunks).to(torch::kFloat));
-    parts.push_back(torch::cat(mask_targets).to(device, torch::kFloat));
-    parts.push_back((matched > 0).to(torch::kFloat).unsqueeze(1));
-  }
-  const auto packed = torch::cat(parts, 1);
-  return out.view({batch * d, columns}).index_copy(0, torch::cat(slot).to(device), packed).view({batch, -1});
-}
-
-FasterRcnnMetaArchitecture::Unpacked FasterRcnnMetaArchitecture::unpack(const at::Tensor& outputs, int64_t height,
-                                                                        int64_t width) const {
-  const int64_t batch = outputs.size(0), a = anchors(height, width).size(0);
-  const int64_t k = config_.model.num_classes;
-  const bool masks = config_.model.predict_instance_masks;
-  const int64_t mh = config_.model.mask_height, mw = config_.model.mask_width;
-  Unpacked u;
-  const float flag = batch > 0 ? outputs[0][0].item<float>() : 0.0f;  // 1 training, 2 evaluation with masks
-  u.training = flag > 0.5f && flag < 1.5f;
-  const bool mask_truth = flag > 1.5f;
-  const int64_t slots = proposal_slots(u.training);
-  const int64_t columns = 4 + 1 + 4 * k + k + 1 + (u.training && masks ? 2 * mh * mw + 1 : 0);
-  const int64_t d = config_.nms.max_total_detections;
-  const int64_t per_detection = 7 + mh * mw + (mask_truth ? 2 * mh * mw + 1 : 0);
-  const int64_t detections = !u.training && masks ? d * per_detection : 0;
-  TORCH_CHECK(outputs.size(1) == 1 + 6 * a + slots * columns + detections, "Faster R-CNN outputs of ",
-              outputs.size(1), " values do not fit ", a, " anchors of a ", height, "x", width, " input");
-  u.box_encodings = outputs.narrow(1, 1, 4 * a).view({batch, a, 4});
-  u.objectness = outputs.narrow(1, 1 + 4 * a, 2 * a).view({batch, a, 2});
-  const auto p = outputs.narrow(1, 1 + 6 * a, slots * columns).reshape({batch, slots, columns});
-  u.boxes = p.narrow(2, 0, 4);
-  u.valid = p.select(2, 4);
-  u.refined = p.narrow(2, 5, 4 * k).reshape({batch, slots, k, 4});
-  u.logits = p.narrow(2, 5 + 4 * k, k + 1);
-  if (u.training && masks) {
-    const int64_t at = 5 + 4 * k + k + 1;
-    u.mask_logits = p.narrow(2, at, mh * mw);
-    u.mask_targets = p.narrow(2, at + mh * mw, mh * mw);
-    u.mask_weights = p.select(2, at + 2 * mh * mw) * (u.valid > 0.5f).to(p.scalar_type());
-  }
-  if (detections > 0) {
-    const auto all = outputs.narrow(1, 1 + 6 * a + slots * columns, detections).reshape({batch, d, per_detection});
-    u.detections = all.narrow(2, 0, 7 + mh * mw);
-    if (mask_truth) {
-      const int64_t at = 7 + mh * mw;
-      u.mask_logits = all.narrow(2, at, mh * mw);
-      u.mask_targets = all.narrow(2, at + mh * mw, mh * mw);
-      u.mask_weights = all.select(2, at + 2 * mh * mw) * (all.select(2, 6) > 0.5f).to(all.scalar_type());
+    const auto channel = channel_of(all_classes);
+    matched = truth ? torch::cat(matched_classes).to(device) : at::Tensor();
+    const auto matched_channel = truth ? channel_of(matched) : at::Tensor();
+    // The mask head on 32 detections at a time: the samples' 300 detections at once would hold
+    // gigabytes of 33x33 maps.
+    std::vector<at::Tensor> chunks, matched_chunks;
+    for (int64_t start = 0; start < m; start += 32) {
+      const int64_t len = std::min<int64_t>(32, m - start);
+      const auto all = model_->mask_predictor(box_features.narrow(0, start, len));
+      const auto pick = [&](const at::Tensor& ch) {
+        return all.gather(1, ch.narrow(0, start, len).view({len, 1, 1, 1}).expand({len, 1, mh, mw}))
+            .reshape({len, mh * mw});
+      };
+      chunks.push_back(pick(channel).sigmoid());
+      if (truth) matched_chunks.push_back(pick(matched_channel));
+    }
+    mask_probabilities = torch::cat(chunks).to(torch::kFloat);
+    if (truth) {
+      matched_logits = torch::cat(matched_chunks).to(torch::kFloat);
+      targets = torch::cat(mask_targets).to(device, torch::kFloat);
     }
   }
-  return u;
+  out->detection_boxes = in_slots(all_boxes, 4, torch::kFloat);
+  out->detection_scores = in_slots(found_any ? torch::cat(scores).to(device).unsqueeze(1) : at::Tensor(), 1,
+                                   torch::kFloat).select(2, 0);
+  out->detection_classes = in_slots(found_any ? all_classes.unsqueeze(1) : at::Tensor(), 1, torch::kLong).select(2, 0);
+  const int64_t found_rows = found_any ? all_boxes.size(0) : 0;
+  out->detection_valid =
+      in_slots(torch::ones({found_rows, 1}, features.options().dtype(torch::kFloat)), 1, torch::kFloat).select(2, 0);
+  out->detection_masks = in_slots(mask_probabilities, mh * mw, torch::kFloat).view({batch, d, mh, mw});
+  if (truth) {
+    out->mask_logits = in_slots(matched_logits, mh * mw, torch::kFloat);
+    out->mask_targets = in_slots(targets, mh * mw, torch::kFloat);
+    out->mask_weights =
+        in_slots(found_any ? (matched > 0).to(torch::kFloat).unsqueeze(1) : at::Tensor(), 1, torch::kFloat).select(2, 0);
+  }
 }
 
-std::map<std::string, at::Tensor> FasterRcnnMetaArchitecture::loss(const at::Tensor& outputs, const InputShape& input,
+std::map<std::string, at::Tensor> FasterRcnnMetaArchitecture::loss(const Outputs& outputs, const InputShape& input,
                                                                    const std::vector<at::Tensor>& gt_boxes,
                                                                    const std::vector<at::Tensor>& gt_classes) {
-  const Unpacked u = unpack(outputs, input.height, input.width);
-  const auto scale = pixels(input.height, input.width, outputs.options());
+  const auto& u = outputs_as<FasterRcnnOutputs>(outputs);
+  const int64_t a = anchors(input.height, input.width).size(0);
+  TORCH_CHECK(u.rpn_box_encodings.size(1) == a, "Faster R-CNN outputs of ", u.rpn_box_encodings.size(1),
+              " anchors do not fit the ", a, " anchors of a ", input.height, "x", input.width, " input");
+  const auto& options = u.rpn_box_encodings.options();
+  const auto scale = pixels(input.height, input.width, options);
   std::vector<at::Tensor> gt;
-  for (const auto& b : gt_boxes) gt.push_back(b.to(outputs.device(), torch::kFloat) * scale);
+  for (const auto& b : gt_boxes) gt.push_back(b.to(options.device(), torch::kFloat) * scale);
   const auto kept = detect::rpn_anchors(anchors(input.height, input.width), input.height, input.width, u.training,
                                         config_.rpn);
-  const auto index = kept.index.to(outputs.device());
-  auto losses = detect::rpn_loss(u.box_encodings.index_select(1, index), u.objectness.index_select(1, index),
-                                 kept.boxes.to(outputs.device()), gt, config_.rpn);
+  const auto index = kept.index.to(options.device());
+  auto losses = detect::rpn_loss(u.rpn_box_encodings.index_select(1, index), u.rpn_objectness.index_select(1, index),
+                                 kept.boxes.to(options.device()), gt, config_.rpn);
   std::vector<detect::ProposalTargets> targets;
   std::vector<at::Tensor> refined, logits;
   const int64_t k = config_.model.num_classes;
-  for (int64_t i = 0; i < outputs.size(0); ++i) {
-    const auto rows = (u.valid[i] > 0.5f).nonzero().view(-1);
-    const auto proposals = u.boxes[i].index_select(0, rows).detach();
-    const auto classes = gt_classes[static_cast<size_t>(i)].to(outputs.device());
+  for (int64_t i = 0; i < u.proposal_boxes.size(0); ++i) {
+    const auto rows = (u.proposal_valid[i] > 0.5f).nonzero().view(-1);
+    const auto proposals = u.proposal_boxes[i].index_select(0, rows).detach();
+    const auto classes = gt_classes[static_cast<size_t>(i)].to(options.device());
     if (u.training && config_.merge_multiple_label_boxes) {
       // The OD API merges the training input's boxes (inputs.transform_input_data); merged here,
       // where only this loss tells one box with two labels from two boxes. (The RPN's loss above
       // is the same either way: identical boxes match the same anchors.)
       const auto merged = detect::merge_boxes_with_multiple_labels(gt_boxes[static_cast<size_t>(i)], classes, k);
-      auto t = detect::assign_proposals(proposals, merged.boxes.to(outputs.device(), torch::kFloat) * scale,
+      auto t = detect::assign_proposals(proposals, merged.boxes.to(options.device(), torch::kFloat) * scale,
                                         merged.classes);
       const auto matched = (t.match >= 0).unsqueeze(1).to(torch::kFloat);
       const auto hot = merged.labels.size(0) > 0
@@ -468,8 +453,8 @@ std::map<std::string, at::Tensor> FasterRcnnMetaArchitecture::loss(const at::Ten
     } else {
       targets.push_back(detect::assign_proposals(proposals, gt[static_cast<size_t>(i)], classes));
     }
-    refined.push_back(u.refined[i].index_select(0, rows));
-    logits.push_back(u.logits[i].index_select(0, rows));
+    refined.push_back(u.refined_box_encodings[i].index_select(0, rows));
+    logits.push_back(u.class_logits[i].index_select(0, rows));
   }
   for (auto& [name, value] :
        detect::box_classifier_loss(torch::cat(refined), torch::cat(logits), targets, config_.second_stage))
@@ -484,37 +469,46 @@ std::map<std::string, at::Tensor> FasterRcnnMetaArchitecture::loss(const at::Ten
   return losses;
 }
 
-std::vector<detect::Detections> FasterRcnnMetaArchitecture::postprocess(const at::Tensor& outputs,
+std::vector<detect::Detections> FasterRcnnMetaArchitecture::postprocess(const Outputs& outputs,
                                                                        const InputShape& input) const {
   torch::NoGradGuard no_grad;
-  const auto out = outputs.to(torch::kCPU, torch::kFloat);
+  const auto& u = outputs_as<FasterRcnnOutputs>(outputs);
+  const auto cpu = [](const at::Tensor& t) { return t.to(torch::kCPU, torch::kFloat); };
   const int64_t height = input.height > 0 ? input.height : input_.height;  // unset: the configured size
   const int64_t width = input.height > 0 ? input.width : input_.width;
-  const Unpacked u = unpack(out, height, width);
+  const bool has_detections = u.detection_boxes.defined();  // Mask R-CNN: detections normalised to the input
+  at::Tensor valid, boxes, refined, logits, scores, classes, masks;
+  if (has_detections) {
+    valid = cpu(u.detection_valid);
+    boxes = cpu(u.detection_boxes);
+    scores = cpu(u.detection_scores);
+    classes = u.detection_classes.to(torch::kCPU);
+    masks = cpu(u.detection_masks);
+  } else {
+    valid = cpu(u.proposal_valid);
+    boxes = cpu(u.proposal_boxes);
+    refined = cpu(u.refined_box_encodings);
+    logits = cpu(u.class_logits);
+  }
   std::vector<detect::Detections> result;
-  for (int64_t i = 0; i < out.size(0); ++i) {
+  for (int64_t i = 0; i < valid.size(0); ++i) {
     int64_t h = height, w = width;
     if (static_cast<size_t>(i) < input.image_sizes.size()) std::tie(h, w) = input.image_sizes[static_cast<size_t>(i)];
-    if (u.detections.defined()) {  // Mask R-CNN's third stage: detections normalised to the input
-      const auto d = u.detections[i];
-      const auto rows = (d.select(1, 6) > 0.5f).nonzero().view(-1);
-      const auto kept = d.index_select(0, rows);
+    const auto rows = (valid[i] > 0.5f).nonzero().view(-1);
+    if (has_detections) {
       const float sy = static_cast<float>(height) / static_cast<float>(h);
       const float sx = static_cast<float>(width) / static_cast<float>(w);
       detect::Detections det;
-      det.boxes = (kept.narrow(1, 0, 4) * torch::tensor({sy, sx, sy, sx})).clamp(0, 1).contiguous();
-      det.scores = kept.select(1, 4).contiguous();
-      det.classes = kept.select(1, 5).round().to(torch::kLong).contiguous();
-      det.masks = kept.narrow(1, 7, kept.size(1) - 7)
-                      .reshape({-1, config_.model.mask_height, config_.model.mask_width})
-                      .contiguous();
+      det.boxes = (boxes[i].index_select(0, rows) * torch::tensor({sy, sx, sy, sx})).clamp(0, 1).contiguous();
+      det.scores = scores[i].index_select(0, rows).contiguous();
+      det.classes = classes[i].index_select(0, rows).contiguous();
+      det.masks = masks[i].index_select(0, rows).contiguous();
       result.push_back(det);
       continue;
     }
-    const auto rows = (u.valid[i] > 0.5f).nonzero().view(-1);
-    result.push_back(detect::box_classifier_detections(u.refined[i].index_select(0, rows),
-                                                       u.logits[i].index_select(0, rows),
-                                                       u.boxes[i].index_select(0, rows), h, w, config_.nms,
+    result.push_back(detect::box_classifier_detections(refined[i].index_select(0, rows),
+                                                       logits[i].index_select(0, rows),
+                                                       boxes[i].index_select(0, rows), h, w, config_.nms,
                                                        config_.score_converter));
   }
   return result;

@@ -18,6 +18,7 @@
 #include "orchard/data/detection.h"
 #include "orchard/detect/ops/box_ops.h"
 #include "orchard/models/tf_names.h"
+#include "orchard/tasks/outputs.h"
 
 namespace object_detection::protos {
 class TrainEvalPipelineConfig;
@@ -44,27 +45,30 @@ class MetaArchitecture {
   // The model's name in config.json, checkpoints' signature and logs ("ssd_mobilenet_v2").
   virtual std::string name() const = 0;
   virtual std::shared_ptr<torch::nn::Module> module() = 0;
-  // images [B, 3, H, W] (or NHWC, as configured) in [-1, 1] -> raw outputs for loss and
-  // postprocess. `input`: each image's size inside the batch (the OD API's true_image_shapes; a
-  // two-stage detector clips its proposals to them). `targets` is the batch in training (a
-  // two-stage detector samples proposals with its boxes); null in evaluation and inference.
-  virtual at::Tensor forward(const at::Tensor& images, const InputShape& input, const data::Batch* targets) = 0;
+  // images [B, 3, H, W] (or NHWC, as configured) in [-1, 1] -> the architecture's own outputs
+  // (SsdOutputs, FasterRcnnOutputs), read by its loss and postprocess. `input`: each image's size
+  // inside the batch (the OD API's true_image_shapes; a two-stage detector clips its proposals to
+  // them). `targets` is the batch in training (a two-stage detector samples proposals with its
+  // boxes); null in evaluation and inference.
+  virtual std::unique_ptr<Outputs> forward(const at::Tensor& images, const InputShape& input,
+                                           const data::Batch* targets) = 0;
   // Evaluation: inference's outputs, and what `loss` needs of the batch's targets besides the
   // boxes and classes it is given (Mask R-CNN: its detections' mask losses). Default: inference.
-  virtual at::Tensor forward_eval(const at::Tensor& images, const InputShape& input, const data::Batch& batch) {
+  virtual std::unique_ptr<Outputs> forward_eval(const at::Tensor& images, const InputShape& input,
+                                                const data::Batch& batch) {
     return forward(images, input, nullptr);
   }
-  // The batch's weighted losses by name (their sum is the data loss): ground truth per image,
-  // boxes [N, 4] normalised (ymin, xmin, ymax, xmax) to the network input and classes [N]
-  // (1-based), crowd regions already removed.
-  virtual std::map<std::string, at::Tensor> loss(const at::Tensor& outputs, const InputShape& input,
+  // The batch's weighted losses by name (their sum is the data loss), in float32 even under
+  // autocast: ground truth per image, boxes [N, 4] normalised (ymin, xmin, ymax, xmax) to the
+  // network input and classes [N] (1-based), crowd regions already removed.
+  virtual std::map<std::string, at::Tensor> loss(const Outputs& outputs, const InputShape& input,
                                                  const std::vector<at::Tensor>& gt_boxes,
                                                  const std::vector<at::Tensor>& gt_classes) = 0;
   // Whether postprocess returns instance masks (Detections::masks).
   virtual bool predicts_masks() const { return false; }
   // Score conversion, box decoding and non-max suppression, on the CPU; boxes clipped to each
   // image and normalised to it (not to the padded input).
-  virtual std::vector<detect::Detections> postprocess(const at::Tensor& outputs, const InputShape& input) const = 0;
+  virtual std::vector<detect::Detections> postprocess(const Outputs& outputs, const InputShape& input) const = 0;
   // What fine_tune_checkpoint_type "detection" leaves out (re-initialised): the class and box heads.
   virtual bool is_prediction_head_parameter(const std::string& name) const = 0;
   // The TensorFlow names of the model's variables for a fine_tune_checkpoint_type: the OD API's

@@ -247,28 +247,36 @@ models::TfNameMap SsdMetaArchitecture::tf_name_map(const std::string& checkpoint
 }
 
 // The images' sizes matter to SSD's postprocess only (its clip window), which has them.
-at::Tensor SsdMetaArchitecture::forward(const at::Tensor& images, const InputShape&, const data::Batch*) {
-  return model_->forward(images);
+std::unique_ptr<Outputs> SsdMetaArchitecture::forward(const at::Tensor& images, const InputShape&,
+                                                      const data::Batch*) {
+  // SsdModel's predictions hold each anchor's box code and then its class logits.
+  const auto predictions = model_->forward(images);
+  const int64_t code = config_.model.box_code_size;
+  auto outputs = std::make_unique<SsdOutputs>();
+  outputs->box_encodings = predictions.narrow(2, 0, code);
+  outputs->class_logits = predictions.narrow(2, code, predictions.size(2) - code);
+  return outputs;
 }
 
-std::map<std::string, at::Tensor> SsdMetaArchitecture::loss(const at::Tensor& outputs, const InputShape& input,
+std::map<std::string, at::Tensor> SsdMetaArchitecture::loss(const Outputs& outputs, const InputShape& input,
                                                             const std::vector<at::Tensor>& gt_boxes,
                                                             const std::vector<at::Tensor>& gt_classes) {
-  const int64_t code = config_.model.box_code_size;
-  auto codes = outputs.narrow(2, 0, code);
-  auto logits = outputs.narrow(2, code, outputs.size(2) - code);
+  const auto& ssd = outputs_as<SsdOutputs>(outputs);
+  // In float32 even under autocast.
+  const auto codes = ssd.box_encodings.to(torch::kFloat);
+  const auto logits = ssd.class_logits.to(torch::kFloat);
   const auto a = anchors(input.height, input.width);
-  return detect::ssd_loss(codes, logits, a.to(outputs.device()), gt_boxes, gt_classes, config_.loss);
+  return detect::ssd_loss(codes, logits, a.to(codes.device()), gt_boxes, gt_classes, config_.loss);
 }
 
-std::vector<detect::Detections> SsdMetaArchitecture::postprocess(const at::Tensor& outputs,
+std::vector<detect::Detections> SsdMetaArchitecture::postprocess(const Outputs& outputs,
                                                                  const InputShape& input) const {
   torch::NoGradGuard no_grad;
-  auto out = outputs.to(torch::kCPU, torch::kFloat);
-  const int64_t code = config_.model.box_code_size;
+  const auto& ssd = outputs_as<SsdOutputs>(outputs);
   // Unclipped into NMS, clipped after it (multiclass_nms), as the OD API does.
-  auto boxes = detect::decode_boxes(out.narrow(2, 0, code), anchors(input.height, input.width), config_.loss.coder);
-  auto logits = out.narrow(2, code, out.size(2) - code);
+  auto boxes = detect::decode_boxes(ssd.box_encodings.to(torch::kCPU, torch::kFloat),
+                                    anchors(input.height, input.width), config_.loss.coder);
+  auto logits = ssd.class_logits.to(torch::kCPU, torch::kFloat);
   at::Tensor scores;
   if (config_.score_converter == "SIGMOID")
     scores = logits.sigmoid();
@@ -278,7 +286,7 @@ std::vector<detect::Detections> SsdMetaArchitecture::postprocess(const at::Tenso
     scores = logits;
   scores = scores.narrow(2, 1, scores.size(2) - 1);  // drop the background column
   std::vector<detect::Detections> result;
-  for (int64_t i = 0; i < out.size(0); ++i) {
+  for (int64_t i = 0; i < logits.size(0); ++i) {
     detect::BatchNmsOptions nms = config_.nms;
     if (static_cast<size_t>(i) < input.image_sizes.size()) {
       // SSDMetaArch's clip window (the image inside the padded input); the evaluation then

@@ -33,18 +33,25 @@ struct SsdConfig : MetaArchitectureConfig {
   std::unique_ptr<MetaArchitecture> build(int64_t num_classes, const data::DetectionInputOptions& input) const override;
 };
 
+// SSD's forward outputs, per anchor A of the input (SsdMetaArchitecture::anchors), in the autocast
+// dtype.
+struct SsdOutputs : Outputs {
+  at::Tensor box_encodings;  // [B, A, box_code_size], the box coder's encoding against the anchor
+  at::Tensor class_logits;   // [B, A, num_classes + 1], column 0 the background
+};
+
 class SsdMetaArchitecture : public MetaArchitecture {
  public:
   SsdMetaArchitecture(const SsdConfig& config, int64_t num_classes, const data::DetectionInputOptions& input);
   std::string name() const override;  // the feature extractor: ssd_mobilenet_v2, ssd_mobilenet_v1_fpn, ...
   std::shared_ptr<torch::nn::Module> module() override;
-  // -> [B, A, box_code_size + num_classes + 1]: box codes, then class logits (column 0 the
-  // background), per anchor.
-  at::Tensor forward(const at::Tensor& images, const InputShape& input, const data::Batch* targets) override;
-  std::map<std::string, at::Tensor> loss(const at::Tensor& outputs, const InputShape& input,
+  // -> SsdOutputs.
+  std::unique_ptr<Outputs> forward(const at::Tensor& images, const InputShape& input,
+                                   const data::Batch* targets) override;
+  std::map<std::string, at::Tensor> loss(const Outputs& outputs, const InputShape& input,
                                          const std::vector<at::Tensor>& gt_boxes,
                                          const std::vector<at::Tensor>& gt_classes) override;
-  std::vector<detect::Detections> postprocess(const at::Tensor& outputs, const InputShape& input) const override;
+  std::vector<detect::Detections> postprocess(const Outputs& outputs, const InputShape& input) const override;
   bool is_prediction_head_parameter(const std::string& name) const override;
   models::TfNameMap tf_name_map(const std::string& checkpoint_type) const override;
   std::map<std::string, std::string> signature() const override;

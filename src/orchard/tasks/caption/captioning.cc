@@ -12,30 +12,67 @@ namespace orchard::tasks {
 namespace {
 
 
-// Rows [n, 2 + width]: image_id, length, ids (zero-padded).
-at::Tensor id_rows(const std::vector<int64_t>& image_ids, const std::vector<std::vector<int64_t>>& words,
-                   int64_t width) {
-  auto rows = torch::zeros({static_cast<int64_t>(words.size()), 2 + width}, torch::kDouble);
+// A caption of an evaluated image: "caption_hyps" the beam search's, "caption_refs" every
+// reference. Gathered (and merged across workers) as float64 rows of MetricSums: image_id, the
+// number of words, the word ids zero-padded to the rows' width.
+struct CaptionRecord {
+  int64_t image_id = 0;
+  std::vector<int64_t> words;  // cut to the width when written
+};
+
+at::Tensor to_rows(const std::vector<CaptionRecord>& records, int64_t width) {
+  auto rows = torch::zeros({static_cast<int64_t>(records.size()), 2 + width}, torch::kDouble);
   auto a = rows.accessor<double, 2>();
-  for (size_t i = 0; i < words.size(); ++i) {
-    const int64_t n = std::min<int64_t>(width, static_cast<int64_t>(words[i].size()));
-    a[i][0] = static_cast<double>(image_ids[i]);
+  for (size_t i = 0; i < records.size(); ++i) {
+    const auto& words = records[i].words;
+    const int64_t n = std::min<int64_t>(width, static_cast<int64_t>(words.size()));
+    a[i][0] = static_cast<double>(records[i].image_id);
     a[i][1] = static_cast<double>(n);
-    for (int64_t j = 0; j < n; ++j) a[i][2 + j] = static_cast<double>(words[i][static_cast<size_t>(j)]);
+    for (int64_t j = 0; j < n; ++j) a[i][2 + j] = static_cast<double>(words[static_cast<size_t>(j)]);
   }
   return rows;
 }
 
-// The words of a row without <S> and </S>, as strings (the metrics compare tokens).
-caption::Tokens row_tokens(const at::TensorAccessor<double, 1>& row, int64_t start_id, int64_t end_id) {
+std::vector<CaptionRecord> from_rows(const at::Tensor& rows) {
+  std::vector<CaptionRecord> records;
+  const auto a = rows.accessor<double, 2>();
+  for (int64_t i = 0; i < rows.size(0); ++i) {
+    CaptionRecord r;
+    r.image_id = static_cast<int64_t>(a[i][0]);
+    const auto n = static_cast<int64_t>(a[i][1]);
+    for (int64_t j = 0; j < n; ++j) r.words.push_back(static_cast<int64_t>(a[i][2 + j]));
+    records.push_back(std::move(r));
+  }
+  return records;
+}
+
+// The words without <S> and </S>, as strings (the metrics compare tokens).
+caption::Tokens caption_tokens(const std::vector<int64_t>& words, int64_t start_id, int64_t end_id) {
   caption::Tokens tokens;
-  const auto n = static_cast<int64_t>(row[1]);
-  for (int64_t j = 0; j < n; ++j) {
-    const auto id = static_cast<int64_t>(row[2 + j]);
+  for (int64_t id : words) {
     if (id == start_id || id == end_id) continue;
     tokens.push_back(std::to_string(id));
   }
   return tokens;
+}
+
+// The batch's captions as the LSTM reads them: T the longest caption_length; input the first
+// T - 1 words [B, T - 1] (<S> first), target the words after them, mask [B, T - 1] float32 1 where
+// the target is a word of the caption.
+struct CaptionSteps {
+  at::Tensor input, target, mask;
+};
+
+CaptionSteps caption_steps(const data::Batch& batch) {
+  const auto& length = batch.field("caption_length");
+  const int64_t t = length.max().item<int64_t>();
+  const auto ids = batch.field("caption_ids").narrow(1, 0, t);
+  CaptionSteps s;
+  s.input = ids.narrow(1, 0, t - 1);
+  s.target = ids.narrow(1, 1, t - 1);
+  s.mask = (torch::arange(t - 1, ids.options()).unsqueeze(0) < (length.to(ids.device()) - 1).unsqueeze(1))
+               .to(torch::kFloat);
+  return s;
 }
 
 }  // namespace
@@ -51,7 +88,14 @@ CaptionTask::CaptionTask(const CaptionConfig& config) : config_(config) {
   }
 }
 
-torch::Tensor CaptionTask::forward(const torch::Tensor& images) {
+std::unique_ptr<Outputs> CaptionTask::forward(const data::Batch& batch, Pass) {
+  auto outputs = std::make_unique<CaptionOutputs>();
+  outputs->embeddings = inference(batch.images);
+  outputs->logits = model_->sequence_logits(outputs->embeddings, caption_steps(batch).input);
+  return outputs;
+}
+
+torch::Tensor CaptionTask::inference(const torch::Tensor& images) {
   return model_->embed_images(images, config_.train_inception && model_->is_training());
 }
 
@@ -87,16 +131,12 @@ data::ParseFn CaptionTask::parser(bool training) const {
   };
 }
 
-Loss CaptionTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
-  const auto& length = batch.field("caption_length");
-  const int64_t t = length.max().item<int64_t>();
-  const auto ids = batch.field("caption_ids").narrow(1, 0, t);
-  const auto input = ids.narrow(1, 0, t - 1);
-  const auto target = ids.narrow(1, 1, t - 1);
-  const auto mask =
-      (torch::arange(t - 1, ids.options()).unsqueeze(0) < (length.to(ids.device()) - 1).unsqueeze(1))
-          .to(torch::kFloat);
-  auto logits = model_->sequence_logits(outputs, input).to(torch::kFloat);
+Loss CaptionTask::loss(const Outputs& task_outputs, const data::Batch& batch, int64_t global_batch_size) {
+  const auto& outputs = outputs_as<CaptionOutputs>(task_outputs);
+  const CaptionSteps steps = caption_steps(batch);
+  const auto& target = steps.target;
+  const auto& mask = steps.mask;
+  auto logits = outputs.logits.to(torch::kFloat);
   const int64_t v = logits.size(2);
   auto ce = torch::nn::functional::cross_entropy(
                 logits.reshape({-1, v}), target.reshape({-1}),
@@ -106,9 +146,9 @@ Loss CaptionTask::loss(const torch::Tensor& outputs, const data::Batch& batch, i
   const auto sum_weights = mask.sum();
   const auto batch_loss = sum_losses / sum_weights.clamp_min(1.0);
   Loss loss;
-  loss.data = batch_loss * (static_cast<double>(outputs.size(0)) / static_cast<double>(global_batch_size));
+  loss.data = batch_loss * (static_cast<double>(outputs.embeddings.size(0)) / static_cast<double>(global_batch_size));
   if (!l2_params_.empty() && config_.inception_weight_decay > 0) {
-    auto l2 = torch::zeros({}, outputs.options().dtype(torch::kFloat));
+    auto l2 = torch::zeros({}, outputs.embeddings.options().dtype(torch::kFloat));
     for (const auto& p : l2_params_) l2 = l2 + p.to(torch::kFloat).pow(2).sum();
     loss.regularizer = l2 * (config_.inception_weight_decay / 2);
   }
@@ -117,13 +157,13 @@ Loss CaptionTask::loss(const torch::Tensor& outputs, const data::Batch& batch, i
   return loss;
 }
 
-void CaptionTask::train_metrics(const torch::Tensor&, const data::Batch&, const Loss& loss, MetricSums* sums) const {
+void CaptionTask::train_metrics(const Outputs&, const data::Batch&, const Loss& loss, MetricSums* sums) const {
   sums->add("sum_losses", loss.terms.at("sum_losses").to(torch::kDouble));
   sums->add("sum_weights", loss.terms.at("sum_weights").to(torch::kDouble));
   add_training_loss(loss, sums);
 }
 
-void CaptionTask::eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+void CaptionTask::eval_step(const Outputs& outputs, const data::Batch& batch, const Loss& loss,
                             MetricSums* sums) {
   sums->add("sum_losses", loss.terms.at("sum_losses").to(torch::kDouble));
   sums->add("sum_weights", loss.terms.at("sum_weights").to(torch::kDouble));
@@ -133,26 +173,27 @@ void CaptionTask::eval_step(const torch::Tensor& outputs, const data::Batch& bat
   const auto caption_ids = batch.field("caption_ids").to(torch::kCPU);
   const auto lengths = batch.field("caption_length").to(torch::kCPU);
   const auto image_ids = batch.field("image_id").to(torch::kCPU);
-  std::vector<int64_t> ref_ids, new_rows, new_ids;
-  std::vector<std::vector<int64_t>> refs;
+  std::vector<int64_t> new_rows, new_ids;
+  std::vector<CaptionRecord> refs;
   for (int64_t i = 0; i < batch.size; ++i) {
     const int64_t id = image_ids[i].item<int64_t>();
     const int64_t n = lengths[i].item<int64_t>();
     const auto words = caption_ids[i].narrow(0, 0, n).contiguous();
-    refs.emplace_back(words.data_ptr<int64_t>(), words.data_ptr<int64_t>() + n);
-    ref_ids.push_back(id);
+    refs.push_back({id, std::vector<int64_t>(words.data_ptr<int64_t>(), words.data_ptr<int64_t>() + n)});
     if (captioned_.insert(id).second) {
       new_rows.push_back(i);
       new_ids.push_back(id);
     }
   }
-  sums->append_rows("caption_refs", id_rows(ref_ids, refs, config_.max_caption_tokens));
+  sums->append_rows("caption_refs", to_rows(refs, config_.max_caption_tokens));
   if (new_rows.empty()) return;
-  const auto embeddings = outputs.index_select(0, torch::tensor(new_rows, torch::kLong).to(outputs.device()));
+  const auto all = outputs_as<CaptionOutputs>(outputs).embeddings.to(torch::kFloat);
+  const auto embeddings = all.index_select(0, torch::tensor(new_rows, torch::kLong).to(all.device()));
   const auto generated = generate_from_embeddings(embeddings);
-  std::vector<std::vector<int64_t>> hyps;
-  for (const auto& g : generated) hyps.push_back(g.empty() ? std::vector<int64_t>{} : g.front().words);
-  sums->append_rows("caption_hyps", id_rows(new_ids, hyps, config_.beam.max_caption_length));
+  std::vector<CaptionRecord> hyps;
+  for (size_t i = 0; i < generated.size(); ++i)
+    hyps.push_back({new_ids[i], generated[i].empty() ? std::vector<int64_t>{} : generated[i].front().words});
+  sums->append_rows("caption_hyps", to_rows(hyps, config_.beam.max_caption_length));
 }
 
 std::map<std::string, double> CaptionTask::compute_metrics(const MetricSums& s, bool training) const {
@@ -166,16 +207,13 @@ std::map<std::string, double> CaptionTask::compute_metrics(const MetricSums& s, 
   // than one: the first (lowest rank) caption counts.
   std::unordered_map<int64_t, size_t> index;
   std::vector<caption::CaptionSample> samples;
-  const auto h = hyps.accessor<double, 2>();
-  for (int64_t i = 0; i < h.size(0); ++i) {
-    const auto id = static_cast<int64_t>(h[i][0]);
-    if (!index.emplace(id, samples.size()).second) continue;
-    samples.push_back({row_tokens(h[i], config_.start_id, config_.end_id), {}});
+  for (const auto& h : from_rows(hyps)) {
+    if (!index.emplace(h.image_id, samples.size()).second) continue;
+    samples.push_back({caption_tokens(h.words, config_.start_id, config_.end_id), {}});
   }
-  const auto r = refs.accessor<double, 2>();
-  for (int64_t i = 0; i < r.size(0); ++i) {
-    auto it = index.find(static_cast<int64_t>(r[i][0]));
-    if (it != index.end()) samples[it->second].references.push_back(row_tokens(r[i], config_.start_id, config_.end_id));
+  for (const auto& r : from_rows(refs)) {
+    auto it = index.find(r.image_id);
+    if (it != index.end()) samples[it->second].references.push_back(caption_tokens(r.words, config_.start_id, config_.end_id));
   }
   const auto bleu = caption::bleu(samples);
   for (int n = 0; n < 4; ++n) m["Bleu_" + std::to_string(n + 1)] = bleu.corpus[static_cast<size_t>(n)];

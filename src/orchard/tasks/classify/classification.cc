@@ -17,6 +17,12 @@ ClassificationTask::ClassificationTask(const ClassificationConfig& config)
   }
 }
 
+std::unique_ptr<Outputs> ClassificationTask::forward(const data::Batch& batch, Pass) {
+  auto outputs = std::make_unique<ImageModelOutputs>();
+  outputs->logits = forward(batch.images);
+  return outputs;
+}
+
 torch::Tensor ClassificationTask::forward(const torch::Tensor& images) {
   return forward_image_model(model_, images, config_.channels_last);
 }
@@ -63,8 +69,8 @@ torch::Tensor ClassificationTask::l2_loss(bool single_op) const {
   return total;
 }
 
-Loss ClassificationTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
-  auto logits = outputs.to(torch::kFloat);  // softmax in float32 even under autocast
+Loss ClassificationTask::loss(const Outputs& outputs, const data::Batch& batch, int64_t global_batch_size) {
+  auto logits = outputs_as<ImageModelOutputs>(outputs).logits.to(torch::kFloat);  // softmax in float32 even under autocast
   auto ce = torch::nn::functional::cross_entropy(
       logits, batch.field("label"),
       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum).label_smoothing(config_.label_smoothing));
@@ -77,9 +83,9 @@ Loss ClassificationTask::loss(const torch::Tensor& outputs, const data::Batch& b
 namespace {
 
 // Top-1 and count; the top-k hits [B, k] for evaluation.
-torch::Tensor add_accuracy(const torch::Tensor& outputs, const torch::Tensor& labels, MetricSums* sums) {
-  const int64_t k = std::min<int64_t>(5, outputs.size(1));
-  auto hits = std::get<1>(outputs.topk(k, 1)).eq(labels.unsqueeze(1));
+torch::Tensor add_accuracy(const torch::Tensor& logits, const torch::Tensor& labels, MetricSums* sums) {
+  const int64_t k = std::min<int64_t>(5, logits.size(1));
+  auto hits = std::get<1>(logits.topk(k, 1)).eq(labels.unsqueeze(1));
   sums->add("top_1_correct", hits.select(1, 0).sum());
   sums->add("count", static_cast<double>(labels.size(0)));
   return hits;
@@ -87,20 +93,21 @@ torch::Tensor add_accuracy(const torch::Tensor& outputs, const torch::Tensor& la
 
 }  // namespace
 
-void ClassificationTask::train_metrics(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+void ClassificationTask::train_metrics(const Outputs& outputs, const data::Batch& batch, const Loss& loss,
                                        MetricSums* sums) const {
   torch::NoGradGuard no_grad;
-  add_accuracy(outputs, batch.field("label"), sums);
+  add_accuracy(outputs_as<ImageModelOutputs>(outputs).logits.detach().to(torch::kFloat), batch.field("label"), sums);
   add_training_loss(loss, sums);
 }
 
-void ClassificationTask::eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss&,
+void ClassificationTask::eval_step(const Outputs& outputs, const data::Batch& batch, const Loss&,
                                    MetricSums* sums) {
   torch::NoGradGuard no_grad;
+  const auto logits = outputs_as<ImageModelOutputs>(outputs).logits.to(torch::kFloat);
   const auto& labels = batch.field("label");
-  sums->add("top_5_correct", add_accuracy(outputs, labels, sums).any(1).sum());
+  sums->add("top_5_correct", add_accuracy(logits, labels, sums).any(1).sum());
   sums->add("cross_entropy_sum",
-            torch::nn::functional::cross_entropy(outputs.to(torch::kFloat), labels,
+            torch::nn::functional::cross_entropy(logits, labels,
                                                  torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));
 }
 

@@ -5,6 +5,7 @@
 #include "orchard/data/imagenet.h"
 #include "orchard/models/registry.h"
 #include "orchard/engine/task.h"
+#include "orchard/tasks/image_model.h"
 
 namespace orchard::tasks {
 
@@ -27,18 +28,21 @@ class ClassificationTask : public Task {
   explicit ClassificationTask(const ClassificationConfig& config);
   std::string name() const override { return "classify"; }
   std::shared_ptr<torch::nn::Module> module() override { return model_; }
-  torch::Tensor forward(const torch::Tensor& images) override;
+  // -> ImageModelOutputs: the logits of the batch's images.
+  std::unique_ptr<Outputs> forward(const data::Batch& batch, Pass pass) override;
+  torch::Tensor forward(const torch::Tensor& images);  // the logits [B, C]
+  torch::Tensor inference(const torch::Tensor& images) override { return forward(images); }
   data::SampleSpec sample_spec() const override;
   data::ParseFn parser(bool training) const override;
   // How images are prepared for this model (train and eval/predict share it).
   data::PreprocessOptions preprocess_options() const;
   // Each image's k most probable classes (softmax of the logits [B, C]), most probable first.
   std::vector<std::vector<ClassScore>> predict(const torch::Tensor& logits, int64_t k) const;
-  Loss loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) override;
+  Loss loss(const Outputs& outputs, const data::Batch& batch, int64_t global_batch_size) override;
   std::string data_loss_name() const override { return "cross_entropy"; }
-  void train_metrics(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+  void train_metrics(const Outputs& outputs, const data::Batch& batch, const Loss& loss,
                      MetricSums* sums) const override;
-  void eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss, MetricSums* sums) override;
+  void eval_step(const Outputs& outputs, const data::Batch& batch, const Loss& loss, MetricSums* sums) override;
   std::map<std::string, double> compute_metrics(const MetricSums& sums, bool training) const override;
   std::map<std::string, std::string> signature() const override;
 

@@ -586,8 +586,9 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
   // Text: boxes as [xmin,ymin,xmax,ymax] in the original image's pixels, said on each line;
   // JSON: "box" normalised [ymin, xmin, ymax, xmax] (the OD API's detection_boxes), said in
   // "box_format".
-  predict_images(task, prepare, inputs, batch_size, [&](const std::vector<std::string>& files, const at::Tensor& out) {
-    const auto detections = task.postprocess(out, shape_of(files));
+  for_each_image_batch(task, prepare, inputs, batch_size, [&](const at::Tensor& images,
+                                                              const std::vector<std::string>& files) {
+    const auto detections = task.postprocess(*forward(images, files), shape_of(files));
     for (size_t i = 0; i < files.size(); ++i) {
       const std::string encoded = read_file(files[i]);
       const auto size = data::image_size(encoded, files[i], f.max_image_pixels);
@@ -639,7 +640,7 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
         atomic_write_file(drawn_path(files[i]), data::encode_png(image));
       }
     }
-  }, forward);
+  });
   std::cout.flush();
 }
 

@@ -16,8 +16,100 @@
 namespace orchard::tasks {
 namespace {
 
-// Ground-truth flags in the evaluation rows.
-constexpr int kCrowd = 1, kDifficult = 2, kGroupOf = 4;
+// The evaluation's records, gathered per batch and merged across workers as float64 rows of
+// MetricSums (image ids have 48 bits: exact in a double); boxes in pixels of the original image.
+// Each record type writes and reads its own row: kColumns, to_row, from_row.
+
+// An evaluated image ("coco_images").
+struct EvalImage {
+  static constexpr int64_t kColumns = 1;
+  int64_t image_id = 0;
+  void to_row(double* row) const { row[0] = static_cast<double>(image_id); }
+  static EvalImage from_row(const double* row) { return {static_cast<int64_t>(row[0])}; }
+};
+
+// A ground-truth box ("coco_groundtruth"), its flags packed into one column.
+struct EvalGroundTruth {
+  static constexpr int64_t kColumns = 7;
+  static constexpr int kCrowd = 1, kDifficult = 2, kGroupOf = 4;
+  int64_t image_id = 0, class_id = 0;
+  double x = 0, y = 0, w = 0, h = 0;  // top-left corner and size
+  bool crowd = false, difficult = false, group_of = false;
+  void to_row(double* row) const {
+    const int flags = (crowd ? kCrowd : 0) | (difficult ? kDifficult : 0) | (group_of ? kGroupOf : 0);
+    const double values[kColumns] = {static_cast<double>(image_id), static_cast<double>(class_id), x, y, w, h,
+                                     static_cast<double>(flags)};
+    std::copy_n(values, kColumns, row);
+  }
+  static EvalGroundTruth from_row(const double* row) {
+    EvalGroundTruth g;
+    g.image_id = static_cast<int64_t>(row[0]);
+    g.class_id = static_cast<int64_t>(row[1]);
+    g.x = row[2], g.y = row[3], g.w = row[4], g.h = row[5];
+    const int flags = static_cast<int>(row[6]);
+    g.crowd = (flags & kCrowd) != 0;
+    g.difficult = (flags & kDifficult) != 0;
+    g.group_of = (flags & kGroupOf) != 0;
+    return g;
+  }
+};
+
+// A detection ("coco_detections").
+struct EvalDetection {
+  static constexpr int64_t kColumns = 7;
+  int64_t image_id = 0, class_id = 0;
+  double score = 0;
+  double x = 0, y = 0, w = 0, h = 0;  // top-left corner and size
+  void to_row(double* row) const {
+    const double values[kColumns] = {static_cast<double>(image_id), static_cast<double>(class_id), score, x, y, w, h};
+    std::copy_n(values, kColumns, row);
+  }
+  static EvalDetection from_row(const double* row) {
+    EvalDetection d;
+    d.image_id = static_cast<int64_t>(row[0]);
+    d.class_id = static_cast<int64_t>(row[1]);
+    d.score = row[2];
+    d.x = row[3], d.y = row[4], d.w = row[5], d.h = row[6];
+    return d;
+  }
+};
+
+// A class verified present in an image ("image_labels"; Open Images).
+struct EvalImageLabel {
+  static constexpr int64_t kColumns = 2;
+  int64_t image_id = 0, class_id = 0;
+  void to_row(double* row) const {
+    row[0] = static_cast<double>(image_id);
+    row[1] = static_cast<double>(class_id);
+  }
+  static EvalImageLabel from_row(const double* row) {
+    return {static_cast<int64_t>(row[0]), static_cast<int64_t>(row[1])};
+  }
+};
+
+template <class Record>
+void append_records(const std::string& name, const std::vector<Record>& records, MetricSums* sums) {
+  const at::Tensor rows = torch::empty({static_cast<int64_t>(records.size()), Record::kColumns}, torch::kDouble);
+  double* row = rows.data_ptr<double>();
+  for (const auto& r : records) {
+    r.to_row(row);
+    row += Record::kColumns;
+  }
+  sums->append_rows(name, rows);
+}
+
+template <class Record>
+std::vector<Record> read_records(const MetricSums& sums, const std::string& name) {
+  std::vector<Record> out;
+  const auto rows = sums.rows(name);
+  if (!rows.defined()) return out;
+  if (rows.size(1) != Record::kColumns)
+    throw Error(fmt::format("evaluation rows {}: {} columns, not {}", name, rows.size(1), Record::kColumns));
+  const auto v = rows.contiguous();
+  const double* row = v.data_ptr<double>();
+  for (int64_t i = 0; i < v.size(0); ++i, row += Record::kColumns) out.push_back(Record::from_row(row));
+  return out;
+}
 
 // The network input [-1, 1] (CHW or HWC) back to RGB bytes.
 data::Image to_image(const at::Tensor& input, bool channels_last) {
@@ -83,17 +175,12 @@ DetectionTask::DetectionTask(const DetectionConfig& config) : config_(config) {
     if (p.dim() == 4) l2_params_.push_back(p);  // conv kernels: conv_hyperparams' l2_regularizer
 }
 
-torch::Tensor DetectionTask::forward(const torch::Tensor& images) { return meta_->forward(images, InputShape{}, nullptr); }
-
-torch::Tensor DetectionTask::forward(const torch::Tensor& images, const InputShape& input) {
+std::unique_ptr<Outputs> DetectionTask::forward(const torch::Tensor& images, const InputShape& input) {
   return meta_->forward(images, input, nullptr);
 }
 
-torch::Tensor DetectionTask::forward_train(const data::Batch& batch) {
-  return meta_->forward(batch.images, input_shape(batch), &batch);
-}
-
-torch::Tensor DetectionTask::forward_eval(const data::Batch& batch) {
+std::unique_ptr<Outputs> DetectionTask::forward(const data::Batch& batch, Pass pass) {
+  if (pass == Pass::kTrain) return meta_->forward(batch.images, input_shape(batch), &batch);
   return meta_->forward_eval(batch.images, input_shape(batch), batch);
 }
 
@@ -169,15 +256,14 @@ void DetectionTask::prepare_batch(data::Batch* batch) const {
   batch->images = batch->images.narrow(h_dim, 0, shape.height).narrow(h_dim + 1, 0, shape.width).contiguous();
 }
 
-Loss DetectionTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
-  auto out = outputs.to(torch::kFloat);  // losses in float32 even under autocast
+Loss DetectionTask::loss(const Outputs& outputs, const data::Batch& batch, int64_t global_batch_size) {
   auto counts = batch.field("num_boxes").to(torch::kCPU);
   const auto& boxes = batch.field("boxes");
   const auto& classes = batch.field("classes");
   const auto& crowd = batch.field("is_crowd");
   const InputShape shape = input_shape(batch);
   std::vector<at::Tensor> gt_boxes, gt_classes;
-  for (int64_t i = 0; i < out.size(0); ++i) {
+  for (int64_t i = 0; i < batch.images.size(0); ++i) {
     const int64_t n = counts[i].item<int64_t>();
     const auto trained = crowd[i].narrow(0, 0, n).logical_not();  // crowd regions are not trained on
     auto b = boxes[i].narrow(0, 0, n).index({trained});
@@ -190,7 +276,7 @@ Loss DetectionTask::loss(const torch::Tensor& outputs, const data::Batch& batch,
     gt_boxes.push_back(b);
     gt_classes.push_back(classes[i].narrow(0, 0, n).index({trained}));
   }
-  const auto losses = meta_->loss(out, shape, gt_boxes, gt_classes);
+  const auto losses = meta_->loss(outputs, shape, gt_boxes, gt_classes);  // in float32
   // This replica's share: with replicas the gradients of the shares add up to the mean of the
   // per-replica losses (each normalised by its own matches, as the OD API's towers are).
   const double share = static_cast<double>(batch.size) / static_cast<double>(global_batch_size);
@@ -209,11 +295,11 @@ Loss DetectionTask::loss(const torch::Tensor& outputs, const data::Batch& batch,
   return loss;
 }
 
-std::vector<ImageDetections> DetectionTask::postprocess(const torch::Tensor& outputs, const InputShape& input) const {
+std::vector<ImageDetections> DetectionTask::postprocess(const Outputs& outputs, const InputShape& input) const {
   return meta_->postprocess(outputs, input);
 }
 
-void DetectionTask::train_metrics(const torch::Tensor&, const data::Batch& batch, const Loss& loss,
+void DetectionTask::train_metrics(const Outputs&, const data::Batch& batch, const Loss& loss,
                                   MetricSums* sums) const {
   sums->add("count", static_cast<double>(batch.size));
   add_training_loss(loss, sums);
@@ -221,7 +307,7 @@ void DetectionTask::train_metrics(const torch::Tensor&, const data::Batch& batch
     if (name.rfind("batch_", 0) != 0) sums->add("Loss/" + name, value);
 }
 
-void DetectionTask::eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+void DetectionTask::eval_step(const Outputs& outputs, const data::Batch& batch, const Loss& loss,
                               MetricSums* sums) {
   torch::NoGradGuard no_grad;
   sums->add("count", static_cast<double>(batch.size));
@@ -245,27 +331,39 @@ void DetectionTask::eval_step(const torch::Tensor& outputs, const data::Batch& b
   const auto is_difficult = difficult_field.accessor<bool, 2>();
   const auto is_group_of = group_of_field.accessor<bool, 2>();
   const auto image_labels = labels_field.accessor<bool, 2>();
-  std::vector<double> images, gts, dets, labels;
+  std::vector<EvalImage> images;
+  std::vector<EvalGroundTruth> gts;
+  std::vector<EvalDetection> dets;
+  std::vector<EvalImageLabel> labels;
   for (int64_t i = 0; i < batch.size; ++i) {
-    const double key = static_cast<double>(ids[i].item<int64_t>());  // 48 bits: exact in a double
+    const int64_t key = ids[i].item<int64_t>();
     const double h = static_cast<double>(sizes[i][0].item<int64_t>()), w = static_cast<double>(sizes[i][1].item<int64_t>());
-    images.push_back(key);
+    images.push_back({key});
     const int64_t count = counts[i].item<int64_t>();
     for (int64_t j = 0; j < count; ++j) {
-      const double flags = (is_crowd[i][j] ? kCrowd : 0) | (is_difficult[i][j] ? kDifficult : 0) |
-                           (is_group_of[i][j] ? kGroupOf : 0);
-      gts.insert(gts.end(), {key, static_cast<double>(cls[i][j]), box[i][j][1] * w, box[i][j][0] * h,
-                             (box[i][j][3] - box[i][j][1]) * w, (box[i][j][2] - box[i][j][0]) * h, flags});
+      EvalGroundTruth g;
+      g.image_id = key;
+      g.class_id = cls[i][j];
+      g.x = box[i][j][1] * w, g.y = box[i][j][0] * h;
+      g.w = (box[i][j][3] - box[i][j][1]) * w, g.h = (box[i][j][2] - box[i][j][0]) * h;
+      g.crowd = is_crowd[i][j], g.difficult = is_difficult[i][j], g.group_of = is_group_of[i][j];
+      gts.push_back(g);
     }
     for (int64_t k = 1; k < labels_field.size(1); ++k)
-      if (image_labels[i][k]) labels.insert(labels.end(), {key, static_cast<double>(k)});
+      if (image_labels[i][k]) labels.push_back({key, k});
     const auto& d = detections[static_cast<size_t>(i)];
     auto b = d.boxes.accessor<float, 2>();
     auto s = d.scores.accessor<float, 1>();
     auto c = d.classes.accessor<int64_t, 1>();
-    for (int64_t k = 0; k < d.boxes.size(0); ++k)
-      dets.insert(dets.end(), {key, static_cast<double>(c[k]), static_cast<double>(s[k]), b[k][1] * w, b[k][0] * h,
-                               (b[k][3] - b[k][1]) * w, (b[k][2] - b[k][0]) * h});
+    for (int64_t k = 0; k < d.boxes.size(0); ++k) {
+      EvalDetection e;
+      e.image_id = key;
+      e.class_id = c[k];
+      e.score = static_cast<double>(s[k]);
+      e.x = b[k][1] * w, e.y = b[k][0] * h;
+      e.w = (b[k][3] - b[k][1]) * w, e.h = (b[k][2] - b[k][0]) * h;
+      dets.push_back(e);
+    }
   }
   for (int64_t i = 0; i < batch.size && static_cast<int>(visualizations_.size()) < config_.num_visualizations; ++i) {
     const auto& d = detections[static_cast<size_t>(i)];
@@ -309,8 +407,9 @@ void DetectionTask::eval_step(const torch::Tensor& outputs, const data::Batch& b
     visualizations_.push_back({"Detections_Left_Groundtruth_Right/" + std::to_string(visualizations_.size()),
                                both.height, both.width, data::encode_png(both)});
   }
-  auto as_rows = [](std::vector<double>& v, int64_t k) {
-    return torch::from_blob(v.data(), {static_cast<int64_t>(v.size()) / k, k}, torch::kDouble).clone();
+  // The instance masks' run-length streams (append_rle), one column.
+  auto as_stream = [](std::vector<double>& v) {
+    return torch::from_blob(v.data(), {static_cast<int64_t>(v.size()), 1}, torch::kDouble).clone();
   };
   if (has_metrics_set(config_, "coco_mask_metrics")) {
     // The masks in the original images' pixels, in the order of the box rows: the ground truth's
@@ -343,13 +442,13 @@ void DetectionTask::eval_step(const torch::Tensor& outputs, const data::Batch& b
         for (int64_t k = 0; k < n; ++k) append_rle(encode_mask(pasted[k] > 0.5f), &det_runs);
       }
     }
-    sums->append_rows("coco_mask_groundtruth", as_rows(gt_runs, 1));
-    sums->append_rows("coco_mask_detections", as_rows(det_runs, 1));
+    sums->append_rows("coco_mask_groundtruth", as_stream(gt_runs));
+    sums->append_rows("coco_mask_detections", as_stream(det_runs));
   }
-  sums->append_rows("coco_images", as_rows(images, 1));
-  sums->append_rows("coco_groundtruth", as_rows(gts, 7));
-  sums->append_rows("coco_detections", as_rows(dets, 7));
-  if (!labels.empty()) sums->append_rows("image_labels", as_rows(labels, 2));
+  append_records("coco_images", images, sums);
+  append_records("coco_groundtruth", gts, sums);
+  append_records("coco_detections", dets, sums);
+  if (!labels.empty()) append_records("image_labels", labels, sums);
 }
 
 std::map<std::string, double> DetectionTask::compute_metrics(const MetricSums& s, bool training) const {
@@ -369,23 +468,10 @@ std::map<std::string, double> DetectionTask::compute_metrics(const MetricSums& s
   for (const auto& [name, sum] : s.sums())
     if (name.rfind("eval_Loss/", 0) == 0) total += m[name.substr(5)] = sum.sum().item<double>() / count;
   m["Loss/total_loss"] = total;
-  // The evaluation rows: [image], [image, class, x, y, w, h, flags], [image, class, score, x, y,
-  // w, h], [image, verified label]; pixels of the original image.
-  std::vector<std::vector<double>> image_rows, gt_rows, det_rows, label_rows;
-  auto read = [&](const char* name, std::vector<std::vector<double>>* out) {
-    const auto rows = s.rows(name);
-    if (!rows.defined()) return;
-    auto a = rows.accessor<double, 2>();
-    for (int64_t i = 0; i < rows.size(0); ++i) {
-      out->emplace_back(static_cast<size_t>(rows.size(1)));
-      for (int64_t j = 0; j < rows.size(1); ++j) out->back()[static_cast<size_t>(j)] = a[i][j];
-    }
-  };
-  read("coco_images", &image_rows);
-  read("coco_groundtruth", &gt_rows);
-  read("coco_detections", &det_rows);
-  read("image_labels", &label_rows);
-  auto flag = [](double flags, int bit) { return (static_cast<int>(flags) & bit) != 0; };
+  const auto image_rows = read_records<EvalImage>(s, "coco_images");
+  const auto gt_rows = read_records<EvalGroundTruth>(s, "coco_groundtruth");
+  const auto det_rows = read_records<EvalDetection>(s, "coco_detections");
+  const auto label_rows = read_records<EvalImageLabel>(s, "image_labels");
   for (const auto& metrics_set : config_.metrics_sets) {
     if (metrics_set == "coco_mask_metrics") {
       // pycocotools' segm evaluation of the masks, each in the order of its box row.
@@ -395,24 +481,24 @@ std::map<std::string, double> DetectionTask::compute_metrics(const MetricSums& s
         throw Error(fmt::format("coco_mask_metrics: {} ground-truth masks for {} boxes, {} detection masks for {}",
                                 gt_masks.size(), gt_rows.size(), det_masks.size(), det_rows.size()));
       detect::CocoEvaluator coco(detect::CocoIouType::kSegm);
-      for (const auto& r : image_rows) coco.add_image(static_cast<int64_t>(r[0]));
+      for (const auto& r : image_rows) coco.add_image(r.image_id);
       for (size_t i = 0; i < gt_rows.size(); ++i) {
         const auto& r = gt_rows[i];
         detect::CocoGroundTruth g;
-        g.image_id = static_cast<int64_t>(r[0]);
-        g.category_id = static_cast<int64_t>(r[1]);
-        g.x = r[2], g.y = r[3], g.w = r[4], g.h = r[5];
-        g.iscrowd = flag(r[6], kCrowd);
+        g.image_id = r.image_id;
+        g.category_id = r.class_id;
+        g.x = r.x, g.y = r.y, g.w = r.w, g.h = r.h;
+        g.iscrowd = r.crowd;
         g.mask = gt_masks[i];
         coco.add_ground_truth(g);
       }
       for (size_t i = 0; i < det_rows.size(); ++i) {
         const auto& r = det_rows[i];
         detect::CocoDetection d;
-        d.image_id = static_cast<int64_t>(r[0]);
-        d.category_id = static_cast<int64_t>(r[1]);
-        d.score = r[2];
-        d.x = r[3], d.y = r[4], d.w = r[5], d.h = r[6];
+        d.image_id = r.image_id;
+        d.category_id = r.class_id;
+        d.score = r.score;
+        d.x = r.x, d.y = r.y, d.w = r.w, d.h = r.h;
         d.mask = det_masks[i];
         coco.add_detection(d);
       }
@@ -425,21 +511,21 @@ std::map<std::string, double> DetectionTask::compute_metrics(const MetricSums& s
     }
     if (metrics_set == "coco_detection_metrics") {
       detect::CocoEvaluator coco;
-      for (const auto& r : image_rows) coco.add_image(static_cast<int64_t>(r[0]));
+      for (const auto& r : image_rows) coco.add_image(r.image_id);
       for (const auto& r : gt_rows) {
         detect::CocoGroundTruth g;
-        g.image_id = static_cast<int64_t>(r[0]);
-        g.category_id = static_cast<int64_t>(r[1]);
-        g.x = r[2], g.y = r[3], g.w = r[4], g.h = r[5];
-        g.iscrowd = flag(r[6], kCrowd);
+        g.image_id = r.image_id;
+        g.category_id = r.class_id;
+        g.x = r.x, g.y = r.y, g.w = r.w, g.h = r.h;
+        g.iscrowd = r.crowd;
         coco.add_ground_truth(g);
       }
       for (const auto& r : det_rows) {
         detect::CocoDetection d;
-        d.image_id = static_cast<int64_t>(r[0]);
-        d.category_id = static_cast<int64_t>(r[1]);
-        d.score = r[2];
-        d.x = r[3], d.y = r[4], d.w = r[5], d.h = r[6];
+        d.image_id = r.image_id;
+        d.category_id = r.class_id;
+        d.score = r.score;
+        d.x = r.x, d.y = r.y, d.w = r.w, d.h = r.h;
         coco.add_detection(d);
       }
       const auto result = coco.evaluate();
@@ -463,22 +549,22 @@ std::map<std::string, double> DetectionTask::compute_metrics(const MetricSums& s
     std::map<int64_t, std::vector<int64_t>> verified;
     for (const auto& r : gt_rows) {
       detect::VocGroundTruth g;
-      g.category_id = static_cast<int64_t>(r[1]);
-      g.xmin = r[2], g.ymin = r[3], g.xmax = r[2] + r[4], g.ymax = r[3] + r[5];
-      g.difficult = flag(r[6], kDifficult);  // crowd regions are ordinary boxes here, as the OD API's
-      g.group_of = flag(r[6], kGroupOf);
-      boxes[static_cast<int64_t>(r[0])].push_back(g);
+      g.category_id = r.class_id;
+      g.xmin = r.x, g.ymin = r.y, g.xmax = r.x + r.w, g.ymax = r.y + r.h;
+      g.difficult = r.difficult;  // crowd regions are ordinary boxes here, as the OD API's
+      g.group_of = r.group_of;
+      boxes[r.image_id].push_back(g);
     }
     for (const auto& r : det_rows) {
       detect::VocDetection d;
-      d.category_id = static_cast<int64_t>(r[1]);
-      d.score = r[2];
-      d.xmin = r[3], d.ymin = r[4], d.xmax = r[3] + r[5], d.ymax = r[4] + r[6];
-      found[static_cast<int64_t>(r[0])].push_back(d);
+      d.category_id = r.class_id;
+      d.score = r.score;
+      d.xmin = r.x, d.ymin = r.y, d.xmax = r.x + r.w, d.ymax = r.y + r.h;
+      found[r.image_id].push_back(d);
     }
-    for (const auto& r : label_rows) verified[static_cast<int64_t>(r[0])].push_back(static_cast<int64_t>(r[1]));
+    for (const auto& r : label_rows) verified[r.image_id].push_back(r.class_id);
     for (const auto& r : image_rows) {
-      const auto id = static_cast<int64_t>(r[0]);
+      const auto id = r.image_id;
       voc.add_ground_truth(id, boxes[id], verified[id]);
       voc.add_detections(id, found[id]);
     }

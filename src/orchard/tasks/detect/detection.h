@@ -28,12 +28,13 @@ class DetectionTask : public Task {
   explicit DetectionTask(const DetectionConfig& config);
   std::string name() const override { return "detect"; }
   std::shared_ptr<torch::nn::Module> module() override { return meta_->module(); }
-  // images [B, 3, H, W] in [-1, 1] -> the meta-architecture's raw outputs, each image filling
-  // the input; or each `input.image_sizes` top-left in it (keep_aspect_ratio_resizer's padding).
-  torch::Tensor forward(const torch::Tensor& images) override;
-  torch::Tensor forward(const torch::Tensor& images, const InputShape& input);
-  torch::Tensor forward_train(const data::Batch& batch) override;  // the meta-architecture sees the targets
-  torch::Tensor forward_eval(const data::Batch& batch) override;   // and here too (MetaArchitecture::forward_eval)
+  // The meta-architecture's outputs (MetaArchitecture::forward): in training it sees the batch's
+  // targets, in evaluation too (MetaArchitecture::forward_eval).
+  std::unique_ptr<Outputs> forward(const data::Batch& batch, Pass pass) override;
+  // Inference: images [B, 3, H, W] in [-1, 1] -> the meta-architecture's outputs, each image
+  // filling the input ({}); or each `input.image_sizes` top-left in it (keep_aspect_ratio_resizer's
+  // padding). postprocess turns them into detections.
+  std::unique_ptr<Outputs> forward(const torch::Tensor& images, const InputShape& input = {});
   data::SampleSpec sample_spec() const override;
   data::ParseFn parser(bool training) const override;
   // keep_aspect_ratio_resizer without pad_to_max_dimension: the images cut from their buffers to
@@ -45,14 +46,14 @@ class DetectionTask : public Task {
   InputShape input_shape(const std::vector<std::pair<int64_t, int64_t>>& image_sizes) const;
   // The meta-architecture's weighted losses (SSD: localization_loss + classification_loss), as
   // this replica's share of the global batch, plus the L2 regularization.
-  Loss loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) override;
-  void train_metrics(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+  Loss loss(const Outputs& outputs, const data::Batch& batch, int64_t global_batch_size) override;
+  void train_metrics(const Outputs& outputs, const data::Batch& batch, const Loss& loss,
                      MetricSums* sums) const override;
   void begin_evaluation() override { visualizations_.clear(); }
   // Detections (postprocess) and the ground truth as rows (boxes, with masks when
   // coco_mask_metrics, and the verified image labels), the eval losses, and the first
   // num_visualizations images drawn for TensorBoard.
-  void eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss, MetricSums* sums) override;
+  void eval_step(const Outputs& outputs, const data::Batch& batch, const Loss& loss, MetricSums* sums) override;
   // Training: the OD API's Loss/* scalars. Eval: per eval_config.metrics_set the OD API's
   // numbers (coco_detection_metrics: the 12 DetectionBoxes_*; coco_mask_metrics: DetectionMasks_*;
   // the PASCAL VOC and Open Images sets: their mAP and per-class AP), per-category COCO AP when
@@ -65,7 +66,7 @@ class DetectionTask : public Task {
 
   // Score conversion + box decoding + batch non-max suppression, on the CPU; boxes normalised to
   // each image (`input`: see InputShape; {} the configured size).
-  std::vector<ImageDetections> postprocess(const torch::Tensor& outputs, const InputShape& input = {}) const;
+  std::vector<ImageDetections> postprocess(const Outputs& outputs, const InputShape& input = {}) const;
   // keep_aspect_ratio_resizer without pad_to_max_dimension: the input size follows the images;
   // evaluation and predict run one image at a time, each at its own size, as the OD API does.
   bool variable_input_size() const;

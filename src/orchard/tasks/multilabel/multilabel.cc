@@ -64,6 +64,12 @@ bool MultiLabelTask::is_task_state(const std::string& variable) {
   return variable == kPosCount || variable == kNegCount;
 }
 
+std::unique_ptr<Outputs> MultiLabelTask::forward(const data::Batch& batch, Pass) {
+  auto outputs = std::make_unique<ImageModelOutputs>();
+  outputs->logits = forward(batch.images);
+  return outputs;
+}
+
 torch::Tensor MultiLabelTask::forward(const torch::Tensor& images) {
   return forward_image_model(model_, images, config_.channels_last);
 }
@@ -101,8 +107,8 @@ torch::Tensor MultiLabelTask::l2_loss() const {
   return config_.weight_decay * torch::stack(squares).sum() / 2;
 }
 
-Loss MultiLabelTask::loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) {
-  const auto logits = outputs.to(torch::kFloat);
+Loss MultiLabelTask::loss(const Outputs& outputs, const data::Batch& batch, int64_t global_batch_size) {
+  const auto logits = outputs_as<ImageModelOutputs>(outputs).logits.to(torch::kFloat);
   const auto& labels = batch.field("labels");
   const bool training = model_->is_training();
   // Training: this replica's share of the global batch; evaluation: the batch mean.
@@ -125,23 +131,24 @@ Loss MultiLabelTask::loss(const torch::Tensor& outputs, const data::Batch& batch
 namespace {
 
 // The seed's accuracy: argmax of the scores against argmax of the label vector.
-void add_accuracy(const torch::Tensor& outputs, const torch::Tensor& labels, MetricSums* sums) {
-  sums->add("correct", outputs.argmax(1).eq(labels.argmax(1)).sum());
+void add_accuracy(const torch::Tensor& logits, const torch::Tensor& labels, MetricSums* sums) {
+  sums->add("correct", logits.argmax(1).eq(labels.argmax(1)).sum());
   sums->add("count", static_cast<double>(labels.size(0)));
 }
 
 }  // namespace
 
-void MultiLabelTask::train_metrics(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+void MultiLabelTask::train_metrics(const Outputs& outputs, const data::Batch& batch, const Loss& loss,
                                    MetricSums* sums) const {
   torch::NoGradGuard no_grad;
-  add_accuracy(outputs, batch.field("labels"), sums);
+  add_accuracy(outputs_as<ImageModelOutputs>(outputs).logits.detach().to(torch::kFloat), batch.field("labels"), sums);
   add_training_loss(loss, sums);
 }
 
-void MultiLabelTask::eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+void MultiLabelTask::eval_step(const Outputs& task_outputs, const data::Batch& batch, const Loss& loss,
                                MetricSums* sums) {
   torch::NoGradGuard no_grad;
+  const auto outputs = outputs_as<ImageModelOutputs>(task_outputs).logits.to(torch::kFloat);  // the logits
   const auto& labels = batch.field("labels");
   add_accuracy(outputs, labels, sums);
   const auto pos = labels.eq(1), neg = labels.eq(0);

@@ -8,6 +8,7 @@
 #include "orchard/data/preprocess.h"
 #include "orchard/models/registry.h"
 #include "orchard/engine/task.h"
+#include "orchard/tasks/image_model.h"
 
 namespace orchard::tasks {
 
@@ -61,14 +62,17 @@ class MultiLabelTask : public Task {
   explicit MultiLabelTask(const MultiLabelConfig& config);
   std::string name() const override { return "multilabel"; }
   std::shared_ptr<torch::nn::Module> module() override { return model_; }
-  torch::Tensor forward(const torch::Tensor& images) override;
+  // -> ImageModelOutputs: the logits of the batch's images.
+  std::unique_ptr<Outputs> forward(const data::Batch& batch, Pass pass) override;
+  torch::Tensor forward(const torch::Tensor& images);  // the logits [B, C]
+  torch::Tensor inference(const torch::Tensor& images) override { return forward(images); }
   data::SampleSpec sample_spec() const override;
   data::ParseFn parser(bool training) const override;
-  Loss loss(const torch::Tensor& outputs, const data::Batch& batch, int64_t global_batch_size) override;
+  Loss loss(const Outputs& outputs, const data::Batch& batch, int64_t global_batch_size) override;
   std::string data_loss_name() const override { return "cross_entropy"; }
-  void train_metrics(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss,
+  void train_metrics(const Outputs& outputs, const data::Batch& batch, const Loss& loss,
                      MetricSums* sums) const override;
-  void eval_step(const torch::Tensor& outputs, const data::Batch& batch, const Loss& loss, MetricSums* sums) override;
+  void eval_step(const Outputs& outputs, const data::Batch& batch, const Loss& loss, MetricSums* sums) override;
   std::map<std::string, double> compute_metrics(const MetricSums& sums, bool training) const override;
   std::map<std::string, std::string> signature() const override;
 
