@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "orchard/data/pipeline.h"
-#include "orchard/tasks/outputs.h"
+#include "orchard/engine/outputs.h"
 
 namespace orchard::tasks {
 

@@ -18,7 +18,7 @@
 #include "orchard/data/detection.h"
 #include "orchard/detect/ops/box_ops.h"
 #include "orchard/models/tf_names.h"
-#include "orchard/tasks/outputs.h"
+#include "orchard/engine/outputs.h"
 
 namespace object_detection::protos {
 class TrainEvalPipelineConfig;
