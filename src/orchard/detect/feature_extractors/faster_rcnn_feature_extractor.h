@@ -6,7 +6,8 @@
 // registers the two stages as first_stage_extractor.* and second_stage_extractor.*.
 //
 // Adding one: a file here with a class implementing FasterRcnnFeatureExtractor and a
-// `register_<family>(FeatureExtractorRegistry&)` function, plus one line in builtin.cc.
+// `register_<family>(FeatureExtractorRegistry&)` function, plus its declaration and call in
+// builtin.cc.
 #pragma once
 
 #include <torch/nn/module.h>

@@ -53,16 +53,4 @@ const FeatureExtractorRegistry& registry();
 // "a, b, c and d" of the names, for messages.
 std::string join_names(const std::vector<std::string>& names);
 
-// The per-family registration functions builtin.cc calls, one per file.
-void register_ssd_mobilenet_v1(FeatureExtractorRegistry& r);
-void register_ssd_mobilenet_v2(FeatureExtractorRegistry& r);
-void register_ssd_mobilenet_v3(FeatureExtractorRegistry& r);
-void register_ssd_mobiledet(FeatureExtractorRegistry& r);
-void register_ssd_inception_v2(FeatureExtractorRegistry& r);
-void register_ssd_inception_v3(FeatureExtractorRegistry& r);
-void register_ssd_resnet_v1_fpn(FeatureExtractorRegistry& r);
-void register_faster_rcnn_resnet_v1(FeatureExtractorRegistry& r);
-void register_faster_rcnn_inception_v2(FeatureExtractorRegistry& r);
-void register_faster_rcnn_inception_resnet_v2(FeatureExtractorRegistry& r);
-
 }  // namespace orchard::detect::feature_extractors

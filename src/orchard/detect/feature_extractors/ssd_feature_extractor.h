@@ -6,9 +6,10 @@
 // max pools or MnasFPN.
 //
 // Adding an SSD base network: one file here defining its SsdLayout row(s), a class implementing
-// SsdFeatureExtractor and a `register_<family>(FeatureExtractorRegistry&)` function, plus one line
-// in builtin.cc. The validator (detect/config.cc's registered-name check through
-// feature_extractor_names.h), the TensorFlow name maps and ONNX export learn of it from here.
+// SsdFeatureExtractor and a `register_<family>(FeatureExtractorRegistry&)` function, plus its
+// declaration and call in builtin.cc. SsdModel's TensorFlow names and ONNX export ask it; the
+// validator's type list (detect/config.h, no libtorch) is checked against the registry by
+// tests/detect/feature_extractors_test.cc.
 #pragma once
 
 #include <torch/nn/module.h>
