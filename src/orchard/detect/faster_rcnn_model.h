@@ -25,6 +25,9 @@
 #include <string>
 
 #include "orchard/detect/feature_extractors/faster_rcnn_feature_extractor.h"
+#include "orchard/models/inception_resnet_v2.h"  // the extractors' modules, for callers that inspect them
+#include "orchard/models/inception_v2.h"
+#include "orchard/models/resnet.h"
 #include "orchard/models/tf_names.h"
 
 namespace orchard::detect {
