@@ -13,6 +13,7 @@
 #include "orchard/models/inception_v3.h"
 #include "orchard/layers/conv_norm_activation.h"
 #include "orchard/layers/tf_same.h"
+#include "orchard/models/mobilenet_v1.h"
 #include "orchard/models/mobilenet_v2.h"
 #include "orchard/models/resnet.h"
 
@@ -468,6 +469,9 @@ void export_detection_onnx(detect::SsdModelImpl& model, const at::Tensor& anchor
   if (mo.pad_to_multiple > 1 && (options.height % mo.pad_to_multiple || options.width % mo.pad_to_multiple))
     throw Error("ONNX export: the input " + std::to_string(options.height) + "x" + std::to_string(options.width) +
                 " is not a multiple of feature_extractor.pad_to_multiple " + std::to_string(mo.pad_to_multiple));
+  // The base networks with an ONNX graph here, by the feature extractor's TF-Slim scope (its
+  // endpoints name the maps in the base network's own terms).
+  const std::string& base = model.layout().scope;
   if (mo.fpn.enabled || mo.weight_shared || mo.ppn || mo.mnasfpn ||
       (mo.feature_extractor != "ssd_mobilenet_v1" && mo.feature_extractor != "ssd_mobilenet_v2"))
     throw Error("ONNX export of " + mo.feature_extractor +
@@ -487,10 +491,16 @@ void export_detection_onnx(detect::SsdModelImpl& model, const at::Tensor& anchor
 
   // Feature maps: the backbone's endpoints, then the extra layers (TF 'SAME' stride-2 convs,
   // padded for the size each one sees).
+  std::vector<int64_t> v1_layers;
+  std::vector<models::MobileNetV2Endpoint> v2_endpoints;
+  for (const auto& e : model.feature_extractor().endpoints()) {
+    if (base == "MobilenetV1") v1_layers.push_back(models::parse_mobilenet_v1_endpoint(e.name));
+    else v2_endpoints.push_back(models::parse_mobilenet_v2_endpoint(e.name));
+  }
   std::vector<std::string> maps =
-      model.base_layers().empty()
-          ? mobilenet_v2_features(g, modules, "backbone.", x, options.height, options.width, model.base_endpoints())
-          : mobilenet_v1_features(g, modules, "backbone.", x, options.height, options.width, model.base_layers());
+      base == "MobilenetV1"
+          ? mobilenet_v1_features(g, modules, "backbone.", x, options.height, options.width, v1_layers)
+          : mobilenet_v2_features(g, modules, "backbone.", x, options.height, options.width, v2_endpoints);
   for (size_t k = 0; maps.size() < n; ++k) {
     const std::string layer = "extras." + std::to_string(k);
     auto [h, w] = sizes[maps.size() - 1];

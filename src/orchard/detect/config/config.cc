@@ -636,11 +636,12 @@ void validate_faster_rcnn(const odp::FasterRcnn& f, std::vector<std::string>* pr
                           "mask_prediction_num_conv_layers must be positive");
   }
   const std::string& type = f.feature_extractor().type();
-  if (type != "faster_rcnn_resnet50" && type != "faster_rcnn_resnet101" && type != "faster_rcnn_resnet152" &&
-      type != "faster_rcnn_inception_v2" && type != "faster_rcnn_inception_resnet_v2")
-    problems->push_back(at + ".feature_extractor.type '" + type +
-                        "' is not supported; Orchard implements faster_rcnn_resnet50, faster_rcnn_resnet101, "
-                        "faster_rcnn_resnet152, faster_rcnn_inception_v2 and faster_rcnn_inception_resnet_v2");
+  const auto& types = faster_rcnn_feature_extractor_types();
+  if (std::find(types.begin(), types.end(), type) == types.end()) {
+    std::string list;
+    for (size_t i = 0; i < types.size(); ++i) list += (i == 0 ? "" : i + 1 == types.size() ? " and " : ", ") + types[i];
+    problems->push_back(at + ".feature_extractor.type '" + type + "' is not supported; Orchard implements " + list);
+  }
   const int stride = f.feature_extractor().first_stage_features_stride();
   if (stride != 8 && stride != 16)  // the extractors' own check
     problems->push_back(at + ".feature_extractor.first_stage_features_stride must be 8 or 16 (got " +
@@ -685,6 +686,26 @@ void validate_faster_rcnn(const odp::FasterRcnn& f, std::vector<std::string>* pr
 
 }  // namespace
 
+const std::vector<std::string>& ssd_feature_extractor_types() {
+  static const std::vector<std::string> kTypes = {
+      "ssd_mobilenet_v2",           "ssd_mobilenet_v1",           "ssd_mobilenet_v2_keras",
+      "ssd_mobilenet_v1_keras",     "ssd_mobilenet_v1_fpn",       "ssd_mobilenet_v2_fpn",
+      "ssd_mobilenet_v1_fpn_keras", "ssd_mobilenet_v2_fpn_keras", "ssd_resnet50_v1_fpn",
+      "ssd_resnet101_v1_fpn",       "ssd_mobilenet_v1_ppn",       "ssd_mobilenet_v3_large",
+      "ssd_mobilenet_v3_small",     "ssd_inception_v3",           "ssd_resnet50_v1_fpn_keras",
+      "ssd_resnet101_v1_fpn_keras", "ssd_mobilenet_edgetpu",      "ssd_mobiledet_cpu",
+      "ssd_mobiledet_dsp",          "ssd_mobiledet_edgetpu",      "ssd_mobiledet_gpu",
+      "embedded_ssd_mobilenet_v1",  "ssd_inception_v2",           "ssd_mobilenet_v2_mnasfpn"};
+  return kTypes;
+}
+
+const std::vector<std::string>& faster_rcnn_feature_extractor_types() {
+  static const std::vector<std::string> kTypes = {"faster_rcnn_resnet50", "faster_rcnn_resnet101",
+                                                  "faster_rcnn_resnet152", "faster_rcnn_inception_v2",
+                                                  "faster_rcnn_inception_resnet_v2"};
+  return kTypes;
+}
+
 void check_faster_rcnn_model(const odp::TrainEvalPipelineConfig& config, std::vector<std::string>* problems) {
   validate_faster_rcnn(config.model().faster_rcnn(), problems);
 }
@@ -696,17 +717,8 @@ void check_ssd_model(const odp::TrainEvalPipelineConfig& config, std::vector<std
     if (ssd.num_classes() <= 0)
       problems.push_back("model.ssd.num_classes must be > 0 (got " + std::to_string(ssd.num_classes()) + ")");
     const std::string& type = ssd.feature_extractor().type();
-    static const std::set<std::string> kTypes = {
-        "ssd_mobilenet_v2",           "ssd_mobilenet_v1",           "ssd_mobilenet_v2_keras",
-        "ssd_mobilenet_v1_keras",     "ssd_mobilenet_v1_fpn",       "ssd_mobilenet_v2_fpn",
-        "ssd_mobilenet_v1_fpn_keras", "ssd_mobilenet_v2_fpn_keras", "ssd_resnet50_v1_fpn",
-        "ssd_resnet101_v1_fpn",       "ssd_mobilenet_v1_ppn",       "ssd_mobilenet_v3_large",
-        "ssd_mobilenet_v3_small",     "ssd_inception_v3",           "ssd_resnet50_v1_fpn_keras",
-        "ssd_resnet101_v1_fpn_keras", "ssd_mobilenet_edgetpu",
-        "ssd_mobiledet_cpu",          "ssd_mobiledet_dsp",          "ssd_mobiledet_edgetpu",
-        "ssd_mobiledet_gpu",          "embedded_ssd_mobilenet_v1",
-        "ssd_inception_v2",           "ssd_mobilenet_v2_mnasfpn"};
-    if (kTypes.count(type) == 0)
+    const auto& types = ssd_feature_extractor_types();
+    if (std::find(types.begin(), types.end(), type) == types.end())
       problems.push_back("model.ssd.feature_extractor.type '" + type +
                          "' is not supported; Orchard implements ssd_mobilenet_v2 and ssd_mobilenet_v1 (each also "
                          "_fpn, _keras), ssd_mobilenet_v1_ppn, ssd_mobilenet_v3_large, ssd_mobilenet_v3_small, "

@@ -53,8 +53,8 @@ std::string pipeline_config_to_text(const object_detection::protos::TrainEvalPip
 // implement (all of them, joined by "; "):
 //   model: unset, or a case `models` does not name ("model.center_net is not supported;
 //     Orchard implements ssd or faster_rcnn"), then the named case's own check; Orchard's:
-//   model.ssd (check_ssd_model): num_classes <= 0; a feature_extractor.type outside the implemented list (the
-//     extractors of ssd_model.h, some also as _fpn, _ppn, _mnasfpn or _keras types); the OD API's
+//   model.ssd (check_ssd_model): num_classes <= 0; a feature_extractor.type outside ssd_feature_extractor_types()
+//     (below); the OD API's
 //     own checks of embedded_ssd_mobilenet_v1 (a 256x256 fixed_shape_resizer, pad_to_multiple 1),
 //     ssd_mobilenet_v2_mnasfpn (levels 3..6, sides multiples of 64) and ssd_inception_v2/v3
 //     (override_base_feature_extractor_hyperparams); an image resizer other than
@@ -69,8 +69,8 @@ std::string pipeline_config_to_text(const object_detection::protos::TrainEvalPip
 //     train_config.merge_multiple_label_boxes;
 //   model.faster_rcnn (check_faster_rcnn_model): num_classes <= 0; number_of_stages other than 2 or 3; a mask predictor
 //     without positive mask_height, mask_width and mask_prediction_num_conv_layers; a
-//     feature_extractor.type other than faster_rcnn_resnet50/101/152, faster_rcnn_inception_v2 or
-//     faster_rcnn_inception_resnet_v2; first_stage_features_stride other than 8 or 16 (16 for
+//     feature_extractor.type outside faster_rcnn_feature_extractor_types() (faster_rcnn_resnet50/
+//     101/152, faster_rcnn_inception_v2, faster_rcnn_inception_resnet_v2); first_stage_features_stride other than 8 or 16 (16 for
 //     inception_v2); the image resizer as for ssd; an anchor generator other than
 //     grid_anchor_generator; a second-stage box predictor other than mask_rcnn_box_predictor or
 //     rfcn_box_predictor (R-FCN with the ResNets only, crop sizes multiples of the spatial bins);
@@ -101,6 +101,15 @@ void check_ssd_model(const object_detection::protos::TrainEvalPipelineConfig& co
                      std::vector<std::string>* problems);
 void check_faster_rcnn_model(const object_detection::protos::TrainEvalPipelineConfig& config,
                              std::vector<std::string>* problems);
+
+// The feature_extractor.type values validate_pipeline_config accepts: model.ssd's (the
+// registered SSD extractors, some also as _fpn, _ppn, _mnasfpn or _keras types) and
+// model.faster_rcnn's. This library links no libtorch, so it cannot ask detect/feature_extractors'
+// registry; orchard_detect_model_tests checks these lists against it both ways (every accepted
+// type is a registered extractor with that variant, every registered extractor and variant is
+// accepted).
+const std::vector<std::string>& ssd_feature_extractor_types();
+const std::vector<std::string>& faster_rcnn_feature_extractor_types();
 
 // The TFRecord files of an input reader: each tf_record_input_reader.input_path expanded with
 // orchard::expand_file_pattern (TF patterns: "train.record-?????-of-00100", globs, directories,

@@ -1,9 +1,9 @@
 // The OD API's `faster_rcnn` meta-architecture (FasterRCNNMetaArch, model.faster_rcnn) with the
-// feature extractors of detect/faster_rcnn_model.h (TF-Slim's ResNet-v1 50/101/152, Inception-v2,
-// Inception-ResNet-v2): grid anchors, the RPN's targets, loss and proposals (detect/rpn.h), the
-// second stage on the proposals' crops (the MaskRCNNBoxPredictor, or R-FCN's rfcn_box_predictor on
-// position-sensitive crops) with its minibatch, optional hard example miner, loss and detections
-// (detect/box_classifier.h), and Mask R-CNN's mask head and third stage (predict_instance_masks).
+// feature extractors registered in detect/feature_extractors/ (TF-Slim's ResNet-v1 50/101/152,
+// Inception-v2, Inception-ResNet-v2) in faster_rcnn_model.h's networks: grid anchors, the RPN's
+// targets, loss and proposals (heads/rpn.h), the second stage on the proposals' crops (the
+// MaskRCNNBoxPredictor, or R-FCN's rfcn_box_predictor on position-sensitive crops) with its
+// minibatch, optional hard example miner, loss and detections (heads/box_classifier.h), and Mask R-CNN's mask head and third stage (predict_instance_masks).
 // docs/od_api_two_stage.md has the OD API's facts.
 #pragma once
 

@@ -9,6 +9,7 @@
 
 #include "orchard/detect/ops/crop_and_resize.h"
 #include "orchard/layers/init.h"
+#include "orchard/detect/feature_extractors/registry.h"
 
 namespace orchard::detect {
 namespace {
@@ -16,25 +17,6 @@ namespace {
 namespace F = torch::nn::functional;
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-
-models::ResNetOptions resnet_options(const FasterRcnnModelOptions& o, int64_t depth) {
-  models::ResNetOptions r;
-  r.block = "bottleneck";
-  r.layers = depth == 50 ? std::vector<int64_t>{3, 4, 6, 3}
-             : depth == 101 ? std::vector<int64_t>{3, 4, 23, 3}
-                            : std::vector<int64_t>{3, 8, 36, 3};
-  r.layout = models::ResNetLayout::kSlim;
-  r.include_top = false;
-  r.bn_momentum = 1.0 - 0.997;  // resnet_arg_scope: decay 0.997, epsilon 1e-5
-  r.bn_eps = 1e-5;
-  r.initialize = o.initialize;
-  // Without a checkpoint, batch norms frozen at their initial statistics do not normalise: each
-  // residual branch starts at zero (gamma 0 in its last batch norm) so that the untrained
-  // network is its shortcut path and trains stably from scratch (Goyal et al. 2017). A
-  // checkpoint overwrites this.
-  r.zero_init_residual = true;
-  return r;
-}
 
 }  // namespace
 
@@ -46,55 +28,18 @@ int64_t mask_conv_depth(int64_t feature_channels, int64_t num_classes) {
   return static_cast<int64_t>(std::llround(std::pow(2.0, log_depth)));
 }
 
-std::optional<int64_t> faster_rcnn_resnet_depth(const std::string& feature_extractor) {
-  if (feature_extractor == "faster_rcnn_resnet50") return 50;
-  if (feature_extractor == "faster_rcnn_resnet101") return 101;
-  if (feature_extractor == "faster_rcnn_resnet152") return 152;
-  return std::nullopt;
-}
-
-bool is_faster_rcnn_feature_extractor(const std::string& feature_extractor) {
-  return faster_rcnn_resnet_depth(feature_extractor) || feature_extractor == "faster_rcnn_inception_v2" ||
-         feature_extractor == "faster_rcnn_inception_resnet_v2";
-}
-
 FasterRcnnModelImpl::FasterRcnnModelImpl(const FasterRcnnModelOptions& o) : options_(o) {
-  TORCH_CHECK(is_faster_rcnn_feature_extractor(o.feature_extractor), "Faster R-CNN feature extractor '",
-              o.feature_extractor, "' is not implemented");
+  const auto& entry = feature_extractors::registry().faster_rcnn(o.feature_extractor);
   TORCH_CHECK(o.features_stride == 8 || o.features_stride == 16, "first_stage_features_stride must be 8 or 16");
-  const auto depth = faster_rcnn_resnet_depth(o.feature_extractor);
-  int64_t features = 1024, box_features = 2048;
-  if (depth) {
-    scope_ = "resnet_v1_" + std::to_string(*depth);
-    auto first = resnet_options(o, *depth);
-    first.num_stages = 3;
-    first_stage_extractor_ = register_module("first_stage_extractor", models::ResNet(first));
-  } else if (o.feature_extractor == "faster_rcnn_inception_resnet_v2") {
-    // FasterRCNNInceptionResnetV2FeatureExtractor: inception_resnet_v2_base to PreAuxLogits at
-    // output stride 16 or 8 (atrous), aligned feature maps; Mixed_7a .. Conv2d_7b_1x1 on the crops.
-    scope_ = "InceptionResnetV2";
-    models::InceptionResnetV2Options io;
-    io.output_stride = o.features_stride;
-    irv2_first_ = register_module("first_stage_extractor", models::InceptionResnetV2(io));
-    io.part = models::InceptionResnetV2Part::kSecondStage;
-    irv2_second_ = register_module("second_stage_extractor", models::InceptionResnetV2(io));
-    features = irv2_first_->output_channels();
-    box_features = irv2_second_->output_channels();
-  } else {
-    // FasterRCNNInceptionV2FeatureExtractor: inception_v2_base to Mixed_4e (stride 16, whatever
-    // first_stage_features_stride says), then Mixed_5a..5c on the crops; slim.conv2d's ReLU and
-    // initializer with the extractor's batch norm (decay 0.9997, epsilon 0.001, gamma).
-    scope_ = "InceptionV2";
-    models::InceptionV2Options io;
-    io.relu6 = false;
-    io.final_endpoint = "Mixed_4e";
-    inception_first_ = register_module("first_stage_extractor", models::InceptionV2(io));
-    io.first_layer = "Mixed_5a";
-    io.final_endpoint = "Mixed_5c";
-    inception_second_ = register_module("second_stage_extractor", models::InceptionV2(io));
-    features = inception_first_->output_channels();
-    box_features = inception_second_->output_channels();
-  }
+  feature_extractors::FasterRcnnFeatureExtractorOptions eo;
+  eo.type = o.feature_extractor;
+  eo.features_stride = o.features_stride;
+  eo.initialize = o.initialize;
+  extractor_ = entry.make(eo);
+  const int64_t features = extractor_->first_stage_channels(), box_features = extractor_->second_stage_channels();
+  first_stage_extractor_ = register_module("first_stage_extractor", extractor_->build_first_stage());
+  if (!extractor_->second_stage_after_rpn())
+    second_stage_extractor_ = register_module("second_stage_extractor", extractor_->build_second_stage());
   const int64_t rate = o.rpn_atrous_rate, k = o.rpn_kernel_size;
   rpn_conv_ = register_module("rpn_conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(features, o.rpn_depth, k)
                                                                 .padding(rate * (k - 1) / 2)
@@ -102,11 +47,10 @@ FasterRcnnModelImpl::FasterRcnnModelImpl(const FasterRcnnModelOptions& o) : opti
   const int64_t a = o.anchors_per_location;
   rpn_box_ = register_module("rpn_box_encoding", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.rpn_depth, a * 4, 1)));
   rpn_class_ = register_module("rpn_class", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.rpn_depth, a * 2, 1)));
-  if (depth)
-    second_stage_extractor_ =
-        register_module("second_stage_extractor", models::resnet_stage(1024, 512, 3, 1, resnet_options(o, *depth)));
+  if (extractor_->second_stage_after_rpn())
+    second_stage_extractor_ = register_module("second_stage_extractor", extractor_->build_second_stage());
   if (o.rfcn) {
-    TORCH_CHECK(depth, "R-FCN is implemented with the ResNet-v1 extractors");
+    TORCH_CHECK(extractor_->implements_rfcn(), "R-FCN is implemented with the ResNet-v1 extractors");
     const int64_t bins = o.rfcn_bins_height * o.rfcn_bins_width;
     reduce_depth_ = register_module("reduce_depth", torch::nn::Conv2d(torch::nn::Conv2dOptions(box_features, o.rfcn_depth, 1)));
     refined_locations_ = register_module(
@@ -160,13 +104,8 @@ FasterRcnnModelImpl::FasterRcnnModelImpl(const FasterRcnnModelOptions& o) : opti
 
 std::pair<int64_t, int64_t> FasterRcnnModelImpl::feature_map_size(int64_t height, int64_t width) const {
   // conv1 (7x7/2, padding 3), pool1 (3x3/2 SAME) and each strided unit (3x3/2, padding 1) all
-  // give ceil(n / 2); Inception-v2's 'SAME' stride-2 layers too, four of them to Mixed_4e.
-  const int halvings = options_.features_stride == 16 || inception_first_ ? 4 : 3;
-  for (int i = 0; i < halvings; ++i) {
-    height = (height + 1) / 2;
-    width = (width + 1) / 2;
-  }
-  return {height, width};
+  // give ceil(n / 2); Inception-v2's 'SAME' stride-2 layers too: ceil(n / stride).
+  return extractor_->feature_map_size(height, width);
 }
 
 FasterRcnnModelImpl::FirstStage FasterRcnnModelImpl::first_stage(const torch::Tensor& images) {
@@ -175,16 +114,7 @@ FasterRcnnModelImpl::FirstStage FasterRcnnModelImpl::first_stage(const torch::Te
   TORCH_CHECK(images.size(2) >= 33 && images.size(3) >= 33, "Faster R-CNN's ResNet needs inputs of at least 33x33, got ",
               images.size(2), "x", images.size(3));
   FirstStage out;
-  if (inception_first_) {  // its preprocess: x * 2 / 255 - 1, Orchard's input
-    out.features = inception_first_->forward_layers(images);
-  } else if (irv2_first_) {  // the same preprocess
-    out.features = irv2_first_->forward(images);
-  } else {
-    // The ResNet-v1 extractor's preprocess: RGB in 0..255 minus the ImageNet channel means.
-    const auto means = torch::tensor({123.68f, 116.779f, 103.939f}, images.options()).view({1, 3, 1, 1});
-    const auto x = (images + 1) * 127.5 - means;
-    out.features = first_stage_extractor_->slim_block3(x, options_.features_stride);
-  }
+  out.features = extractor_->first_stage_features(images).tensor;
   const auto h = torch::clamp(rpn_conv_(out.features), 0, 6);  // ReLU6
   const int64_t b = h.size(0);
   out.box_encodings = rpn_box_(h).permute({0, 2, 3, 1}).reshape({b, -1, 4});
@@ -198,7 +128,7 @@ std::pair<torch::Tensor, torch::Tensor> FasterRcnnModelImpl::second_stage(const 
   if (!options_.rfcn) return box_predictor(box_classifier_features(features, boxes, box_indices));
   // RFCNMetaArch: block4 (stride 1) on the whole map, RfcnBoxPredictor's reduce_depth (ReLU, the
   // conv_hyperparams' activation), then the position-sensitive score maps cropped per proposal.
-  const auto x = torch::relu(reduce_depth_(second_stage_extractor_->forward(features)));
+  const auto x = torch::relu(reduce_depth_(extractor_->second_stage_features(features)));
   const auto& o = options_;
   const auto locations = position_sensitive_crop_regions(refined_locations_(x), boxes, box_indices, o.rfcn_crop_height,
                                                          o.rfcn_crop_width, o.rfcn_bins_height, o.rfcn_bins_width);
@@ -213,9 +143,7 @@ torch::Tensor FasterRcnnModelImpl::box_classifier_features(const torch::Tensor& 
   auto x = crop_and_resize(features, boxes, box_indices, c, c);
   if (options_.maxpool_kernel_size > 1 || options_.maxpool_stride > 1)
     x = F::max_pool2d(x, F::MaxPool2dFuncOptions(options_.maxpool_kernel_size).stride(options_.maxpool_stride));
-  if (inception_second_) return inception_second_->forward_layers(x);
-  if (irv2_second_) return irv2_second_->forward(x);
-  return second_stage_extractor_->forward(x);
+  return extractor_->second_stage_features(x);
 }
 
 std::pair<torch::Tensor, torch::Tensor> FasterRcnnModelImpl::box_predictor(const torch::Tensor& box_features) {
@@ -303,31 +231,12 @@ std::optional<models::TfName> FasterRcnnModelImpl::tf_name(const std::string& na
   using models::TfLayout;
   using models::TfName;
   const std::string first = "first_stage_extractor.", second = "second_stage_extractor.";
-  if (irv2_first_ && (starts_with(name, first) || starts_with(name, second))) {
+  if (starts_with(name, first) || starts_with(name, second)) {
     const bool first_stage = starts_with(name, first);
-    const auto& net = first_stage ? irv2_first_ : irv2_second_;
-    const auto n = net->tf_name(name.substr((first_stage ? first : second).size()), scope_, classification);
+    const auto n = extractor_->tf_name(name.substr((first_stage ? first : second).size()), first_stage, classification);
     if (!n || classification) return n;
     return TfName{(first_stage ? "FirstStageFeatureExtractor/" : "SecondStageFeatureExtractor/") + n->name, n->layout,
                   n->default_value, n->depthwise_multiplier};
-  }
-  if (inception_first_ && (starts_with(name, first) || starts_with(name, second))) {
-    const bool first_stage = starts_with(name, first);
-    const auto& net = first_stage ? inception_first_ : inception_second_;
-    const auto n = net->tf_name(name.substr((first_stage ? first : second).size()), scope_);
-    if (!n || classification) return n;
-    return TfName{(first_stage ? "FirstStageFeatureExtractor/" : "SecondStageFeatureExtractor/") + n->name, n->layout,
-                  n->default_value, n->depthwise_multiplier};
-  }
-  if (starts_with(name, first)) {
-    const auto n = models::resnet_v1_slim_tf_name(name.substr(first.size()), scope_);
-    if (!n || classification) return n;
-    return TfName{"FirstStageFeatureExtractor/" + n->name, n->layout, n->default_value, n->depthwise_multiplier};
-  }
-  if (starts_with(name, second)) {  // block4 of the second stage: resnet_v1's layer4
-    const auto n = models::resnet_v1_slim_tf_name("layer4." + name.substr(second.size()), scope_);
-    if (!n || classification) return n;
-    return TfName{"SecondStageFeatureExtractor/" + n->name, n->layout, n->default_value, n->depthwise_multiplier};
   }
   if (classification) return std::nullopt;  // the detection layers are not in an ImageNet checkpoint
   const auto dot = name.rfind('.');

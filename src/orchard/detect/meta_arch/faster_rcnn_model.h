@@ -1,9 +1,11 @@
-// The networks of the OD API's Faster R-CNN, R-FCN and Mask R-CNN. Feature extractors: TF-Slim's
-// ResNet-v1 (faster_rcnn_resnet50 / 101 / 152, models/faster_rcnn_resnet_v1_feature_extractor.py:
-// the first stage to block3 at first_stage_features_stride 16 or 8, block4 on the crops),
-// Inception-v2 (faster_rcnn_inception_v2: to Mixed_4e at stride 16, Mixed_5a..5c on the crops) and
-// Inception-ResNet-v2 (faster_rcnn_inception_resnet_v2: to PreAuxLogits at stride 16 or 8,
-// Mixed_7a..Conv2d_7b_1x1 on the crops). Then the RPN (a 3x3 ReLU6 convolution 'Conv' and the
+// The networks of the OD API's Faster R-CNN, R-FCN and Mask R-CNN. The feature extractor is the one
+// registered under feature_extractor.type in detect/feature_extractors/ (one file per family):
+// TF-Slim's ResNet-v1 (faster_rcnn_resnet50 / 101 / 152: the first stage to block3 at
+// first_stage_features_stride 16 or 8, block4 on the crops), Inception-v2 (faster_rcnn_inception_v2:
+// to Mixed_4e at stride 16, Mixed_5a..5c on the crops) and Inception-ResNet-v2
+// (faster_rcnn_inception_resnet_v2: to PreAuxLogits at stride 16 or 8, Mixed_7a..Conv2d_7b_1x1 on
+// the crops), its two stages registered as first_stage_extractor.* and second_stage_extractor.*.
+// Then the RPN (a 3x3 ReLU6 convolution 'Conv' and the
 // 1x1 FirstStageBoxPredictor), and the second stage on the proposals' crops (crop_and_resize to
 // initial_crop_size, max pool, the extractor's second part, the MaskRCNNBoxPredictor's average
 // pool and one fully connected layer per output; R-FCN instead: the second part on the whole
@@ -22,7 +24,8 @@
 #include <optional>
 #include <string>
 
-#include "orchard/models/inception_resnet_v2.h"
+#include "orchard/detect/feature_extractors/faster_rcnn_feature_extractor.h"
+#include "orchard/models/inception_resnet_v2.h"  // the extractors' modules, for callers that inspect them
 #include "orchard/models/inception_v2.h"
 #include "orchard/models/resnet.h"
 #include "orchard/models/tf_names.h"
@@ -30,7 +33,8 @@
 namespace orchard::detect {
 
 struct FasterRcnnModelOptions {
-  // faster_rcnn_resnet50 / 101 / 152, faster_rcnn_inception_v2 or faster_rcnn_inception_resnet_v2.
+  // A name in detect/feature_extractors' registry: faster_rcnn_resnet50 / 101 / 152,
+  // faster_rcnn_inception_v2 or faster_rcnn_inception_resnet_v2.
   std::string feature_extractor = "faster_rcnn_resnet50";
   int64_t num_classes = 90;                                // without the background
   int64_t features_stride = 16;                            // first_stage_features_stride: 16 or 8
@@ -68,12 +72,6 @@ struct FasterRcnnModelOptions {
 // for C feature channels and K classes.
 int64_t mask_conv_depth(int64_t feature_channels, int64_t num_classes);
 
-// The ResNet depth of a faster_rcnn_resnet* type (50, 101 or 152); nullopt for other types.
-std::optional<int64_t> faster_rcnn_resnet_depth(const std::string& feature_extractor);
-// The feature extractors implemented: the ResNet-v1 ones, faster_rcnn_inception_v2 and
-// faster_rcnn_inception_resnet_v2.
-bool is_faster_rcnn_feature_extractor(const std::string& feature_extractor);
-
 class FasterRcnnModelImpl : public torch::nn::Module {
  public:
   explicit FasterRcnnModelImpl(const FasterRcnnModelOptions& options);
@@ -109,6 +107,7 @@ class FasterRcnnModelImpl : public torch::nn::Module {
   // Batch norms stay in inference mode unless batch_norm_trainable (slim's is_training = false).
   void train(bool on = true) override;
   const FasterRcnnModelOptions& options() const { return options_; }
+  feature_extractors::FasterRcnnFeatureExtractor& feature_extractor() const { return *extractor_; }
   // The class-specific outputs (re-initialised for a new num_classes).
   bool is_prediction_head_parameter(const std::string& name) const;
   // TF1 names of the OD API's Faster R-CNN (FirstStageFeatureExtractor/<scope>/..., Conv,
@@ -120,11 +119,8 @@ class FasterRcnnModelImpl : public torch::nn::Module {
 
  private:
   FasterRcnnModelOptions options_;
-  std::string scope_;  // resnet_v1_50 ..., InceptionV2, InceptionResnetV2
-  models::ResNet first_stage_extractor_{nullptr};          // ResNet-v1 to block3
-  torch::nn::Sequential second_stage_extractor_{nullptr};  // its block4
-  models::InceptionV2 inception_first_{nullptr}, inception_second_{nullptr};  // to Mixed_4e; Mixed_5a..5c
-  models::InceptionResnetV2 irv2_first_{nullptr}, irv2_second_{nullptr};     // to PreAuxLogits; Mixed_7a..
+  std::shared_ptr<feature_extractors::FasterRcnnFeatureExtractor> extractor_;
+  std::shared_ptr<torch::nn::Module> first_stage_extractor_, second_stage_extractor_;  // extractor_'s stages
   torch::nn::Conv2d rpn_conv_{nullptr}, rpn_box_{nullptr}, rpn_class_{nullptr};
   torch::nn::Linear box_encoding_{nullptr}, class_logits_{nullptr};
   torch::nn::Conv2d reduce_depth_{nullptr}, refined_locations_{nullptr}, class_predictions_{nullptr};  // R-FCN

@@ -25,9 +25,9 @@ ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& p
   // The Keras feature extractors (ssd_mobilenet_v2_keras, ...) build the same networks.
   std::string type = fe.type();
   if (type.size() > 6 && type.compare(type.size() - 6, 6, "_keras") == 0) type.resize(type.size() - 6);
-  const bool mnasfpn = type == "ssd_mobilenet_v2_mnasfpn";
-  if (mnasfpn) {
-    type = "ssd_mobilenet_v2";
+  // <registered extractor>[_mnasfpn | _ppn | _fpn]: the feature map generator on the base network.
+  if (type.size() > 8 && type.compare(type.size() - 8, 8, "_mnasfpn") == 0) {
+    type.resize(type.size() - 8);
     c.model.mnasfpn = true;
     c.model.fpn.min_level = fe.fpn().min_level();
     c.model.fpn.max_level = fe.fpn().max_level();
@@ -52,7 +52,7 @@ ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& p
   c.model.freeze_batchnorm = ssd.freeze_batchnorm();
   c.model.pad_to_multiple = fe.pad_to_multiple();
   const auto& hyper = fe.conv_hyperparams();
-  if (mnasfpn) {  // its own training_scope: batch norm decay 0.99, epsilon 0.01 (conv_hyperparams unused)
+  if (c.model.mnasfpn) {  // its own training_scope: batch norm decay 0.99, epsilon 0.01 (conv_hyperparams unused)
     c.model.bn_momentum = 0.01;
     c.model.bn_eps = 0.01;
   } else if (hyper.has_batch_norm()) {

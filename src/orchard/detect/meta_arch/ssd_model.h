@@ -1,13 +1,10 @@
 // The SSD network of the TF Object Detection API's `ssd` meta-architecture: a base network, the
-// feature maps built on it, and the box predictor. The feature extractor (feature_extractor.type,
-// with the parser's _fpn / _ppn / _mnasfpn / _keras suffixes already split off: SsdModelOptions)
-// is a row of ssd_model.cc's kLayouts (TF's feature_map_layout: the base maps, the extra layers'
-// depths and kernels, the FPN blocks, TF-Slim's scope) plus the base network's own branches in the
-// constructor, feature_maps and tf_name (and feature_map_sizes where its strides differ). Base
-// networks (orchard/models): TF-Slim's MobileNetV1 (ssd_mobilenet_v1, embedded_ssd_mobilenet_v1),
-// MobileNetV2 (ssd_mobilenet_v2), MobileNetV3 and MobileNet-EdgeTPU (ssd_mobilenet_v3_large|small,
-// ssd_mobilenet_edgetpu), the MobileDets (ssd_mobiledet_cpu|dsp|edgetpu|gpu), Inception-v2 and -v3
-// (ssd_inception_v2|v3) and TF-Slim's ResNet-v1 50/101 (ssd_resnet50_v1, ssd_resnet101_v1: FPN only).
+// feature maps built on it, and the box predictor. The base network is the feature extractor
+// registered under feature_extractor.type (with the parser's _fpn / _ppn / _mnasfpn / _keras
+// suffixes already split off: SsdModelOptions) in detect/feature_extractors/ (one file per base
+// network family: MobileNetV1, V2, V3/EdgeTPU, the MobileDets, Inception-v2, -v3, ResNet-v1 FPN);
+// its SsdLayout (TF's feature_map_layout, the FPN blocks, the PPN and MnasFPN maps) drives the
+// feature map generator here, which is the same for every base network.
 //
 // Feature maps, one of four kinds:
 //   multi_resolution_feature_maps (the default): the layout's base maps, then extra layers, each
@@ -19,11 +16,13 @@
 //       then 2..5 extra layers of depth 512, 256, 256, 128 -> [B, 512, 5, 5] ... [B, 128, 1, 1].
 //     ssd_inception_v3 has three base maps (Mixed_5d, Mixed_6e, Mixed_7c); embedded_ssd_mobilenet_v1
 //     five maps, the last extra layer's strided conv 2x2.
-//   FPN (SsdFpnOptions, the *_fpn types): the top-down pathway (detect/fpn.h) over the base maps of
-//     levels min_level..5, bottom-up stride-2 layers above level 5.
-//   PPN (ssd_mobilenet_v1_ppn): Conv2d_11_pointwise, each next map a 2x2 stride-2 max pool of the
-//     one before.
-//   MnasFPN (ssd_mobilenet_v2_mnasfpn): detect/mnasfpn.h over MobileNetV2's layer_7, 14, 18.
+//   FPN (SsdFpnOptions, the *_fpn types, where the layout has fpn_blocks): the top-down pathway
+//     (detect/fpn.h) over the base maps of levels min_level..5, bottom-up stride-2 layers above
+//     level 5.
+//   PPN (ssd_mobilenet_v1_ppn, where the layout has a ppn_map): Conv2d_11_pointwise, each next map
+//     a 2x2 stride-2 max pool of the one before.
+//   MnasFPN (ssd_mobilenet_v2_mnasfpn, where the layout has mnasfpn_maps): detect/mnasfpn.h over
+//     MobileNetV2's layer_7, 14, 18.
 // Box predictor: convolutional_box_predictor, a box head and a class head per feature map (one
 // kernel_size x kernel_size conv with bias, 'SAME', no BN and no activation; SSDLite's
 // (convolutional_box_predictor.use_depthwise) a kernel_size x kernel_size depthwise conv + BN +
@@ -34,12 +33,13 @@
 // (the Inception and ResNet bases keep their own padding; the MobileDets and MnasFPN refuse it).
 //
 // Parameter (and buffer) names:
-//   backbone.*                 the base network with its own module names: for MobileNetV2
-//                              torchvision's features.* without the classifier, so a torchvision
-//                              state dict's or a classification checkpoint's features.* load under
-//                              the prefix "backbone."; the other bases models::MobileNetV1's,
-//                              MobileNetV3's, MobileDet's, InceptionV2's, InceptionV3's, ResNet's.
-//   TensorFlow names            tf_name(): the OD API's (FeatureExtractor/<backbone_scope()>/...,
+//   backbone.*                 the feature extractor's module() with the base network's own module
+//                              names: for MobileNetV2 torchvision's features.* without the
+//                              classifier, so a torchvision state dict's or a classification
+//                              checkpoint's features.* load under the prefix "backbone."; the other
+//                              bases models::MobileNetV1's, MobileNetV3's, MobileDet's,
+//                              InceptionV2's, InceptionV3's, ResNet's.
+//   TensorFlow names           tf_name(): the OD API's (FeatureExtractor/<backbone_scope()>/...,
 //                              BoxPredictor_N/..., WeightSharedConvolutionalBoxPredictor/...), for
 //                              its checkpoints in and out.
 //   extras.K.*                 the extra layer making feature map K + (number of base maps):
@@ -69,17 +69,13 @@
 
 #include "orchard/detect/feature_extractors/fpn.h"
 #include "orchard/detect/feature_extractors/mnasfpn.h"
+#include "orchard/detect/feature_extractors/ssd_feature_extractor.h"
 #include "orchard/detect/heads/weight_shared_predictor.h"
 #include "orchard/layers/batch_norm.h"
 #include "orchard/layers/conv_norm_activation.h"
 #include "orchard/layers/depth.h"
 #include "orchard/layers/tf_same.h"
-#include "orchard/models/inception_v2.h"
-#include "orchard/models/inception_v3.h"
-#include "orchard/models/mobilenet_v1.h"
 #include "orchard/models/mobilenet_v2.h"
-#include "orchard/models/mobiledet.h"
-#include "orchard/models/mobilenet_v3.h"
 
 namespace orchard::detect {
 
@@ -98,10 +94,6 @@ using models::MobileNetV2Impl;
 using models::MobileNetV2Options;
 using models::parse_mobilenet_v2_endpoint;
 
-// True for the feature extractors this model builds: the kLayouts types (SsdModelOptions::
-// feature_extractor, without the _fpn / _ppn / _mnasfpn / _keras suffixes), MobileNets or not.
-bool is_ssd_mobilenet_feature_extractor(const std::string& type);
-
 // The FPN feature extractors (ssd_mobilenet_v1_fpn, ssd_mobilenet_v2_fpn, ssd_resnet50_v1_fpn,
 // ssd_resnet101_v1_fpn): feature maps at levels min_level..max_level (stride 2^level), the base
 // network's maps of levels up to 5 through the top-down pathway (detect/fpn.h), the levels above
@@ -116,7 +108,7 @@ struct SsdFpnOptions {
 };
 
 struct SsdModelOptions {
-  // The feature extractor, a row of ssd_model.cc's kLayouts: "ssd_mobilenet_v2",
+  // The feature extractor, a name in detect/feature_extractors' registry: "ssd_mobilenet_v2",
   // "ssd_mobilenet_v1", "embedded_ssd_mobilenet_v1", "ssd_mobilenet_v3_large",
   // "ssd_mobilenet_v3_small", "ssd_mobilenet_edgetpu", "ssd_mobiledet_cpu|dsp|edgetpu|gpu",
   // "ssd_inception_v2", "ssd_inception_v3", or with fpn only "ssd_resnet50_v1" /
@@ -191,16 +183,18 @@ class SsdModelImpl : public torch::nn::Module {
   // 128).
   const std::vector<int64_t>& feature_map_channels() const { return channels_; }
   const SsdModelOptions& options() const { return options_; }
-  // ssd_mobilenet_v2 (and its FPN and MnasFPN): the MobileNetV2 endpoints taken as the base maps
-  // (layer_15/expansion_output, layer_19 without FPN); empty for every other base network.
-  const std::vector<MobileNetV2Endpoint>& base_endpoints() const { return base_endpoints_; }
-  // ssd_mobilenet_v1 (also its FPN and PPN) and embedded_ssd_mobilenet_v1: the MobileNetV1 layers
-  // taken as the base maps (11, 13 without FPN); empty for every other base network.
-  const std::vector<int64_t>& base_layers() const { return base_layers_; }
-  // TF-Slim's scope of the base network (the kLayouts row's): "MobilenetV2", "MobilenetV1",
+  // The base network (registered as "backbone") and its layout.
+  feature_extractors::SsdFeatureExtractor& feature_extractor() const { return *extractor_; }
+  const feature_extractors::SsdLayout& layout() const { return layout_; }
+  // The base maps as MobileNetV2 endpoints (ssd_mobilenet_v2 and its FPN and MnasFPN:
+  // layer_15/expansion_output, layer_19 without FPN) or MobileNetV1 layers (ssd_mobilenet_v1, its
+  // FPN and PPN, embedded_ssd_mobilenet_v1: 11, 13 without FPN); empty for every other base.
+  std::vector<MobileNetV2Endpoint> base_endpoints() const;
+  std::vector<int64_t> base_layers() const;
+  // TF-Slim's scope of the base network (its layout's): "MobilenetV2", "MobilenetV1",
   // "MobilenetV3", "MobilenetEdgeTPU", "MobileDetCPU" ..., "InceptionV2", "InceptionV3",
   // "resnet_v1_50" or "resnet_v1_101".
-  std::string backbone_scope() const;
+  const std::string& backbone_scope() const { return layout_.scope; }
 
   // The TF OD API's name of a variable (as in the zoo's model.ckpt): backbone.* under
   // `backbone_scope` ("FeatureExtractor/MobilenetV2"; "MobilenetV2" for a TF-Slim
@@ -218,19 +212,11 @@ class SsdModelImpl : public torch::nn::Module {
   void init_extra_layers_(double stddev);
 
   SsdModelOptions options_;
-  std::vector<MobileNetV2Endpoint> base_endpoints_;
-  std::vector<int64_t> base_layers_;
+  feature_extractors::SsdLayout layout_;
+  std::shared_ptr<feature_extractors::SsdFeatureExtractor> extractor_;
   std::vector<int64_t> channels_;
-  MobileNetV2 backbone_{nullptr};
-  models::MobileNetV1 backbone_v1_{nullptr};
-  models::MobileNetV3 backbone_v3_{nullptr};
-  models::InceptionV3 backbone_inception_{nullptr};
-  models::MobileDet backbone_mobiledet_{nullptr};
-  models::InceptionV2 backbone_inception_v2_{nullptr};
+  std::shared_ptr<torch::nn::Module> backbone_;  // extractor_->module()
   MnasFpn mnasfpn_{nullptr};
-  std::vector<models::MobileNetV3Endpoint> base_endpoints_v3_;
-  models::ResNet backbone_resnet_{nullptr};
-  std::vector<int> resnet_stages_;  // the stages (1..4) taken as the FPN's base maps
   torch::nn::ModuleList extras_{nullptr};
   torch::nn::ModuleList box_heads_{nullptr};
   torch::nn::ModuleList class_heads_{nullptr};
