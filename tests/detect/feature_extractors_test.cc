@@ -114,7 +114,7 @@ TEST(FeatureExtractorRegistry, SsdModelRegistersTheExtractorModuleAsBackbone) {
   EXPECT_EQ(model->backbone_scope(), "MobilenetV1");
 }
 
-// validate_pipeline_config's lists (detect/config.h links no libtorch) against the registry, both ways.
+// validate_pipeline_config's lists (detect/config/config.h links no libtorch) against the registry, both ways.
 TEST(FeatureExtractorRegistry, TheValidatorAcceptsExactlyTheRegisteredExtractors) {
   const auto& registry = fx::registry();
   std::set<std::string> accepted(ssd_feature_extractor_types().begin(), ssd_feature_extractor_types().end());

@@ -9,7 +9,7 @@
 // when include_top is false.
 //
 // A classification backbone (`--model mobilenet_v2`, an ImageModel) and the SSD feature
-// extractor's base (orchard/detect/ssd_model.h).
+// extractor's base (orchard/detect/meta_arch/ssd_model.h).
 #pragma once
 
 #include <torch/nn/module.h>

@@ -5,7 +5,7 @@
 // per image), annotations/xmls/<name>.xml (PASCAL VOC's schema: one <object> per pet, its head's
 // <bndbox>) and annotations/trimaps/<name>.png (1 pet, 2 background, 3 border).
 //
-// The records hold the fields of data/voc.h's records; the class is the breed, from the
+// The records hold the fields of voc.h's records; the class is the breed, from the
 // image's file name ("Abyssinian_12.jpg" -> Abyssinian, "american_pit_bull_terrier_105.jpg" ->
 // american_pit_bull_terrier), one label per image. With faces_only (the default), each object's
 // box is its head box from the xml. Without it, each object's box is the extent of the trimap's

@@ -1,6 +1,6 @@
 // The base network of an SSD feature extractor (the OD API's SSDFeatureExtractor without the
 // feature map generator): one implementation per base network family, one file each, looked up
-// by feature_extractor.type in the registry (registry.h). SsdModel (detect/ssd_model.h) builds the
+// by feature_extractor.type in the registry (registry.h). SsdModel (detect/meta_arch/ssd_model.h) builds the
 // feature map generator on top of it from its SsdLayout: the extra layers
 // (multi_resolution_feature_maps), the FPN (fpn_top_down_feature_maps + bottom-up layers), PPN's
 // max pools or MnasFPN.
@@ -8,7 +8,7 @@
 // Adding an SSD base network: one file here defining its SsdLayout row(s), a class implementing
 // SsdFeatureExtractor and a `register_<family>(FeatureExtractorRegistry&)` function, plus its
 // declaration and call in builtin.cc. SsdModel's TensorFlow names and ONNX export ask it; the
-// validator's type list (detect/config.h, no libtorch) is checked against the registry by
+// validator's type list (detect/config/config.h, no libtorch) is checked against the registry by
 // tests/detect/feature_extractors_test.cc.
 #pragma once
 

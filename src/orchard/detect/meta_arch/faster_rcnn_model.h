@@ -11,7 +11,7 @@
 // pool and one fully connected layer per output; R-FCN instead: the second part on the whole
 // feature map, then position-sensitive score maps cropped per proposal), and Mask R-CNN's mask
 // head. The targets, losses and post-processing are detect/rpn.h and detect/box_classifier.h; the
-// meta-architecture is tasks/detect/faster_rcnn/ (docs/od_api_two_stage.md).
+// meta-architecture is meta_arch/faster_rcnn.h (docs/od_api_two_stage.md).
 #pragma once
 
 #include <torch/nn/module.h>

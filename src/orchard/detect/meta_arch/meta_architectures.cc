@@ -24,7 +24,7 @@ void register_builtin_meta_architectures() {
   static bool done = false;
   if (done) return;
   done = true;
-  // The validation of each message lives with pipeline.config's parser (detect/config.h).
+  // The validation of each message lives with pipeline.config's parser (detect/config/config.h).
   auto with_validation = [](MetaArchitectureEntry entry, decltype(MetaArchitectureEntry::validate) validate) {
     if (!entry.validate) entry.validate = std::move(validate);
     return entry;

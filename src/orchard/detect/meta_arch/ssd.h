@@ -1,5 +1,5 @@
 // The OD API's `ssd` meta-architecture (model.ssd) over detect::SsdModel, with any of its feature
-// extractors (detect/ssd_model.h: the MobileNets, MobileDets, Inception-v2/v3 and the ResNet FPNs;
+// extractors (ssd_model.h: the MobileNets, MobileDets, Inception-v2/v3 and the ResNet FPNs;
 // the _fpn, _ppn, _mnasfpn and _keras variants): anchors from ssd_anchor_generator or
 // multiscale_anchor_generator, the convolutional or weight-shared box predictor, argmax matching,
 // the SSD loss (weighted smooth L1; sigmoid, softmax or sigmoid focal classification; optional
