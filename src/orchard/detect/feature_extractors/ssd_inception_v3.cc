@@ -12,6 +12,7 @@
 #include "orchard/detect/feature_extractors/registry.h"
 #include "orchard/models/inception_v3.h"
 #include "orchard/models/mobilenet_v2.h"
+#include "orchard/layers/init.h"
 
 namespace orchard::detect::feature_extractors {
 namespace {
@@ -33,7 +34,7 @@ class InceptionV3Extractor : public SsdFeatureExtractor {
     channels_.assign(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(endpoints_.size()));
     torch::NoGradGuard no_grad;
     for (auto& m : net_->modules(/*include_self=*/false))
-      if (auto* conv = m->as<torch::nn::Conv2d>()) models::truncated_normal_(conv->weight, o.init_stddev);
+      if (auto* conv = m->as<torch::nn::Conv2d>()) layers::truncated_normal_(conv->weight, o.init_stddev);
   }
   std::shared_ptr<torch::nn::Module> module() const override { return net_.ptr(); }
   std::vector<FeatureMap> extract(const torch::Tensor& images) override {
