@@ -250,8 +250,18 @@ std::unique_ptr<FasterRcnnOutputs> FasterRcnnMetaArchitecture::run(const at::Ten
   };
   auto out = std::make_unique<FasterRcnnOutputs>();
   out->training = training;
-  out->rpn_box_encodings = first.box_encodings.to(torch::kFloat);
-  out->rpn_objectness = first.objectness.to(torch::kFloat);
+  {
+    // The RPN's two outputs are views of one [batch, 6 * anchors] float32 buffer (box encodings,
+    // then objectness): the layout of the gradient that reaches the RPN's convolutions, and so the
+    // order in which their bias gradients are summed, stays what it was when every output was
+    // packed in one tensor (the golden checkpoints, tests/golden, are bit for bit).
+    const int64_t a = first.box_encodings.size(1);
+    const auto rpn = torch::cat({first.box_encodings.reshape({batch, -1}).to(torch::kFloat),
+                                 first.objectness.reshape({batch, -1}).to(torch::kFloat)},
+                                1);
+    out->rpn_box_encodings = rpn.narrow(1, 0, 4 * a).view({batch, a, 4});
+    out->rpn_objectness = rpn.narrow(1, 4 * a, 2 * a).view({batch, a, 2});
+  }
   out->proposal_boxes = in_slots(all_boxes, 4);
   out->proposal_valid = in_slots(torch::ones({m, 1}, all_boxes.options()), 1).select(2, 0);
   at::Tensor refined, logits;
