@@ -176,7 +176,7 @@ TEST(TfCheckpointImportWeights, ResNet50GardenBecomesAModelDir) {
   for (const auto& p : restored->named_parameters()) EXPECT_TRUE(torch::equal(p.value(), want[p.key()])) << p.key();
   auto want_buffers = source->named_buffers();
   for (const auto& b : restored->named_buffers())
-    if (b.value().is_floating_point()) EXPECT_TRUE(torch::equal(b.value(), want_buffers[b.key()])) << b.key();
+    if (b.value().is_floating_point()) { EXPECT_TRUE(torch::equal(b.value(), want_buffers[b.key()])) << b.key(); }
 
   // And back out: `checkpoint export` (= classify export --format tf) gives the same variables.
   r = run({"checkpoint", "export", "--model_dir", root.file("imported"), "--out", root.file("back/model.ckpt")}, root);
@@ -186,7 +186,7 @@ TEST(TfCheckpointImportWeights, ResNet50GardenBecomesAModelDir) {
     const tf::CheckpointReader back(root.file("back/model.ckpt"));
     ASSERT_EQ(back.variables().size(), original.variables().size());
     for (const auto& v : original.variables())
-      if (v.name != "global_step") EXPECT_EQ(back.read(v.name).data, original.read(v.name).data) << v.name;
+      if (v.name != "global_step") { EXPECT_EQ(back.read(v.name).data, original.read(v.name).data) << v.name; }
   }
   r = run({"checkpoint", "export", "--model_dir", root.file("nothing"), "--out", root.file("x")}, root);
   EXPECT_EQ(r.rc, 1);

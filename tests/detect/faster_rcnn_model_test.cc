@@ -106,7 +106,7 @@ TEST(FasterRcnnModel, BatchNormsStayFrozenUnlessTrainable) {
   FasterRcnnModel trainable(o);
   trainable->train();
   for (const auto& m : trainable->modules(false))
-    if (auto* bn = m->as<torch::nn::BatchNorm2d>()) EXPECT_TRUE(bn->is_training());
+    if (auto* bn = m->as<torch::nn::BatchNorm2d>()) { EXPECT_TRUE(bn->is_training()); }
 }
 
 TEST(FasterRcnnModel, TensorFlowNamesAreTheOdApis) {

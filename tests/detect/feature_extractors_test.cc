@@ -129,17 +129,17 @@ TEST(FeatureExtractorRegistry, TheValidatorAcceptsExactlyTheRegisteredExtractors
     const bool fpn = strip("_fpn"), ppn = !fpn && strip("_ppn"), mnasfpn = !fpn && !ppn && strip("_mnasfpn");
     const auto* entry = registry.find_ssd(base);
     ASSERT_NE(entry, nullptr) << type << " is accepted but " << base << " is not registered";
-    if (fpn) EXPECT_FALSE(entry->layout.fpn_blocks.empty()) << type;
-    if (ppn) EXPECT_TRUE(entry->layout.ppn_map.has_value()) << type;
-    if (mnasfpn) EXPECT_FALSE(entry->layout.mnasfpn_maps.empty()) << type;
-    if (!fpn && !ppn && !mnasfpn) EXPECT_FALSE(entry->layout.from_layer.empty()) << type;
+    if (fpn) { EXPECT_FALSE(entry->layout.fpn_blocks.empty()) << type; }
+    if (ppn) { EXPECT_TRUE(entry->layout.ppn_map.has_value()) << type; }
+    if (mnasfpn) { EXPECT_FALSE(entry->layout.mnasfpn_maps.empty()) << type; }
+    if (!fpn && !ppn && !mnasfpn) { EXPECT_FALSE(entry->layout.from_layer.empty()) << type; }
   }
   for (const auto& name : registry.ssd_names()) {
     const auto& l = registry.ssd(name).layout;
-    if (!l.from_layer.empty()) EXPECT_TRUE(accepted.count(name)) << name;
-    if (!l.fpn_blocks.empty()) EXPECT_TRUE(accepted.count(name + "_fpn")) << name;
-    if (l.ppn_map) EXPECT_TRUE(accepted.count(name + "_ppn")) << name;
-    if (!l.mnasfpn_maps.empty()) EXPECT_TRUE(accepted.count(name + "_mnasfpn")) << name;
+    if (!l.from_layer.empty()) { EXPECT_TRUE(accepted.count(name)) << name; }
+    if (!l.fpn_blocks.empty()) { EXPECT_TRUE(accepted.count(name + "_fpn")) << name; }
+    if (l.ppn_map) { EXPECT_TRUE(accepted.count(name + "_ppn")) << name; }
+    if (!l.mnasfpn_maps.empty()) { EXPECT_TRUE(accepted.count(name + "_mnasfpn")) << name; }
   }
   EXPECT_EQ(registry.faster_rcnn_names(), faster_rcnn_feature_extractor_types());
 }

@@ -948,7 +948,7 @@ TEST(SsdModel, MobileNetV3LargeSsdLite) {
   std::set<std::string> names;
   for (const auto& p : model->named_parameters()) EXPECT_TRUE(names.insert(tf(p.key())).second) << p.key();
   for (const auto& b : model->named_buffers())
-    if (const auto n = model->tf_name(b.key())) EXPECT_TRUE(names.insert(n->name).second) << b.key();
+    if (const auto n = model->tf_name(b.key())) { EXPECT_TRUE(names.insert(n->name).second) << b.key(); }
   EXPECT_THROW(model->tf_name("backbone.features.4.se.fc3.weight"), std::invalid_argument);
 
   // 320x320: layer_14's expansion at stride 16, layer_17 at 32.

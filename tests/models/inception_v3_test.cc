@@ -246,7 +246,7 @@ TEST(InceptionV3, BatchNormsUseEps0001AndTheConfiguredMomentum) {
       EXPECT_DOUBLE_EQ(*bn->options.momentum(), 0.0003);
       ++n;
     }
-    if (auto* c = m->as<torch::nn::Conv2d>()) EXPECT_FALSE(c->bias.defined());
+    if (auto* c = m->as<torch::nn::Conv2d>()) { EXPECT_FALSE(c->bias.defined()); }
   }
   EXPECT_EQ(n, kNumBatchNorms);
 }

@@ -196,8 +196,9 @@ TEST(ResNet, ZeroInitResidualZeroesEachBlocksLastBn) {
       }
       EXPECT_EQ(last_bns, arch == "resnet18" ? 8 : 16) << arch;
       for (const auto& p : model->named_parameters())
-        if (p.key().find("bn") != std::string::npos && p.key().find(".bias") != std::string::npos)
+        if (p.key().find("bn") != std::string::npos && p.key().find(".bias") != std::string::npos) {
           EXPECT_TRUE(torch::all(p.value() == 0).item<bool>()) << p.key();
+        }
     }
   }
 }

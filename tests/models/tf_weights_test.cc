@@ -384,10 +384,10 @@ void randomize(torch::nn::Module& m, uint64_t seed) {
 void expect_same_variables(torch::nn::Module& a, torch::nn::Module& b, const std::set<std::string>& except = {}) {
   auto pb = b.named_parameters();
   for (const auto& p : a.named_parameters())
-    if (!except.count(p.key())) EXPECT_TRUE(torch::equal(p.value(), pb[p.key()])) << p.key();
+    if (!except.count(p.key())) { EXPECT_TRUE(torch::equal(p.value(), pb[p.key()])) << p.key(); }
   auto bb = b.named_buffers();
   for (const auto& x : a.named_buffers())
-    if (x.value().is_floating_point()) EXPECT_TRUE(torch::equal(x.value(), bb[x.key()])) << x.key();
+    if (x.value().is_floating_point()) { EXPECT_TRUE(torch::equal(x.value(), bb[x.key()])) << x.key(); }
 }
 
 TEST(TfWeights, WriteThenRestoreGivesEveryVariableBack) {

@@ -55,7 +55,7 @@ class MetaArchitecture {
   // Evaluation: inference's outputs, and what `loss` needs of the batch's targets besides the
   // boxes and classes it is given (Mask R-CNN: its detections' mask losses). Default: inference.
   virtual std::unique_ptr<Outputs> forward_eval(const at::Tensor& images, const InputShape& input,
-                                                const data::Batch& batch) {
+                                                const data::Batch& /*batch*/) {
     return forward(images, input, nullptr);
   }
   // The batch's weighted losses by name (their sum is the data loss), in float32 even under
