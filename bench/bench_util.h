@@ -5,14 +5,14 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cmath>
-#include <map>
-#include <string>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <functional>
 #include <iostream>
+#include <map>
+#include <string>
 #include <vector>
 
 namespace orchard::bench {
@@ -102,7 +102,7 @@ inline TimedResult time_loop(int64_t warmup, int64_t iters,
 // Prints the result line of one measurement ("impl": "orchard"), with `extra` fields.
 inline void emit(const std::string& bench, int64_t size, const std::string& unit, double units_per_iter, int threads,
                  int64_t warmup, const TimedResult& r, const nlohmann::json& extra = nlohmann::json::object()) {
-  nlohmann::json j = {{"impl", "orchard"}, {"bench", bench},     {"size", size},     {"unit", unit},
+  nlohmann::json j = {{"impl", "orchard"},       {"bench", bench},     {"size", size},     {"unit", unit},
                       {"units", units_per_iter}, {"threads", threads}, {"warmup", warmup}, {"check", r.check}};
   j.update(timing_json(r.times, r.cpu_seconds, r.phases, units_per_iter));
   for (const auto& [k, v] : extra.items()) j[k] = v;

@@ -22,12 +22,11 @@
 // check: train benches: the parameter counts (all, trained) and the loss of two steps on a
 // dropout-free copy of the model from the same weights (step 1: the forward pass; step 2: after
 // one clipped SGD step); beam: the best caption of every image and its log-probability.
-#include <CLI/CLI.hpp>
 #include <ATen/CPUGeneratorImpl.h>
+#include <CLI/CLI.hpp>
+#include <malloc.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
-
-#include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
@@ -59,9 +58,9 @@ using nlohmann::json;
 using orchard::Error;
 
 constexpr int64_t kStartId = 0, kEndId = 1;
-constexpr double kClipNorm = 5.0;          // im2txt's clip_gradients
-constexpr double kFrozenLr = 2.0;          // im2txt's initial_learning_rate
-constexpr double kFinetuneLr = 0.0005;     // im2txt's train_inception_learning_rate
+constexpr double kClipNorm = 5.0;       // im2txt's clip_gradients
+constexpr double kFrozenLr = 2.0;       // im2txt's initial_learning_rate
+constexpr double kFinetuneLr = 0.0005;  // im2txt's train_inception_learning_rate
 
 std::vector<int64_t> split_ints(const std::string& s) {
   std::vector<int64_t> out;
@@ -190,9 +189,10 @@ struct Dims {
   std::vector<int64_t> sizes = {299, 150};
 
   json to_json(uint64_t seed, double end_bias) const {
-    return {{"vocab", vocab},     {"embedding", embedding},           {"lstm", lstm},   {"batch", batch},
-            {"sizes", sizes},     {"caption_length", caption_length}, {"seed", seed},   {"end_bias", end_bias},
-            {"beam_images", beam_images}, {"start_id", kStartId},     {"end_id", kEndId}};
+    return {{"vocab", vocab},       {"embedding", embedding}, {"lstm", lstm},
+            {"batch", batch},       {"sizes", sizes},         {"caption_length", caption_length},
+            {"seed", seed},         {"end_bias", end_bias},   {"beam_images", beam_images},
+            {"start_id", kStartId}, {"end_id", kEndId}};
   }
   static Dims from_json(const json& j) {
     Dims d;
@@ -263,7 +263,6 @@ void make_inputs(const std::string& dir, uint64_t seed, const Dims& d, double en
   in.write("beam_embeddings", at::randn({d.beam_images, d.embedding}, g) * embeddings.std().item<double>());
   in.finish(d.to_json(seed, end_bias));
 }
-
 
 double seconds_since(double t0) { return wall_now() - t0; }
 

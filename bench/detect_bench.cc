@@ -19,13 +19,12 @@
 // median_ms is the median time of one iteration (a call, a batch); per_s = units per second at
 // that median (calls, or images for model/train/eval); cpu_ms = process CPU time per iteration
 // (all threads). phases_ms holds per-phase medians where a bench has phases.
-#include <CLI/CLI.hpp>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+#include <malloc.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
-
-#include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
@@ -44,8 +43,8 @@
 #include "bench_util.h"
 #include "orchard/core/error.h"
 #include "orchard/detect/config/config.h"
-#include "orchard/tasks/detect/detection.h"
 #include "orchard/detect/meta_arch/ssd.h"
+#include "orchard/tasks/detect/detection.h"
 
 namespace {
 
@@ -130,9 +129,9 @@ void make_inputs(const std::string& dir, uint64_t seed, const orchard::tasks::Ss
   in.write("post_scores", (at::randn({num_anchors, num_classes}, g) * 2 - 4).sigmoid());
   // Loss input: model outputs [B, A, 4 + C + 1] (codes ~ N(0, 1), logits ~ N(-4, 2^2)) and
   // 1..12 groundtruth boxes per image, packed as kLossHeader says.
-  in.write("loss_outputs",
-           at::cat({at::randn({batch, num_anchors, 4}, g), at::randn({batch, num_anchors, num_classes + 1}, g) * 2 - 4},
-                   2));
+  in.write(
+      "loss_outputs",
+      at::cat({at::randn({batch, num_anchors, 4}, g), at::randn({batch, num_anchors, num_classes + 1}, g) * 2 - 4}, 2));
   const auto counts = at::randint(1, 13, {batch}, g, at::kLong);
   auto targets = at::zeros({batch, kLossHeader + 5 * max_boxes});
   for (int64_t i = 0; i < batch; ++i) {
@@ -148,7 +147,6 @@ void make_inputs(const std::string& dir, uint64_t seed, const orchard::tasks::Ss
   in.write("loss_targets", targets);
   in.finish(seed);
 }
-
 
 double seconds_since(double t0) { return wall_now() - t0; }
 
@@ -197,7 +195,8 @@ orchard::data::Batch as_batch(const LossTargets& t) {
 int main(int argc, char** argv) {
   keep_freed_memory();
   CLI::App app{"Orchard detection benchmarks (NMS, post-processing, SSD loss, model, training step, eval)"};
-  std::string config_path = "configs/ssd_mobilenet_v2_coco.config", inputs_dir, what = "nms,postprocess,loss,model,train,eval";
+  std::string config_path = "configs/ssd_mobilenet_v2_coco.config", inputs_dir,
+              what = "nms,postprocess,loss,model,train,eval";
   std::string model_batches = "8";
   int threads = 2;
   int64_t batch = 8;

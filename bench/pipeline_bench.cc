@@ -10,9 +10,9 @@
 // --direct skips the Pipeline and runs the parser on records held in memory in the
 // calling thread (one core, no reading, no threading): the per-image cost of decode +
 // preprocess alone, and the program to run under callgrind/perf.
-#include <CLI/CLI.hpp>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>

@@ -23,10 +23,10 @@
 
 #include "bench_util.h"
 #include "orchard/detect/config/config.h"
-#include "orchard/detect/ops/crop_and_resize.h"
 #include "orchard/detect/heads/rpn.h"
-#include "orchard/tasks/detect/detection.h"
 #include "orchard/detect/meta_arch/faster_rcnn.h"
+#include "orchard/detect/ops/crop_and_resize.h"
+#include "orchard/tasks/detect/detection.h"
 #include "orchard/train/optimizers.h"
 
 using orchard::bench::emit;
@@ -139,8 +139,7 @@ void faster_rcnn_breakdown(orchard::tasks::FasterRcnnMetaArchitecture& meta, con
   for (int64_t i = 0; i < batch; ++i) {
     const int64_t n = proposals[static_cast<size_t>(i)].boxes.size(0);
     found += detect::box_classifier_detections(refined.narrow(0, offset, n), spread.narrow(0, offset, n),
-                                               proposals[static_cast<size_t>(i)].boxes, h, w, c.nms,
-                                               c.score_converter)
+                                               proposals[static_cast<size_t>(i)].boxes, h, w, c.nms, c.score_converter)
                  .boxes.size(0);
     offset += n;
   }
@@ -205,7 +204,8 @@ int main(int argc, char** argv) {
     if (task.meta_architecture().predicts_masks()) {
       // Mask R-CNN: each box's instance mask is the ellipse inscribed in it (the peer's too).
       const auto ys = (at::arange(h, at::kFloat) + 0.5) / h, xs = (at::arange(w, at::kFloat) + 0.5) / w;
-      const auto centre = (gt.narrow(2, 0, 2) + gt.narrow(2, 2, 2)) / 2, radius = (gt.narrow(2, 2, 2) - gt.narrow(2, 0, 2)) / 2;
+      const auto centre = (gt.narrow(2, 0, 2) + gt.narrow(2, 2, 2)) / 2,
+                 radius = (gt.narrow(2, 2, 2) - gt.narrow(2, 0, 2)) / 2;
       auto rel = [&](const at::Tensor& axis, int64_t k) {  // [batch, max_boxes, n] squared offset / radius
         return ((axis.view({1, 1, -1}) - centre.select(2, k).unsqueeze(2)) /
                 radius.select(2, k).clamp_min(1e-6).unsqueeze(2))
@@ -233,8 +233,8 @@ int main(int argc, char** argv) {
       r.check = {{"proposals", counts.proposals}, {"params", params}};
     } else if (mode == "train") {
       task.module()->train();
-      auto [optimizer, lr] = orchard::train::make_od_api_optimizer(pipeline.train_config().optimizer(),
-                                                                   task.module()->parameters());
+      auto [optimizer, lr] =
+          orchard::train::make_od_api_optimizer(pipeline.train_config().optimizer(), task.module()->parameters());
       const double clip = pipeline.train_config().gradient_clipping_by_norm();
       orchard::tasks::Loss terms;
       r = time_loop(warmup, iters, [&](std::map<std::string, double>* phase) {

@@ -22,12 +22,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <mutex>
-#include <thread>
-#include <iostream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_util.h"
@@ -114,8 +114,7 @@ class DelayProxy {
     for (;;) {
       const ssize_t n = ::recv(from, buf.data(), buf.size(), 0);
       if (n <= 0) break;
-      if (upstream && conn->answered.exchange(false))
-        std::this_thread::sleep_for(std::chrono::duration<double>(rtt_));
+      if (upstream && conn->answered.exchange(false)) std::this_thread::sleep_for(std::chrono::duration<double>(rtt_));
       if (!upstream) conn->answered = true;
       for (ssize_t done = 0; done < n;) {
         const ssize_t w = ::send(to, buf.data() + done, static_cast<size_t>(n - done), MSG_NOSIGNAL);
@@ -257,8 +256,8 @@ int main(int argc, char** argv) {
         w.close();
       }
     } else if (*copy) {
-      for (const std::string& f : from) orchard::fs::write_file(orchard::fs::join(to, f.substr(f.rfind('/') + 1)),
-                                                                orchard::fs::read_file(f));
+      for (const std::string& f : from)
+        orchard::fs::write_file(orchard::fs::join(to, f.substr(f.rfind('/') + 1)), orchard::fs::read_file(f));
     } else if (*read) {
       std::unique_ptr<DelayProxy> proxy;
       if (orchard::fs::scheme_of(paths[0]) == "s3") proxy = setup_s3(rtt_ms, [](orchard::s3::S3Options&) {});

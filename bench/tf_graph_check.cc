@@ -14,10 +14,10 @@
 // Prints the largest difference of the logits and exits 1 if it exceeds 1e-4 (relative to the
 // logits' scale where that is larger). Run by bench/tf_graph_check.sh; docs/import.md records
 // the result.
+#include <CLI/CLI.hpp>
 #include <opencv2/dnn.hpp>
 #include <torch/torch.h>
 
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -44,7 +44,7 @@ uint64_t varint(const std::string& b, size_t& i) {
 
 struct Field {
   int number, wire;
-  size_t begin, end;  // the whole field's bytes
+  size_t begin, end;    // the whole field's bytes
   std::string payload;  // length-delimited fields
 };
 
@@ -72,7 +72,7 @@ std::vector<Field> fields(const std::string& b) {
 
 std::string length_delimited(int number, const std::string& payload) {
   std::string out(1, static_cast<char>(number << 3 | 2));
-  for (uint64_t n = payload.size(); ; n >>= 7) {
+  for (uint64_t n = payload.size();; n >>= 7) {
     if (n < 0x80) {
       out.push_back(static_cast<char>(n));
       break;
@@ -120,7 +120,8 @@ std::string sub_graph(const std::string& graph, const std::string& output, const
       if (!keep.count(name)) continue;
       if (name == input) {  // attr {key: "dtype" value {type: DT_FLOAT}}
         const std::string dtype = length_delimited(1, "dtype") + length_delimited(2, std::string("\x30\x01", 2));
-        out += length_delimited(1, length_delimited(1, name) + length_delimited(2, "Placeholder") + length_delimited(5, dtype));
+        out += length_delimited(
+            1, length_delimited(1, name) + length_delimited(2, "Placeholder") + length_delimited(5, dtype));
         continue;
       }
     }
@@ -147,7 +148,7 @@ struct SpeechConvImpl : torch::nn::Module {
   }
   // `fingerprint`: [batch, 98 * 40] (time x MFCC bins), as the graph's fingerprint_input.
   torch::Tensor forward(const torch::Tensor& fingerprint) {
-    auto x = fingerprint.view({-1, 1, 98, 40});                  // NHWC [b, 98, 40, 1] == NCHW [b, 1, 98, 40]
+    auto x = fingerprint.view({-1, 1, 98, 40});  // NHWC [b, 98, 40, 1] == NCHW [b, 1, 98, 40]
     x = torch::relu(first->forward(pad_same(x, 20, 8)));
     x = F::max_pool2d(x, F::MaxPool2dFuncOptions(2).stride(2));  // 'SAME' on even sizes: no padding
     x = torch::relu(second->forward(pad_same(x, 10, 4)));
@@ -171,8 +172,8 @@ int main(int argc, char** argv) {
     using orchard::models::TfName;
     SpeechConv model;
     const std::map<std::string, TfName> names{
-        {"first.weight", {"first_weights", TfLayout::kConv}},     {"first.bias", {"first_bias"}},
-        {"second.weight", {"second_weights", TfLayout::kConv}},   {"second.bias", {"second_bias"}},
+        {"first.weight", {"first_weights", TfLayout::kConv}},        {"first.bias", {"first_bias"}},
+        {"second.weight", {"second_weights", TfLayout::kConv}},      {"second.bias", {"second_bias"}},
         {"final_fc.weight", {"final_fc_weights", TfLayout::kDense}}, {"final_fc.bias", {"final_fc_bias"}}};
     const auto r = orchard::models::restore_tf_checkpoint(checkpoint, *model, [&](const std::string& n) {
       auto it = names.find(n);
@@ -206,8 +207,9 @@ int main(int argc, char** argv) {
     const double diff = (ours - theirs).abs().max().item<double>();
     const double scale = ours.abs().max().item<double>();
     const bool same_class = torch::equal(ours.argmax(1), theirs.argmax(1));
-    std::printf("logits up to %.4g; max |OpenCV(frozen graph) - Orchard(checkpoint)| = %.3g; same top class for all %d: %s\n",
-                scale, diff, batch, same_class ? "yes" : "no");
+    std::printf(
+        "logits up to %.4g; max |OpenCV(frozen graph) - Orchard(checkpoint)| = %.3g; same top class for all %d: %s\n",
+        scale, diff, batch, same_class ? "yes" : "no");
     const bool ok = diff <= 1e-4 * std::max(1.0, scale) && same_class;
     std::printf("%s\n", ok ? "MATCH (within 1e-4)" : "MISMATCH");
     return ok ? 0 : 1;

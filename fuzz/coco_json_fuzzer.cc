@@ -15,9 +15,9 @@
 #include "fuzz_util.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
-#include "orchard/detect/dataset_tools/coco.h"
 #include "orchard/data/image.h"
 #include "orchard/detect/config/label_map.h"
+#include "orchard/detect/dataset_tools/coco.h"
 
 using orchard::fuzz::expect_clean;
 

@@ -96,8 +96,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<float> boxes(kMaxBoxes * 4);
     std::vector<int64_t> classes(kMaxBoxes), num_boxes(1), image_id(1), original_size(2);
     std::vector<uint8_t> crowd(kMaxBoxes);
-    DetectionTargets targets{boxes.data(), classes.data(), reinterpret_cast<bool*>(crowd.data()), num_boxes.data(),
-                             image_id.data(), original_size.data()};
+    DetectionTargets targets{boxes.data(),     classes.data(),  reinterpret_cast<bool*>(crowd.data()),
+                             num_boxes.data(), image_id.data(), original_size.data()};
     for (bool training : {true, false})
       expect_clean([&] { preprocess_detection(example, options, training, rng, image.data(), &targets, "fuzz"); });
   });

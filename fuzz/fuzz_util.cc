@@ -1,9 +1,8 @@
 #include "fuzz_util.h"
 
-#include <unistd.h>
-
 #include <google/protobuf/stubs/logging.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdio>

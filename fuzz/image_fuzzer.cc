@@ -33,8 +33,8 @@ struct Params {
 };
 
 Params read_params(const uint8_t* t) {
-  return {t[0], t[1], t[2], t[3], 1 + t[4] % 64, (t[5] & 1) != 0, (t[5] & 2) != 0,
-          static_cast<uint16_t>(t[6] | t[7] << 8)};
+  return {
+      t[0], t[1], t[2], t[3], 1 + t[4] % 64, (t[5] & 1) != 0, (t[5] & 2) != 0, static_cast<uint16_t>(t[6] | t[7] << 8)};
 }
 
 CropWindow window_in(const ImageSize& size, const Params& p) {
@@ -85,8 +85,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<float> out(3 * 32 * 32);
   const float fh = full.height > 0 ? static_cast<float>(full.height) : 1.f;
   const float fw = full.width > 0 ? static_cast<float>(full.width) : 1.f;
-  const std::vector<Box> boxes = {{window.y / fh, window.x / fw, (window.y + window.height) / fh,
-                                   (window.x + window.width) / fw}};
+  const std::vector<Box> boxes = {
+      {window.y / fh, window.x / fw, (window.y + window.height) / fh, (window.x + window.width) / fw}};
   expect_clean([&] { preprocess_train(bytes, boxes, resnet, rng, out.data(), "fuzz"); });
   expect_clean([&] { preprocess_eval(bytes, resnet, out.data(), "fuzz"); });
 
@@ -116,8 +116,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<float> image(3 * 24 * 32), box_out(4 * 4);
   std::vector<int64_t> classes(4), num_boxes(1), image_id(1), original_size(2);
   std::vector<uint8_t> crowd(4);
-  DetectionTargets targets{box_out.data(), classes.data(), reinterpret_cast<bool*>(crowd.data()), num_boxes.data(),
-                           image_id.data(), original_size.data()};
+  DetectionTargets targets{box_out.data(),   classes.data(),  reinterpret_cast<bool*>(crowd.data()),
+                           num_boxes.data(), image_id.data(), original_size.data()};
   for (bool training : {true, false})
     expect_clean([&] { preprocess_detection(example, detection, training, rng, image.data(), &targets, "fuzz"); });
   return 0;

@@ -37,8 +37,14 @@ using namespace orchard::data;  // NOLINT: the writers are all in orchard::data
 
 // Matches image_fuzzer's kTrailer: crop fractions y, x, height, width, minimum size, flags, seed.
 std::string image_trailer(int variant) {
-  const unsigned char t[8] = {32, 48, 160, 200, static_cast<unsigned char>(7 + variant),
-                              static_cast<unsigned char>(variant & 3), static_cast<unsigned char>(variant), 0};
+  const unsigned char t[8] = {32,
+                              48,
+                              160,
+                              200,
+                              static_cast<unsigned char>(7 + variant),
+                              static_cast<unsigned char>(variant & 3),
+                              static_cast<unsigned char>(variant),
+                              0};
   return std::string(reinterpret_cast<const char*>(t), sizeof t);
 }
 
@@ -121,10 +127,10 @@ void write_images(const fs::path& dir) {
     write(dir / ("scene" + std::to_string(size) + ".png"), encode_png(s.image) + image_trailer(variant++));
     std::vector<uint8_t> gray(static_cast<size_t>(size) * size);
     for (size_t i = 0; i < gray.size(); ++i) gray[i] = s.image.pixels[3 * i + 1];
-    write(dir / ("gray" + std::to_string(size) + ".jpg"), encode_gray_jpeg(gray.data(), size, size, 75) +
-                                                          image_trailer(variant++));
-    write(dir / ("gray" + std::to_string(size) + ".png"), encode_gray_png(gray.data(), size, size) +
-                                                          image_trailer(variant++));
+    write(dir / ("gray" + std::to_string(size) + ".jpg"),
+          encode_gray_jpeg(gray.data(), size, size, 75) + image_trailer(variant++));
+    write(dir / ("gray" + std::to_string(size) + ".png"),
+          encode_gray_png(gray.data(), size, size) + image_trailer(variant++));
   }
   // A non-square one, which the pad-crop and eval paths resize and crop differently.
   Image wide;
@@ -138,8 +144,8 @@ void write_images(const fs::path& dir) {
 
 void write_configs(const fs::path& dir, const fs::path& source_root) {
   for (const auto& file : orchard::expand_file_pattern((source_root / "configs").string()))
-    if (fs::path(file).extension() == ".config") fs::copy_file(file, dir / fs::path(file).filename(),
-                                                                fs::copy_options::overwrite_existing);
+    if (fs::path(file).extension() == ".config")
+      fs::copy_file(file, dir / fs::path(file).filename(), fs::copy_options::overwrite_existing);
   orchard::detect::LabelMap map;
   map.items = {{1, "circle", "Circle"}, {2, "square", ""}, {3, "", "triangle"}};
   write(dir / "label_map.pbtxt", orchard::detect::label_map_to_text(map));
@@ -224,7 +230,9 @@ std::string v1_file() {
   slice("w0", "w", {{0, 2}, {0, -1}}, [](TensorProto* t) {
     for (int i = 0; i < 4; ++i) t->add_float_val(1.5f * i);
   });
-  slice("w1", "w", {{2, 1}, {0, -1}}, [](TensorProto* t) { t->set_tensor_content(pod_bytes(std::vector<float>{7, 8})); });
+  slice("w1", "w", {{2, 1}, {0, -1}}, [](TensorProto* t) {
+    t->set_tensor_content(pod_bytes(std::vector<float>{7, 8}));
+  });
   slice("wh", "h", {}, [](TensorProto* t) { t->add_half_val(0x3c00), t->add_half_val(0xc000); });
   return orchard::tf::build_table(entries);
 }
@@ -280,12 +288,20 @@ void write_checkpoints(const fs::path& dir, const fs::path& source_root, const f
   // the variables past it then fail cleanly, and the inputs stay small).
   const fs::path fixtures = source_root / "tests" / "fixtures" / "tf";
   for (const std::string name : {"half_plus_two_cpu", "half_plus_two_mkl", "half_plus_two_tf2"})
-    write(dir / ("tf-" + name), checkpoint_input(orchard::read_file((fixtures / name / "variables.index").string()),
-                                                 orchard::read_file((fixtures / name / "variables.data-00000-of-00001").string())));
-  write(dir / "tf-estimator", checkpoint_input(orchard::read_file((fixtures / "estimator_ckpt" / "model.ckpt-1000.index").string()),
-                                               orchard::read_file((fixtures / "estimator_ckpt" / "model.ckpt-1000.data-00000-of-00001").string()).substr(0, 8192)));
-  write(dir / "tf-ssd-index", checkpoint_input(orchard::read_file((fixtures / "ssd_mobilenet_v2_coco_2018_03_29" / "model.ckpt.index").string()), "", 1));
-  write(dir / "tf-v1", checkpoint_input(orchard::read_file((fixtures / "half_plus_two_v1" / "export-00000-of-00001").string()), "", 1));
+    write(dir / ("tf-" + name),
+          checkpoint_input(orchard::read_file((fixtures / name / "variables.index").string()),
+                           orchard::read_file((fixtures / name / "variables.data-00000-of-00001").string())));
+  write(dir / "tf-estimator",
+        checkpoint_input(
+            orchard::read_file((fixtures / "estimator_ckpt" / "model.ckpt-1000.index").string()),
+            orchard::read_file((fixtures / "estimator_ckpt" / "model.ckpt-1000.data-00000-of-00001").string())
+                .substr(0, 8192)));
+  write(dir / "tf-ssd-index",
+        checkpoint_input(
+            orchard::read_file((fixtures / "ssd_mobilenet_v2_coco_2018_03_29" / "model.ckpt.index").string()), "", 1));
+  write(
+      dir / "tf-v1",
+      checkpoint_input(orchard::read_file((fixtures / "half_plus_two_v1" / "export-00000-of-00001").string()), "", 1));
 }
 
 }  // namespace

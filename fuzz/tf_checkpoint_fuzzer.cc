@@ -60,8 +60,8 @@ struct Handle {
 void fix_block_crc(std::string& t, const Handle& h) {
   if (h.offset > t.size() || h.size > t.size() - h.offset || t.size() - h.offset - h.size < 5) return;
   const char* block = t.data() + h.offset;
-  const uint32_t crc = orchard::crc32c::mask(
-      orchard::crc32c::extend(orchard::crc32c::value(block, h.size), block + h.size, 1));
+  const uint32_t crc =
+      orchard::crc32c::mask(orchard::crc32c::extend(orchard::crc32c::value(block, h.size), block + h.size, 1));
   std::memcpy(&t[h.offset + h.size + 1], &crc, 4);
 }
 

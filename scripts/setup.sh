@@ -29,6 +29,7 @@ ORCHARD_PACKAGES=(
   # The fuzz targets (fuzz/, scripts/fuzz.sh, the fuzz_smoke test): clang with libFuzzer and the
   # sanitizer runtimes, which --no-install-recommends would leave out.
   clang libclang-rt-dev
+  clang-format                        # scripts/check_format.sh (CTest test `format`)
 )
 
 orchard_install_packages() {

@@ -1,6 +1,8 @@
 // The Show and Tell model, beam search and the captioning task: beam search on a hand-set
 // model, the training path against step-by-step inference, im2txt's initialisation, the masked
 // loss, the frozen encoder and the evaluation metrics.
+#include "orchard/caption/show_and_tell.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -8,7 +10,6 @@
 #include <map>
 
 #include "orchard/caption/beam_search.h"
-#include "orchard/caption/show_and_tell.h"
 #include "orchard/core/error.h"
 #include "orchard/data/caption.h"
 #include "orchard/data/image.h"
@@ -95,7 +96,8 @@ TEST(BeamSearch, LengthNormalisationAndBatchesOfImages) {
     auto [logp, next] = markov_step(w, {s[0]});
     return std::make_pair(logp, DecoderState{next[0], s[1]});
   };
-  const auto out = beam_search({torch::zeros({2, 1}), torch::tensor({0.0, 1.0}).reshape({2, 1})}, step, kStart, kEnd, o);
+  const auto out =
+      beam_search({torch::zeros({2, 1}), torch::tensor({0.0, 1.0}).reshape({2, 1})}, step, kStart, kEnd, o);
   ASSERT_EQ(out.size(), 2u);
   // Scores are logprob / length: b </S> has log(0.36) / 3.
   EXPECT_EQ(out[0][0].words, (std::vector<int64_t>{0, 3, 1}));
@@ -215,7 +217,8 @@ TEST(CaptionTask, MaskedLossIgnoresPaddingAndIsTheTokenMean) {
   auto batch = caption_batch({{0, 4, 5, 1}, {0, 7, 1}}, {1, 2}, 6);
   const auto outputs = task.forward(batch, Pass::kEval);
   const auto& emb = outputs_as<CaptionOutputs>(*outputs).embeddings;
-  EXPECT_EQ(outputs_as<CaptionOutputs>(*outputs).logits.sizes(), (std::vector<int64_t>{2, 3, 11}));  // T - 1 = 3 steps, 11 words
+  EXPECT_EQ(outputs_as<CaptionOutputs>(*outputs).logits.sizes(),
+            (std::vector<int64_t>{2, 3, 11}));  // T - 1 = 3 steps, 11 words
   const auto terms = task.loss(*outputs, batch, 2);
   auto padded = caption_batch({{0, 4, 5, 1}, {0, 7, 1}}, {1, 2}, 6, 9.0f);
   padded.images = batch.images;

@@ -8,11 +8,11 @@
 //   CaptionInit.*    --init chooses how the encoder is drawn without a checkpoint.
 //   CaptionErrors.*  bad flags, vocabularies and records: a non-zero exit and a clear message.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
@@ -43,9 +43,21 @@ constexpr int kSteps = 120;
 // The test recipe: Inception-v3 at its smallest input, trained from scratch with the LSTM
 // (no ImageNet weights here), Adam, batch norm statistics that follow a short run.
 std::vector<std::string> recipe() {
-  return {"--image_size", "75", "--train_batch_size", "32", "--train_inception", "--optimizer", "Adam",
-          "--train_inception_learning_rate", "0.002", "--batch_norm_decay", "0.9", "--num_preprocess_threads", "1",
-          "--seed", "1"};
+  return {"--image_size",
+          "75",
+          "--train_batch_size",
+          "32",
+          "--train_inception",
+          "--optimizer",
+          "Adam",
+          "--train_inception_learning_rate",
+          "0.002",
+          "--batch_norm_decay",
+          "0.9",
+          "--num_preprocess_threads",
+          "1",
+          "--seed",
+          "1"};
 }
 
 // One intra-op thread per process (see detect_cli_test.cc).
@@ -62,11 +74,24 @@ class CaptionTrain : public ::testing::Test {
                  *root_);
     ASSERT_EQ(r.rc, 0) << r.err;
     train_dir_ = root_->file("train");
-    std::vector<std::string> args = {"caption", "train", "--input_file_pattern", data_ + "/train-*",
-                                     "--eval_file_pattern", data_ + "/validation-*", "--train_dir", train_dir_,
-                                     "--train_steps", std::to_string(kSteps), "--save_checkpoints_steps", "60",
-                                     "--save_checkpoints_secs", "0", "--log_every_n_steps", "20",
-                                     "--stats_file", root_->file("stats.json")};
+    std::vector<std::string> args = {"caption",
+                                     "train",
+                                     "--input_file_pattern",
+                                     data_ + "/train-*",
+                                     "--eval_file_pattern",
+                                     data_ + "/validation-*",
+                                     "--train_dir",
+                                     train_dir_,
+                                     "--train_steps",
+                                     std::to_string(kSteps),
+                                     "--save_checkpoints_steps",
+                                     "60",
+                                     "--save_checkpoints_secs",
+                                     "0",
+                                     "--log_every_n_steps",
+                                     "20",
+                                     "--stats_file",
+                                     root_->file("stats.json")};
     for (const auto& a : recipe()) args.push_back(a);
     result_ = run(args, *root_);
   }
@@ -114,8 +139,8 @@ TEST_F(CaptionTrain, TrainDirHoldsCheckpointsConfigVocabularyAndSummaries) {
         for (const auto& v : ev.summary().value()) tags.insert(std::string(sub) + "/" + v.tag());
       }
     }
-  for (const char* tag : {"train/loss", "train/perplexity", "train/learning_rate", "eval/Perplexity", "eval/Bleu_4",
-                          "eval/CIDEr-D"})
+  for (const char* tag :
+       {"train/loss", "train/perplexity", "train/learning_rate", "eval/Perplexity", "eval/Bleu_4", "eval/CIDEr-D"})
     EXPECT_EQ(tags.count(tag), 1u) << tag;
 }
 
@@ -154,10 +179,25 @@ TEST_F(CaptionTrain, TwoWorkersEvaluateTheirShardsAndGatherTheCaptions) {
   const std::string copy = root_->file("two_workers");
   stdfs::copy(train_dir_, copy, stdfs::copy_options::recursive);
   const int port = 32000 + static_cast<int>(::getpid() % 200) * 5;
-  std::vector<std::string> args = {"launch", "--nproc_per_node", "2", "--master_port", std::to_string(port), "--",
-                                   "caption", "train", "--input_file_pattern", data_ + "/train-*",
-                                   "--eval_file_pattern", data_ + "/validation-*", "--train_dir", copy,
-                                   "--train_steps", std::to_string(kSteps), "--num_threads", "1", "--stats_file",
+  std::vector<std::string> args = {"launch",
+                                   "--nproc_per_node",
+                                   "2",
+                                   "--master_port",
+                                   std::to_string(port),
+                                   "--",
+                                   "caption",
+                                   "train",
+                                   "--input_file_pattern",
+                                   data_ + "/train-*",
+                                   "--eval_file_pattern",
+                                   data_ + "/validation-*",
+                                   "--train_dir",
+                                   copy,
+                                   "--train_steps",
+                                   std::to_string(kSteps),
+                                   "--num_threads",
+                                   "1",
+                                   "--stats_file",
                                    root_->file("two.json")};
   for (const auto& a : recipe()) args.push_back(a);
   auto r = run(args, *root_);
@@ -174,12 +214,12 @@ TEST_F(CaptionTrain, TwoWorkersEvaluateTheirShardsAndGatherTheCaptions) {
 TEST_F(CaptionTrain, RunPrintsBeamSearchCaptions) {
   ASSERT_EQ(result_.rc, 0) << result_.err;
   const std::string images = root_->file("images");
-  auto r = run({"data", "inspect", data_ + "/validation-00000-of-00001", "--limit", "4", "--dump_images", images},
-               *root_);
+  auto r =
+      run({"data", "inspect", data_ + "/validation-00000-of-00001", "--limit", "4", "--dump_images", images}, *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
-  const std::set<std::string> words = {"a", "red", "green", "blue", "circle", "square", "triangle", "above", "below",
-                                       "and", "there", "is", "next", "to", "beside", "over", "single", "on",
-                                       "grey", "background", "one"};
+  const std::set<std::string> words = {"a",      "red",   "green",  "blue",  "circle", "square",     "triangle",
+                                       "above",  "below", "and",    "there", "is",     "next",       "to",
+                                       "beside", "over",  "single", "on",    "grey",   "background", "one"};
   r = run({"caption", "run", "--checkpoint_path", train_dir_, "--input_files", images + "/0.jpg," + images + "/1*.jpg",
            "--json"},
           *root_);
@@ -232,8 +272,9 @@ TEST_F(CaptionTrain, ResumesAndInitialisesTheEncoderFromACheckpoint) {
   ASSERT_EQ(result_.rc, 0) << result_.err;
   const std::string copy = root_->file("resume");
   stdfs::copy(train_dir_, copy, stdfs::copy_options::recursive);
-  std::vector<std::string> args = {"caption", "train", "--input_file_pattern", data_ + "/train-*", "--train_dir", copy,
-                                   "--train_steps", std::to_string(kSteps + 2), "--log_every_n_steps", "1"};
+  std::vector<std::string> args = {
+      "caption", "train",         "--input_file_pattern",     data_ + "/train-*",    "--train_dir",
+      copy,      "--train_steps", std::to_string(kSteps + 2), "--log_every_n_steps", "1"};
   for (const auto& a : recipe()) args.push_back(a);
   auto r = run(args, *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -247,8 +288,8 @@ TEST_F(CaptionTrain, ResumesAndInitialisesTheEncoderFromACheckpoint) {
   for (const auto& a : recipe())
     if (a != "--train_inception") frozen.push_back(a);
   const std::string fresh = root_->file("fresh");
-  args = {"caption", "train", "--input_file_pattern", data_ + "/train-*", "--train_dir", fresh, "--train_steps", "1",
-          "--inception_checkpoint_file", train_dir_};
+  args = {"caption",       "train", "--input_file_pattern",        data_ + "/train-*", "--train_dir", fresh,
+          "--train_steps", "1",     "--inception_checkpoint_file", train_dir_};
   args.insert(args.end(), frozen.begin(), frozen.end());
   r = run(args, *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -256,8 +297,16 @@ TEST_F(CaptionTrain, ResumesAndInitialisesTheEncoderFromACheckpoint) {
   // 94 convolutions (a weight each) and 94 batch norms (weight, bias, running mean and variance, count).
   EXPECT_TRUE(contains(r.err, "(" + std::to_string(94 * 6) + " Inception-v3 variables)")) << r.err;
   EXPECT_TRUE(contains(r.err, "encoder frozen")) << r.err;
-  args = {"caption", "train", "--input_file_pattern", data_ + "/train-*", "--train_dir", fresh, "--train_steps", "2",
-          "--log_every_n_steps", "1"};
+  args = {"caption",
+          "train",
+          "--input_file_pattern",
+          data_ + "/train-*",
+          "--train_dir",
+          fresh,
+          "--train_steps",
+          "2",
+          "--log_every_n_steps",
+          "1"};
   for (const auto& a : recipe()) args.push_back(a);
   r = run(args, *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -282,11 +331,44 @@ TEST(CaptionPretrainedEncoder, FrozenShapesTaggerReachesBleu4OfHalf) {
                 "300", "--min_objects", "1", "--max_objects", "2", "--seed", "7"},
                root);
   ASSERT_EQ(r.rc, 0) << r.err;
-  r = run({"multilabel", "train", "--data_dir", tags, "--model_dir", tagger, "--model", "inception_v3",
-           "--depth_multiplier", "0.25", "--init", "torchvision", "--optimizer", "adam", "--lr", "0.016",
-           "--lr_decay_step", "700", "--weight_decay", "0", "--loss_balance", "none", "--class_num", "6",
-           "--image_size", "107", "--batch_size", "32", "--max_iter", "1000", "--snapshot", "1000",
-           "--num_preprocess_threads", "1", "--seed", "1", "--stats_file", root.file("tagger.json")},
+  r = run({"multilabel",
+           "train",
+           "--data_dir",
+           tags,
+           "--model_dir",
+           tagger,
+           "--model",
+           "inception_v3",
+           "--depth_multiplier",
+           "0.25",
+           "--init",
+           "torchvision",
+           "--optimizer",
+           "adam",
+           "--lr",
+           "0.016",
+           "--lr_decay_step",
+           "700",
+           "--weight_decay",
+           "0",
+           "--loss_balance",
+           "none",
+           "--class_num",
+           "6",
+           "--image_size",
+           "107",
+           "--batch_size",
+           "32",
+           "--max_iter",
+           "1000",
+           "--snapshot",
+           "1000",
+           "--num_preprocess_threads",
+           "1",
+           "--seed",
+           "1",
+           "--stats_file",
+           root.file("tagger.json")},
           root);
   ASSERT_EQ(r.rc, 0) << r.err;
   const json tagged = json::parse(test::read_bytes(root.file("tagger.json")));
@@ -296,12 +378,38 @@ TEST(CaptionPretrainedEncoder, FrozenShapesTaggerReachesBleu4OfHalf) {
            "200", "--seed", "5", "--train_shards", "2"},
           root);
   ASSERT_EQ(r.rc, 0) << r.err;
-  r = run({"caption", "train", "--input_file_pattern", captions + "/train-*", "--eval_file_pattern",
-           captions + "/validation-*", "--train_dir", root.file("captioner"), "--train_steps", "200",
-           "--save_checkpoints_steps", "200", "--save_checkpoints_secs", "0", "--inception_checkpoint_file",
-           tagger + "/ckpt-1000.pt", "--depth_multiplier", "0.25", "--image_size", "107", "--train_batch_size", "32",
-           "--optimizer", "Adam", "--initial_learning_rate", "0.002", "--num_preprocess_threads", "1", "--seed", "1",
-           "--stats_file", root.file("captioner.json")},
+  r = run({"caption",
+           "train",
+           "--input_file_pattern",
+           captions + "/train-*",
+           "--eval_file_pattern",
+           captions + "/validation-*",
+           "--train_dir",
+           root.file("captioner"),
+           "--train_steps",
+           "200",
+           "--save_checkpoints_steps",
+           "200",
+           "--save_checkpoints_secs",
+           "0",
+           "--inception_checkpoint_file",
+           tagger + "/ckpt-1000.pt",
+           "--depth_multiplier",
+           "0.25",
+           "--image_size",
+           "107",
+           "--train_batch_size",
+           "32",
+           "--optimizer",
+           "Adam",
+           "--initial_learning_rate",
+           "0.002",
+           "--num_preprocess_threads",
+           "1",
+           "--seed",
+           "1",
+           "--stats_file",
+           root.file("captioner.json")},
           root);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "encoder frozen")) << r.err;
@@ -367,16 +475,25 @@ class CaptionErrors : public ::testing::Test {
   static void SetUpTestSuite() {
     root_ = new TempDir();
     data_ = root_->file("shapes");
-    auto r = run({"data", "shapes", "--task", "captioning", "--out_dir", data_, "--num_train", "8",
-                  "--num_validation", "2", "--train_shards", "1"},
+    auto r = run({"data", "shapes", "--task", "captioning", "--out_dir", data_, "--num_train", "8", "--num_validation",
+                  "2", "--train_shards", "1"},
                  *root_);
     ASSERT_EQ(r.rc, 0) << r.err;
   }
   static void TearDownTestSuite() { delete root_; }
   RunResult train(std::vector<std::string> extra, const std::string& image_size = "75") {
-    std::vector<std::string> args = {"caption", "train", "--input_file_pattern", data_ + "/train-*", "--train_dir",
-                                     root_->file("bad"), "--train_steps", "1", "--train_batch_size", "2",
-                                     "--image_size", image_size};
+    std::vector<std::string> args = {"caption",
+                                     "train",
+                                     "--input_file_pattern",
+                                     data_ + "/train-*",
+                                     "--train_dir",
+                                     root_->file("bad"),
+                                     "--train_steps",
+                                     "1",
+                                     "--train_batch_size",
+                                     "2",
+                                     "--image_size",
+                                     image_size};
     args.insert(args.end(), extra.begin(), extra.end());
     return run(args, *root_);
   }
@@ -394,8 +511,9 @@ TEST_F(CaptionErrors, TensorFlowInceptionCheckpointInitialisesTheEncoder) {
   o.num_classes = 1001;
   o.depth_multiplier = 0.25;
   models::InceptionV3 slim(o);
-  models::write_tf_checkpoint(root_->file("slim/inception_v3.ckpt"), *slim,
-                              [](const std::string& n) { return models::inception_v3_tf_name(n); }, 0);
+  models::write_tf_checkpoint(
+      root_->file("slim/inception_v3.ckpt"), *slim,
+      [](const std::string& n) { return models::inception_v3_tf_name(n); }, 0);
   auto r = train({"--inception_checkpoint_file", root_->file("slim/inception_v3.ckpt"), "--depth_multiplier", "0.25",
                   "--train_dir", root_->file("tf_encoder")});
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -423,8 +541,9 @@ TEST_F(CaptionErrors, BadFlagsAndFilesAreNamed) {
   r = train({"--inception_checkpoint_file", root_->file("none.pt")});
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(contains(r.err, "none.pt")) << r.err;
-  r = run({"caption", "eval", "--checkpoint_dir", root_->file("empty"), "--input_file_pattern", data_ + "/validation-*"},
-          *root_);
+  r = run(
+      {"caption", "eval", "--checkpoint_dir", root_->file("empty"), "--input_file_pattern", data_ + "/validation-*"},
+      *root_);
   EXPECT_NE(r.rc, 0);
   r = run({"caption", "run", "--checkpoint_path", root_->file("missing"), "--input_files", "x.jpg"}, *root_);
   EXPECT_NE(r.rc, 0);
@@ -439,8 +558,8 @@ TEST_F(CaptionErrors, RecordsOfAnotherVocabularyNameTheRecord) {
   EXPECT_TRUE(contains(r.err, "vocabulary")) << r.err;
   // Detection records are not captions.
   const std::string det = root_->file("det");
-  ASSERT_EQ(run({"data", "shapes", "--task", "detection", "--out_dir", det, "--num_train", "4", "--num_validation",
-                 "1", "--train_shards", "1"},
+  ASSERT_EQ(run({"data", "shapes", "--task", "detection", "--out_dir", det, "--num_train", "4", "--num_validation", "1",
+                 "--train_shards", "1"},
                 *root_)
                 .rc,
             0);

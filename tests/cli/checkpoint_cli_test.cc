@@ -1,10 +1,10 @@
 // `orchard checkpoint inspect` on checkpoints TensorFlow wrote (tests/fixtures/tf), and
 // `orchard import-weights --format tf`: a TensorFlow checkpoint becomes a classify model_dir.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -89,16 +89,18 @@ TEST(TfCheckpointInspect, MapsTheModelZoosSsdOntoOrchards) {
       << r.out;
   // Of the 344 variables, fine_tune_checkpoint_type detection re-initialises the 24 of the box
   // predictor (6 maps x box and class x weights and biases); the other 320 fit.
-  EXPECT_TRUE(contains(r.out, "320 matched, 0 set to their default (absent from the checkpoint), 0 missing, 0 with "
-                              "another shape"))
+  EXPECT_TRUE(contains(r.out,
+                       "320 matched, 0 set to their default (absent from the checkpoint), 0 missing, 0 with "
+                       "another shape"))
       << r.out;
   EXPECT_TRUE(contains(r.out, "24 re-initialised (box and class prediction heads")) << r.out;
   EXPECT_TRUE(contains(r.out, "unused     global_step")) << r.out;
   EXPECT_TRUE(contains(r.out, "backbone.features.2.conv.1.0.weight")) << r.out;
   // Its data shard is not in the repository: said without --stats, and in the verdict.
   EXPECT_TRUE(contains(r.err, "model.ckpt.data-00000-of-00001: the data file is missing")) << r.err;
-  EXPECT_TRUE(contains(r.out, "\nthis checkpoint fine-tunes this config: 320 restored, 24 re-initialised, 0 skipped, "
-                              "once its data file is there\n"))
+  EXPECT_TRUE(contains(r.out,
+                       "\nthis checkpoint fine-tunes this config: 320 restored, 24 re-initialised, 0 skipped, "
+                       "once its data file is there\n"))
       << r.out;
   r = run({"checkpoint", "inspect", (dir / "model.ckpt.index").string()}, root);
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -124,8 +126,9 @@ TEST(TfCheckpointInspect, SampleConfigsAgainstTheZoosCheckpoint) {
                root);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_FALSE(contains(r.out, "hint:")) << r.out;
-  EXPECT_TRUE(contains(r.out, "\nthis checkpoint fine-tunes this config: 320 restored, 24 re-initialised, 0 skipped, "
-                              "once its data file is there\n"))
+  EXPECT_TRUE(contains(r.out,
+                       "\nthis checkpoint fine-tunes this config: 320 restored, 24 re-initialised, 0 skipped, "
+                       "once its data file is there\n"))
       << r.out;
 
   const auto sample = stdfs::path(ORCHARD_TEST_FIXTURES) / "od_api_configs" / "ssd_mobilenet_v2_coco.config";
@@ -133,20 +136,23 @@ TEST(TfCheckpointInspect, SampleConfigsAgainstTheZoosCheckpoint) {
   for (const auto& config : {sample, orchards}) {
     r = run({"checkpoint", "inspect", (dir / "model.ckpt").string(), "--pipeline_config_path", config.string()}, root);
     ASSERT_EQ(r.rc, 0) << r.err;
-    EXPECT_TRUE(contains(r.out, "296 matched, 0 set to their default (absent from the checkpoint), 0 missing, 4 with "
-                                "another shape"))
+    EXPECT_TRUE(contains(r.out,
+                         "296 matched, 0 set to their default (absent from the checkpoint), 0 missing, 4 with "
+                         "another shape"))
         << config << r.out;
-    EXPECT_TRUE(contains(r.out, "SHAPE      extras.0.1.0.weight                              [512, 256, 3, 3]   <- "
-                                "FeatureExtractor/MobilenetV2/layer_19_2_Conv2d_2_3x3_s2_512/weights [1, 1, 256, 512]"))
+    EXPECT_TRUE(contains(r.out,
+                         "SHAPE      extras.0.1.0.weight                              [512, 256, 3, 3]   <- "
+                         "FeatureExtractor/MobilenetV2/layer_19_2_Conv2d_2_3x3_s2_512/weights [1, 1, 256, 512]"))
         << r.out;
     EXPECT_TRUE(contains(r.out, "hint: the checkpoint's own " + (dir / "pipeline.config").string() +
                                     " builds a model that takes every variable it would restore"))
         << r.out;
     EXPECT_TRUE(contains(r.out, "model.ssd.feature_extractor.use_depthwise (false here, true there)")) << r.out;
     EXPECT_TRUE(contains(r.out, "hint: the checkpoint holds 4 of these layers as separable convolutions")) << r.out;
-    EXPECT_TRUE(contains(r.out, "\nthis checkpoint fine-tunes this config: 296 restored, 24 re-initialised, 4 skipped "
-                                "(absent or of another shape: left as initialised; --strict_fine_tune refuses them), "
-                                "once its data file is there\n"))
+    EXPECT_TRUE(contains(r.out,
+                         "\nthis checkpoint fine-tunes this config: 296 restored, 24 re-initialised, 4 skipped "
+                         "(absent or of another shape: left as initialised; --strict_fine_tune refuses them), "
+                         "once its data file is there\n"))
         << r.out;
   }
 }
@@ -176,7 +182,9 @@ TEST(TfCheckpointImportWeights, ResNet50GardenBecomesAModelDir) {
   for (const auto& p : restored->named_parameters()) EXPECT_TRUE(torch::equal(p.value(), want[p.key()])) << p.key();
   auto want_buffers = source->named_buffers();
   for (const auto& b : restored->named_buffers())
-    if (b.value().is_floating_point()) { EXPECT_TRUE(torch::equal(b.value(), want_buffers[b.key()])) << b.key(); }
+    if (b.value().is_floating_point()) {
+      EXPECT_TRUE(torch::equal(b.value(), want_buffers[b.key()])) << b.key();
+    }
 
   // And back out: `checkpoint export` (= classify export --format tf) gives the same variables.
   r = run({"checkpoint", "export", "--model_dir", root.file("imported"), "--out", root.file("back/model.ckpt")}, root);
@@ -186,7 +194,9 @@ TEST(TfCheckpointImportWeights, ResNet50GardenBecomesAModelDir) {
     const tf::CheckpointReader back(root.file("back/model.ckpt"));
     ASSERT_EQ(back.variables().size(), original.variables().size());
     for (const auto& v : original.variables())
-      if (v.name != "global_step") { EXPECT_EQ(back.read(v.name).data, original.read(v.name).data) << v.name; }
+      if (v.name != "global_step") {
+        EXPECT_EQ(back.read(v.name).data, original.read(v.name).data) << v.name;
+      }
   }
   r = run({"checkpoint", "export", "--model_dir", root.file("nothing"), "--out", root.file("x")}, root);
   EXPECT_EQ(r.rc, 1);
@@ -214,19 +224,21 @@ TEST(TfCheckpointImportWeights, ResNet50GardenBecomesAModelDir) {
     mc.num_classes = 3;
     auto mobilenet = models::build_model(mc);
     const auto map = models::tf_name_map("mobilenet_v2_slim");
-    models::write_tf_checkpoint(root.file("headless/model.ckpt"), *mobilenet,
-                                [&](const std::string& n) -> std::optional<models::TfName> {
-                                  if (n.rfind("classifier.", 0) == 0) return std::nullopt;
-                                  return map(n);
-                                },
-                                0);
+    models::write_tf_checkpoint(
+        root.file("headless/model.ckpt"), *mobilenet,
+        [&](const std::string& n) -> std::optional<models::TfName> {
+          if (n.rfind("classifier.", 0) == 0) return std::nullopt;
+          return map(n);
+        },
+        0);
   }
   r = run({"import-weights", "--format", "tf", "--arch", "mobilenet_v2", "--checkpoint", root.file("headless"),
            "--out_dir", root.file("y")},
           root);
   EXPECT_EQ(r.rc, 1);
-  EXPECT_TRUE(contains(r.err, "its mobilenet_v2_slim network fits, but it has no MobilenetV2/Logits/Conv2d_1c_1x1/"
-                              "biases to take --num_classes from; pass it"))
+  EXPECT_TRUE(contains(r.err,
+                       "its mobilenet_v2_slim network fits, but it has no MobilenetV2/Logits/Conv2d_1c_1x1/"
+                       "biases to take --num_classes from; pass it"))
       << r.err;
 }
 
@@ -298,10 +310,28 @@ TEST(TfCheckpointClassify, PretrainedFilepathFineTunesTheBackbone) {
   models::write_tf_checkpoint(root.file("slim/model.ckpt"), *source, models::tf_name_map(c.arch), 1);
   const auto train = [&](const std::string& model, const std::string& dir) {
     // LR 0: the parameters stay what the fine-tune start gave them.
-    return run({"classify", "train", "--use_synthetic_data", "--model", model, "--num_classes", "5", "--image_size",
-                "32", "--batch_size", "8", "--train_steps", "1", "--base_learning_rate", "0", "--model_dir",
-                root.file(dir), "--enable_checkpoint_and_export", "--num_train_examples", "64",
-                "--pretrained_filepath", root.file("slim/model.ckpt")},
+    return run({"classify",
+                "train",
+                "--use_synthetic_data",
+                "--model",
+                model,
+                "--num_classes",
+                "5",
+                "--image_size",
+                "32",
+                "--batch_size",
+                "8",
+                "--train_steps",
+                "1",
+                "--base_learning_rate",
+                "0",
+                "--model_dir",
+                root.file(dir),
+                "--enable_checkpoint_and_export",
+                "--num_train_examples",
+                "64",
+                "--pretrained_filepath",
+                root.file("slim/model.ckpt")},
                root);
   };
   auto r = train(c.arch, "tuned");

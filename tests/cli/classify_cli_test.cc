@@ -5,19 +5,18 @@
 //   ClassifyErrors.*  bad input: a non-zero exit and a message naming what and where.
 // CTest runs the two suites as separate tests so they overlap on two cores.
 #include <fcntl.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
-#include <unistd.h>
-
-#include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
@@ -305,10 +304,8 @@ TEST_F(ClassifyTrain, PredictCommand) {
         ids.insert(id);
       }
       EXPECT_EQ(ids.size(), static_cast<size_t>(top_k));
-      if (top_k == 10)
-        EXPECT_NEAR(sum, 1.0, 1e-4);
-      else
-        EXPECT_LT(sum, 1.0 + 1e-6);
+      if (top_k == 10) EXPECT_NEAR(sum, 1.0, 1e-4);
+      else EXPECT_LT(sum, 1.0 + 1e-6);
       ++n;
     }
     EXPECT_EQ(n, 2) << r.out;
@@ -348,9 +345,9 @@ TEST_F(ClassifyTrain, PredictGivesEveryGoodImageItsResultDespiteABadOne) {
     test::write_bytes(photos + "/p" + std::to_string(i) + ".png", ex.bytes("image/encoded"));
   }
   test::write_bytes(photos + "/p1.png", "\x89PNG\r\n\x1a\n damaged");  // the middle one of three
-  auto r = run({"classify", "predict", "--model_dir", model_a_, photos, "--json", "--batch_size", "2", "--num_threads",
-                "1"},
-               *root_);
+  auto r =
+      run({"classify", "predict", "--model_dir", model_a_, photos, "--json", "--batch_size", "2", "--num_threads", "1"},
+          *root_);
   EXPECT_EQ(r.rc, 1) << r.err;
   EXPECT_TRUE(contains(r.out, photos + "/p0.png")) << r.out;
   EXPECT_TRUE(contains(r.out, photos + "/p2.png")) << r.out;
@@ -496,8 +493,7 @@ class ClassifyErrors : public ::testing::Test {
     for (size_t i = 0; i < extra.size(); ++i) {
       const bool has_value = i + 1 < extra.size() && extra[i + 1].rfind("--", 0) != 0;
       auto it = std::find(a.begin(), a.end(), extra[i]);
-      if (it != a.end() && has_value)
-        *(it + 1) = extra[i + 1];
+      if (it != a.end() && has_value) *(it + 1) = extra[i + 1];
       else if (it == a.end()) {
         a.push_back(extra[i]);
         if (has_value) a.push_back(extra[i + 1]);
@@ -531,8 +527,10 @@ TEST_F(ClassifyErrors, AbslFlagHabitsAndTheEndOfRunSummary) {
   EXPECT_FALSE(stdfs::exists(root_->file("m_absl_err")));
 
   const std::string flagfile = root_->file("flags.txt");
-  test::write_bytes(flagfile, "# the seed's command line, kept in a file\n--train_steps=1\n\n// also a comment\n"
-                              "--enable_checkpoint_and_export\n--stats_file=" + root_->file("absl_stats.json") + "\n");
+  test::write_bytes(flagfile,
+                    "# the seed's command line, kept in a file\n--train_steps=1\n\n// also a comment\n"
+                    "--enable_checkpoint_and_export\n--stats_file=" +
+                        root_->file("absl_stats.json") + "\n");
   auto a = args(root_->file("m_absl"));
   a.insert(a.begin() + 2, {"--batch_size", "-1"});  // before --batch_size 16: overridden
   a.insert(a.end(), {"--flagfile", flagfile, "--noenable_checkpoint_and_export", "--tpu=grpc://10.0.0.1",
@@ -559,7 +557,8 @@ TEST_F(ClassifyErrors, MissingValidationDataFailsBeforeTraining) {
   const std::string train_only = root_->file("train_only");
   stdfs::create_directories(train_only);
   for (const auto& e : stdfs::directory_iterator(data_dir_))
-    if (e.path().filename().string().rfind("train-", 0) == 0) stdfs::copy_file(e.path(), train_only / e.path().filename());
+    if (e.path().filename().string().rfind("train-", 0) == 0)
+      stdfs::copy_file(e.path(), train_only / e.path().filename());
   auto a = args(root_->file("m_noval"), {"--data_dir", train_only});
   a.erase(std::find(a.begin(), a.end(), "--skip_eval"));
   const auto r = expect_error(a, {"evaluation data", train_only + "/validation-*", "--skip_eval"});
@@ -584,9 +583,9 @@ TEST_F(ClassifyErrors, DataImagesWarnsAboutNoValidationRecords) {
     im.pixels.assign(8 * 8 * 3, cls == "cat" ? 30 : 200);
     test::write_bytes(tree + "/" + cls + "/a.png", data::encode_png(im));
   }
-  auto r = run({"data", "images", "--input_dir", tree, "--out_dir", root_->file("tree_out"), "--validation_fraction",
-                "0.1"},
-               *root_);
+  auto r =
+      run({"data", "images", "--input_dir", tree, "--out_dir", root_->file("tree_out"), "--validation_fraction", "0.1"},
+          *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "no validation records")) << r.err;
   EXPECT_TRUE(contains(r.err, "--skip_eval")) << r.err;
@@ -731,9 +730,9 @@ TEST_F(ClassifyErrors, EvaluationsKeepTheirIntervalWhenStepsPerLoopDoesNotDivide
 // continued matches an uninterrupted one, averages included.
 TEST_F(ClassifyErrors, MovingAverageOfTheWeights) {
   auto ema_args = [&](const std::string& dir, const std::string& steps) {
-    auto a = args(root_->file(dir), {"--train_epochs", "2", "--train_steps", steps, "--steps_per_loop", "4",
-                                     "--moving_average_decay", "0.9", "--enable_checkpoint_and_export",
-                                     "--stats_file", root_->file(dir + ".json")});
+    auto a = args(root_->file(dir),
+                  {"--train_epochs", "2", "--train_steps", steps, "--steps_per_loop", "4", "--moving_average_decay",
+                   "0.9", "--enable_checkpoint_and_export", "--stats_file", root_->file(dir + ".json")});
     a.erase(std::find(a.begin(), a.end(), "--skip_eval"));
     return a;
   };
@@ -776,7 +775,8 @@ TEST_F(ClassifyErrors, CorruptRecordFailsOrIsSkippedAndCounted) {
   // A copy of the data whose first train shard has one record with a broken data CRC.
   const std::string data = root_->file("corrupt_data");
   stdfs::create_directories(data);
-  for (const auto& e : stdfs::directory_iterator(data_dir_)) stdfs::copy(e.path(), data + "/" + e.path().filename().string());
+  for (const auto& e : stdfs::directory_iterator(data_dir_))
+    stdfs::copy(e.path(), data + "/" + e.path().filename().string());
   const std::string shard = data + "/train-00000-of-00002";
   std::string bytes = test::read_bytes(shard);
   bytes[20] = static_cast<char>(bytes[20] ^ 0x55);  // inside the first record's data

@@ -5,25 +5,25 @@
 //                   evaluation, export, predict, resume, fine-tuning types.
 //   DetectErrors.*  bad configs and label maps: a non-zero exit and a message naming them.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <filesystem>
 #include <map>
 #include <sstream>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "cli/cli_util.h"
 #include "core/test_util.h"
-#include "orchard/models/tf_weights.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
 #include "orchard/data/detection.h"
 #include "orchard/detect/metrics/coco_mask.h"
 #include "orchard/models/mobilenet_v2.h"
-#include "orchard/train/checkpoint.h"
+#include "orchard/models/tf_weights.h"
 #include "orchard/proto/event.pb.h"
+#include "orchard/train/checkpoint.h"
 
 namespace orchard::cli {
 namespace {
@@ -61,8 +61,8 @@ void one_thread_per_process() { ::setenv("OMP_NUM_THREADS", "1", 1); }
 // The training runs' data: 2000 + 200 shapes records (seed 5) under root/shapes; returns the folder.
 std::string make_training_shapes(TempDir& root) {
   const std::string dir = root.file("shapes");
-  auto r = run({"data", "shapes", "--task", "detection", "--out_dir", dir, "--num_train", "2000",
-                "--num_validation", "200", "--seed", "5"},
+  auto r = run({"data", "shapes", "--task", "detection", "--out_dir", dir, "--num_train", "2000", "--num_validation",
+                "200", "--seed", "5"},
                root);
   EXPECT_EQ(r.rc, 0) << r.err;
   return dir;
@@ -77,9 +77,26 @@ class DetectTrain : public ::testing::Test {
     config_ = (stdfs::path(data_) / "pipeline.config").string();
     model_ = root_->file("model");
     // Checkpoints (and evaluations) every 200 steps, keeping 2.
-    result_ = run({"detect", "train", "--pipeline_config_path", config_, "--model_dir", model_, "--num_train_steps",
-                   std::to_string(kSteps), "--save_checkpoints_steps", "200", "--max_to_keep", "2", "--log_steps", "100",
-                   "--seed", "1", "--stats_file", root_->file("stats.json"), "--num_preprocess_threads", "1"},
+    result_ = run({"detect",
+                   "train",
+                   "--pipeline_config_path",
+                   config_,
+                   "--model_dir",
+                   model_,
+                   "--num_train_steps",
+                   std::to_string(kSteps),
+                   "--save_checkpoints_steps",
+                   "200",
+                   "--max_to_keep",
+                   "2",
+                   "--log_steps",
+                   "100",
+                   "--seed",
+                   "1",
+                   "--stats_file",
+                   root_->file("stats.json"),
+                   "--num_preprocess_threads",
+                   "1"},
                   *root_);
   }
   static void TearDownTestSuite() { delete root_; }
@@ -106,7 +123,8 @@ TEST_F(DetectTrain, ModelDirAsModelMainLeavesIt) {
   ASSERT_EQ(result_.rc, 0) << result_.err;
   // Two newest checkpoints, the index, the resolved config and label map, events, the export.
   int checkpoints = 0;
-  for (const auto& e : stdfs::directory_iterator(model_)) checkpoints += contains(e.path().filename().string(), "ckpt-");
+  for (const auto& e : stdfs::directory_iterator(model_))
+    checkpoints += contains(e.path().filename().string(), "ckpt-");
   EXPECT_EQ(checkpoints, 2);
   EXPECT_TRUE(stdfs::exists(stdfs::path(model_) / ("ckpt-" + std::to_string(kSteps) + ".pt")));
   EXPECT_TRUE(stdfs::exists(stdfs::path(model_) / "checkpoint"));
@@ -161,8 +179,8 @@ TEST_F(DetectTrain, ContinuousEvalStopsAfterTheFinalCheckpoint) {
   EXPECT_TRUE(contains(r.err, "over 50 examples")) << r.err;
   // The same from the config's eval_input_reader.sample_1_of_n_examples (the flag unset).
   const std::string sampled = root_->file("sampled.config");
-  atomic_write_file(sampled, replace(read_file((stdfs::path(model_) / "pipeline.config").string()), "eval_input_reader {",
-                                     "eval_input_reader {\n  sample_1_of_n_examples: 4"));
+  atomic_write_file(sampled, replace(read_file((stdfs::path(model_) / "pipeline.config").string()),
+                                     "eval_input_reader {", "eval_input_reader {\n  sample_1_of_n_examples: 4"));
   r = run({"detect", "eval", "--checkpoint_dir", model_, "--model_dir", out, "--run_once", "--pipeline_config_path",
            sampled},
           *root_);
@@ -240,9 +258,9 @@ TEST_F(DetectTrain, PredictWritesBoxesAndAnnotatedImages) {
   ASSERT_EQ(r.rc, 0) << r.err;
   const std::string annotated = root_->file("annotated");
   for (const std::string& dir : {model_, (stdfs::path(model_) / "export" / std::to_string(kSteps)).string()}) {
-    r = run({"detect", "predict", "--model_dir", dir, images, "--json", "--output_dir", annotated, "--min_score",
-             "0.3"},
-            *root_);
+    r = run(
+        {"detect", "predict", "--model_dir", dir, images, "--json", "--output_dir", annotated, "--min_score", "0.3"},
+        *root_);
     ASSERT_EQ(r.rc, 0) << r.err;
     int lines = 0, boxes = 0;
     std::istringstream in(r.out);
@@ -299,8 +317,7 @@ TEST_F(DetectTrain, ResumesAndFineTunesByType) {
     EXPECT_TRUE(contains(r.err, std::string("fine_tune_checkpoint_type ") + type)) << r.err;
     if (std::string(type) == "detection")
       EXPECT_TRUE(contains(r.err, "24 skipped (box and class prediction heads")) << r.err;
-    else
-      EXPECT_TRUE(contains(r.err, "0 skipped")) << r.err;
+    else EXPECT_TRUE(contains(r.err, "0 skipped")) << r.err;
   }
   // classification: the backbone from a classifier's features.* (a MobileNetV2 of the same
   // width, as `orchard import-weights` or a classify run would write it).
@@ -341,14 +358,16 @@ TEST_F(DetectTrain, ResumesAndFineTunesByType) {
             *root_);
     ASSERT_EQ(r.rc, 0) << r.err;
     EXPECT_TRUE(contains(r.err, "fine_tune_checkpoint_type detection")) << r.err;
-    EXPECT_TRUE(contains(r.err, "0 skipped, 12 not in the checkpoint with the model's shape")) << r.err;  // 6 class heads x 2
+    EXPECT_TRUE(contains(r.err, "0 skipped, 12 not in the checkpoint with the model's shape"))
+        << r.err;  // 6 class heads x 2
     EXPECT_TRUE(contains(r.err, "box_heads      restored   12")) << r.err;
   }
   // full with another number of classes: a shape error naming the variable.
   const std::string cfg = root_->file("ft_mismatch.config");
   std::string other = replace(text, "num_classes: 3", "num_classes: 5");
-  other = replace(other, "train_config {\n",
-                  "train_config {\n  fine_tune_checkpoint: \"" + model_ + "\"\n  fine_tune_checkpoint_type: \"full\"\n");
+  other =
+      replace(other, "train_config {\n",
+              "train_config {\n  fine_tune_checkpoint: \"" + model_ + "\"\n  fine_tune_checkpoint_type: \"full\"\n");
   atomic_write_file(cfg, other);
   r = run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", root_->file("ft_mismatch"),
            "--num_train_steps", "1", "--skip_eval"},
@@ -380,13 +399,14 @@ TEST_F(DetectTrain, TensorFlowCheckpointsOutAndIn) {
 
   const std::string text = read_file(config_);
   const auto fine_tune = [&](const std::string& name, const std::string& checkpoint, const std::string& type,
-                              const std::vector<std::string>& extra = {}) {
+                             const std::vector<std::string>& extra = {}) {
     const std::string cfg = root_->file(name + ".config");
     atomic_write_file(cfg, replace(text, "train_config {\n",
                                    "train_config {\n  fine_tune_checkpoint: \"" + checkpoint +
                                        "\"\n  fine_tune_checkpoint_type: \"" + type + "\"\n"));
-    std::vector<std::string> args = {"detect", "train", "--pipeline_config_path", cfg, "--model_dir", root_->file(name),
-                                     "--num_train_steps", "1", "--skip_eval"};
+    std::vector<std::string> args = {"detect",      "train",           "--pipeline_config_path", cfg,
+                                     "--model_dir", root_->file(name), "--num_train_steps",      "1",
+                                     "--skip_eval"};
     args.insert(args.end(), extra.begin(), extra.end());
     return run(args, *root_);
   };
@@ -403,8 +423,9 @@ TEST_F(DetectTrain, TensorFlowCheckpointsOutAndIn) {
   mo.finegrain_classification_mode = false;
   mo.num_classes = 1001;
   models::MobileNetV2 classifier(mo);
-  models::write_tf_checkpoint(root_->file("slim/mobilenet_v2.ckpt"), *classifier,
-                              [](const std::string& n) { return models::mobilenet_v2_tf_name(n); }, 0);
+  models::write_tf_checkpoint(
+      root_->file("slim/mobilenet_v2.ckpt"), *classifier,
+      [](const std::string& n) { return models::mobilenet_v2_tf_name(n); }, 0);
   int backbone = 0;
   for (const auto& p : classifier->named_parameters()) backbone += p.key().rfind("features.", 0) == 0;
   for (const auto& b : classifier->named_buffers())
@@ -416,8 +437,9 @@ TEST_F(DetectTrain, TensorFlowCheckpointsOutAndIn) {
   // both shapes (without it they are skipped with a warning: tests/cli/fine_tune_cli_test.cc).
   mo.width_mult = 0.5;
   models::MobileNetV2 wider(mo);
-  models::write_tf_checkpoint(root_->file("slim_wide/mobilenet_v2.ckpt"), *wider,
-                              [](const std::string& n) { return models::mobilenet_v2_tf_name(n); }, 0);
+  models::write_tf_checkpoint(
+      root_->file("slim_wide/mobilenet_v2.ckpt"), *wider,
+      [](const std::string& n) { return models::mobilenet_v2_tf_name(n); }, 0);
   r = fine_tune("ft_tf_wide", root_->file("slim_wide/mobilenet_v2.ckpt"), "classification", {"--strict_fine_tune"});
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(contains(r.err, "are not in it with the model's shape (--strict_fine_tune")) << r.err;
@@ -455,10 +477,11 @@ TEST_P(DetectFamily, LearnsTheShapesSet) {
   for (const auto& [from, to] : c.edits) text = replace(text, from, to);
   const std::string cfg = root_->file(c.name + ".config"), stats = root_->file(c.name + ".json");
   atomic_write_file(cfg, text);
-  auto r = run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", root_->file(c.name),
-                "--num_train_steps", std::to_string(c.steps), "--save_checkpoints_steps", std::to_string(c.steps),
-                "--log_steps", "100", "--seed", "1", "--stats_file", stats, "--num_preprocess_threads", "1", "--strict"},
-               *root_);
+  auto r =
+      run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", root_->file(c.name), "--num_train_steps",
+           std::to_string(c.steps), "--save_checkpoints_steps", std::to_string(c.steps), "--log_steps", "100", "--seed",
+           "1", "--stats_file", stats, "--num_preprocess_threads", "1", "--strict"},
+          *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "detect: " + c.name + " (3 classes")) << r.err;
   const json s = json::parse(test::read_bytes(stats));
@@ -476,26 +499,30 @@ INSTANTIATE_TEST_SUITE_P(
         FamilyCase{"ssd_mobilenet_v3_small",
                    {{"\"ssd_mobilenet_v2\"", "\"ssd_mobilenet_v3_small\"\n      use_depthwise: true"},
                     {"        kernel_size: 3\n", "        kernel_size: 3\n        use_depthwise: true\n"}},
-                   500, 0.5},
+                   500,
+                   0.5},
         // SSDLite on MobileNet-EdgeTPU (ssdlite_mobilenet_edgetpu_320x320_coco's layout): fused
         // blocks, ReLU, depthwise extras and heads. 0.68 after 500 steps when written.
         FamilyCase{"ssd_mobilenet_edgetpu",
                    {{"\"ssd_mobilenet_v2\"", "\"ssd_mobilenet_edgetpu\"\n      use_depthwise: true"},
                     {"        kernel_size: 3\n", "        kernel_size: 3\n        use_depthwise: true\n"}},
-                   500, 0.5},
+                   500,
+                   0.5},
         // SSDLite on MobileDet-DSP (ssdlite_mobiledet_dsp_320x320_coco_sync_4x4's layout): IBN,
         // fused and Tucker blocks, C4 + C5, depthwise extras and heads. 0.55 after 500 steps when
         // written.
         FamilyCase{"ssd_mobiledet_dsp",
                    {{"\"ssd_mobilenet_v2\"", "\"ssd_mobiledet_dsp\"\n      use_depthwise: true"},
                     {"        kernel_size: 3\n", "        kernel_size: 3\n        use_depthwise: true\n"}},
-                   500, 0.4},
+                   500,
+                   0.4},
         // Inception-v3's three base maps (ssd_inception_v3_pets' layout) at depth 0.35. 0.54 after
         // 400 steps when written.
         FamilyCase{"ssd_inception_v3",
                    {{"type: \"ssd_mobilenet_v2\"",
                      "type: \"ssd_inception_v3\"\n      override_base_feature_extractor_hyperparams: true"}},
-                   400, 0.35},
+                   400,
+                   0.35},
         // RetinaNet's layout on MobileNetV1 (ssd_mobilenet_v1_fpn_shared_box_predictor): FPN levels
         // 3..6, weight-shared predictor, multiscale anchors, focal loss without hard example mining.
         // 0.87 after 250 steps (0.94 after 400) on 2026-12-06.
@@ -531,7 +558,8 @@ INSTANTIATE_TEST_SUITE_P(
         scales_per_octave: 2
 )"},
                     {"        reduce_boxes_in_lowest_layer: false\n", ""},
-                    {"weighted_sigmoid {\n        }", "weighted_sigmoid_focal {\n          alpha: 0.25\n          gamma: 2.0\n        }"},
+                    {"weighted_sigmoid {\n        }",
+                     "weighted_sigmoid_focal {\n          alpha: 0.25\n          gamma: 2.0\n        }"},
                     {R"(      hard_example_miner {
         num_hard_examples: 3000
         iou_threshold: 0.99
@@ -541,7 +569,8 @@ INSTANTIATE_TEST_SUITE_P(
       }
 )",
                      ""}},
-                   250, 0.6}),
+                   250,
+                   0.6}),
     [](const auto& info) { return info.param.name; });
 
 // The other families, a CTest entry of their own (the one above fills its time budget).
@@ -571,13 +600,15 @@ INSTANTIATE_TEST_SUITE_P(
         FamilyCase{"ssd_inception_v2",
                    {{"type: \"ssd_mobilenet_v2\"",
                      "type: \"ssd_inception_v2\"\n      override_base_feature_extractor_hyperparams: true"}},
-                   500, 0.45},
+                   500,
+                   0.45},
         // PPN (ssd_mobilenet_v1_ppn_shared_box_predictor_300x300_coco14_sync's layout): MobileNetV1's
         // stride-32 map max-pooled into six levels, one shared 1x1 tower, focal loss alpha 0.75.
         // Its 3x3 stride-32 map at 96x96 is coarse for these objects: 0.35 after 500 steps when
         // written (0.39 after 1000).
         FamilyCase{"ssd_mobilenet_v1_ppn",
-                   {{"\"ssd_mobilenet_v2\"", "\"ssd_mobilenet_v1_ppn\"\n      override_base_feature_extractor_hyperparams: true"},
+                   {{"\"ssd_mobilenet_v2\"",
+                     "\"ssd_mobilenet_v1_ppn\"\n      override_base_feature_extractor_hyperparams: true"},
                     {kPlainPredictor, R"(weight_shared_convolutional_box_predictor {
         depth: 64
         num_layers_before_predictor: 1
@@ -585,9 +616,11 @@ INSTANTIATE_TEST_SUITE_P(
         share_prediction_tower: true
         class_prediction_bias_init: -4.6
 )"},
-                    {"weighted_sigmoid {\n        }", "weighted_sigmoid_focal {\n          alpha: 0.75\n          gamma: 2.0\n        }"},
+                    {"weighted_sigmoid {\n        }",
+                     "weighted_sigmoid_focal {\n          alpha: 0.75\n          gamma: 2.0\n        }"},
                     {kHardExampleMiner, ""}},
-                   500, 0.25},
+                   500,
+                   0.25},
         // MnasFPN (ssd_mobilenet_v2_mnasfpn_shared_box_predictor_320x320_coco_sync's layout) at
         // 128x128 (sides multiples of 64): MobileNetV2 C3..C5 + C6, four MnasFPN cells, the shared
         // depthwise tower, multiscale anchors, focal loss. 0.44 after 500 steps when written (AR@100 0.82).
@@ -616,9 +649,11 @@ INSTANTIATE_TEST_SUITE_P(
         scales_per_octave: 2
 )"},
                     {"        reduce_boxes_in_lowest_layer: false\n", ""},
-                    {"weighted_sigmoid {\n        }", "weighted_sigmoid_focal {\n          alpha: 0.25\n          gamma: 2.0\n        }"},
+                    {"weighted_sigmoid {\n        }",
+                     "weighted_sigmoid_focal {\n          alpha: 0.25\n          gamma: 2.0\n        }"},
                     {kHardExampleMiner, ""}},
-                   500, 0.3}),
+                   500,
+                   0.3}),
     [](const auto& info) { return info.param.name; });
 
 // The families whose inputs or backbones are larger, at batch 8: a third CTest entry.
@@ -632,37 +667,41 @@ INSTANTIATE_TEST_SUITE_P(
                     {"height: 96\n        width: 96", "height: 256\n        width: 256"},
                     {"num_layers: 6", "num_layers: 5"},
                     {"batch_size: 32", "batch_size: 8"}},
-                   200, 0.5},
+                   200,
+                   0.5},
         // RetinaNet (ssd_resnet50_v1_fpn_shared_box_predictor_640x640_coco14_sync's layout) at 96x96:
         // ResNet-50 C3..C5 + FPN to level 6, the weight-shared tower, multiscale anchors, focal loss.
         // 0.92 after 400 steps when written; on 2026-12-06 0.83 after 300, 0.62 after 200, 0.51 after 150.
-        FamilyCase{"ssd_resnet50_v1_fpn",
-                   {{"\"ssd_mobilenet_v2\"",
-                     "\"ssd_resnet50_v1_fpn\"\n      fpn {\n        min_level: 3\n        max_level: 6\n"
-                     "        additional_layer_depth: 64\n      }\n      override_base_feature_extractor_hyperparams: true"},
-                    {"      depth_multiplier: 0.35\n      min_depth: 8\n", ""},
-                    {kPlainPredictor, R"(weight_shared_convolutional_box_predictor {
+        FamilyCase{
+            "ssd_resnet50_v1_fpn",
+            {{"\"ssd_mobilenet_v2\"",
+              "\"ssd_resnet50_v1_fpn\"\n      fpn {\n        min_level: 3\n        max_level: 6\n"
+              "        additional_layer_depth: 64\n      }\n      override_base_feature_extractor_hyperparams: true"},
+             {"      depth_multiplier: 0.35\n      min_depth: 8\n", ""},
+             {kPlainPredictor, R"(weight_shared_convolutional_box_predictor {
         depth: 64
         num_layers_before_predictor: 2
         kernel_size: 3
         class_prediction_bias_init: -4.6
 )"},
-                    {R"(ssd_anchor_generator {
+             {R"(ssd_anchor_generator {
         num_layers: 6
         min_scale: 0.15
         max_scale: 0.95
 )",
-                     R"(multiscale_anchor_generator {
+              R"(multiscale_anchor_generator {
         min_level: 3
         max_level: 6
         anchor_scale: 3.0
         scales_per_octave: 2
 )"},
-                    {"        reduce_boxes_in_lowest_layer: false\n", ""},
-                    {"weighted_sigmoid {\n        }", "weighted_sigmoid_focal {\n          alpha: 0.25\n          gamma: 2.0\n        }"},
-                    {kHardExampleMiner, ""},
-                    {"batch_size: 32", "batch_size: 8"}},
-                   200, 0.4}),
+             {"        reduce_boxes_in_lowest_layer: false\n", ""},
+             {"weighted_sigmoid {\n        }",
+              "weighted_sigmoid_focal {\n          alpha: 0.25\n          gamma: 2.0\n        }"},
+             {kHardExampleMiner, ""},
+             {"batch_size: 32", "batch_size: 8"}},
+            200,
+            0.4}),
     [](const auto& info) { return info.param.name; });
 
 class DetectErrors : public ::testing::Test {
@@ -671,9 +710,9 @@ class DetectErrors : public ::testing::Test {
     one_thread_per_process();
     root_ = new TempDir();
     data_ = root_->file("shapes");
-    auto r = run({"data", "shapes", "--task", "detection", "--out_dir", data_, "--num_train", "64",
-                  "--num_validation", "16"},
-                 *root_);
+    auto r = run(
+        {"data", "shapes", "--task", "detection", "--out_dir", data_, "--num_train", "64", "--num_validation", "16"},
+        *root_);
     ASSERT_EQ(r.rc, 0) << r.err;
     text_ = read_file((stdfs::path(data_) / "pipeline.config").string());
   }
@@ -682,8 +721,8 @@ class DetectErrors : public ::testing::Test {
   RunResult train_with(const std::string& config_text, std::vector<std::string> extra = {}) {
     const std::string cfg = root_->file("case.config");
     atomic_write_file(cfg, config_text);
-    std::vector<std::string> args = {"detect",           "train", "--pipeline_config_path", cfg, "--model_dir",
-                                     root_->file("m"), "--clean", "--num_train_steps",       "2", "--skip_eval"};
+    std::vector<std::string> args = {"detect",         "train",   "--pipeline_config_path", cfg, "--model_dir",
+                                     root_->file("m"), "--clean", "--num_train_steps",      "2", "--skip_eval"};
     args.insert(args.end(), extra.begin(), extra.end());
     return run(args, *root_);
   }
@@ -697,7 +736,8 @@ std::string DetectErrors::data_, DetectErrors::text_;
 // As TensorFlow's parser: a field outside the schema is an error (a misspelling named with the
 // field meant), a warning with --allow_unknown_fields; --strict keeps it an error.
 TEST_F(DetectErrors, UnknownFieldsFailUnlessAllowed) {
-  const std::string cfg = replace(text_, "    num_classes: 3\n", "    num_classes: 3\n    frobnicate: 7\n    num_clases: 3\n");
+  const std::string cfg =
+      replace(text_, "    num_classes: 3\n", "    num_classes: 3\n    frobnicate: 7\n    num_clases: 3\n");
   auto r = train_with(cfg);
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(contains(r.err, "model.ssd.frobnicate (line")) << r.err;
@@ -752,7 +792,8 @@ TEST_F(DetectErrors, LabelOutsideTheModelsClassesNamesTheRecord) {
   // The records use classes 1..3; a 2-class model (no label map to catch it first) rejects
   // them naming the file, the record and the field.
   std::string cfg = replace(text_, "num_classes: 3", "num_classes: 2");
-  const std::string line = "  label_map_path: \"" + stdfs::absolute(data_).lexically_normal().string() + "/label_map.pbtxt\"\n";
+  const std::string line =
+      "  label_map_path: \"" + stdfs::absolute(data_).lexically_normal().string() + "/label_map.pbtxt\"\n";
   for (int i = 0; i < 2; ++i) cfg = replace(cfg, line, "");
   auto r = train_with(cfg);
   EXPECT_NE(r.rc, 0);
@@ -780,14 +821,16 @@ TEST(ResizeKeepAspectRatio, TrainsEvaluatesAndPredictsAtEachImagesShape) {
            "--seed", "6", "--image_size", "96", "--image_width", "64"},
           root);
   ASSERT_EQ(r.rc, 0) << r.err;
-  const std::string base = replace(read_file((stdfs::path(wide) / "pipeline.config").string()),
-                                   "fixed_shape_resizer {\n        height: 96\n        width: 96\n      }",
-                                   "keep_aspect_ratio_resizer {\n        min_dimension: 96\n        max_dimension: 160\n"
-                                   "      }");
+  const std::string base =
+      replace(read_file((stdfs::path(wide) / "pipeline.config").string()),
+              "fixed_shape_resizer {\n        height: 96\n        width: 96\n      }",
+              "keep_aspect_ratio_resizer {\n        min_dimension: 96\n        max_dimension: 160\n"
+              "      }");
   const std::string shards = "/train-\?\?\?\?\?-of-\?\?\?\?\?\"\n";  // (no trigraphs)
   const std::string wide_train = "    input_path: \"" + wide + shards;
   const std::string mixed = replace(base, wide_train, wide_train + "    input_path: \"" + tall + shards);
-  const std::string padded = replace(mixed, "max_dimension: 160\n", "max_dimension: 160\n        pad_to_max_dimension: true\n");
+  const std::string padded =
+      replace(mixed, "max_dimension: 160\n", "max_dimension: 160\n        pad_to_max_dimension: true\n");
   const std::string base_cfg = root.file("keep.config"), mixed_cfg = root.file("mixed.config"),
                     padded_cfg = root.file("padded.config");
   atomic_write_file(base_cfg, base);
@@ -802,8 +845,10 @@ TEST(ResizeKeepAspectRatio, TrainsEvaluatesAndPredictsAtEachImagesShape) {
   // Images of both shapes in one batch, without padding: refused, naming a record.
   r = train(mixed_cfg, root.file("refused"), 10, root.file("refused.json"));
   EXPECT_NE(r.rc, 0);
-  EXPECT_TRUE(contains(r.err, "keep_aspect_ratio_resizer without pad_to_max_dimension: a batch holds images of "
-                              "different sizes (")) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "keep_aspect_ratio_resizer without pad_to_max_dimension: a batch holds images of "
+                       "different sizes ("))
+      << r.err;
   EXPECT_TRUE(contains(r.err, "train-000")) << r.err;
 
   // Landscape images alone: one input size; evaluation one image at a time.
@@ -816,8 +861,10 @@ TEST(ResizeKeepAspectRatio, TrainsEvaluatesAndPredictsAtEachImagesShape) {
   // ONNX needs a fixed input size.
   r = run({"detect", "export", "--model_dir", own, "--format", "onnx", "--out", root.file("m.onnx")}, root);
   EXPECT_NE(r.rc, 0);
-  EXPECT_TRUE(contains(r.err, "ONNX export needs a fixed input size: keep_aspect_ratio_resizer without "
-                              "pad_to_max_dimension")) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "ONNX export needs a fixed input size: keep_aspect_ratio_resizer without "
+                       "pad_to_max_dimension"))
+      << r.err;
 
   // Padded to 160x160: learns the mixed set.
   const std::string model = root.file("padded"), stats = root.file("padded.json");
@@ -868,7 +915,6 @@ TEST(ResizeKeepAspectRatio, TrainsEvaluatesAndPredictsAtEachImagesShape) {
     EXPECT_GE(on_objects, confident * 3 / 4) << r.out;
   }
 }
-
 
 // Mask R-CNN on the shapes set, each object's visible pixels its mask: Faster R-CNN as
 // faster_rcnn_resnet50_coco builds it (ResNet-50 C4, stride 16, the RPN, 2x2 max-pooled crops
@@ -1002,17 +1048,36 @@ TEST(TwoStageShapes, MaskRcnnLearnsPredictsAndExports) {
   const std::string cfg = root.file("mask_rcnn.config"), stats = root.file("stats.json"), model = root.file("model");
   atomic_write_file(cfg, text);
   // One evaluation, at the end: no time-based checkpoint (and its evaluation) on a slow machine.
-  r = run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", model, "--num_train_steps",
-           std::to_string(kSteps), "--save_checkpoints_steps", std::to_string(kSteps), "--save_checkpoints_secs", "0",
-           "--log_steps", "100", "--seed", "1", "--stats_file", stats, "--num_preprocess_threads", "1", "--strict"},
+  r = run({"detect",
+           "train",
+           "--pipeline_config_path",
+           cfg,
+           "--model_dir",
+           model,
+           "--num_train_steps",
+           std::to_string(kSteps),
+           "--save_checkpoints_steps",
+           std::to_string(kSteps),
+           "--save_checkpoints_secs",
+           "0",
+           "--log_steps",
+           "100",
+           "--seed",
+           "1",
+           "--stats_file",
+           stats,
+           "--num_preprocess_threads",
+           "1",
+           "--strict"},
           root);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "detect: faster_rcnn faster_rcnn_resnet50 (3 classes, stride 16, 9 anchors per location"))
       << r.err;
   EXPECT_TRUE(contains(r.err, "15x15 masks")) << r.err;
   const json s = json::parse(test::read_bytes(stats));
-  for (const char* loss : {"RPNLoss/localization_loss", "RPNLoss/objectness_loss", "BoxClassifierLoss/localization_loss",
-                           "BoxClassifierLoss/classification_loss", "BoxClassifierLoss/mask_loss"})
+  for (const char* loss :
+       {"RPNLoss/localization_loss", "RPNLoss/objectness_loss", "BoxClassifierLoss/localization_loss",
+        "BoxClassifierLoss/classification_loss", "BoxClassifierLoss/mask_loss"})
     EXPECT_TRUE(s.contains(std::string("eval_Loss/") + loss)) << loss;
   const double ap50 = s.at("eval_DetectionBoxes_Precision/mAP@.50IOU").get<double>();
   const double mask_ap50 = s.at("eval_DetectionMasks_Precision/mAP@.50IOU").get<double>();
@@ -1078,10 +1143,11 @@ TEST(TwoStageShapes, MaskRcnnLearnsPredictsAndExports) {
   r = run({"checkpoint", "inspect", root.file("tf"), "--pipeline_config_path", cfg}, root);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "0 missing, 0 with another shape")) << r.out;
-  for (const char* name : {"FirstStageFeatureExtractor/resnet_v1_50/block3/unit_6/bottleneck_v1/conv3/weights",
-                           "SecondStageFeatureExtractor/resnet_v1_50/block4/unit_1/bottleneck_v1/shortcut/weights",
-                           "FirstStageBoxPredictor/ClassPredictor/weights", "SecondStageBoxPredictor/ClassPredictor/biases",
-                           "Conv/weights", "SecondStageBoxPredictor/Conv/weights", "SecondStageBoxPredictor/Conv_1/biases"})
+  for (const char* name :
+       {"FirstStageFeatureExtractor/resnet_v1_50/block3/unit_6/bottleneck_v1/conv3/weights",
+        "SecondStageFeatureExtractor/resnet_v1_50/block4/unit_1/bottleneck_v1/shortcut/weights",
+        "FirstStageBoxPredictor/ClassPredictor/weights", "SecondStageBoxPredictor/ClassPredictor/biases",
+        "Conv/weights", "SecondStageBoxPredictor/Conv/weights", "SecondStageBoxPredictor/Conv_1/biases"})
     EXPECT_TRUE(contains(r.out, name)) << name;
   r = run({"detect", "export", "--model_dir", model, "--format", "onnx", "--out", root.file("m.onnx")}, root);
   EXPECT_NE(r.rc, 0);

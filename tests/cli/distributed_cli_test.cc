@@ -5,16 +5,15 @@
 //                     resumes; launch stops the others when one fails.
 //   ClusterConfig.*   TF_CONFIG parsing, the divisibility and strategy errors.
 //   MixedPrecision.*  --dtype bf16 (CPU autocast) trains every task.
-#include <signal.h>
-
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -105,8 +104,8 @@ TEST_F(DataParallel, TwoProcessesMatchOneProcessWithTwiceTheBatch) {
   auto single = run(args(one), *root_);
   ASSERT_EQ(single.rc, 0) << single.err;
   // Synchronized batch norm: each replica normalises over the global batch, as one process does.
-  auto launch_args = std::vector<std::string>{"launch", "--nproc_per_node", "2", "--master_port",
-                                              std::to_string(next_port()), "--"};
+  auto launch_args =
+      std::vector<std::string>{"launch", "--nproc_per_node", "2", "--master_port", std::to_string(next_port()), "--"};
   for (const auto& a : args(two)) launch_args.push_back(a);
   launch_args.push_back("--sync_bn");
   auto pair = run(launch_args, *root_);
@@ -166,8 +165,8 @@ TEST_F(DataParallel, AKilledWorkerStopsTheOtherAndARestartResumes) {
 
   // The same command again, through orchard launch: it resumes from the newest checkpoint.
   const int64_t saved = train::checkpoint_step(train::CheckpointManager(dir).latest());
-  auto resumed_args = std::vector<std::string>{"launch", "--nproc_per_node", "2", "--master_port",
-                                               std::to_string(next_port()), "--"};
+  auto resumed_args =
+      std::vector<std::string>{"launch", "--nproc_per_node", "2", "--master_port", std::to_string(next_port()), "--"};
   auto b = args(dir, static_cast<int>(saved) + 8);
   resumed_args.insert(resumed_args.end(), b.begin(), b.end());
   auto again = run(resumed_args, *root_);
@@ -204,9 +203,26 @@ TEST_F(DataParallel, AHangingWorkerStopsTheOtherAfterTheTimeout) {
 TEST_F(DataParallel, LaunchStopsTheOthersWhenOneFails) {
   // The workers stop at once (the batch does not divide by the replicas): launch reports the
   // first failure, stops the rest and exits non-zero.
-  auto r = run({"launch", "--nproc_per_node", "2", "--master_port", std::to_string(next_port()), "--grace_seconds",
-                "2", "--", "classify", "train", "--data_dir", data_, "--model_dir", root_->file("odd"), "--model",
-                "resnet_tiny", "--batch_size", "15", "--train_steps", "2"},
+  auto r = run({"launch",
+                "--nproc_per_node",
+                "2",
+                "--master_port",
+                std::to_string(next_port()),
+                "--grace_seconds",
+                "2",
+                "--",
+                "classify",
+                "train",
+                "--data_dir",
+                data_,
+                "--model_dir",
+                root_->file("odd"),
+                "--model",
+                "resnet_tiny",
+                "--batch_size",
+                "15",
+                "--train_steps",
+                "2"},
                *root_);
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(contains(r.err, "must divide by the 2 replicas")) << r.err;
@@ -251,9 +267,26 @@ TEST(MixedPrecision, Bf16TrainsEveryTask) {
   setenv("OMP_NUM_THREADS", "1", 1);
   TempDir root;
   auto classify = [&](const std::string& dtype) {
-    auto r = run({"classify", "train", "--use_synthetic_data", "--model", "resnet18_small", "--width", "8",
-                  "--image_size", "16", "--batch_size", "8", "--num_classes", "10", "--train_steps", "1",
-                  "--model_dir", root.file("cls-" + dtype), "--dtype", dtype, "--stats_file",
+    auto r = run({"classify",
+                  "train",
+                  "--use_synthetic_data",
+                  "--model",
+                  "resnet18_small",
+                  "--width",
+                  "8",
+                  "--image_size",
+                  "16",
+                  "--batch_size",
+                  "8",
+                  "--num_classes",
+                  "10",
+                  "--train_steps",
+                  "1",
+                  "--model_dir",
+                  root.file("cls-" + dtype),
+                  "--dtype",
+                  dtype,
+                  "--stats_file",
                   root.file(dtype + ".json")},
                  root);
     EXPECT_EQ(r.rc, 0) << r.err;
@@ -272,7 +305,8 @@ TEST(MixedPrecision, Bf16TrainsEveryTask) {
               0);
   const std::vector<std::vector<std::string>> runs = {
       {"multilabel", "train", "--data_dir", data + "/multilabel", "--model_dir", root.file("ml"), "--model",
-       "resnet_tiny", "--class_num", "6", "--image_size", "32", "--batch_size", "4", "--max_iter", "2", "--log_interval", "1", "--skip_eval"},
+       "resnet_tiny", "--class_num", "6", "--image_size", "32", "--batch_size", "4", "--max_iter", "2",
+       "--log_interval", "1", "--skip_eval"},
       {"detect", "train", "--pipeline_config_path", data + "/detection/pipeline.config", "--model_dir",
        root.file("det"), "--num_train_steps", "2", "--log_steps", "1", "--skip_eval"},
       {"caption", "train", "--input_file_pattern", data + "/captioning/train-*", "--train_dir", root.file("cap"),

@@ -46,9 +46,9 @@ class DropIn : public ::testing::Test {
     ::setenv("OMP_NUM_THREADS", "1", 1);
     root_ = new TempDir();
     data_ = root_->file("shapes");
-    auto r = run({"data", "shapes", "--task", "detection", "--out_dir", data_, "--num_train", "16", "--num_validation",
-                  "4"},
-                 *root_);
+    auto r =
+        run({"data", "shapes", "--task", "detection", "--out_dir", data_, "--num_train", "16", "--num_validation", "4"},
+            *root_);
     ASSERT_EQ(r.rc, 0) << r.err;
     // Batch 8 at 96x96: two steps take seconds.
     text_ = replaced(read_file((stdfs::path(data_) / "pipeline.config").string()), "batch_size: 32", "batch_size: 8");
@@ -65,8 +65,9 @@ class DropIn : public ::testing::Test {
 
   static RunResult detect_train(const std::string& model_dir, std::vector<std::string> extra,
                                 const std::string& config = "") {
-    std::vector<std::string> args = {"detect", "train", "--pipeline_config_path", config.empty() ? config_ : config,
-                                     "--model_dir", model_dir, "--num_train_steps", "2"};
+    std::vector<std::string> args = {
+        "detect",      "train",   "--pipeline_config_path", config.empty() ? config_ : config,
+        "--model_dir", model_dir, "--num_train_steps",      "2"};
     args.insert(args.end(), extra.begin(), extra.end());
     return run(args, *root_);
   }
@@ -132,7 +133,8 @@ TEST_F(DropIn, ModelTpuMainFlags) {
 
   r = detect_train(root_->file("tpu3"), {"--train_batch_sise", "64", "--iterations_per_loop", "8"});
   EXPECT_NE(r.rc, 0);
-  EXPECT_TRUE(contains(r.err, "orchard detect train: unknown flag --train_batch_sise (did you mean --train_batch_size?)"))
+  EXPECT_TRUE(
+      contains(r.err, "orchard detect train: unknown flag --train_batch_sise (did you mean --train_batch_size?)"))
       << r.err;
   EXPECT_FALSE(contains(r.err, "The following arguments were not expected")) << r.err;
   EXPECT_FALSE(stdfs::exists(root_->file("tpu3")));
@@ -147,10 +149,10 @@ TEST_F(DropIn, ExportInferenceGraphFlags) {
   const std::string out = root_->file("exported");
   // use_moving_average unset (the proto default, true): a note for training, not for an export.
   const std::string cfg = write_config("no_average.config", replaced(text_, "    use_moving_average: false\n", ""));
-  r = run({"detect", "export", "--input_type", "image_tensor", "--pipeline_config_path", cfg,
-           "--trained_checkpoint_prefix", m + "/model.ckpt-2", "--output_directory", out, "--config_override",
-           "eval_config { num_examples: 7 }"},
-          *root_);
+  r = run(
+      {"detect", "export", "--input_type", "image_tensor", "--pipeline_config_path", cfg, "--trained_checkpoint_prefix",
+       m + "/model.ckpt-2", "--output_directory", out, "--config_override", "eval_config { num_examples: 7 }"},
+      *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(stdfs::exists(stdfs::path(out) / "ckpt-2.pt")) << r.err;
   EXPECT_TRUE(contains(read_file((stdfs::path(out) / "pipeline.config").string()), "num_examples: 7"));
@@ -209,8 +211,8 @@ TEST_F(DropIn, SlowStepsShowProgressAndGetTimeBasedCheckpoints) {
   EXPECT_TRUE(contains(r.err, "step 1/5: ")) << r.err;
   EXPECT_TRUE(contains(r.err, "s/step so far")) << r.err;
   // Each step's clock check finds the (tiny) interval passed: a checkpoint after every step.
-  EXPECT_EQ(checkpoints_in(m), (std::vector<std::string>{"ckpt-1.pt", "ckpt-2.pt", "ckpt-3.pt", "ckpt-4.pt",
-                                                         "ckpt-5.pt"}))
+  EXPECT_EQ(checkpoints_in(m),
+            (std::vector<std::string>{"ckpt-1.pt", "ckpt-2.pt", "ckpt-3.pt", "ckpt-4.pt", "ckpt-5.pt"}))
       << r.err;
   // A short run still writes its throughput (the last step has its log line and summary).
   EXPECT_TRUE(contains(r.err, "step 5/5: loss")) << r.err;
@@ -245,11 +247,30 @@ TEST(DropInClassify, ModeTrainThenModeEvalAndTheModelGardensFlags) {
                root);
   ASSERT_EQ(r.rc, 0) << r.err;
   const std::string m = root.file("m");
-  const std::vector<std::string> flags = {"--data_dir", data, "--model_dir", m, "--model", "resnet_tiny", "--image_size",
-                                          "28", "--batch_size", "16", "--train_steps", "4", "--steps_per_loop", "2",
-                                          "--enable_checkpoint_and_export", "--enable_tensorboard"};
-  std::vector<std::string> args = {"classify", "train", "--mode=train", "--tf_gpu_thread_mode", "gpu_private",
-                                   "--per_gpu_thread_count", "2", "--report_accuracy_metrics=false"};
+  const std::vector<std::string> flags = {"--data_dir",
+                                          data,
+                                          "--model_dir",
+                                          m,
+                                          "--model",
+                                          "resnet_tiny",
+                                          "--image_size",
+                                          "28",
+                                          "--batch_size",
+                                          "16",
+                                          "--train_steps",
+                                          "4",
+                                          "--steps_per_loop",
+                                          "2",
+                                          "--enable_checkpoint_and_export",
+                                          "--enable_tensorboard"};
+  std::vector<std::string> args = {"classify",
+                                   "train",
+                                   "--mode=train",
+                                   "--tf_gpu_thread_mode",
+                                   "gpu_private",
+                                   "--per_gpu_thread_count",
+                                   "2",
+                                   "--report_accuracy_metrics=false"};
   args.insert(args.end(), flags.begin(), flags.end());
   r = run(args, root);
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -2,17 +2,17 @@
 // ONNX consumer Orchard does not share code with) loads each exported file and must reproduce
 // Orchard's own outputs for the same input.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <opencv2/dnn.hpp>
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
-#include <regex>
 #include <memory>
-#include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -20,15 +20,15 @@
 #include "core/test_util.h"
 #include "orchard/core/files.h"
 #include "orchard/data/preprocess.h"
-#include "orchard/detect/ops/box_ops.h"
 #include "orchard/detect/config/config.h"
+#include "orchard/detect/meta_arch/ssd.h"
 #include "orchard/detect/meta_arch/ssd_model.h"
+#include "orchard/detect/ops/box_ops.h"
 #include "orchard/export/onnx_export.h"
 #include "orchard/models/image_model.h"
 #include "orchard/models/registry.h"
 #include "orchard/tasks/classify/classification.h"
 #include "orchard/tasks/detect/detection.h"
-#include "orchard/detect/meta_arch/ssd.h"
 #include "orchard/tasks/multilabel/multilabel.h"
 #include "orchard/train/checkpoint.h"
 
@@ -136,10 +136,11 @@ TEST_P(ExportOnnx, OpenCvReproducesLogitsAndFeatures) {
   // --include_preprocessing: RGB values in [0, 255] in; the graph scales them as Orchard's
   // preprocessing does (RGB minus the ImageNet means; Inception: * 2/255 - 1).
   const auto rgb = torch::randint(0, 256, {2, 3, size, size}).to(torch::kFloat);
-  const auto scaled = models::takes_unit_range_inputs(arch)
-                          ? rgb * data::kInceptionScale - 1.0f
-                          : rgb - torch::tensor({data::kChannelMeans[0], data::kChannelMeans[1], data::kChannelMeans[2]})
-                                      .view({1, 3, 1, 1});
+  const auto scaled =
+      models::takes_unit_range_inputs(arch)
+          ? rgb * data::kInceptionScale - 1.0f
+          : rgb - torch::tensor({data::kChannelMeans[0], data::kChannelMeans[1], data::kChannelMeans[2]})
+                      .view({1, 3, 1, 1});
   const auto expected = model.forward(scaled);
   const double dp = max_diff(opencv_forward(root.file("p.onnx"), rgb), expected);
   std::cout << arch << " with preprocessing: max |OpenCV - Orchard| " << dp << "\n";
@@ -151,15 +152,13 @@ TEST_P(ExportOnnx, OpenCvReproducesLogitsAndFeatures) {
 // counters too); Inception-v3 at its smallest input (all five block types, both pools);
 // MobileNetV2 (depthwise convolutions, ReLU6, inverted residuals); TF-Slim's Inception-v3
 // (pools without their padding) and MobileNetV2 ('SAME' strided convolutions, odd pixel after).
-INSTANTIATE_TEST_SUITE_P(ImageModels, ExportOnnx,
-                         ::testing::Values(ExportCase{"classify", "resnet_tiny", 32},
-                                           ExportCase{"classify", "resnet50", 64},
-                                           ExportCase{"multilabel", "resnet_tiny", 32},
-                                           ExportCase{"classify", "inception_v3", 75},
-                                           ExportCase{"classify", "mobilenet_v2", 64},
-                                           ExportCase{"classify", "inception_v3_slim", 75},
-                                           ExportCase{"classify", "mobilenet_v2_slim", 64}),
-                         [](const auto& info) { return info.param.task + "_" + info.param.arch; });
+INSTANTIATE_TEST_SUITE_P(
+    ImageModels, ExportOnnx,
+    ::testing::Values(ExportCase{"classify", "resnet_tiny", 32}, ExportCase{"classify", "resnet50", 64},
+                      ExportCase{"multilabel", "resnet_tiny", 32}, ExportCase{"classify", "inception_v3", 75},
+                      ExportCase{"classify", "mobilenet_v2", 64}, ExportCase{"classify", "inception_v3_slim", 75},
+                      ExportCase{"classify", "mobilenet_v2_slim", 64}),
+    [](const auto& info) { return info.param.task + "_" + info.param.arch; });
 
 // `detect export --format onnx`: the SSD (backbone endpoints, extra layers with TF 'SAME'
 // stride-2 convs padded asymmetrically, 3x3 heads; square and non-square inputs) plus score conversion and box decoding
@@ -167,7 +166,7 @@ INSTANTIATE_TEST_SUITE_P(ImageModels, ExportOnnx,
 // converter.
 struct DetectExportCase {
   std::string score_converter;
-  int height, width;  // fixed_shape_resizer
+  int height, width;     // fixed_shape_resizer
   bool ssdlite = false;  // convolutional_box_predictor.use_depthwise: depthwise 3x3 + BN + ReLU6, then 1x1 heads
   std::string feature_extractor = "ssd_mobilenet_v2";
 };
@@ -178,15 +177,15 @@ TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
   const auto& [converter, height, width, ssdlite, feature_extractor] = GetParam();
   test::TempDir root;
   const std::string data = root.file("shapes"), dir = root.file("model");
-  auto r = cli::run({"data", "shapes", "--task", "detection", "--out_dir", data, "--num_train", "4",
-                     "--num_validation", "4"},
-                    root);
+  auto r = cli::run(
+      {"data", "shapes", "--task", "detection", "--out_dir", data, "--num_train", "4", "--num_validation", "4"}, root);
   ASSERT_EQ(r.rc, 0) << r.err;
   std::string text = read_file(data + "/pipeline.config");
   text = std::regex_replace(text, std::regex("score_converter: SIGMOID"), "score_converter: " + converter);
   text = std::regex_replace(text, std::regex("height: 96"), "height: " + std::to_string(height));
   text = std::regex_replace(text, std::regex("width: 96"), "width: " + std::to_string(width));
-  if (ssdlite) text = std::regex_replace(text, std::regex("kernel_size: 3"), "kernel_size: 3\n        use_depthwise: true");
+  if (ssdlite)
+    text = std::regex_replace(text, std::regex("kernel_size: 3"), "kernel_size: 3\n        use_depthwise: true");
   text = std::regex_replace(text, std::regex("\"ssd_mobilenet_v2\""), "\"" + feature_extractor + "\"");
   std::filesystem::create_directories(dir);
   atomic_write_file(dir + "/pipeline.config", text);
@@ -255,11 +254,12 @@ TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
     EXPECT_LE(ds, 1e-4);
   }
   // The decoded boxes are what predict feeds NMS: different codes must give different boxes.
-  EXPECT_GT((boxes - detect::decode_boxes(torch::zeros_like(out.narrow(2, 0, 4)), ssd.anchors(), ssd.config().loss.coder))
-                .abs()
-                .max()
-                .item<double>(),
-            1e-3);
+  EXPECT_GT(
+      (boxes - detect::decode_boxes(torch::zeros_like(out.narrow(2, 0, 4)), ssd.anchors(), ssd.config().loss.coder))
+          .abs()
+          .max()
+          .item<double>(),
+      1e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ssd, ExportOnnxDetect,
@@ -276,8 +276,8 @@ TEST(ExportOnnxErrors, FormatAndArchitecture) {
   test::TempDir root;
   const std::string dir = root.file("model");
   write_model_dir(dir, "classify", "resnet_tiny", 32);
-  auto r = cli::run({"classify", "export", "--model_dir", dir, "--out", root.file("m.tflite"), "--format", "tflite"},
-                    root);
+  auto r =
+      cli::run({"classify", "export", "--model_dir", dir, "--out", root.file("m.tflite"), "--format", "tflite"}, root);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("--format must be onnx"), std::string::npos) << r.err;
   r = cli::run({"classify", "export", "--model_dir", root.file("missing"), "--out", root.file("m.onnx")}, root);

@@ -39,9 +39,9 @@ class FineTuneCheckpoint : public ::testing::Test {
     ::setenv("OMP_NUM_THREADS", "1", 1);  // as detect_cli_test: no spinning OpenMP barriers on 2 cores
     root_ = new TempDir();
     data_ = root_->file("shapes");
-    auto r = run({"data", "shapes", "--task", "detection", "--out_dir", data_, "--num_train", "16",
-                  "--num_validation", "4"},
-                 *root_);
+    auto r =
+        run({"data", "shapes", "--task", "detection", "--out_dir", data_, "--num_train", "16", "--num_validation", "4"},
+            *root_);
     ASSERT_EQ(r.rc, 0) << r.err;
     text_ = replace(read_file((stdfs::path(data_) / "pipeline.config").string()), "batch_size: 32", "batch_size: 2");
   }
@@ -51,15 +51,16 @@ class FineTuneCheckpoint : public ::testing::Test {
   RunResult train(const std::string& name, const std::string& config_text, std::vector<std::string> extra = {}) {
     const std::string cfg = root_->file(name + ".config");
     atomic_write_file(cfg, config_text);
-    std::vector<std::string> args = {"detect", "train", "--pipeline_config_path", cfg, "--model_dir", root_->file(name),
-                                     "--num_train_steps", "1", "--skip_eval", "--num_preprocess_threads", "1"};
+    std::vector<std::string> args = {
+        "detect", "train",       "--pipeline_config_path",   cfg, "--model_dir", root_->file(name), "--num_train_steps",
+        "1",      "--skip_eval", "--num_preprocess_threads", "1"};
     args.insert(args.end(), extra.begin(), extra.end());
     return run(args, *root_);
   }
   static std::string with_fine_tune(const std::string& text, const std::string& checkpoint) {
-    return replace(text, "train_config {\n",
-                   "train_config {\n  fine_tune_checkpoint: \"" + checkpoint +
-                       "\"\n  fine_tune_checkpoint_type: \"detection\"\n");
+    return replace(
+        text, "train_config {\n",
+        "train_config {\n  fine_tune_checkpoint: \"" + checkpoint + "\"\n  fine_tune_checkpoint_type: \"detection\"\n");
   }
 
   static TempDir* root_;
@@ -72,7 +73,8 @@ std::string FineTuneCheckpoint::data_, FineTuneCheckpoint::text_;
 // separable: a 1x1 `weights` beside `_depthwise/depthwise_weights`) exported as a TensorFlow
 // checkpoint with its pipeline.config beside it, fine-tuned by a config without use_depthwise.
 TEST_F(FineTuneCheckpoint, RestoresWhatFitsAndNamesTheRest) {
-  const std::string depthwise = replace(text_, "      min_depth: 8\n", "      min_depth: 8\n      use_depthwise: true\n");
+  const std::string depthwise =
+      replace(text_, "      min_depth: 8\n", "      min_depth: 8\n      use_depthwise: true\n");
   auto r = train("depthwise", depthwise);
   ASSERT_EQ(r.rc, 0) << r.err;
   const std::string zoo = root_->file("zoo");
@@ -93,8 +95,9 @@ TEST_F(FineTuneCheckpoint, RestoresWhatFitsAndNamesTheRest) {
   EXPECT_TRUE(contains(r.err, "in the checkpoint, [3, 3, ")) << r.err;
   EXPECT_TRUE(contains(r.err, "in the model (extras.")) << r.err;
   // Why: the pipeline.config beside it, and the checkpoint's own names.
-  EXPECT_TRUE(contains(r.err, "hint: the checkpoint's own " + zoo + "/pipeline.config builds a model that takes "
-                              "every variable it would restore"))
+  EXPECT_TRUE(contains(r.err, "hint: the checkpoint's own " + zoo +
+                                  "/pipeline.config builds a model that takes "
+                                  "every variable it would restore"))
       << r.err;
   EXPECT_TRUE(contains(r.err, "model.ssd.feature_extractor.use_depthwise (false here, true there)")) << r.err;
   EXPECT_TRUE(contains(r.err, "its model was built with model.ssd.feature_extractor.use_depthwise: true")) << r.err;
@@ -103,8 +106,9 @@ TEST_F(FineTuneCheckpoint, RestoresWhatFitsAndNamesTheRest) {
   // --strict_fine_tune: an error naming them; nothing trained.
   r = train("strict", with_fine_tune(text_, zoo + "/model.ckpt"), {"--strict_fine_tune"});
   EXPECT_EQ(r.rc, 1) << r.err;
-  EXPECT_TRUE(contains(r.err, "4 variables fine_tune_checkpoint_type detection restores are not in it with the "
-                              "model's shape (--strict_fine_tune"))
+  EXPECT_TRUE(contains(r.err,
+                       "4 variables fine_tune_checkpoint_type detection restores are not in it with the "
+                       "model's shape (--strict_fine_tune"))
       << r.err;
   EXPECT_TRUE(contains(r.err, " | FeatureExtractor/MobilenetV2/layer_19_2_Conv2d_2_3x3_s2_")) << r.err;
   EXPECT_FALSE(stdfs::exists(root_->file("strict/ckpt-1.pt")));
@@ -138,20 +142,23 @@ TEST_F(FineTuneCheckpoint, RestoresWhatFitsAndNamesTheRest) {
 TEST_F(FineTuneCheckpoint, PlaceholderPathsAreNamed) {
   auto r = train("placeholder", with_fine_tune(text_, "PATH_TO_BE_CONFIGURED/model.ckpt"));
   EXPECT_EQ(r.rc, 1) << r.err;
-  EXPECT_TRUE(contains(r.err, "train_config.fine_tune_checkpoint is still the sample config's placeholder "
-                              "PATH_TO_BE_CONFIGURED/model.ckpt: set it to your checkpoint, or remove the line to "
-                              "train from scratch"))
+  EXPECT_TRUE(contains(r.err,
+                       "train_config.fine_tune_checkpoint is still the sample config's placeholder "
+                       "PATH_TO_BE_CONFIGURED/model.ckpt: set it to your checkpoint, or remove the line to "
+                       "train from scratch"))
       << r.err;
   const std::string data = stdfs::absolute(data_).lexically_normal().string();
   r = train("placeholder_map", replace_all(text_, data + "/label_map.pbtxt", "PATH_TO_BE_CONFIGURED/label_map.pbtxt"));
   EXPECT_EQ(r.rc, 1) << r.err;
-  EXPECT_TRUE(contains(r.err, "label_map_path is still the sample config's placeholder "
-                              "PATH_TO_BE_CONFIGURED/label_map.pbtxt: set it to your label map"))
+  EXPECT_TRUE(contains(r.err,
+                       "label_map_path is still the sample config's placeholder "
+                       "PATH_TO_BE_CONFIGURED/label_map.pbtxt: set it to your label map"))
       << r.err;
   r = train("placeholder_input", replace_all(text_, data + "/train-", "PATH_TO_BE_CONFIGURED/mscoco_train.record-"));
   EXPECT_EQ(r.rc, 1) << r.err;
-  EXPECT_TRUE(contains(r.err, "train_input_reader.tf_record_input_reader.input_path is still the sample config's "
-                              "placeholder PATH_TO_BE_CONFIGURED/mscoco_train.record-"))
+  EXPECT_TRUE(contains(r.err,
+                       "train_input_reader.tf_record_input_reader.input_path is still the sample config's "
+                       "placeholder PATH_TO_BE_CONFIGURED/mscoco_train.record-"))
       << r.err;
 }
 

@@ -3,6 +3,7 @@
 // have it (tests/models/make_torchvision_state_dict.py); the imported checkpoint must give
 // torchvision's logits for the same input.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -10,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -83,8 +83,9 @@ TEST_P(ImportWeights, ReproducesTorchvisionLogits) {
   // ResNets, MobileNetV2: torchvision's (x / 255 - mean) / std is folded into the first
   // convolution (conv1, features.0.0), so Orchard's input
   // (RGB minus the means, 0-255 scale) x * 255 * std gives torchvision's logits of x.
-  const auto scale = torch::tensor({255 * kTorchvisionStd[0], 255 * kTorchvisionStd[1], 255 * kTorchvisionStd[2]},
-                                   torch::kFloat).view({1, 3, 1, 1});
+  const auto scale =
+      torch::tensor({255 * kTorchvisionStd[0], 255 * kTorchvisionStd[1], 255 * kTorchvisionStd[2]}, torch::kFloat)
+          .view({1, 3, 1, 1});
   // The folding rounds differently (x * s, then w / s): 1e-4 relative to the largest logit.
   const double folded_tol = 1e-4 * std::max(1.0, expected.abs().max().item<double>());
   EXPECT_LE(max_diff(imported_logits(arch, out, x * scale), expected), folded_tol);
@@ -109,9 +110,9 @@ TEST(ImportWeightsErrors, WrongArchitectureNonZipAndUsedDirectory) {
   const std::string ref = root.file("ref");
   make_reference("resnet18", ref, 32);
   // resnet34 has blocks resnet18 lacks: the missing keys are listed.
-  auto r = cli::run({"import-weights", "--arch", "resnet34", "--state_dict", ref + "/state_dict.pt", "--out_dir",
-                     root.file("m34")},
-                    root);
+  auto r = cli::run(
+      {"import-weights", "--arch", "resnet34", "--state_dict", ref + "/state_dict.pt", "--out_dir", root.file("m34")},
+      root);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("missing keys"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("layer1.2.conv1.weight"), std::string::npos) << r.err;
@@ -124,15 +125,15 @@ TEST(ImportWeightsErrors, WrongArchitectureNonZipAndUsedDirectory) {
   EXPECT_NE(r.err.find("shape mismatches: fc.weight"), std::string::npos) << r.err;
   // Not a torch.save archive.
   test::write_bytes(root.file("bad.pt"), "not a zip");
-  r = cli::run({"import-weights", "--arch", "resnet18", "--state_dict", root.file("bad.pt"), "--out_dir",
-                root.file("mbad")},
-               root);
+  r = cli::run(
+      {"import-weights", "--arch", "resnet18", "--state_dict", root.file("bad.pt"), "--out_dir", root.file("mbad")},
+      root);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("not a torch.save zip archive"), std::string::npos) << r.err;
   // An unknown architecture lists the registered ones.
-  r = cli::run({"import-weights", "--arch", "vgg16", "--state_dict", ref + "/state_dict.pt", "--out_dir",
-                root.file("mvgg")},
-               root);
+  r = cli::run(
+      {"import-weights", "--arch", "vgg16", "--state_dict", ref + "/state_dict.pt", "--out_dir", root.file("mvgg")},
+      root);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("inception_v3"), std::string::npos) << r.err;
   // Importing twice into one model_dir is refused (no checkpoint is overwritten).
@@ -141,9 +142,9 @@ TEST(ImportWeightsErrors, WrongArchitectureNonZipAndUsedDirectory) {
                      root)
                 .rc,
             0);
-  r = cli::run({"import-weights", "--arch", "resnet18", "--state_dict", ref + "/state_dict.pt", "--out_dir",
-                root.file("m")},
-               root);
+  r = cli::run(
+      {"import-weights", "--arch", "resnet18", "--state_dict", ref + "/state_dict.pt", "--out_dir", root.file("m")},
+      root);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("already holds checkpoints"), std::string::npos) << r.err;
 }

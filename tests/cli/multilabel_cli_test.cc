@@ -4,10 +4,10 @@
 //                       fine-tuning from a classify checkpoint.
 //   MultiLabelErrors.*  bad input: a non-zero exit and a message naming what and where.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
@@ -57,10 +57,14 @@ class MultiLabelTrain : public ::testing::Test {
     model_ = root_->file("model");
     // 2000 / 32 = 62 steps per epoch; LR 4 x 32 / 256 = 0.5, x0.1 after step 1000; checkpoints
     // every 400 steps keeping 2; evaluation at 600 and at the end.
-    result_ = run({"multilabel", "train", "--data_dir", data_, "--model_dir", model_, "--model", "resnet_tiny",
-                   "--class_num", "6", "--image_size", "32", "--batch_size", "32", "--lr", "4", "--lr_decay_step",
-                   "1000", "--max_iter", "1200", "--log_interval", "100", "--snapshot", "400", "--test_interval", "600",
-                   "--max_to_keep", "2", "--random_seed", "1", "--stats_file", root_->file("stats.json")},
+    result_ = run({"multilabel",      "train", "--data_dir",    data_,
+                   "--model_dir",     model_,  "--model",       "resnet_tiny",
+                   "--class_num",     "6",     "--image_size",  "32",
+                   "--batch_size",    "32",    "--lr",          "4",
+                   "--lr_decay_step", "1000",  "--max_iter",    "1200",
+                   "--log_interval",  "100",   "--snapshot",    "400",
+                   "--test_interval", "600",   "--max_to_keep", "2",
+                   "--random_seed",   "1",     "--stats_file",  root_->file("stats.json")},
                   *root_);
   }
   static void TearDownTestSuite() { delete root_; }
@@ -197,16 +201,55 @@ TEST_F(MultiLabelTrain, PredictPrintsTheLabelsOfImages) {
 
 TEST_F(MultiLabelTrain, FineTunesFromTheBackboneOfAClassifyCheckpoint) {
   const std::string cls = root_->file("classify");
-  auto c = run({"classify", "train", "--use_synthetic_data", "--model", "resnet_tiny", "--num_classes", "10",
-                "--image_size", "32", "--batch_size", "8", "--train_steps", "3", "--data_format", "channels_first",
-                "--model_dir", cls, "--enable_checkpoint_and_export", "--num_train_examples", "64"},
+  auto c = run({"classify",
+                "train",
+                "--use_synthetic_data",
+                "--model",
+                "resnet_tiny",
+                "--num_classes",
+                "10",
+                "--image_size",
+                "32",
+                "--batch_size",
+                "8",
+                "--train_steps",
+                "3",
+                "--data_format",
+                "channels_first",
+                "--model_dir",
+                cls,
+                "--enable_checkpoint_and_export",
+                "--num_train_examples",
+                "64"},
                *root_);
   ASSERT_EQ(c.rc, 0) << c.err;
   const std::string tuned = root_->file("tuned");
   // LR 0 and no weight decay: the trained variables stay what the fine-tune start gave them.
-  auto r = run({"multilabel", "train", "--data_dir", data_, "--model_dir", tuned, "--model", "resnet_tiny",
-                "--class_num", "6", "--image_size", "32", "--batch_size", "32", "--lr", "0", "--weight_decay", "0",
-                "--max_iter", "2", "--log_interval", "1", "--skip_eval", "--fine_tune_checkpoint", cls},
+  auto r = run({"multilabel",
+                "train",
+                "--data_dir",
+                data_,
+                "--model_dir",
+                tuned,
+                "--model",
+                "resnet_tiny",
+                "--class_num",
+                "6",
+                "--image_size",
+                "32",
+                "--batch_size",
+                "32",
+                "--lr",
+                "0",
+                "--weight_decay",
+                "0",
+                "--max_iter",
+                "2",
+                "--log_interval",
+                "1",
+                "--skip_eval",
+                "--fine_tune_checkpoint",
+                cls},
                *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "fine-tuning from the backbone of")) << r.err;
@@ -229,9 +272,26 @@ TEST_F(MultiLabelTrain, FineTunesFromTheBackboneOfAClassifyCheckpoint) {
 
   // A backbone of another width is refused, naming the variable.
   const std::string wide = root_->file("wide");
-  ASSERT_EQ(run({"classify", "train", "--use_synthetic_data", "--model", "resnet_tiny", "--width", "16",
-                 "--num_classes", "10", "--image_size", "32", "--batch_size", "8", "--train_steps", "1",
-                 "--model_dir", wide, "--enable_checkpoint_and_export", "--num_train_examples", "64"},
+  ASSERT_EQ(run({"classify",
+                 "train",
+                 "--use_synthetic_data",
+                 "--model",
+                 "resnet_tiny",
+                 "--width",
+                 "16",
+                 "--num_classes",
+                 "10",
+                 "--image_size",
+                 "32",
+                 "--batch_size",
+                 "8",
+                 "--train_steps",
+                 "1",
+                 "--model_dir",
+                 wide,
+                 "--enable_checkpoint_and_export",
+                 "--num_train_examples",
+                 "64"},
                 *root_)
                 .rc,
             0);
@@ -250,9 +310,31 @@ TEST(MultiLabelOptions, AdamTrainsAndResumes) {
   const std::string data = make_shapes(root, 64, 16);
   const std::string model = root.file("adam");
   auto train = [&](int steps) {
-    return run({"multilabel", "train", "--data_dir", data, "--model_dir", model, "--model", "resnet_tiny",
-                "--class_num", "6", "--image_size", "32", "--batch_size", "8", "--max_iter", std::to_string(steps),
-                "--snapshot", "2", "--skip_eval", "--optimizer", "adam", "--lr", "0.016", "--num_threads", "1"},
+    return run({"multilabel",
+                "train",
+                "--data_dir",
+                data,
+                "--model_dir",
+                model,
+                "--model",
+                "resnet_tiny",
+                "--class_num",
+                "6",
+                "--image_size",
+                "32",
+                "--batch_size",
+                "8",
+                "--max_iter",
+                std::to_string(steps),
+                "--snapshot",
+                "2",
+                "--skip_eval",
+                "--optimizer",
+                "adam",
+                "--lr",
+                "0.016",
+                "--num_threads",
+                "1"},
                root);
   };
   auto first = train(2);
@@ -280,8 +362,7 @@ TEST(MultiLabelErrors, WrongLabelLengthNamesFileAndRecord) {
   TempDir root;
   const std::string data = make_shapes(root, 64, 16);
   auto r = run({"multilabel", "train", "--data_dir", data, "--model_dir", root.file("m"), "--model", "resnet_tiny",
-                "--class_num", "5", "--image_size", "32", "--batch_size", "8", "--max_iter", "2", "--num_threads",
-                "1"},
+                "--class_num", "5", "--image_size", "32", "--batch_size", "8", "--max_iter", "2", "--num_threads", "1"},
                root);
   EXPECT_EQ(r.rc, 1) << r.err;
   EXPECT_TRUE(contains(r.err, "train-0000")) << r.err;
@@ -289,9 +370,9 @@ TEST(MultiLabelErrors, WrongLabelLengthNamesFileAndRecord) {
   EXPECT_TRUE(contains(r.err, "'label' holds 24 bytes, not 4 x 5 = 20")) << r.err;
   EXPECT_TRUE(files_with(root.file("m"), ".pt").empty());
 
-  auto missing = run({"multilabel", "train", "--data_dir", root.file("nope"), "--model_dir", root.file("m2"),
-                      "--class_num", "6"},
-                     root);
+  auto missing =
+      run({"multilabel", "train", "--data_dir", root.file("nope"), "--model_dir", root.file("m2"), "--class_num", "6"},
+          root);
   EXPECT_EQ(missing.rc, 1);
   EXPECT_TRUE(contains(missing.err, root.file("nope"))) << missing.err;
   auto balance = run({"multilabel", "train", "--data_dir", data, "--model_dir", root.file("m3"), "--class_num", "6",

@@ -17,6 +17,7 @@
 // Tiny runs: resnet_tiny at 28 px, 256 Fashion-MNIST images; SSD on 16 shapes images, 2 steps.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
@@ -31,7 +32,6 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
@@ -846,7 +846,6 @@ TEST(StorageErrors, OneLineNamingTheUrlAndNoLocalFolder) {
     EXPECT_EQ(ws.cwd_entries(), std::vector<std::string>{}) << joined(c.args);
   }
 }
-
 
 // --- http(s):// (read-only public files) ---------------------------------------------------------
 

@@ -45,8 +45,8 @@ TEST(FuzzRegression, HugeClaimedRecordLengthFailsWithoutAllocatingIt) {
   test::write_bytes(framed, bytes);
 
   const int64_t before = peak_rss_bytes();
-  for (const auto& [path, options] : {std::pair{found, TFRecordReaderOptions{false, false}},
-                                      std::pair{framed, TFRecordReaderOptions{}}}) {
+  for (const auto& [path, options] :
+       {std::pair{found, TFRecordReaderOptions{false, false}}, std::pair{framed, TFRecordReaderOptions{}}}) {
     TFRecordReader reader(path, options);
     std::string record;
     test::expect_data_error([&] { reader.next(&record); }, {"truncated record", "2013528064"});
@@ -67,7 +67,12 @@ TEST(FuzzRegression, CountRecordsFastRejectsLengthsPastTheEndOfTheFile) {
     test::expect_data_error([&] { count_records_fast(path); }, {name, "truncated record"});
     TFRecordReader reader(path);
     std::string record;
-    test::expect_data_error([&] { while (reader.next(&record)) {} }, {name, "implausible record length"});
+    test::expect_data_error(
+        [&] {
+          while (reader.next(&record)) {
+          }
+        },
+        {name, "implausible record length"});
   }
 }
 

@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <nlohmann/json.hpp>
 #include <openssl/bio.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -33,16 +34,15 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
 #include "core/test_util.h"
-#include "storage_servers.h"
 #include "orchard/core/crc32c.h"
 #include "orchard/core/filesystem.h"
 #include "orchard/core/gcs_client.h"
 #include "orchard/core/gcs_filesystem.h"
+#include "storage_servers.h"
 
 namespace orchard::fs {
 namespace {

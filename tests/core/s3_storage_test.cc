@@ -28,7 +28,6 @@
 #include <thread>
 
 #include "core/test_util.h"
-#include "storage_servers.h"
 #include "orchard/core/event_writer.h"
 #include "orchard/core/files.h"
 #include "orchard/core/filesystem.h"
@@ -36,6 +35,7 @@
 #include "orchard/core/s3_client.h"
 #include "orchard/core/s3_filesystem.h"
 #include "orchard/core/s3_sigv4.h"
+#include "storage_servers.h"
 
 namespace orchard::fs {
 namespace {

@@ -30,24 +30,49 @@ float scalar(const tf::CheckpointReader& r, const std::string& name) {
   return v.empty() ? NAN : v[0];
 }
 
-std::string pod(const std::vector<float>& v) { return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4); }
+std::string pod(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+}
 
 // Two entries, as TensorFlow's TableBuilder lays them out (LevelDB's format):
 TEST(TfTable, GoldenBytesFieldByField) {
-  const std::string golden = from_hex(std::string(
-      // data block at offset 0, 19 bytes:
-      "00" "01" "01" "61" "78"       // shared 0, non_shared 1, value_len 1, key "a", value "x"
-      "00" "01" "02" "62" "797a"     // shared 0, non_shared 1, value_len 2, key "b", value "yz"
-      "00000000" "01000000"          // restart offsets [0], 1 restart (fixed32 LE)
-      "00" "f74d63d4"                // trailer: type 0 (raw), masked CRC-32C of block + type byte
-      // metaindex block at offset 24, 8 bytes: empty (restart [0], count 1)
-      "00000000" "01000000" "00" "c0f2a1b0"
-      // index block at offset 37, 14 bytes, one entry per data block (restart interval 1):
-      "00" "01" "02" "63" "0013"     // key "c" (the short successor of "b"), handle {offset 0, size 19}
-      "00000000" "01000000" "00" "ca0794de"
-      // footer, 48 bytes: metaindex handle {24, 8}, index handle {37, 14} (varints), zero
-      // padding to 40 bytes, magic 0xdb4775248b80fb57 (fixed64 LE)
-      "1808" "250e") + std::string(2 * 36, '0') + "57fb808b247547db");
+  const std::string golden =
+      from_hex(std::string(
+                   // data block at offset 0, 19 bytes:
+                   "00"
+                   "01"
+                   "01"
+                   "61"
+                   "78"  // shared 0, non_shared 1, value_len 1, key "a", value "x"
+                   "00"
+                   "01"
+                   "02"
+                   "62"
+                   "797a"  // shared 0, non_shared 1, value_len 2, key "b", value "yz"
+                   "00000000"
+                   "01000000"  // restart offsets [0], 1 restart (fixed32 LE)
+                   "00"
+                   "f74d63d4"  // trailer: type 0 (raw), masked CRC-32C of block + type byte
+                   // metaindex block at offset 24, 8 bytes: empty (restart [0], count 1)
+                   "00000000"
+                   "01000000"
+                   "00"
+                   "c0f2a1b0"
+                   // index block at offset 37, 14 bytes, one entry per data block (restart interval 1):
+                   "00"
+                   "01"
+                   "02"
+                   "63"
+                   "0013"  // key "c" (the short successor of "b"), handle {offset 0, size 19}
+                   "00000000"
+                   "01000000"
+                   "00"
+                   "ca0794de"
+                   // footer, 48 bytes: metaindex handle {24, 8}, index handle {37, 14} (varints), zero
+                   // padding to 40 bytes, magic 0xdb4775248b80fb57 (fixed64 LE)
+                   "1808"
+                   "250e") +
+               std::string(2 * 36, '0') + "57fb808b247547db");
   ASSERT_EQ(golden.size(), 104u);
   const tf::TableEntries entries{{"a", "x"}, {"b", "yz"}};
   EXPECT_EQ(to_hex(tf::build_table(entries)), to_hex(golden));
@@ -158,10 +183,12 @@ TEST(TfCheckpointReal, EstimatorDirectoryCheckpointStateAndInt64) {
 // (seen in a real downloaded model: "/tmp/speech_commands_train\\conv.ckpt-18000"); a
 // downloaded directory still opens, at the file of that name beside it.
 TEST(TfCheckpointDirectory, WindowsPathsInTheCheckpointFile) {
-  for (const std::string named : {"/tmp/speech_commands_train\\model.ckpt-1000", "C:\\Users\\me\\run\\model.ckpt-1000"}) {
+  for (const std::string named :
+       {"/tmp/speech_commands_train\\model.ckpt-1000", "C:\\Users\\me\\run\\model.ckpt-1000"}) {
     TempDir dir;
     for (const auto& e : stdfs::directory_iterator(kTf / "estimator_ckpt"))
-      if (e.path().filename().string().rfind("model.ckpt-1000", 0) == 0) stdfs::copy_file(e.path(), dir.file(e.path().filename().string()));
+      if (e.path().filename().string().rfind("model.ckpt-1000", 0) == 0)
+        stdfs::copy_file(e.path(), dir.file(e.path().filename().string()));
     std::string text;  // a text proto: each backslash escaped, as TensorFlow writes it
     for (char c : named) text += c == '\\' ? std::string("\\\\") : std::string(1, c);
     write_bytes(dir.file("checkpoint"), "model_checkpoint_path: \"" + text + "\"\n");
@@ -293,14 +320,26 @@ TEST(TfCheckpointV1, SlicesAreAssembled) {
 // (a header of L bits, ones for positive values, then the two's complement in 7L bits).
 TEST(TfSliceKey, OrderedCodeBytes) {
   EXPECT_EQ(to_hex(tf::tensor_slice_key("w", {0, 2}, {-1, 3})),
-            "00"          // OrderedCode number 0: no bytes
-            "770001"      // "w", terminator
-            "0102"        // rank 2: one byte, 02
-            "80" "7f"     // start 0; length -1 (the whole dimension)
-            "82" "83");   // start 2; length 3
-  EXPECT_EQ(to_hex(tf::tensor_slice_key(std::string("a\xff" "\0" "b", 4), {}, {})), std::string("00") + "61ff0000ff62" "0001" "00");
+            "00"      // OrderedCode number 0: no bytes
+            "770001"  // "w", terminator
+            "0102"    // rank 2: one byte, 02
+            "80"
+            "7f"  // start 0; length -1 (the whole dimension)
+            "82"
+            "83");  // start 2; length 3
+  EXPECT_EQ(to_hex(tf::tensor_slice_key(std::string("a\xff"
+                                                    "\0"
+                                                    "b",
+                                                    4),
+                                        {}, {})),
+            std::string("00") +
+                "61ff0000ff62"
+                "0001"
+                "00");
   EXPECT_EQ(to_hex(tf::tensor_slice_key("v", {100, 8192}, {-100, int64_t{1} << 62})),
-            std::string("00" "760001" "0102") +
+            std::string("00"
+                        "760001"
+                        "0102") +
                 "c064"                  // 100: two bytes, header 110
                 "3f9c"                  // -100: 0xff9c, header bits cleared
                 "e02000"                // 8192 = 2^13 needs three bytes (13 value bits + sign > 2 * 7 - 1)
@@ -308,12 +347,26 @@ TEST(TfSliceKey, OrderedCodeBytes) {
   );
   // OrderedCode's signed numbers at the length boundaries, as TensorFlow's C++ OrderedCode
   // writes them (the vectors another implementation's tests took from it).
-  const std::vector<std::pair<int64_t, std::string>> signed_numbers{
-      {INT64_MIN, "003f8000000000000000"}, {int64_t{INT32_MIN} - 1, "077fffffff"}, {INT32_MIN, "0780000000"},
-      {-65, "3fbf"}, {-64, "40"}, {-1, "7f"}, {0, "80"}, {63, "bf"}, {64, "c040"}, {INT32_MAX, "f87fffffff"},
-      {int64_t{INT32_MAX} + 1, "f880000000"}, {INT64_MAX - 1, "ffc07ffffffffffffffe"}, {INT64_MAX, "ffc07fffffffffffffff"}};
+  const std::vector<std::pair<int64_t, std::string>> signed_numbers{{INT64_MIN, "003f8000000000000000"},
+                                                                    {int64_t{INT32_MIN} - 1, "077fffffff"},
+                                                                    {INT32_MIN, "0780000000"},
+                                                                    {-65, "3fbf"},
+                                                                    {-64, "40"},
+                                                                    {-1, "7f"},
+                                                                    {0, "80"},
+                                                                    {63, "bf"},
+                                                                    {64, "c040"},
+                                                                    {INT32_MAX, "f87fffffff"},
+                                                                    {int64_t{INT32_MAX} + 1, "f880000000"},
+                                                                    {INT64_MAX - 1, "ffc07ffffffffffffffe"},
+                                                                    {INT64_MAX, "ffc07fffffffffffffff"}};
   for (const auto& [value, hex] : signed_numbers)
-    EXPECT_EQ(to_hex(tf::tensor_slice_key("", {value}, {0})), "00" "0001" "0101" + hex + "80") << value;
+    EXPECT_EQ(to_hex(tf::tensor_slice_key("", {value}, {0})),
+              "00"
+              "0001"
+              "0101" +
+                  hex + "80")
+        << value;
   // TensorFlow's own V1 file keys its scalars' slices so.
   const auto table = tf::read_table((kTf / "half_plus_two_v1" / "export-00000-of-00001").string());
   ASSERT_EQ(table.size(), 3u);
@@ -390,7 +443,8 @@ TEST(TfBundlePartitioned, SlicesAreAssembledAndChecked) {
     write_bytes(dir.file("model.ckpt.data-00000-of-00001"), data);
   }
   expect_error(dir.file("model.ckpt"), "checksum mismatch");
-  EXPECT_THROW(tf::BundleWriter(dir.file("x")).add_slice("emb", tf::kFloat, {5, 4}, {4, 0}, {2, -1}, rows(0, 2)), Error);
+  EXPECT_THROW(tf::BundleWriter(dir.file("x")).add_slice("emb", tf::kFloat, {5, 4}, {4, 0}, {2, -1}, rows(0, 2)),
+               Error);
 }
 
 }  // namespace

@@ -14,10 +14,10 @@
 #include "core/test_util.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
-#include "orchard/detect/dataset_tools/coco.h"
 #include "orchard/data/image.h"
 #include "orchard/data/preprocess.h"
 #include "orchard/data/shapes.h"
+#include "orchard/detect/dataset_tools/coco.h"
 #include "orchard/proto/example.pb.h"
 
 namespace orchard::data {
@@ -45,7 +45,8 @@ TEST(CaptionVocabulary, CountsInIm2txtOrder) {
   const auto counts = count_words(captions, 2);
   std::vector<std::pair<std::string, int64_t>> got;
   for (const auto& c : counts) got.emplace_back(c.word, c.count);
-  const std::vector<std::pair<std::string, int64_t>> want = {{"<S>", 4}, {"</S>", 4}, {"a", 3}, {"dog", 3}, {"sits", 2}};
+  const std::vector<std::pair<std::string, int64_t>> want = {
+      {"<S>", 4}, {"</S>", 4}, {"a", 3}, {"dog", 3}, {"sits", 2}};
   EXPECT_EQ(got, want);
 
   const Vocabulary vocab = vocabulary_from_counts(counts);
@@ -160,8 +161,8 @@ TEST(CaptionPreprocess, EvalIsTheScaledCentralCrop) {
   std::vector<float> out(3 * 16 * 16);
   std::mt19937_64 rng(1);
   preprocess_caption_image(encode_png(im), o, false, rng, out.data(), "x");
-  EXPECT_FLOAT_EQ(out[0], -1.0f);                // top-left: black
-  EXPECT_FLOAT_EQ(out[15], 1.0f);                // top-right: white
+  EXPECT_FLOAT_EQ(out[0], -1.0f);  // top-left: black
+  EXPECT_FLOAT_EQ(out[15], 1.0f);  // top-right: white
   EXPECT_FLOAT_EQ(out[2 * 256 + 5 * 16 + 2], -1.0f);
   EXPECT_FLOAT_EQ(out[2 * 256 + 5 * 16 + 13], 1.0f);
   // Deterministic and RNG-free.

@@ -5,19 +5,19 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
-#include <string>
 #include <memory>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "core/test_util.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
-#include "orchard/detect/dataset_tools/coco.h"
 #include "orchard/data/example.h"
 #include "orchard/data/image.h"
 #include "orchard/data/shapes.h"
+#include "orchard/detect/dataset_tools/coco.h"
 
 namespace orchard::data {
 namespace {
@@ -89,13 +89,17 @@ TEST(DetectionExample, BadRecordsNameTheField) {
 // The typed fields of one sample, zeroed as the pipeline hands them to a parser.
 struct Targets {
   explicit Targets(int64_t max_boxes, int64_t num_classes = 3)
-      : boxes(static_cast<size_t>(4 * max_boxes)), classes(static_cast<size_t>(max_boxes)),
-        crowd(new bool[static_cast<size_t>(max_boxes)]()), difficult(new bool[static_cast<size_t>(max_boxes)]()),
+      : boxes(static_cast<size_t>(4 * max_boxes)),
+        classes(static_cast<size_t>(max_boxes)),
+        crowd(new bool[static_cast<size_t>(max_boxes)]()),
+        difficult(new bool[static_cast<size_t>(max_boxes)]()),
         group_of(new bool[static_cast<size_t>(max_boxes)]()),
-        image_labels(new bool[static_cast<size_t>(num_classes + 1)]()), max(max_boxes), num_classes(num_classes) {}
+        image_labels(new bool[static_cast<size_t>(num_classes + 1)]()),
+        max(max_boxes),
+        num_classes(num_classes) {}
   DetectionTargets view() {
-    return {boxes.data(), classes.data(), crowd.get(),     &num_boxes,          &image_id,
-            original_size, difficult.get(), group_of.get(), image_labels.get(), image_size,     num_classes};
+    return {boxes.data(),    classes.data(), crowd.get(),        &num_boxes, &image_id,  original_size,
+            difficult.get(), group_of.get(), image_labels.get(), image_size, num_classes};
   }
   std::vector<float> boxes;
   std::vector<int64_t> classes;
@@ -165,9 +169,9 @@ TEST(DetectionPreprocess, EvalResizesAndScalesToPlusMinusOne) {
   std::mt19937_64 rng(1);
   EXPECT_EQ(preprocess_detection(d, o, false, rng, image.data(), &view, "t"), 2);
   EXPECT_EQ(t.num_boxes, 2);
-  EXPECT_FLOAT_EQ(image[0], -1.0f);                  // black, channel 0, top-left
-  EXPECT_FLOAT_EQ(image[29], 1.0f);                  // white, top-right
-  EXPECT_FLOAT_EQ(image[2 * 600 + 599], 1.0f);       // channel 2, bottom-right
+  EXPECT_FLOAT_EQ(image[0], -1.0f);             // black, channel 0, top-left
+  EXPECT_FLOAT_EQ(image[29], 1.0f);             // white, top-right
+  EXPECT_FLOAT_EQ(image[2 * 600 + 599], 1.0f);  // channel 2, bottom-right
   EXPECT_EQ(t.original_size[0], 40);
   EXPECT_EQ(t.original_size[1], 60);
   const uint64_t key = detection_image_key(d);
@@ -195,9 +199,9 @@ TEST(DetectionPreprocess, FlipMirrorsImageAndBoxes) {
   const auto view = t.view();
   std::mt19937_64 rng(1);
   preprocess_detection(d, o, true, rng, image.data(), &view, "t");
-  EXPECT_FLOAT_EQ(image[0], 1.0f);  // the white half is now on the left
-  EXPECT_FLOAT_EQ(t.boxes[1], 0.0f);      // xmin = 1 - 1.0
-  EXPECT_FLOAT_EQ(t.boxes[3], 0.5f);      // xmax = 1 - 0.5
+  EXPECT_FLOAT_EQ(image[0], 1.0f);         // the white half is now on the left
+  EXPECT_FLOAT_EQ(t.boxes[1], 0.0f);       // xmin = 1 - 1.0
+  EXPECT_FLOAT_EQ(t.boxes[3], 0.5f);       // xmax = 1 - 0.5
   EXPECT_FLOAT_EQ(t.boxes[4 + 1], 0.75f);  // second box: 1 - 0.25
 }
 
@@ -242,8 +246,8 @@ TEST(KeepAspectRatioResize, SizesAsResizeToRange) {
   EXPECT_EQ(resized_image_size(480, 640, o), Size(320, 427));  // 640 * 2/3 = 426.67
   EXPECT_EQ(resized_image_size(640, 480, o), Size(427, 320));
   EXPECT_EQ(resized_image_size(64, 64, o), Size(320, 320));
-  EXPECT_EQ(resized_image_size(100, 1000, o), Size(64, 640));   // 3200 > 640: the longer side to 640
-  EXPECT_EQ(resized_image_size(300, 700, o), Size(274, 640));   // 746.67 > 640; 300 * 640/700 = 274.29
+  EXPECT_EQ(resized_image_size(100, 1000, o), Size(64, 640));  // 3200 > 640: the longer side to 640
+  EXPECT_EQ(resized_image_size(300, 700, o), Size(274, 640));  // 746.67 > 640; 300 * 640/700 = 274.29
   o.keep_aspect_ratio->min_dimension = 2;
   o.keep_aspect_ratio->max_dimension = 100;
   EXPECT_EQ(resized_image_size(4, 5, o), Size(2, 2));  // 2.5 rounds to 2 (half to even), not 3
@@ -271,14 +275,15 @@ TEST(KeepAspectRatioResize, ImageTopLeftThenPadValue) {
     EXPECT_EQ(t.image_size[0], 20);
     EXPECT_EQ(t.image_size[1], 30);
     auto at = [&](int c, int y, int x) {
-      return image[channels_last ? static_cast<size_t>((y * 40 + x) * 3 + c) : static_cast<size_t>((c * 40 + y) * 40 + x)];
+      return image[channels_last ? static_cast<size_t>((y * 40 + x) * 3 + c)
+                                 : static_cast<size_t>((c * 40 + y) * 40 + x)];
     };
     for (int c = 0; c < 3; ++c) {
-      EXPECT_FLOAT_EQ(at(c, 0, 0), -1.f) << c;    // black
-      EXPECT_FLOAT_EQ(at(c, 19, 29), 1.f) << c;   // white, the image's bottom-right pixel
+      EXPECT_FLOAT_EQ(at(c, 0, 0), -1.f) << c;   // black
+      EXPECT_FLOAT_EQ(at(c, 19, 29), 1.f) << c;  // white, the image's bottom-right pixel
       const float pad = std::array<float, 3>{1.f, -1.f, 0.f}[static_cast<size_t>(c)];
-      EXPECT_FLOAT_EQ(at(c, 0, 30), pad) << c;    // right of the image
-      EXPECT_FLOAT_EQ(at(c, 20, 0), pad) << c;    // below it
+      EXPECT_FLOAT_EQ(at(c, 0, 30), pad) << c;  // right of the image
+      EXPECT_FLOAT_EQ(at(c, 20, 0), pad) << c;  // below it
       EXPECT_FLOAT_EQ(at(c, 39, 39), pad) << c;
     }
     EXPECT_EQ(std::vector<float>(t.boxes.begin(), t.boxes.begin() + 4), (std::vector<float>{0.1f, 0.5f, 0.6f, 1.0f}));
@@ -291,8 +296,8 @@ TEST(KeepAspectRatioResize, ImageTopLeftThenPadValue) {
 TEST(RandomCropToAspectRatio, LargestCropOfTheRatioPrunesAndClips) {
   std::set<int> offsets;
   for (uint64_t seed = 0; seed < 50; ++seed) {
-    std::vector<Box> boxes = {Box{0.f, 0.f, 1.f, 0.25f},    // x 0..15: gone when x0 >= 12 (under 30% left)
-                              Box{0.25f, 0.4f, 0.75f, 0.6f}}; // x 24..36: always inside
+    std::vector<Box> boxes = {Box{0.f, 0.f, 1.f, 0.25f},       // x 0..15: gone when x0 >= 12 (under 30% left)
+                              Box{0.25f, 0.4f, 0.75f, 0.6f}};  // x 24..36: always inside
     std::vector<int64_t> index = {0, 1};
     std::mt19937_64 rng(seed);
     const CropWindow c = random_crop_to_aspect_ratio(40, 60, 1.0f, &boxes, &index, rng);

@@ -1,13 +1,12 @@
 #include "orchard/data/example.h"
 
 #include <gtest/gtest.h>
-
-#include "core/test_util.h"
-
 #include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
+#include "core/test_util.h"
 #include "orchard/core/error.h"
 
 namespace orchard::data {

@@ -13,10 +13,10 @@
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/data/caption.h"
-#include "orchard/detect/dataset_tools/coco.h"
 #include "orchard/data/detection.h"
 #include "orchard/data/example.h"
 #include "orchard/data/image.h"
+#include "orchard/detect/dataset_tools/coco.h"
 
 namespace orchard::data {
 namespace {

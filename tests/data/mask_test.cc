@@ -13,11 +13,11 @@
 #include "core/test_util.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
-#include "orchard/detect/dataset_tools/coco.h"
 #include "orchard/data/detection.h"
 #include "orchard/data/example.h"
 #include "orchard/data/image.h"
 #include "orchard/data/shapes.h"
+#include "orchard/detect/dataset_tools/coco.h"
 
 namespace orchard::data {
 namespace {
@@ -439,7 +439,9 @@ TEST(ShapesMasks, VisiblePixelsInsideTightBoxesAndDisjoint) {
           const uint8_t* p = s.image.pixels.data() + (static_cast<size_t>(y) * s.width + x) * 3;
           const int colour = s.objects[i].colour;
           for (int ch = 0; ch < 3; ++ch)
-            if (ch != colour) { ASSERT_GT(p[colour], p[ch] + 60) << index << " object " << i << " at " << y << ", " << x; }
+            if (ch != colour) {
+              ASSERT_GT(p[colour], p[ch] + 60) << index << " object " << i << " at " << y << ", " << x;
+            }
         }
       EXPECT_GT(area, 0);
       // Each side: a visible pixel on it, or one a later object covers.

@@ -6,12 +6,12 @@
 // tests/fixtures/roboflow_examples.tfrecord is a file the package wrote
 // (`node tests/npm/tfrecords_compat.js write ...`), so one direction is checked even without node.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -146,8 +146,12 @@ TEST(NpmCompat, TheNpmPackageReadsWhatOrchardWrites) {
     const auto got = r.at("floats").at("values").get<std::vector<double>>();
     ASSERT_EQ(got.size(), floats.size());
     for (size_t i = 0; i < floats.size(); ++i) EXPECT_FLOAT_EQ(static_cast<float>(got[i]), floats[i]);
-    if (k == 0) { EXPECT_EQ(r.at("none"), json({{"kind", "int64"}, {"values", json::array()}})); }
-    if (k == 3) { EXPECT_EQ(r.at("big").at("values").at(0).get<std::string>(), test::to_hex(big)); }
+    if (k == 0) {
+      EXPECT_EQ(r.at("none"), json({{"kind", "int64"}, {"values", json::array()}}));
+    }
+    if (k == 3) {
+      EXPECT_EQ(r.at("big").at("values").at(0).get<std::string>(), test::to_hex(big));
+    }
   }
 }
 

@@ -8,11 +8,11 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
-#include <thread>
 #include <numeric>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/test_util.h"
@@ -382,8 +382,8 @@ TEST(PipelineErrors, UndecodableImageNamesFileAndRecord) {
 // its batch is one sample smaller, and it is counted once however many epochs meet it.
 TEST(PipelineErrors, UndecodableImagesAreSkippedAndCountedOnceWithSkipCorruptRecords) {
   TempDir dir;
-  write_file(dir.file("mixed"), {make_record(0, 1), make_record(1, 2, "GIF89a not supported"), make_record(2, 3),
-                                 make_record(3, 4)});
+  write_file(dir.file("mixed"),
+             {make_record(0, 1), make_record(1, 2, "GIF89a not supported"), make_record(2, 3), make_record(3, 4)});
   PipelineOptions o;
   o.file_pattern = dir.file("mixed");
   o.training = false;
@@ -401,7 +401,7 @@ TEST(PipelineErrors, UndecodableImagesAreSkippedAndCountedOnceWithSkipCorruptRec
     EXPECT_EQ(b.images.size(0), b.size);
   }
   EXPECT_EQ(labels, (std::vector<int64_t>{0, 2, 3, 0, 2, 3, 0, 2, 3}));  // image of id i has label i (0-based)
-  EXPECT_EQ(sources[1], dir.file("mixed") + ": record 2");  // the rows and their sources stay together
+  EXPECT_EQ(sources[1], dir.file("mixed") + ": record 2");               // the rows and their sources stay together
   ASSERT_EQ(pipe.skipped_records(), 1);
   EXPECT_NE(pipe.skipped()[0].find(dir.file("mixed") + ": record 1"), std::string::npos) << pipe.skipped()[0];
 }

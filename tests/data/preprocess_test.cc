@@ -255,10 +255,8 @@ TEST(Preprocess, TrainOutputIsMeanSubtractedAndInRange) {
       ASSERT_GE(v, -kMeanR - 1e-3f);       // 0 - largest mean
       ASSERT_LE(v, 255 - kMeanB + 1e-3f);  // 255 - smallest mean
     }
-    if (first.empty())
-      first = out;
-    else
-      varies = varies || out != first;
+    if (first.empty()) first = out;
+    else varies = varies || out != first;
   }
   EXPECT_TRUE(varies) << "different seeds gave the same crop";
 
@@ -285,10 +283,8 @@ TEST(Preprocess, InceptionScalingMapsPixelsToMinusOneToOne) {
   std::vector<float> out(3 * 16 * 16);
   std::mt19937_64 rng(3);
   for (bool train : {true, false}) {
-    if (train)
-      preprocess_train(png, {}, opt, rng, out.data(), "train");
-    else
-      preprocess_eval(png, opt, out.data(), "eval");
+    if (train) preprocess_train(png, {}, opt, rng, out.data(), "train");
+    else preprocess_eval(png, opt, out.data(), "eval");
     for (int i = 0; i < 16 * 16; ++i) {
       ASSERT_NEAR(out[static_cast<size_t>(i)], -1.0f, 1e-5) << train;
       ASSERT_NEAR(out[static_cast<size_t>(16 * 16 + i)], 1.0f, 1e-5) << train;

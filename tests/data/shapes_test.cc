@@ -35,9 +35,7 @@ bool has_colour(const uint8_t* p, int colour, int margin = 60) {
     if (c != colour && p[colour] < p[c] + margin) return false;
   return true;
 }
-bool is_grey(const uint8_t* p) {
-  return *std::max_element(p, p + 3) - *std::min_element(p, p + 3) <= 30;
-}
+bool is_grey(const uint8_t* p) { return *std::max_element(p, p + 3) - *std::min_element(p, p + 3) <= 30; }
 
 // The object's box in pixels: rows [y0, y1), columns [x0, x1).
 struct Px {
@@ -139,7 +137,8 @@ TEST(ShapesScene, WideImagesNormaliseBoxesBySide) {
     }
     if (!s.objects.empty()) {  // the last object drawn is whole: its box centre has its colour
       const auto& obj = s.objects.back();
-      const int y = static_cast<int>((obj.ymin + obj.ymax) / 2 * 64), x = static_cast<int>((obj.xmin + obj.xmax) / 2 * 96);
+      const int y = static_cast<int>((obj.ymin + obj.ymax) / 2 * 64),
+                x = static_cast<int>((obj.xmin + obj.xmax) / 2 * 96);
       const uint8_t* p = &s.image.pixels[static_cast<size_t>((y * 96 + x) * 3)];
       EXPECT_GT(p[obj.colour], 150) << seed;
     }
@@ -172,9 +171,8 @@ TEST(ShapesScene, PixelsMatchObjects) {
       auto expect_background = [&](int y, int x, const char* where) {
         if (y < 0 || x < 0 || y >= n || x >= n || in_other_box(s, i, y, x, /*later_only=*/false)) return;
         ++checked_outside;
-        EXPECT_TRUE(is_grey(px(s.image, y, x)))
-            << "seed " << seed << " object " << i << " kind " << obj.kind << " " << where << " (" << y << "," << x
-            << ")";
+        EXPECT_TRUE(is_grey(px(s.image, y, x))) << "seed " << seed << " object " << i << " kind " << obj.kind << " "
+                                                << where << " (" << y << "," << x << ")";
       };
       int cy, cx;
       inner_point(obj, n, &cy, &cx);
@@ -381,7 +379,8 @@ TEST(ShapesDataset, SameSeedSameBytes) {
   write_shapes_dataset(c);
   for (const auto& name : test::list_dir(a.out_dir))
     EXPECT_EQ(test::read_bytes(a.out_dir + "/" + name), test::read_bytes(b.out_dir + "/" + name)) << name;
-  EXPECT_NE(test::read_bytes(a.out_dir + "/train-00000-of-00002"), test::read_bytes(c.out_dir + "/train-00000-of-00002"));
+  EXPECT_NE(test::read_bytes(a.out_dir + "/train-00000-of-00002"),
+            test::read_bytes(c.out_dir + "/train-00000-of-00002"));
   EXPECT_NE(test::read_bytes(a.out_dir + "/validation-00000-of-00001"),
             test::read_bytes(c.out_dir + "/validation-00000-of-00001"));
   // Train and validation images come from different streams.

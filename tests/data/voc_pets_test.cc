@@ -15,8 +15,8 @@
 #include "orchard/data/detection.h"
 #include "orchard/data/example.h"
 #include "orchard/data/image.h"
-#include "orchard/detect/dataset_tools/pets.h"
 #include "orchard/data/tools.h"
+#include "orchard/detect/dataset_tools/pets.h"
 #include "orchard/detect/dataset_tools/voc.h"
 
 namespace stdfs = std::filesystem;

@@ -68,8 +68,8 @@ TEST(SsdAnchors, HandComputedBoxes) {
 
 TEST(SsdAnchors, NonSquareImageCorrectsBaseSize) {
   // 300 high, 600 wide: base width 300/600, so a ratio-1 anchor is square in pixels.
-  const auto a = generate_ssd_anchors(SsdAnchorOptions{}, {{19, 38}, {10, 20}, {5, 10}, {3, 6}, {2, 4}, {1, 2}}, 300,
-                                      600);
+  const auto a =
+      generate_ssd_anchors(SsdAnchorOptions{}, {{19, 38}, {10, 20}, {5, 10}, {3, 6}, {2, 4}, {1, 2}}, 300, 600);
   expect_row(a, 0, centered(0.5 / 19, 0.5 / 38, 0.1, 0.05));
   EXPECT_EQ(a.size(0), 19 * 38 * 3 + (200 + 50 + 18 + 8 + 2) * 6);
 }
@@ -167,7 +167,8 @@ TEST(GridAnchors, HandComputedBoxesAndOrder) {
   const auto a = generate_grid_anchors(o, 2, 3);
   ASSERT_EQ(a.sizes(), (std::vector<int64_t>{2 * 3 * 12, 4}));
   auto box = [&](int64_t k) {
-    return std::vector<float>{a[k][0].item<float>(), a[k][1].item<float>(), a[k][2].item<float>(), a[k][3].item<float>()};
+    return std::vector<float>{a[k][0].item<float>(), a[k][1].item<float>(), a[k][2].item<float>(),
+                              a[k][3].item<float>()};
   };
   auto near = [](const std::vector<float>& got, const std::vector<float>& want) {
     for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(got[i], want[i], 1e-3f) << i;

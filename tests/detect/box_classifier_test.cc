@@ -18,7 +18,7 @@ TEST(BoxClassifier, SampleProposalsMatchesAtHalfAndBalances) {
   // by 5 (IoU 50/150 = 0.33: background), three far away (background).
   const auto gt = torch::tensor({0.f, 0.f, 10.f, 10.f}).view({1, 4});
   const auto classes = torch::tensor({2}, torch::kLong);
-  const auto proposals = torch::tensor({0.f, 0.f, 10.f, 10.f, 0.f, 2.f, 10.f, 12.f, 0.f, 5.f, 10.f, 15.f,
+  const auto proposals = torch::tensor({0.f,  0.f,  10.f, 10.f, 0.f,  2.f,  10.f, 12.f, 0.f,  5.f,  10.f, 15.f,
                                         50.f, 50.f, 60.f, 60.f, 70.f, 70.f, 80.f, 80.f, 90.f, 90.f, 99.f, 99.f})
                              .view({6, 4});
   BoxClassifierOptions o;
@@ -103,18 +103,20 @@ TEST(BoxClassifier, SigmoidLossOnKHotTargetsAndSoftmaxLogitScale) {
 // and 0.50004 both give 4999), the first of them, in first-occurrence order, with every label
 // k-hot and the lowest as its class.
 TEST(BoxClassifier, MergeBoxesWithMultipleLabels) {
-  const auto boxes = torch::tensor({0.f, 0.f, 0.5f, 0.5f, 0.1f, 0.1f, 0.2f, 0.2f, 0.f, 0.f, 0.5f, 0.5f,
-                                    0.f, 0.f, 0.50004f, 0.5f, 0.1f, 0.1f, 0.2f, 0.3f})
+  const auto boxes = torch::tensor({0.f,  0.f,  0.5f, 0.5f, 0.1f,     0.1f, 0.2f, 0.2f, 0.f,  0.f,
+                                    0.5f, 0.5f, 0.f,  0.f,  0.50004f, 0.5f, 0.1f, 0.1f, 0.2f, 0.3f})
                          .view({5, 4});
   const auto classes = torch::tensor({3, 2, 1, 3, 2}, torch::kLong);
   const auto m = merge_boxes_with_multiple_labels(boxes, classes, 4);
   ASSERT_EQ(m.boxes.size(0), 3);
   EXPECT_TRUE(torch::equal(m.boxes, boxes.index_select(0, torch::tensor({0, 1, 4}, torch::kLong))));
-  EXPECT_TRUE(torch::equal(m.labels, torch::tensor({1.f, 0.f, 1.f, 0.f, 0.f, 1.f, 0.f, 0.f, 0.f, 1.f, 0.f, 0.f})
-                                         .view({3, 4})));
+  EXPECT_TRUE(
+      torch::equal(m.labels, torch::tensor({1.f, 0.f, 1.f, 0.f, 0.f, 1.f, 0.f, 0.f, 0.f, 1.f, 0.f, 0.f}).view({3, 4})));
   EXPECT_TRUE(torch::equal(m.classes, torch::tensor({1, 2, 2}, torch::kLong)));
-  EXPECT_EQ(merge_boxes_with_multiple_labels(torch::zeros({0, 4}), torch::zeros({0}, torch::kLong), 4).boxes.size(0), 0);
-  EXPECT_THROW(merge_boxes_with_multiple_labels(boxes, torch::tensor({3, 2, 1, 5, 2}, torch::kLong), 4), std::exception);
+  EXPECT_EQ(merge_boxes_with_multiple_labels(torch::zeros({0, 4}), torch::zeros({0}, torch::kLong), 4).boxes.size(0),
+            0);
+  EXPECT_THROW(merge_boxes_with_multiple_labels(boxes, torch::tensor({3, 2, 1, 5, 2}, torch::kLong), 4),
+               std::exception);
 }
 
 // hard_example_miner in the second stage: proposals A = (0, 0, 10, 10) and B = (0, 0, 10, 11)
@@ -124,7 +126,8 @@ TEST(BoxClassifier, MergeBoxesWithMultipleLabels) {
 // 0.125. Each term is divided by the 3 proposals. NMS at 0.7 by classification loss keeps A, drops
 // B (A covers it) and keeps C: the loss is A's + C's; with one hard example, A's alone.
 TEST(BoxClassifier, HardExampleMinerKeepsTheWorstProposalsAfterNms) {
-  const auto proposals = torch::tensor({0.f, 0.f, 10.f, 10.f, 0.f, 0.f, 10.f, 11.f, 20.f, 20.f, 30.f, 30.f}).view({3, 4});
+  const auto proposals =
+      torch::tensor({0.f, 0.f, 10.f, 10.f, 0.f, 0.f, 10.f, 11.f, 20.f, 20.f, 30.f, 30.f}).view({3, 4});
   const auto gt = torch::tensor({20.f, 20.f, 30.f, 30.f}).view({1, 4});
   const auto targets = assign_proposals(proposals, gt, torch::tensor({int64_t{1}}));
   ASSERT_EQ(targets.classes.sizes(), (std::vector<int64_t>{3}));
@@ -192,8 +195,9 @@ TEST(MaskTargets, CropTheMatchedMaskAtTheProposal) {
   EXPECT_TRUE(torch::allclose(t[1], torch::tensor({{1.f, .5f}, {1.f, .5f}})));
   EXPECT_EQ(t[2].abs().sum().item<float>(), 0.f);
   // The other ground truth (all zeros) when matched to it.
-  EXPECT_EQ(mask_targets(gt, proposals, torch::tensor({int64_t{0}, int64_t{-1}, int64_t{-1}}), 2, 2).sum().item<float>(),
-            0.f);
+  EXPECT_EQ(
+      mask_targets(gt, proposals, torch::tensor({int64_t{0}, int64_t{-1}, int64_t{-1}}), 2, 2).sum().item<float>(),
+      0.f);
 }
 
 // Mask loss: logit 0 costs ln 2 per pixel whatever the target; only positives count and the sum is
@@ -216,7 +220,8 @@ TEST(MaskLoss, MeanPerPixelOfThePositivesTimesTheWeight) {
 TEST(PasteBoxMasks, InverseCropIntoTheImage) {
   const auto pasted = paste_box_masks(torch::ones({1, 2, 2}), torch::tensor({{.25f, .25f, .75f, .75f}}), 4, 4);
   ASSERT_EQ(pasted.sizes(), (std::vector<int64_t>{1, 4, 4}));
-  const auto expected = torch::tensor({{0.f, 0.f, 0.f, 0.f}, {0.f, 1.f, 1.f, 0.f}, {0.f, 1.f, 1.f, 0.f}, {0.f, 0.f, 0.f, 0.f}});
+  const auto expected =
+      torch::tensor({{0.f, 0.f, 0.f, 0.f}, {0.f, 1.f, 1.f, 0.f}, {0.f, 1.f, 1.f, 0.f}, {0.f, 0.f, 0.f, 0.f}});
   EXPECT_TRUE(torch::allclose(pasted[0], expected)) << pasted;
   // A left-right ramp in a box covering the whole image comes back as itself.
   const auto ramp = torch::tensor({{{0.f, 1.f, 2.f}, {0.f, 1.f, 2.f}, {0.f, 1.f, 2.f}}});

@@ -32,12 +32,12 @@ TEST(BoxArea, HandCases) {
 TEST(PairwiseIou, HandCases) {
   const auto a = boxes({0, 0, 1, 1});
   const auto b = boxes({
-      0.5f, 0.5f, 1.5f, 1.5f,   // quarter overlap: 0.25 / 1.75
-      2, 2, 3, 3,               // disjoint
+      0.5f,  0.5f,  1.5f,  1.5f,   // quarter overlap: 0.25 / 1.75
+      2,     2,     3,     3,      // disjoint
       0.25f, 0.25f, 0.75f, 0.75f,  // nested: 0.25 / 1
-      0, 0, 1, 1,               // identical
-      0.5f, 0.5f, 0.5f, 0.5f,   // zero area inside
-      0, 1, 1, 2,               // touching edge
+      0,     0,     1,     1,      // identical
+      0.5f,  0.5f,  0.5f,  0.5f,   // zero area inside
+      0,     1,     1,     2,      // touching edge
   });
   const auto iou = pairwise_iou(a, b);
   ASSERT_EQ(iou.sizes(), (at::IntArrayRef{1, 6}));
@@ -212,13 +212,14 @@ TEST(Nms, MatchesTextbookGreedyNmsOnRandomBoxes) {
   const auto lo = at::rand({n, 2});
   const auto b = at::cat({lo, lo + at::rand({n, 2}) * 0.3 + 0.01}, 1);
   const auto s = at::rand({n});
-  for (float t : {0.0f, 0.3f, 0.5f, 0.7f, 0.99f}) EXPECT_EQ(longs(nms(b, s, t)), reference_nms(b, s, t)) << "threshold " << t;
+  for (float t : {0.0f, 0.3f, 0.5f, 0.7f, 0.99f})
+    EXPECT_EQ(longs(nms(b, s, t)), reference_nms(b, s, t)) << "threshold " << t;
 }
 
 TEST(MulticlassNms, PerClassIndependenceAndMerge) {
   // IoU(b0, b1) = 0.225 / 0.275; b2 is apart.
   const auto b = boxes({0, 0, 0.5f, 0.5f, 0, 0.05f, 0.5f, 0.55f, 0.6f, 0.6f, 0.9f, 0.9f});
-  const auto s = floats({0.9f, 0.3f,  //
+  const auto s = floats({0.9f, 0.3f,   //
                          0.8f, 0.95f,  //
                          0.1f, 1e-9f})
                      .reshape({3, 2});
@@ -239,8 +240,8 @@ TEST(MulticlassNms, PerClassIndependenceAndMerge) {
 }
 
 TEST(MulticlassNms, ClipsAndDropsBoxesOutsideTheWindow) {
-  const auto b = boxes({1.1f, 1.1f, 1.3f, 1.3f,     // outside the image: flat after clipping
-                        -0.1f, 0.2f, 0.5f, 1.2f,    // sticks out
+  const auto b = boxes({1.1f, 1.1f, 1.3f, 1.3f,   // outside the image: flat after clipping
+                        -0.1f, 0.2f, 0.5f, 1.2f,  // sticks out
                         0.6f, 0.0f, 0.8f, 0.1f});
   const auto s = floats({0.9f, 0.8f, 0.7f}).reshape({3, 1});
   BatchNmsOptions o;

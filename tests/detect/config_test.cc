@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/test_util.h"
+#include "detect/extractor_types.h"
 #include "orchard/core/error.h"
 #include "orchard/detect/config/label_map.h"
 
@@ -18,9 +19,16 @@ namespace {
 
 namespace odp = object_detection::protos;
 
-// The `model` cases Orchard registers (tasks/detect/meta_architectures.cc), with their checks.
+// The `model` cases Orchard registers (detect/meta_arch), with their checks and the feature
+// extractors Orchard registers (this test links no libtorch; feature_extractors_test checks the
+// lists against the registry).
 void validate_pipeline_config(const object_detection::protos::TrainEvalPipelineConfig& c, const std::string& name) {
-  detect::validate_pipeline_config(c, name, {{"ssd", check_ssd_model}, {"faster_rcnn", check_faster_rcnn_model}});
+  detect::validate_pipeline_config(
+      c, name,
+      {{"ssd", [](const auto& config, auto* problems) { check_ssd_model(config, registered::kSsdTypes, problems); }},
+       {"faster_rcnn", [](const auto& config, auto* problems) {
+          check_faster_rcnn_model(config, registered::kFasterRcnnTypes, problems);
+        }}});
 }
 
 const std::string kSample = ORCHARD_TEST_FIXTURES "/../../configs/ssd_mobilenet_v2_coco.config";
@@ -165,7 +173,7 @@ TEST(PipelineConfig, SampleSsdMobilenetV1ParsesAndValidatesButAnotherExtractorDo
   const std::string other = replace(v1, "type: 'ssd_mobilenet_v1'", "type: 'ssd_mobilenet_v9'");
   expect_error([&] { validate_pipeline_config(parse_pipeline_config(other, "v9.config", true, &issues), "v9.config"); },
                {"v9.config", "model.ssd.feature_extractor.type 'ssd_mobilenet_v9' is not supported",
-                "Orchard implements ssd_mobilenet_v2 and ssd_mobilenet_v1"});
+                "Orchard implements ssd_mobilenet_v2, ssd_mobilenet_v2_keras, ssd_mobilenet_v2_fpn"});
 }
 
 TEST(PipelineConfig, OlderSampleWithRemovedFieldStillLoads) {
@@ -209,8 +217,9 @@ TEST(PipelineConfig, UnknownFieldsFailOrWarnWithTheirPaths) {
                  "mystery { a: 1 b { c: 2 } }\n        batch_norm {\n          train: true,");
   text = replace(text, "ssd_random_crop {\n    }", "ssd_random_crop {\n    }\n    weird_aug: [1, 2]");
   text += "\nnot_a_section {\n  x: \"}\"\n}\n";
-  expect_error([&] { parse_pipeline_config(text, "my.config", /*strict=*/false); },
-               {"my.config", "fields not in the pipeline.config schema", "model.ssd.foo_bar (line", "not_a_section (line"});
+  expect_error(
+      [&] { parse_pipeline_config(text, "my.config", /*strict=*/false); },
+      {"my.config", "fields not in the pipeline.config schema", "model.ssd.foo_bar (line", "not_a_section (line"});
   ConfigIssues issues;
   LogCapture log;
   const auto c = parse_pipeline_config(text, "my.config", /*strict=*/false, &issues, /*allow_unknown_fields=*/true);
@@ -238,9 +247,8 @@ TEST(PipelineConfig, SetButUnimplementedFieldsAreListed) {
   text = replace(text, "data_augmentation_options {\n    random_horizontal_flip",
                  "data_augmentation_options {\n    autoaugment_image { policy_name: 'v1' }\n  }\n"
                  "  data_augmentation_options {\n    random_horizontal_flip");
-  text = replace(
-      text, "num_examples: 8000",
-      "num_examples: 8000\n  metrics_set: 'coco_detection_metrics'\n  metrics_set: 'lvis_mask_metrics'");
+  text = replace(text, "num_examples: 8000",
+                 "num_examples: 8000\n  metrics_set: 'coco_detection_metrics'\n  metrics_set: 'lvis_mask_metrics'");
   text = replace(text, "use_dropout: false", "use_dropout: false\n        use_depthwise: true");
   text = replace(text, "min_depth: 16", "min_depth: 16\n      pad_to_multiple: 1\n      use_depthwise: false");
   ConfigIssues issues;
@@ -281,9 +289,10 @@ TEST(PipelineConfig, OtherMetaArchitecturesParseAndAreRejected) {
   const auto cn = parse_pipeline_config("model { center_net { num_classes: 90 } }", "cn.config", false);
   expect_error([&] { validate_pipeline_config(cn, "cn.config"); },
                {"model.center_net is not supported; Orchard implements ssd or faster_rcnn"});
-  expect_error([&] { validate_pipeline_config(odp::TrainEvalPipelineConfig(), "empty.config"); },
-               {"empty.config: model is not set; Orchard implements ssd or faster_rcnn", "train_config.optimizer is not set",
-                "train_input_reader.tf_record_input_reader.input_path is not set"});
+  expect_error(
+      [&] { validate_pipeline_config(odp::TrainEvalPipelineConfig(), "empty.config"); },
+      {"empty.config: model is not set; Orchard implements ssd or faster_rcnn", "train_config.optimizer is not set",
+       "train_input_reader.tf_record_input_reader.input_path is not set"});
 }
 
 TEST(PipelineConfig, ValidateNamesEveryUnsupportedChoice) {
@@ -349,8 +358,8 @@ TEST(PipelineConfig, MessageDifferences) {
   fe->set_use_depthwise(!a.model().ssd().feature_extractor().use_depthwise());
   b.mutable_model()->mutable_ssd()->mutable_box_predictor()->mutable_weight_shared_convolutional_box_predictor();
   const auto d = message_differences(a.model(), b.model(), "model");
-  const std::string depthwise = a.model().ssd().feature_extractor().use_depthwise() ? "(true here, false there)"
-                                                                                    : "(false here, true there)";
+  const std::string depthwise =
+      a.model().ssd().feature_extractor().use_depthwise() ? "(true here, false there)" : "(false here, true there)";
   EXPECT_EQ(d, (std::vector<std::string>{
                    "model.ssd.feature_extractor.use_depthwise " + depthwise,
                    "model.ssd.box_predictor.convolutional_box_predictor (set here, not there)",
@@ -421,7 +430,6 @@ TEST(LabelMap, TextRoundTrip) {
   }
 }
 
-
 // Every SSD sample config of the OD API (tests/fixtures/od_api_configs) parses as TensorFlow
 // parses it, and either validates or stops with its one-line reason: the table of docs/detect.md
 // (bench/sample_configs.sh trains the ones that validate).
@@ -463,9 +471,11 @@ TEST(PipelineConfig, TheOdApiSampleConfigsValidateOrSayWhyNot) {
       {"ssdlite_mobilenet_edgetpu_320x320_coco", ""},
       {"ssdlite_mobilenet_edgetpu_320x320_coco_quant", ""},
       {"ssdlite_mobilenet_v1_coco", ""},
-      {"ssdlite_mobilenet_v1_coco_quantize", "fields not in the pipeline.config schema: train_config.load_all_optimizer_checkpoint_vars"},
+      {"ssdlite_mobilenet_v1_coco_quantize",
+       "fields not in the pipeline.config schema: train_config.load_all_optimizer_checkpoint_vars"},
       {"ssdlite_mobilenet_v2_coco", ""},
-      {"ssdlite_mobilenet_v2_coco_quantize", "fields not in the pipeline.config schema: train_config.load_all_optimizer_checkpoint_vars"},
+      {"ssdlite_mobilenet_v2_coco_quantize",
+       "fields not in the pipeline.config schema: train_config.load_all_optimizer_checkpoint_vars"},
       {"ssdlite_mobilenet_v3_large_320x320_coco", ""},
       {"ssdlite_mobilenet_v3_small_320x320_coco", ""},
   };
@@ -488,10 +498,8 @@ TEST(PipelineConfig, TheOdApiSampleConfigsValidateOrSayWhyNot) {
   EXPECT_EQ(got.size(), 40u);
   for (const auto& [name, want] : expected) {
     ASSERT_TRUE(got.count(name)) << name;
-    if (want.empty())
-      EXPECT_EQ(got[name], "") << name;
-    else
-      EXPECT_NE(got[name].find(want), std::string::npos) << name << ": " << got[name];
+    if (want.empty()) EXPECT_EQ(got[name], "") << name;
+    else EXPECT_NE(got[name].find(want), std::string::npos) << name << ": " << got[name];
   }
   EXPECT_EQ(expected.size(), got.size());
 }
@@ -501,9 +509,12 @@ TEST(PipelineConfig, TheOdApiSampleConfigsValidateOrSayWhyNot) {
 // the others stop with their one-line reason.
 TEST(PipelineConfig, TheTwoStageSampleConfigsValidateOrSayWhyNot) {
   const std::filesystem::path dir = ORCHARD_TEST_FIXTURES "/od_api_two_stage_configs";
-  const char* const kNotResNet = "' is not supported; Orchard implements faster_rcnn_resnet50, faster_rcnn_resnet101, faster_rcnn_resnet152, faster_rcnn_inception_v2 and faster_rcnn_inception_resnet_v2";
+  const char* const kNotResNet =
+      "' is not supported; Orchard implements faster_rcnn_resnet50, faster_rcnn_resnet101, faster_rcnn_resnet152, "
+      "faster_rcnn_inception_v2 and faster_rcnn_inception_resnet_v2";
   const std::map<std::string, std::string> expected = {
-      {"context_rcnn_resnet101_snapshot_serengeti", "Context R-CNN (model.faster_rcnn.context_config (line 95)) is not supported"},
+      {"context_rcnn_resnet101_snapshot_serengeti",
+       "Context R-CNN (model.faster_rcnn.context_config (line 95)) is not supported"},
       {"context_rcnn_resnet101_snapshot_serengeti_sync", "Context R-CNN (model.faster_rcnn.context_config"},
       {"faster_rcnn_inception_resnet_v2_atrous_coco", ""},
       {"faster_rcnn_inception_resnet_v2_atrous_cosine_lr_coco", ""},
@@ -549,10 +560,8 @@ TEST(PipelineConfig, TheTwoStageSampleConfigsValidateOrSayWhyNot) {
   EXPECT_EQ(got.size(), 29u);
   for (const auto& [name, want] : expected) {
     ASSERT_TRUE(got.count(name)) << name;
-    if (want.empty())
-      EXPECT_EQ(got[name], "") << name;
-    else
-      EXPECT_NE(got[name].find(want), std::string::npos) << name << ": " << got[name];
+    if (want.empty()) EXPECT_EQ(got[name], "") << name;
+    else EXPECT_NE(got[name].find(want), std::string::npos) << name << ": " << got[name];
   }
   EXPECT_EQ(expected.size(), got.size());
   // Context R-CNN's context_config is in the schema, but refused rather than ignored, also with
@@ -564,7 +573,9 @@ TEST(PipelineConfig, TheTwoStageSampleConfigsValidateOrSayWhyNot) {
   } catch (const Error& e) {
     refused = e.what();
   }
-  EXPECT_EQ(refused.rfind("context.config: Context R-CNN (model.faster_rcnn.context_config (line 95)) is not supported", 0), 0u)
+  EXPECT_EQ(
+      refused.rfind("context.config: Context R-CNN (model.faster_rcnn.context_config (line 95)) is not supported", 0),
+      0u)
       << refused;
 }
 
@@ -584,7 +595,8 @@ TEST(PipelineConfig, AvaMultiLabelFieldsAreImplementedForFasterRcnn) {
                {"model.faster_rcnn.second_stage_classification_loss.weighted_sigmoid_focal is not supported; Orchard "
                 "implements weighted_sigmoid or weighted_softmax"});
   const std::string ssd_path = ORCHARD_TEST_FIXTURES "/od_api_configs/ssdlite_mobilenet_v2_coco.config";
-  const std::string ssd = replace(test::read_bytes(ssd_path), "train_config: {", "train_config: {\n  merge_multiple_label_boxes: true");
+  const std::string ssd =
+      replace(test::read_bytes(ssd_path), "train_config: {", "train_config: {\n  merge_multiple_label_boxes: true");
   expect_error([&] { validate_pipeline_config(parse_pipeline_config(ssd, "ssd.config", false), "ssd.config"); },
                {"train_config.merge_multiple_label_boxes is not supported with model.ssd"});
 }
@@ -612,10 +624,12 @@ TEST(PipelineConfig, MnasFpnNeedsItsLevelsAndSides) {
       ORCHARD_TEST_FIXTURES "/od_api_configs/ssd_mobilenet_v2_mnasfpn_shared_box_predictor_320x320_coco_sync.config";
   std::string text = test::read_bytes(path);
   text = replace(text, "height: 320\n        width: 320", "height: 300\n        width: 300");
-  text = replace(text, "fpn {\n        min_level: 3\n        max_level: 6", "fpn {\n        min_level: 3\n        max_level: 7");
+  text = replace(text, "fpn {\n        min_level: 3\n        max_level: 6",
+                 "fpn {\n        min_level: 3\n        max_level: 7");
   const auto c = parse_pipeline_config(text, "mnasfpn.config", /*strict=*/false);
-  expect_error([&] { validate_pipeline_config(c, "mnasfpn.config"); },
-               {"ssd_mobilenet_v2_mnasfpn has levels 3..6", "ssd_mobilenet_v2_mnasfpn needs sides that are multiples of 64"});
+  expect_error(
+      [&] { validate_pipeline_config(c, "mnasfpn.config"); },
+      {"ssd_mobilenet_v2_mnasfpn has levels 3..6", "ssd_mobilenet_v2_mnasfpn needs sides that are multiples of 64"});
 }
 
 // EmbeddedSSDMobileNetV1FeatureExtractor's own checks: 256x256 inputs, no pad_to_multiple.
@@ -661,19 +675,19 @@ TEST(PipelineConfig, NewerSchemaFieldsAreReportedWhenUnimplemented) {
   EXPECT_TRUE(issues.unknown.empty());
   EXPECT_EQ(issues.unimplemented,
             (std::vector<std::string>{"model.ssd.feature_extractor.use_hardswish",
-                                      "model.ssd.post_processing.calibration_config",
-                                      "eval_config.keypoint_edge", "eval_config.skip_predictions_for_unlabeled_class"}));
+                                      "model.ssd.post_processing.calibration_config", "eval_config.keypoint_edge",
+                                      "eval_config.skip_predictions_for_unlabeled_class"}));
   expect_error([&] { parse_pipeline_config(text, "new.config", /*strict=*/true); },
-               {"new.config", "set fields Orchard does not implement", "eval_config.skip_predictions_for_unlabeled_class",
-                "strict"});
+               {"new.config", "set fields Orchard does not implement",
+                "eval_config.skip_predictions_for_unlabeled_class", "strict"});
 }
 
 // The OD API's SSDInceptionV2FeatureExtractor refuses a config without
 // override_base_feature_extractor_hyperparams (the 2018 ssd_inception_v2_pets sample had none).
 TEST(PipelineConfig, InceptionV2NeedsOverrideBaseHyperparams) {
-  const std::string text = replace(
-      test::read_bytes(ORCHARD_TEST_FIXTURES "/od_api_configs/ssd_inception_v2_pets.config"),
-      "override_base_feature_extractor_hyperparams: true", "");
+  const std::string text =
+      replace(test::read_bytes(ORCHARD_TEST_FIXTURES "/od_api_configs/ssd_inception_v2_pets.config"),
+              "override_base_feature_extractor_hyperparams: true", "");
   expect_error([&] { validate_pipeline_config(parse_pipeline_config(text, "pets.config", false), "pets.config"); },
                {"pets.config: ", "override_base_feature_extractor_hyperparams must be true for ssd_inception_v2"});
 }

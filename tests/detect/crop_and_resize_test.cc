@@ -13,18 +13,18 @@ namespace orchard::detect {
 namespace {
 
 // [1, 1, 3, 3]: 0 1 2 / 10 11 12 / 20 21 22.
-at::Tensor grid3() {
-  return torch::tensor({0.f, 1.f, 2.f, 10.f, 11.f, 12.f, 20.f, 21.f, 22.f}).view({1, 1, 3, 3});
-}
+at::Tensor grid3() { return torch::tensor({0.f, 1.f, 2.f, 10.f, 11.f, 12.f, 20.f, 21.f, 22.f}).view({1, 1, 3, 3}); }
 
 at::Tensor crop(const at::Tensor& image, std::vector<float> box, int64_t h, int64_t w, float extrapolation = 0.f) {
-  return crop_and_resize(image, torch::tensor(box).view({1, 4}), torch::zeros({1}, torch::kLong), h, w, extrapolation)[0][0];
+  return crop_and_resize(image, torch::tensor(box).view({1, 4}), torch::zeros({1}, torch::kLong), h, w,
+                         extrapolation)[0][0];
 }
 
 void expect_values(const at::Tensor& t, const std::vector<float>& want) {
   const auto flat = t.contiguous().view(-1);
   ASSERT_EQ(flat.numel(), static_cast<int64_t>(want.size()));
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(flat[static_cast<int64_t>(i)].item<float>(), want[i], 1e-4f) << i;
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(flat[static_cast<int64_t>(i)].item<float>(), want[i], 1e-4f) << i;
 }
 
 TEST(CropAndResize, SamplesAsTensorFlow) {
@@ -50,7 +50,7 @@ TEST(CropAndResize, SamplesAsTensorFlow) {
 
 TEST(CropAndResize, BoxesOfSeveralImagesAndChannels) {
   auto image = torch::stack({grid3()[0], grid3()[0] + 100});  // [2, 1, 3, 3]
-  image = torch::cat({image, -image}, 1);                        // [2, 2, 3, 3]
+  image = torch::cat({image, -image}, 1);                     // [2, 2, 3, 3]
   const auto boxes = torch::tensor({0.f, 0.f, 0.5f, 0.5f, 0.f, 0.f, 0.5f, 0.5f, 0.5f, 0.5f, 1.f, 1.f}).view({3, 4});
   const auto out = crop_and_resize(image, boxes, torch::tensor({1, 0, 1}, torch::kLong), 2, 2);
   ASSERT_EQ(out.sizes(), (std::vector<int64_t>{3, 2, 2, 2}));
@@ -172,8 +172,9 @@ TEST(PositionSensitiveCropRegions, EachBinReadsItsOwnChannels) {
   EXPECT_NEAR(c.item<float>(), 9.f * (1.f / 3) * (1.f / 3) / 9.f, 1e-5);
   // Constant groups: group g holds g + 1 everywhere; each output channel is the mean over bins.
   auto constant = torch::arange(1, 10, torch::kFloat).view({1, 9, 1, 1}).repeat({2, 2, 5, 4});  // C' = 2
-  const auto out = position_sensitive_crop_regions(constant, torch::tensor({{.1f, .2f, .8f, .9f}, {0.f, 0.f, .5f, .5f}}),
-                                                   torch::tensor({int64_t{1}, int64_t{0}}), 6, 6, 3, 3);
+  const auto out =
+      position_sensitive_crop_regions(constant, torch::tensor({{.1f, .2f, .8f, .9f}, {0.f, 0.f, .5f, .5f}}),
+                                      torch::tensor({int64_t{1}, int64_t{0}}), 6, 6, 3, 3);
   ASSERT_EQ(out.sizes(), (std::vector<int64_t>{2, 2}));
   // repeat({2, 2, ...}) lays the 9 groups out twice along the channels: groups of 2 channels are
   // (1, 2), (3, 4), ..., (17, 18) with values 1..9 then 1..9: means (1+3+5+7+9+2+4+6+8)/9, ...

@@ -64,7 +64,8 @@ TEST(FasterRcnnModel, ShapesAtStride16And8) {
   EXPECT_EQ(first.features.sizes(), (std::vector<int64_t>{2, 1024, 7, 9}));
   EXPECT_EQ(first.box_encodings.sizes(), (std::vector<int64_t>{2, 7 * 9 * 9, 4}));
   EXPECT_EQ(first.objectness.sizes(), (std::vector<int64_t>{2, 7 * 9 * 9, 2}));
-  const auto boxes = torch::tensor({0.1f, 0.1f, 0.5f, 0.6f, 0.0f, 0.2f, 1.0f, 0.9f, 0.3f, 0.3f, 0.4f, 0.4f}).view({3, 4});
+  const auto boxes =
+      torch::tensor({0.1f, 0.1f, 0.5f, 0.6f, 0.0f, 0.2f, 1.0f, 0.9f, 0.3f, 0.3f, 0.4f, 0.4f}).view({3, 4});
   const auto [refined, logits] = model->second_stage(first.features, boxes, torch::tensor({0, 1, 1}, torch::kLong));
   EXPECT_EQ(refined.sizes(), (std::vector<int64_t>{3, 3, 4}));
   EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{3, 4}));
@@ -106,7 +107,9 @@ TEST(FasterRcnnModel, BatchNormsStayFrozenUnlessTrainable) {
   FasterRcnnModel trainable(o);
   trainable->train();
   for (const auto& m : trainable->modules(false))
-    if (auto* bn = m->as<torch::nn::BatchNorm2d>()) { EXPECT_TRUE(bn->is_training()); }
+    if (auto* bn = m->as<torch::nn::BatchNorm2d>()) {
+      EXPECT_TRUE(bn->is_training());
+    }
 }
 
 TEST(FasterRcnnModel, TensorFlowNamesAreTheOdApis) {
@@ -131,7 +134,8 @@ TEST(FasterRcnnModel, TensorFlowNamesAreTheOdApis) {
   // scopes): both stages read resnet_v1_50/...; the detection layers are not in it.
   EXPECT_EQ(name("first_stage_extractor.layer1.2.conv2.weight", true),
             "resnet_v1_50/block1/unit_3/bottleneck_v1/conv2/weights");
-  EXPECT_EQ(name("second_stage_extractor.2.conv3.weight", true), "resnet_v1_50/block4/unit_3/bottleneck_v1/conv3/weights");
+  EXPECT_EQ(name("second_stage_extractor.2.conv3.weight", true),
+            "resnet_v1_50/block4/unit_3/bottleneck_v1/conv3/weights");
   EXPECT_EQ(name("rpn_conv.weight", true), "(none)");
   // Every variable has one name of its own.
   std::set<std::string> seen;
@@ -276,7 +280,7 @@ TEST(FasterRcnnModel, RfcnPredictorIsTheOdApis) {
 // convolution to the 90 classes: 2048*256*9 + 256 + 2 * (256*256*9 + 256) + 256*90*9 + 90.
 TEST(FasterRcnnModel, MaskHeadIsTheOdApis) {
   EXPECT_EQ(mask_conv_depth(2048, 90), 256);
-  EXPECT_EQ(mask_conv_depth(2048, 3), 32);   // (22 + 4.75) / 5 = 5.35
+  EXPECT_EQ(mask_conv_depth(2048, 3), 32);    // (22 + 4.75) / 5 = 5.35
   EXPECT_EQ(mask_conv_depth(1024, 37), 128);  // mask_rcnn_resnet101_pets sets 256 explicitly
   torch::manual_seed(0);
   FasterRcnnModelOptions o;
@@ -325,10 +329,9 @@ TEST(FasterRcnnModel, MaskHeadIsTheOdApis) {
   // OD API's order, resize_bilinear to 33x33 then the 3x3 convolutions, written out here.
   namespace F = torch::nn::functional;
   auto params = model->named_parameters();
-  auto x = F::interpolate(box_features, F::InterpolateFuncOptions()
-                                            .size(std::vector<int64_t>{33, 33})
-                                            .mode(torch::kBilinear)
-                                            .align_corners(true));
+  auto x = F::interpolate(
+      box_features,
+      F::InterpolateFuncOptions().size(std::vector<int64_t>{33, 33}).mode(torch::kBilinear).align_corners(true));
   for (int i = 0; i < 4; ++i) {
     const auto index = std::to_string(i);
     x = F::conv2d(x, params["mask_convs." + index + ".weight"],

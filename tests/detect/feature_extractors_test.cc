@@ -1,19 +1,22 @@
 // The feature extractor registry: every registered SSD base network builds, and its maps have the
 // channels, strides and sizes it declares; an unknown name's error lists the registered ones.
-#include "orchard/detect/feature_extractors/registry.h"
-
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <functional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "detect/extractor_types.h"
 #include "orchard/detect/config/config.h"
+#include "orchard/detect/feature_extractors/registry.h"
 #include "orchard/detect/meta_arch/faster_rcnn_model.h"
+#include "orchard/detect/meta_arch/meta_architecture.h"
 #include "orchard/detect/meta_arch/ssd_model.h"
+#include "orchard/proto/object_detection/pipeline.pb.h"
 
 namespace orchard::detect {
 namespace {
@@ -64,10 +67,8 @@ TEST(FeatureExtractorRegistry, EverySsdExtractorGivesTheMapsItDeclares) {
         EXPECT_EQ(std::make_pair(t.size(2), t.size(3)), sizes[i]);
         // 'SAME' bases: the stride divides a side that is a multiple of it; Inception-v3's 'VALID'
         // layers lose a border, so its maps are smaller.
-        if (entry.layout.scope == "InceptionV3")
-          EXPECT_LE(t.size(2), side / endpoints[i].stride);
-        else
-          EXPECT_EQ(t.size(2), side / endpoints[i].stride);
+        if (entry.layout.scope == "InceptionV3") EXPECT_LE(t.size(2), side / endpoints[i].stride);
+        else EXPECT_EQ(t.size(2), side / endpoints[i].stride);
       }
       // Every parameter has a TensorFlow name under the scope.
       for (const auto& p : extractor->module()->named_parameters()) {
@@ -81,13 +82,12 @@ TEST(FeatureExtractorRegistry, EverySsdExtractorGivesTheMapsItDeclares) {
 
 TEST(FeatureExtractorRegistry, UnknownNameListsTheRegisteredOnes) {
   const auto names = fx::registry().ssd_names();
-  for (const auto& build : std::vector<std::function<void()>>{
-           [] { fx::registry().ssd("ssd_mobilenet_v9"); },
-           [] {
-             SsdModelOptions o;
-             o.feature_extractor = "ssd_mobilenet_v9";
-             SsdModel model(o);
-           }}) {
+  for (const auto& build : std::vector<std::function<void()>>{[] { fx::registry().ssd("ssd_mobilenet_v9"); },
+                                                              [] {
+                                                                SsdModelOptions o;
+                                                                o.feature_extractor = "ssd_mobilenet_v9";
+                                                                SsdModel model(o);
+                                                              }}) {
     try {
       build();
       ADD_FAILURE() << "no error for ssd_mobilenet_v9";
@@ -114,34 +114,37 @@ TEST(FeatureExtractorRegistry, SsdModelRegistersTheExtractorModuleAsBackbone) {
   EXPECT_EQ(model->backbone_scope(), "MobilenetV1");
 }
 
-// validate_pipeline_config's lists (detect/config/config.h links no libtorch) against the registry, both ways.
+// The types the meta-architectures' validation accepts come from the registry: each registered
+// name with base maps, its _fpn / _ppn / _mnasfpn variants where the layout has them, and the
+// _keras names; the config-only tests' lists (detect/extractor_types.h) are the same.
 TEST(FeatureExtractorRegistry, TheValidatorAcceptsExactlyTheRegisteredExtractors) {
   const auto& registry = fx::registry();
-  std::set<std::string> accepted(ssd_feature_extractor_types().begin(), ssd_feature_extractor_types().end());
-  for (const auto& type : accepted) {
-    std::string base = type;
-    const auto strip = [&](const std::string& suffix) {
-      const bool has = base.size() > suffix.size() && base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0;
-      if (has) base.resize(base.size() - suffix.size());
-      return has;
-    };
-    strip("_keras");
-    const bool fpn = strip("_fpn"), ppn = !fpn && strip("_ppn"), mnasfpn = !fpn && !ppn && strip("_mnasfpn");
-    const auto* entry = registry.find_ssd(base);
-    ASSERT_NE(entry, nullptr) << type << " is accepted but " << base << " is not registered";
-    if (fpn) { EXPECT_FALSE(entry->layout.fpn_blocks.empty()) << type; }
-    if (ppn) { EXPECT_TRUE(entry->layout.ppn_map.has_value()) << type; }
-    if (mnasfpn) { EXPECT_FALSE(entry->layout.mnasfpn_maps.empty()) << type; }
-    if (!fpn && !ppn && !mnasfpn) { EXPECT_FALSE(entry->layout.from_layer.empty()) << type; }
-  }
+  const auto types = registry.ssd_types();
+  EXPECT_EQ(std::set<std::string>(types.begin(), types.end()),
+            std::set<std::string>(registered::kSsdTypes.begin(), registered::kSsdTypes.end()));
+  EXPECT_EQ(std::set<std::string>(types.begin(), types.end()).size(), types.size()) << "a type listed twice";
   for (const auto& name : registry.ssd_names()) {
-    const auto& l = registry.ssd(name).layout;
-    if (!l.from_layer.empty()) { EXPECT_TRUE(accepted.count(name)) << name; }
-    if (!l.fpn_blocks.empty()) { EXPECT_TRUE(accepted.count(name + "_fpn")) << name; }
-    if (l.ppn_map) { EXPECT_TRUE(accepted.count(name + "_ppn")) << name; }
-    if (!l.mnasfpn_maps.empty()) { EXPECT_TRUE(accepted.count(name + "_mnasfpn")) << name; }
+    const auto& entry = registry.ssd(name);
+    const auto has = [&](const std::string& type) { return std::count(types.begin(), types.end(), type) == 1; };
+    EXPECT_EQ(has(name), !entry.layout.from_layer.empty()) << name;
+    EXPECT_EQ(has(name + "_fpn"), !entry.layout.fpn_blocks.empty()) << name;
+    EXPECT_EQ(has(name + "_ppn"), entry.layout.ppn_map.has_value()) << name;
+    EXPECT_EQ(has(name + "_mnasfpn"), !entry.layout.mnasfpn_maps.empty()) << name;
+    EXPECT_EQ(has(name + "_keras"), entry.keras && !entry.layout.from_layer.empty()) << name;
   }
-  EXPECT_EQ(registry.faster_rcnn_names(), faster_rcnn_feature_extractor_types());
+  EXPECT_EQ(registry.faster_rcnn_names(), registered::kFasterRcnnTypes);
+
+  // The registered meta-architectures validate with these lists: an unknown type is named with them.
+  object_detection::protos::TrainEvalPipelineConfig pipeline;
+  pipeline.mutable_model()->mutable_ssd()->mutable_feature_extractor()->set_type("ssd_mobilenet_v9");
+  std::vector<std::string> problems;
+  tasks::register_builtin_meta_architectures();
+  tasks::meta_architecture_for(pipeline).validate(pipeline, &problems);
+  std::string all;
+  for (const auto& p : problems) all += p + "\n";
+  EXPECT_NE(all.find("'ssd_mobilenet_v9' is not supported; Orchard implements " + fx::join_names(types)),
+            std::string::npos)
+      << all;
 }
 
 TEST(FeatureExtractorRegistry, UnknownFasterRcnnNameListsTheRegisteredOnes) {
@@ -152,7 +155,8 @@ TEST(FeatureExtractorRegistry, UnknownFasterRcnnNameListsTheRegisteredOnes) {
     ADD_FAILURE() << "no error for faster_rcnn_vgg16";
   } catch (const c10::Error& e) {
     const std::string message = e.what();
-    for (const auto& name : fx::registry().faster_rcnn_names()) EXPECT_NE(message.find(name), std::string::npos) << name;
+    for (const auto& name : fx::registry().faster_rcnn_names())
+      EXPECT_NE(message.find(name), std::string::npos) << name;
   }
 }
 

@@ -59,8 +59,8 @@ TEST(Rpn, LossOfOneBoxByHand) {
   // A second image without boxes: all four anchors are negatives, log 2 each over 4; the losses
   // are the means over the two images.
   const std::vector<at::Tensor> two = {gt[0], torch::zeros({0, 4})};
-  const auto both = rpn_loss(torch::cat({codes, torch::zeros({1, 4, 4})}), torch::cat({logits, torch::zeros({1, 4, 2})}),
-                             anchors, two, o);
+  const auto both = rpn_loss(torch::cat({codes, torch::zeros({1, 4, 4})}),
+                             torch::cat({logits, torch::zeros({1, 4, 2})}), anchors, two, o);
   EXPECT_NEAR(both.at("RPNLoss/objectness_loss").item<float>(), (std::log(2.0f) + std::log(2.0f)) / 2, 1e-5);
   EXPECT_NEAR(both.at("RPNLoss/localization_loss").item<float>(), 1.625f / 2, 1e-5);
   // The loss reaches the predictions.

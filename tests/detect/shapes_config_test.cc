@@ -4,15 +4,23 @@
 
 #include <string>
 
+#include "detect/extractor_types.h"
 #include "orchard/core/files.h"
 #include "orchard/detect/config/config.h"
 
 namespace orchard::detect {
 namespace {
 
-// The `model` cases Orchard registers (tasks/detect/meta_architectures.cc), with their checks.
+// The `model` cases Orchard registers (detect/meta_arch), with their checks and the feature
+// extractors Orchard registers (this test links no libtorch; feature_extractors_test checks the
+// lists against the registry).
 void validate_pipeline_config(const object_detection::protos::TrainEvalPipelineConfig& c, const std::string& name) {
-  detect::validate_pipeline_config(c, name, {{"ssd", check_ssd_model}, {"faster_rcnn", check_faster_rcnn_model}});
+  detect::validate_pipeline_config(
+      c, name,
+      {{"ssd", [](const auto& config, auto* problems) { check_ssd_model(config, registered::kSsdTypes, problems); }},
+       {"faster_rcnn", [](const auto& config, auto* problems) {
+          check_faster_rcnn_model(config, registered::kFasterRcnnTypes, problems);
+        }}});
 }
 
 TEST(ShapesConfig, IsAValidStrictConfigAndTheCommittedSampleMatches) {

@@ -52,8 +52,8 @@ TEST(AssignTargets, MatchedUnmatchedIgnored) {
 }
 
 TEST(AssignTargets, NoGroundtruthIsAllBackground) {
-  const auto t = assign_targets(boxes({0, 0, 0.5f, 0.5f, 0.5f, 0.5f, 1, 1}), at::zeros({0, 4}),
-                                at::zeros({0}, at::kLong), {}, {});
+  const auto t =
+      assign_targets(boxes({0, 0, 0.5f, 0.5f, 0.5f, 0.5f, 1, 1}), at::zeros({0, 4}), at::zeros({0}, at::kLong), {}, {});
   EXPECT_EQ(longs(t.match), (std::vector<int64_t>{kUnmatched, kUnmatched}));
   EXPECT_EQ(longs(t.cls_targets), (std::vector<int64_t>{0, 0}));
   expect_all_near(t.cls_weights, {1, 1});
@@ -107,7 +107,9 @@ TEST(SsdLoss, SigmoidFocalAndBackgroundAsZerosHandComputed) {
   };
   const auto loss = [&](SsdLossOptions o) {
     o.miner.enabled = false;
-    return ssd_loss(f.encodings, f.logits, f.anchors, f.gt_boxes, f.gt_classes, o).at("classification_loss").item<double>();
+    return ssd_loss(f.encodings, f.logits, f.anchors, f.gt_boxes, f.gt_classes, o)
+        .at("classification_loss")
+        .item<double>();
   };
   for (const double alpha : {-1.0, 0.25})
     for (const bool zeros : {false, true}) {
@@ -116,8 +118,9 @@ TEST(SsdLoss, SigmoidFocalAndBackgroundAsZerosHandComputed) {
       o.focal_alpha = static_cast<float>(alpha);
       o.encode_background_as_zeros = zeros;
       const double background = zeros ? 0 : 1;  // anchor 1's target on the background column
-      EXPECT_NEAR(loss(o), focal(0, 0, 2, alpha) + focal(2, 1, 2, alpha) + focal(1, background, 2, alpha) + focal(-1, 0, 2, alpha),
-                  1e-6)
+      EXPECT_NEAR(
+          loss(o),
+          focal(0, 0, 2, alpha) + focal(2, 1, 2, alpha) + focal(1, background, 2, alpha) + focal(-1, 0, 2, alpha), 1e-6)
           << alpha << " " << zeros;
     }
   SsdLossOptions o;
@@ -145,8 +148,8 @@ TEST(SsdLoss, NormalisedByMatchesAcrossTheBatch) {
   const auto anchors = f.anchors;
   std::vector<at::Tensor> gt{f.gt_boxes[0], boxes({0, 0, 0.5f, 0.5f, 0.5f, 0.5f, 1, 1})};
   std::vector<at::Tensor> cls{classes({1}), classes({1, 1})};
-  const auto enc = at::stack({f.encodings[0], at::tensor(std::vector<float>{0.5f, 0, 0, 0, 0, 0.5f, 0, 0})
-                                                  .reshape({2, 4})});
+  const auto enc =
+      at::stack({f.encodings[0], at::tensor(std::vector<float>{0.5f, 0, 0, 0, 0, 0.5f, 0, 0}).reshape({2, 4})});
   const auto logits = at::zeros({2, 2, 2});
   SsdLossOptions o;
   o.miner.enabled = false;
@@ -162,7 +165,7 @@ TEST(SsdLoss, NormalisedByMatchesAcrossTheBatch) {
 
 TEST(HardExampleMiner, SubsamplesAsTfDoes) {
   // Box 4 duplicates box 1; the rest are apart.
-  const auto b = boxes({0, 0, 0.1f, 0.1f, 0, 0.2f, 0.1f, 0.3f, 0, 0.4f, 0.1f, 0.5f,  //
+  const auto b = boxes({0, 0,    0.1f, 0.1f, 0, 0.2f, 0.1f, 0.3f, 0,    0.4f, 0.1f, 0.5f,  //
                         0, 0.6f, 0.1f, 0.7f, 0, 0.2f, 0.1f, 0.3f, 0.5f, 0.5f, 0.6f, 0.6f});
   const auto losses = at::tensor(std::vector<float>{0.1f, 0.9f, 0.5f, 0.8f, 0.7f, 0.2f});
   const auto match = classes({0, kUnmatched, kUnmatched, kIgnored, kUnmatched, kUnmatched});

@@ -114,10 +114,8 @@ TEST(MobileNetV2, NamesAndShapesMatchTorchvision) {
   const auto got = state_shapes(*model);
   for (const auto& [name, shape] : want) {
     auto it = got.find(name);
-    if (it == got.end())
-      ADD_FAILURE() << "torchvision has " << name << " [" << shape << "], Orchard does not";
-    else
-      EXPECT_EQ(it->second, shape) << name;
+    if (it == got.end()) ADD_FAILURE() << "torchvision has " << name << " [" << shape << "], Orchard does not";
+    else EXPECT_EQ(it->second, shape) << name;
   }
   for (const auto& [name, shape] : got)
     if (!want.count(name)) ADD_FAILURE() << "Orchard has " << name << " [" << shape << "], torchvision does not";
@@ -170,16 +168,11 @@ TEST(MobileNetV2, ForwardMatchesTorchvisionWithTheSameWeights) {
     const auto base =
         torch::sin(torch::arange(t->numel(), torch::kFloat64) * 0.731 + static_cast<double>(j)).reshape(t->sizes());
     torch::Tensor v;
-    if (ends_with("running_var"))
-      v = 1 + 0.5 * base * base;
-    else if (ends_with("running_mean"))
-      v = 0.1 * base;
-    else if (t->dim() == 1 && ends_with("weight"))
-      v = 1 + 0.1 * base;
-    else if (ends_with("bias"))
-      v = 0.1 * base;
-    else
-      v = base * std::sqrt(3.0 / static_cast<double>(t->numel() / t->size(0)));
+    if (ends_with("running_var")) v = 1 + 0.5 * base * base;
+    else if (ends_with("running_mean")) v = 0.1 * base;
+    else if (t->dim() == 1 && ends_with("weight")) v = 1 + 0.1 * base;
+    else if (ends_with("bias")) v = 0.1 * base;
+    else v = base * std::sqrt(3.0 / static_cast<double>(t->numel() / t->size(0)));
     t->copy_(v);
     ++filled;
   }
@@ -495,8 +488,8 @@ TEST(SsdModel, MobileNetV1FpnWithWeightSharedPredictor) {
   EXPECT_EQ(model->feature_map_channels(), (Sizes{256, 256, 256, 256, 256}));
   const int64_t backbone = 3'206'976;
   const int64_t fpn = (256 * 256 + 256) + (512 * 256 + 256) + (1024 * 256 + 256)  // projection_1..3 (bias)
-                      + 2 * (9 * 256 * 256 + 2 * 256)                            // smoothing_1, 2
-                      + 2 * (9 * 256 * 256 + 2 * 256);                           // bottom_up_Conv2d_14, 15
+                      + 2 * (9 * 256 * 256 + 2 * 256)                             // smoothing_1, 2
+                      + 2 * (9 * 256 * 256 + 2 * 256);                            // bottom_up_Conv2d_14, 15
   const int64_t towers = 2 * 4 * (9 * 256 * 256 + 5 * 2 * 256);                   // per-level BN
   const int64_t heads = (9 * 256 * 24 + 24) + (9 * 256 * 546 + 546);
   EXPECT_EQ(count_parameters(*model), backbone + fpn + towers + heads);
@@ -506,7 +499,8 @@ TEST(SsdModel, MobileNetV1FpnWithWeightSharedPredictor) {
   EXPECT_EQ(model->tf_name("fpn.projection.2.bias")->name, "FeatureExtractor/MobilenetV1/fpn/projection_3/biases");
   EXPECT_EQ(model->tf_name("fpn.smoothing.0.1.running_var")->name,
             "FeatureExtractor/MobilenetV1/fpn/smoothing_1/BatchNorm/moving_variance");
-  EXPECT_EQ(model->tf_name("bottom_up.1.0.weight")->name, "FeatureExtractor/MobilenetV1/fpn/bottom_up_Conv2d_15/weights");
+  EXPECT_EQ(model->tf_name("bottom_up.1.0.weight")->name,
+            "FeatureExtractor/MobilenetV1/fpn/bottom_up_Conv2d_15/weights");
   EXPECT_EQ(model->tf_name("predictor.box_tower.3.weight")->name,
             "WeightSharedConvolutionalBoxPredictor/BoxPredictionTower/conv2d_3/weights");
   EXPECT_TRUE(is_prediction_head_parameter("predictor.class_head.bias"));
@@ -514,7 +508,8 @@ TEST(SsdModel, MobileNetV1FpnWithWeightSharedPredictor) {
   EXPECT_FALSE(is_prediction_head_parameter("fpn.projection.0.weight"));
   // Every variable has a distinct TF name.
   std::set<std::string> seen;
-  for (const auto& p : model->named_parameters()) EXPECT_TRUE(seen.insert(model->tf_name(p.key())->name).second) << p.key();
+  for (const auto& p : model->named_parameters())
+    EXPECT_TRUE(seen.insert(model->tf_name(p.key())->name).second) << p.key();
 
   // A small one runs forward and backward (128x128: levels 16x16 .. 1x1).
   o.depth_multiplier = 0.25;
@@ -561,7 +556,7 @@ TEST(SsdModel, FpnLiteSeparableLayersAndNames) {
   o.weight_shared = ws;
   SsdModel model(o);
   EXPECT_EQ(model->feature_map_channels(), (Sizes{128, 128, 128, 128, 128}));
-  const int64_t backbone = 3504872 - 1280 * 1000 - 1000;  // torchvision's MobileNetV2 features
+  const int64_t backbone = 3504872 - 1280 * 1000 - 1000;    // torchvision's MobileNetV2 features
   const int64_t separable = 9 * 128 + 128 * 128 + 2 * 128;  // 3x3 depthwise, 1x1, BN
   const int64_t fpn = (32 * 128 + 128) + (96 * 128 + 128) + (1280 * 128 + 128) + 2 * separable + 2 * separable;
   const int64_t tower = 4 * (9 * 128 + 128 * 128 + 5 * 2 * 128);  // per-level BN
@@ -583,7 +578,8 @@ TEST(SsdModel, FpnLiteSeparableLayersAndNames) {
             "WeightSharedConvolutionalBoxPredictor/ClassPredictor/biases");
   EXPECT_TRUE(is_prediction_head_parameter("predictor.class_head.0.weight"));
   std::set<std::string> seen;
-  for (const auto& p : model->named_parameters()) EXPECT_TRUE(seen.insert(model->tf_name(p.key())->name).second) << p.key();
+  for (const auto& p : model->named_parameters())
+    EXPECT_TRUE(seen.insert(model->tf_name(p.key())->name).second) << p.key();
   model->eval();
   torch::NoGradGuard no_grad;
   EXPECT_EQ(model->forward(torch::zeros({1, 3, 256, 256})).sizes().vec(),
@@ -626,7 +622,8 @@ TEST(SsdModel, ResNet50FpnRetinaNetCountsMatchATensorFlowCheckpoint) {
   EXPECT_EQ(model->tf_name("bottom_up.1.0.weight")->name, "FeatureExtractor/resnet_v1_50/fpn/bottom_up_block6/weights");
   EXPECT_EQ(model->tf_name("backbone.conv1.weight", "resnet_v1_50")->name, "resnet_v1_50/conv1/weights");
   std::set<std::string> seen;
-  for (const auto& p : model->named_parameters()) EXPECT_TRUE(seen.insert(model->tf_name(p.key())->name).second) << p.key();
+  for (const auto& p : model->named_parameters())
+    EXPECT_TRUE(seen.insert(model->tf_name(p.key())->name).second) << p.key();
   EXPECT_EQ(model->feature_map_sizes(640, 640).front(), (std::pair<int64_t, int64_t>{80, 80}));
   model->eval();
   torch::NoGradGuard no_grad;
@@ -852,7 +849,8 @@ TEST(SsdModel, SsdLiteDepthwiseHeads) {
     extras += (in * mid + 2 * mid) + (mid * 9 + 2 * mid) + (mid * out + 2 * out);
   }
   int64_t heads = 0;
-  for (size_t i = 0; i < 6; ++i) heads += 2 * (channels[i] * 9 + 2 * channels[i]) + (channels[i] + 1) * anchors[i] * (4 + 91);
+  for (size_t i = 0; i < 6; ++i)
+    heads += 2 * (channels[i] * 9 + 2 * channels[i]) + (channels[i] + 1) * anchors[i] * (4 + 91);
   EXPECT_EQ(count_parameters(*model), backbone + extras + heads);
   std::set<std::string> head_params;
   for (const auto& p : model->named_parameters())
@@ -867,7 +865,8 @@ TEST(SsdModel, SsdLiteDepthwiseHeads) {
   EXPECT_EQ(tf("class_depthwise.3.1.running_mean"), "BoxPredictor_3/ClassPredictor_depthwise/BatchNorm/moving_mean");
   EXPECT_EQ(tf("class_depthwise.3.1.weight"), "BoxPredictor_3/ClassPredictor_depthwise/BatchNorm/gamma");
   EXPECT_EQ(tf("box_heads.2.weight"), "BoxPredictor_2/BoxEncodingPredictor/weights");
-  EXPECT_EQ(tf("extras.0.1.0.weight"), "FeatureExtractor/MobilenetV2/layer_19_2_Conv2d_2_3x3_s2_512_depthwise/depthwise_weights");
+  EXPECT_EQ(tf("extras.0.1.0.weight"),
+            "FeatureExtractor/MobilenetV2/layer_19_2_Conv2d_2_3x3_s2_512_depthwise/depthwise_weights");
 
   // The class path runs through class_depthwise, the box path through box_depthwise.
   model->eval();
@@ -879,7 +878,11 @@ TEST(SsdModel, SsdLiteDepthwiseHeads) {
   const auto after = model->forward(x);
   const int64_t map0 = 8 * 8 * 3;
   EXPECT_TRUE(torch::equal(after.narrow(2, 0, 4), before.narrow(2, 0, 4)));  // boxes unchanged
-  EXPECT_GT((after.narrow(1, 0, map0).narrow(2, 4, 91) - before.narrow(1, 0, map0).narrow(2, 4, 91)).abs().max().item<double>(), 1e-4);
+  EXPECT_GT((after.narrow(1, 0, map0).narrow(2, 4, 91) - before.narrow(1, 0, map0).narrow(2, 4, 91))
+                .abs()
+                .max()
+                .item<double>(),
+            1e-4);
   EXPECT_TRUE(torch::equal(after.narrow(1, map0, after.size(1) - map0), before.narrow(1, map0, before.size(1) - map0)));
 }
 
@@ -935,20 +938,28 @@ TEST(SsdModel, MobileNetV3LargeSsdLite) {
   // TensorFlow's names (FeatureExtractor/MobilenetV3, TF-Slim's scopes).
   const auto tf = [&](const std::string& n) { return model->tf_name(n)->name; };
   EXPECT_EQ(tf("backbone.features.0.0.weight"), "FeatureExtractor/MobilenetV3/Conv/weights");
-  EXPECT_EQ(tf("backbone.features.1.depthwise.0.weight"), "FeatureExtractor/MobilenetV3/expanded_conv/depthwise/depthwise_weights");
+  EXPECT_EQ(tf("backbone.features.1.depthwise.0.weight"),
+            "FeatureExtractor/MobilenetV3/expanded_conv/depthwise/depthwise_weights");
   EXPECT_EQ(model->tf_name("backbone.features.1.depthwise.0.weight")->layout, models::TfLayout::kDepthwise);
-  EXPECT_EQ(tf("backbone.features.4.se.fc1.bias"), "FeatureExtractor/MobilenetV3/expanded_conv_3/squeeze_excite/Conv/biases");
-  EXPECT_EQ(tf("backbone.features.4.se.fc2.weight"), "FeatureExtractor/MobilenetV3/expanded_conv_3/squeeze_excite/Conv_1/weights");
-  EXPECT_EQ(tf("backbone.features.13.expand.1.weight"), "FeatureExtractor/MobilenetV3/expanded_conv_12/expand/BatchNorm/gamma");
-  EXPECT_EQ(tf("backbone.features.15.project.1.running_mean"), "FeatureExtractor/MobilenetV3/expanded_conv_14/project/BatchNorm/moving_mean");
+  EXPECT_EQ(tf("backbone.features.4.se.fc1.bias"),
+            "FeatureExtractor/MobilenetV3/expanded_conv_3/squeeze_excite/Conv/biases");
+  EXPECT_EQ(tf("backbone.features.4.se.fc2.weight"),
+            "FeatureExtractor/MobilenetV3/expanded_conv_3/squeeze_excite/Conv_1/weights");
+  EXPECT_EQ(tf("backbone.features.13.expand.1.weight"),
+            "FeatureExtractor/MobilenetV3/expanded_conv_12/expand/BatchNorm/gamma");
+  EXPECT_EQ(tf("backbone.features.15.project.1.running_mean"),
+            "FeatureExtractor/MobilenetV3/expanded_conv_14/project/BatchNorm/moving_mean");
   EXPECT_EQ(tf("backbone.features.16.1.running_var"), "FeatureExtractor/MobilenetV3/Conv_1/BatchNorm/moving_variance");
   EXPECT_EQ(tf("extras.0.0.0.weight"), "FeatureExtractor/MobilenetV3/layer_17_1_Conv2d_2_1x1_256/weights");
-  EXPECT_EQ(tf("extras.3.1.0.weight"), "FeatureExtractor/MobilenetV3/layer_17_2_Conv2d_5_3x3_s2_128_depthwise/depthwise_weights");
+  EXPECT_EQ(tf("extras.3.1.0.weight"),
+            "FeatureExtractor/MobilenetV3/layer_17_2_Conv2d_5_3x3_s2_128_depthwise/depthwise_weights");
   EXPECT_EQ(model->tf_name("backbone.features.0.0.weight", "MobilenetV3")->name, "MobilenetV3/Conv/weights");
   std::set<std::string> names;
   for (const auto& p : model->named_parameters()) EXPECT_TRUE(names.insert(tf(p.key())).second) << p.key();
   for (const auto& b : model->named_buffers())
-    if (const auto n = model->tf_name(b.key())) { EXPECT_TRUE(names.insert(n->name).second) << b.key(); }
+    if (const auto n = model->tf_name(b.key())) {
+      EXPECT_TRUE(names.insert(n->name).second) << b.key();
+    }
   EXPECT_THROW(model->tf_name("backbone.features.4.se.fc3.weight"), std::invalid_argument);
 
   // 320x320: layer_14's expansion at stride 16, layer_17 at 32.
@@ -982,7 +993,8 @@ TEST(SsdModel, MobileNetV3SmallSsdLite) {
   EXPECT_EQ(got.at("backbone.features.9.project.0.weight"), "48,288,1,1");  // 96 halved
   EXPECT_EQ(got.at("backbone.features.12.0.weight"), "288,48,1,1");         // Conv_1: 576 halved
   EXPECT_EQ(model->tf_name("backbone.features.12.0.weight")->name, "FeatureExtractor/MobilenetV3/Conv_1/weights");
-  EXPECT_EQ(model->tf_name("extras.0.0.0.weight")->name, "FeatureExtractor/MobilenetV3/layer_13_1_Conv2d_2_1x1_256/weights");
+  EXPECT_EQ(model->tf_name("extras.0.0.0.weight")->name,
+            "FeatureExtractor/MobilenetV3/layer_13_1_Conv2d_2_1x1_256/weights");
   EXPECT_EQ(count_without_batch_norms(*model), 1'765'279);
   EXPECT_EQ(count_parameters(*model), 1'785'743);
   model->eval();
@@ -1024,7 +1036,8 @@ TEST(SsdModel, MobileNetEdgeTpuSsdLite) {
   EXPECT_EQ(parameters_under(*model, {"extras."}), 378'432);
   EXPECT_EQ(moving_statistics_under(*model, {"backbone.", "extras."}), 40'928);
   const auto tf = [&](const std::string& n) { return model->tf_name(n)->name; };
-  EXPECT_EQ(tf("backbone.features.2.expand.0.weight"), "FeatureExtractor/MobilenetEdgeTPU/expanded_conv_1/expand/weights");
+  EXPECT_EQ(tf("backbone.features.2.expand.0.weight"),
+            "FeatureExtractor/MobilenetEdgeTPU/expanded_conv_1/expand/weights");
   EXPECT_EQ(model->tf_name("backbone.features.2.expand.0.weight")->layout, models::TfLayout::kConv);
   EXPECT_EQ(tf("backbone.features.10.depthwise.0.weight"),
             "FeatureExtractor/MobilenetEdgeTPU/expanded_conv_9/depthwise/depthwise_weights");
@@ -1096,7 +1109,8 @@ TEST(SsdModel, MobileDetBackbones) {
     EXPECT_EQ(model->tf_name("extras.0.0.0.weight")->name,
               "FeatureExtractor/" + model->backbone_scope() + "/C5_1_Conv2d_2_1x1_256/weights");
     std::set<std::string> names;
-    for (const auto& p : model->named_parameters()) EXPECT_TRUE(names.insert(model->tf_name(p.key())->name).second) << p.key();
+    for (const auto& p : model->named_parameters())
+      EXPECT_TRUE(names.insert(model->tf_name(p.key())->name).second) << p.key();
     model->eval();
     torch::NoGradGuard no_grad;
     const auto maps = model->feature_maps(torch::rand({1, 3, 320, 320}) * 2 - 1);
@@ -1166,9 +1180,11 @@ TEST(SsdModel, InceptionV2) {
             "FeatureExtractor/InceptionV2/Mixed_3b/Branch_1/Conv2d_0a_1x1/weights");
   EXPECT_EQ(tf("backbone.Mixed_4a.Branch_0.Conv2d_1a_3x3.bn.running_var"),
             "FeatureExtractor/InceptionV2/Mixed_4a/Branch_0/Conv2d_1a_3x3/BatchNorm/moving_variance");
-  EXPECT_EQ(tf("backbone.Conv2d_1a_7x7.depthwise.weight"), "FeatureExtractor/InceptionV2/Conv2d_1a_7x7/depthwise_weights");
+  EXPECT_EQ(tf("backbone.Conv2d_1a_7x7.depthwise.weight"),
+            "FeatureExtractor/InceptionV2/Conv2d_1a_7x7/depthwise_weights");
   EXPECT_EQ(model->tf_name("backbone.Conv2d_1a_7x7.depthwise.weight")->depthwise_multiplier, 8);  // [7, 7, 3, 8]
-  EXPECT_EQ(tf("backbone.Conv2d_1a_7x7.pointwise.weight"), "FeatureExtractor/InceptionV2/Conv2d_1a_7x7/pointwise_weights");
+  EXPECT_EQ(tf("backbone.Conv2d_1a_7x7.pointwise.weight"),
+            "FeatureExtractor/InceptionV2/Conv2d_1a_7x7/pointwise_weights");
   EXPECT_EQ(tf("backbone.Conv2d_1a_7x7.bn.weight"), "FeatureExtractor/InceptionV2/Conv2d_1a_7x7/BatchNorm/gamma");
   EXPECT_EQ(tf("extras.0.0.0.weight"), "FeatureExtractor/InceptionV2/Mixed_5c_1_Conv2d_2_1x1_256/weights");
   std::set<std::string> names;
@@ -1233,11 +1249,15 @@ TEST(SsdModel, MobileNetV2MnasFpn) {
   const auto tf = [&](const std::string& n) { return model->tf_name(n)->name; };
   EXPECT_EQ(tf("mnasfpn.c6.conv.weight"), "FeatureExtractor/MnasFPN/C6_Conv1x1/weights");
   EXPECT_EQ(tf("mnasfpn.c6.bn.running_var"), "FeatureExtractor/MnasFPN/C6_Conv1x1/BatchNorm/moving_variance");
-  EXPECT_EQ(tf("mnasfpn.cells.0.0.inputs.1.conv.weight"), "FeatureExtractor/MnasFPN/cell_0/block_0/input_1/Conv1x1/weights");
-  EXPECT_EQ(tf("mnasfpn.cells.3.4.depthwise.weight"), "FeatureExtractor/MnasFPN/cell_3/block_4/SepConv/depthwise_weights");
-  EXPECT_EQ(tf("mnasfpn.cells.3.4.pointwise.weight"), "FeatureExtractor/MnasFPN/cell_3/block_4/SepConv/pointwise_weights");
+  EXPECT_EQ(tf("mnasfpn.cells.0.0.inputs.1.conv.weight"),
+            "FeatureExtractor/MnasFPN/cell_0/block_0/input_1/Conv1x1/weights");
+  EXPECT_EQ(tf("mnasfpn.cells.3.4.depthwise.weight"),
+            "FeatureExtractor/MnasFPN/cell_3/block_4/SepConv/depthwise_weights");
+  EXPECT_EQ(tf("mnasfpn.cells.3.4.pointwise.weight"),
+            "FeatureExtractor/MnasFPN/cell_3/block_4/SepConv/pointwise_weights");
   EXPECT_EQ(tf("mnasfpn.cells.2.1.bn.weight"), "FeatureExtractor/MnasFPN/cell_2/block_1/SepConv/BatchNorm/gamma");
-  EXPECT_EQ(tf("backbone.features.17.conv.3.weight"), "FeatureExtractor/MobilenetV2/expanded_conv_16/project/BatchNorm/gamma");
+  EXPECT_EQ(tf("backbone.features.17.conv.3.weight"),
+            "FeatureExtractor/MobilenetV2/expanded_conv_16/project/BatchNorm/gamma");
   std::set<std::string> names;
   for (const auto& p : model->named_parameters()) EXPECT_TRUE(names.insert(tf(p.key())).second) << p.key();
   model->eval();
@@ -1279,7 +1299,8 @@ TEST(SsdModel, InceptionV3ThreeBaseMaps) {
   EXPECT_EQ(tf("backbone.Mixed_5d.branch5x5_2.bn.weight")->name,
             "FeatureExtractor/InceptionV3/Mixed_5d/Branch_1/Conv2d_0b_5x5/BatchNorm/gamma");
   EXPECT_FALSE(tf("backbone.Mixed_5d.branch5x5_2.bn.weight")->default_value);  // scale: true, so required
-  EXPECT_EQ(model->tf_name("backbone.Conv2d_1a_3x3.conv.weight", "InceptionV3")->name, "InceptionV3/Conv2d_1a_3x3/weights");
+  EXPECT_EQ(model->tf_name("backbone.Conv2d_1a_3x3.conv.weight", "InceptionV3")->name,
+            "InceptionV3/Conv2d_1a_3x3/weights");
   EXPECT_EQ(tf("extras.0.0.0.weight")->name, "FeatureExtractor/InceptionV3/Mixed_7c_1_Conv2d_3_1x1_256/weights");
   EXPECT_EQ(tf("extras.0.1.1.running_var")->name,
             "FeatureExtractor/InceptionV3/Mixed_7c_2_Conv2d_3_3x3_s2_512/BatchNorm/moving_variance");

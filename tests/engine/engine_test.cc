@@ -2,14 +2,14 @@
 // that are a pure function of their position, so runs can be compared exactly.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
-#include <unistd.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <filesystem>
-#include <string>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "core/test_util.h"
@@ -161,7 +161,8 @@ TEST(Loop, HookOrderAndLoopsCutWhereAnEvaluationIsDue) {
   o.steps_per_loop = 3;
   o.eval_every = 4;
   std::vector<std::shared_ptr<Hook>> hooks = {std::make_shared<Recorder>(&log)};
-  run_loop(o, state, [&](TrainState& s) { log.push_back("step@" + std::to_string(s.step)); }, hooks);
+  run_loop(
+      o, state, [&](TrainState& s) { log.push_back("step@" + std::to_string(s.step)); }, hooks);
   EXPECT_EQ(state.step, 10);
   std::vector<std::string> want = {"before_train@0", "before_loop@0"};
   const std::vector<int64_t> loop_ends = {3, 4, 6, 8, 9, 10};

@@ -16,19 +16,18 @@
 // differently), which the message says.
 //
 // ORCHARD_GOLDEN_RECORD=<file> writes the values to <file> instead of comparing.
+#include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
-
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/import_read.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -321,8 +320,8 @@ class Golden : public ::testing::Test {
     }
   }
 
-  void two_stage(const std::string& task, const std::string& box_predictor, int stages,
-                 const std::string& extra_fields, bool masks);
+  void two_stage(const std::string& task, const std::string& box_predictor, int stages, const std::string& extra_fields,
+                 bool masks);
 
   static std::string record_path_;
   static json expected_, recorded_;
@@ -340,10 +339,37 @@ TEST_F(Golden, Classify) {
   const std::string model = root.file("model");
   // 160 / 16 = 10 steps per epoch, 2 epochs; the moving average puts "training_weights" in
   // the checkpoint too.
-  r = run({"classify", "train", "--data_dir", data, "--model_dir", model, "--model", "resnet_tiny", "--image_size", "28",
-           "--batch_size", "16", "--train_epochs", "2", "--steps_per_loop", "1", "--log_steps", "1", "--seed", "3",
-           "--num_threads", "1", "--datasets_num_private_threads", "1", "--base_learning_rate", "1.6",
-           "--warmup_epochs", "1", "--moving_average_decay", "0.9", "--enable_checkpoint_and_export",
+  r = run({"classify",
+           "train",
+           "--data_dir",
+           data,
+           "--model_dir",
+           model,
+           "--model",
+           "resnet_tiny",
+           "--image_size",
+           "28",
+           "--batch_size",
+           "16",
+           "--train_epochs",
+           "2",
+           "--steps_per_loop",
+           "1",
+           "--log_steps",
+           "1",
+           "--seed",
+           "3",
+           "--num_threads",
+           "1",
+           "--datasets_num_private_threads",
+           "1",
+           "--base_learning_rate",
+           "1.6",
+           "--warmup_epochs",
+           "1",
+           "--moving_average_decay",
+           "0.9",
+           "--enable_checkpoint_and_export",
            "--enable_tensorboard"},
           root);
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -358,10 +384,36 @@ TEST_F(Golden, MultiLabel) {
                root);
   ASSERT_EQ(r.rc, 0) << r.err;
   const std::string model = root.file("model");
-  r = run({"multilabel", "train", "--data_dir", data, "--model_dir", model, "--model", "resnet_tiny", "--class_num",
-           "6", "--image_size", "32", "--batch_size", "16", "--max_iter", std::to_string(kSteps), "--log_interval",
-           "1", "--snapshot", "10", "--test_interval", "20", "--num_preprocess_threads", "1", "--num_threads", "1",
-           "--seed", "3", "--lr", "0.8"},
+  r = run({"multilabel",
+           "train",
+           "--data_dir",
+           data,
+           "--model_dir",
+           model,
+           "--model",
+           "resnet_tiny",
+           "--class_num",
+           "6",
+           "--image_size",
+           "32",
+           "--batch_size",
+           "16",
+           "--max_iter",
+           std::to_string(kSteps),
+           "--log_interval",
+           "1",
+           "--snapshot",
+           "10",
+           "--test_interval",
+           "20",
+           "--num_preprocess_threads",
+           "1",
+           "--num_threads",
+           "1",
+           "--seed",
+           "3",
+           "--lr",
+           "0.8"},
           root);
   ASSERT_EQ(r.rc, 0) << r.err;
   check("multilabel", model, "loss");
@@ -376,8 +428,8 @@ TEST_F(Golden, Detect) {
   ASSERT_EQ(r.rc, 0) << r.err;
   const std::string model = root.file("model");
   r = run({"detect", "train", "--pipeline_config_path", data + "/pipeline.config", "--model_dir", model,
-           "--num_train_steps", std::to_string(kSteps), "--save_checkpoints_steps", "10", "--log_steps", "1",
-           "--seed", "3", "--num_preprocess_threads", "1", "--num_threads", "1"},
+           "--num_train_steps", std::to_string(kSteps), "--save_checkpoints_steps", "10", "--log_steps", "1", "--seed",
+           "3", "--num_preprocess_threads", "1", "--num_threads", "1"},
           root);
   ASSERT_EQ(r.rc, 0) << r.err;
   check("detect", model, "Loss/total_loss");
@@ -393,17 +445,33 @@ void Golden::two_stage(const std::string& task, const std::string& box_predictor
                        const std::string& extra_fields, bool masks) {
   TempDir root;
   const std::string data = root.file("shapes");
-  std::vector<std::string> args = {"data", "shapes", "--task", "detection", "--out_dir", data, "--num_train", "32",
-                                   "--num_validation", "8", "--seed", "3"};
+  std::vector<std::string> args = {"data",        "shapes", "--task",           "detection", "--out_dir", data,
+                                   "--num_train", "32",     "--num_validation", "8",         "--seed",    "3"};
   if (masks) args.push_back("--include_masks");
   auto r = run(args, root);
   ASSERT_EQ(r.rc, 0) << r.err;
   const std::string cfg = root.file(task + ".config"), model = root.file("model");
   atomic_write_file(cfg, two_stage_config(data, box_predictor, stages, extra_fields, masks));
-  r = run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", model, "--num_train_steps",
-           std::to_string(kTwoStageSteps), "--save_checkpoints_steps", std::to_string(kTwoStageSteps),
-           "--save_checkpoints_secs", "0", "--log_steps", "1", "--seed", "3", "--num_preprocess_threads", "1",
-           "--num_threads", "1"},
+  r = run({"detect",
+           "train",
+           "--pipeline_config_path",
+           cfg,
+           "--model_dir",
+           model,
+           "--num_train_steps",
+           std::to_string(kTwoStageSteps),
+           "--save_checkpoints_steps",
+           std::to_string(kTwoStageSteps),
+           "--save_checkpoints_secs",
+           "0",
+           "--log_steps",
+           "1",
+           "--seed",
+           "3",
+           "--num_preprocess_threads",
+           "1",
+           "--num_threads",
+           "1"},
           root);
   ASSERT_EQ(r.rc, 0) << r.err;
   check(task, model, "Loss/total_loss", kTwoStageSteps);
@@ -412,7 +480,8 @@ void Golden::two_stage(const std::string& task, const std::string& box_predictor
 TEST_F(Golden, FasterRcnn) {
   two_stage("faster_rcnn",
             std::string("mask_rcnn_box_predictor {\n        use_dropout: false\n        dropout_keep_probability: 1.0\n"
-                        "        ") + kFcHyperparams + "\n      }",
+                        "        ") +
+                kFcHyperparams + "\n      }",
             2, "", false);
 }
 
@@ -445,11 +514,35 @@ TEST_F(Golden, Caption) {
                root);
   ASSERT_EQ(r.rc, 0) << r.err;
   const std::string model = root.file("train");
-  r = run({"caption", "train", "--input_file_pattern", data + "/train-*", "--train_dir", model, "--train_steps",
-           std::to_string(kSteps), "--save_checkpoints_steps", "10", "--save_checkpoints_secs", "0",
-           "--log_every_n_steps", "1", "--image_size", "75", "--train_batch_size", "8", "--train_inception",
-           "--optimizer", "Adam", "--train_inception_learning_rate", "0.002", "--num_preprocess_threads", "1",
-           "--num_threads", "1", "--seed", "3"},
+  r = run({"caption",
+           "train",
+           "--input_file_pattern",
+           data + "/train-*",
+           "--train_dir",
+           model,
+           "--train_steps",
+           std::to_string(kSteps),
+           "--save_checkpoints_steps",
+           "10",
+           "--save_checkpoints_secs",
+           "0",
+           "--log_every_n_steps",
+           "1",
+           "--image_size",
+           "75",
+           "--train_batch_size",
+           "8",
+           "--train_inception",
+           "--optimizer",
+           "Adam",
+           "--train_inception_learning_rate",
+           "0.002",
+           "--num_preprocess_threads",
+           "1",
+           "--num_threads",
+           "1",
+           "--seed",
+           "3"},
           root);
   ASSERT_EQ(r.rc, 0) << r.err;
   check("caption", model, "loss");

@@ -363,11 +363,17 @@ TEST(InceptionResnetV2, SlimDefaultInitialisation) {
   EXPECT_NEAR(up.std().item<double>(), std::sqrt(6.0 / (384 + 1088)) / std::sqrt(3.0), 0.02 * std::sqrt(6.0 / 1472));
   EXPECT_EQ(params["Repeat_1.block17_5.Conv2d_1x1.bias"].abs().sum().item<double>(), 0.0);
   for (const auto& b : net->named_buffers()) {
-    if (ends_with(b.key(), "running_mean")) { EXPECT_EQ(b.value().abs().sum().item<double>(), 0.0) << b.key(); }
-    if (ends_with(b.key(), "running_var")) { EXPECT_TRUE(torch::equal(b.value(), torch::ones_like(b.value()))) << b.key(); }
+    if (ends_with(b.key(), "running_mean")) {
+      EXPECT_EQ(b.value().abs().sum().item<double>(), 0.0) << b.key();
+    }
+    if (ends_with(b.key(), "running_var")) {
+      EXPECT_TRUE(torch::equal(b.value(), torch::ones_like(b.value()))) << b.key();
+    }
   }
   for (const auto& p : params)
-    if (ends_with(p.key(), "bn.bias")) { EXPECT_EQ(p.value().abs().sum().item<double>(), 0.0) << p.key(); }
+    if (ends_with(p.key(), "bn.bias")) {
+      EXPECT_EQ(p.value().abs().sum().item<double>(), 0.0) << p.key();
+    }
 }
 
 // Every batch norm runs through batch_norm(), so a synchronized override covers them, and sees

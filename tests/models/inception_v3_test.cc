@@ -130,16 +130,11 @@ void deterministic_fill(InceptionV3Impl& model) {
     const auto base = torch::sin(torch::remainder(k * k, 65521).to(torch::kFloat64) * 0.731 + static_cast<double>(j))
                           .reshape(t->sizes());
     torch::Tensor v;
-    if (ends_with(name, "running_var"))
-      v = 1 + 0.5 * base * base;
-    else if (ends_with(name, "running_mean"))
-      v = 0.1 * base;
-    else if (t->dim() == 1 && ends_with(name, "weight"))
-      v = 1 + 0.1 * base;
-    else if (ends_with(name, "bias"))
-      v = 0.1 * base;
-    else
-      v = base * std::sqrt(6.0 / static_cast<double>(t->numel() / t->size(0)));
+    if (ends_with(name, "running_var")) v = 1 + 0.5 * base * base;
+    else if (ends_with(name, "running_mean")) v = 0.1 * base;
+    else if (t->dim() == 1 && ends_with(name, "weight")) v = 1 + 0.1 * base;
+    else if (ends_with(name, "bias")) v = 0.1 * base;
+    else v = base * std::sqrt(6.0 / static_cast<double>(t->numel() / t->size(0)));
     t->copy_(v);
     ++filled;
   }
@@ -173,10 +168,8 @@ TEST(InceptionV3, NamesAndShapesMatchTorchvisionWithAux) {
   const auto got = state_shapes(*model);
   for (const auto& [name, shape] : want) {
     auto it = got.find(name);
-    if (it == got.end())
-      ADD_FAILURE() << "torchvision has " << name << " [" << shape << "], Orchard does not";
-    else
-      EXPECT_EQ(it->second, shape) << name;
+    if (it == got.end()) ADD_FAILURE() << "torchvision has " << name << " [" << shape << "], Orchard does not";
+    else EXPECT_EQ(it->second, shape) << name;
   }
   for (const auto& [name, shape] : got)
     if (!want.count(name)) ADD_FAILURE() << "Orchard has " << name << " [" << shape << "], torchvision does not";
@@ -229,8 +222,7 @@ TEST(InceptionV3, TorchvisionInitDrawsConvolutionsWithStd01) {
   EXPECT_NEAR(he_w.std().item<double>(), std::sqrt(2.0 / 2048), 0.001);
   EXPECT_NEAR(tv->named_parameters()["Conv2d_1a_3x3.conv.weight"].std().item<double>(), 0.1, 0.02);
   // Batch norms and the classifier are the same either way.
-  EXPECT_TRUE(torch::equal(tv->named_parameters()["Mixed_7c.branch3x3dbl_1.bn.weight"],
-                           torch::ones({448})));
+  EXPECT_TRUE(torch::equal(tv->named_parameters()["Mixed_7c.branch3x3dbl_1.bn.weight"], torch::ones({448})));
   EXPECT_NEAR(tv->named_parameters()["fc.weight"].std().item<double>(), 0.1, 0.005);
 }
 
@@ -246,7 +238,9 @@ TEST(InceptionV3, BatchNormsUseEps0001AndTheConfiguredMomentum) {
       EXPECT_DOUBLE_EQ(*bn->options.momentum(), 0.0003);
       ++n;
     }
-    if (auto* c = m->as<torch::nn::Conv2d>()) { EXPECT_FALSE(c->bias.defined()); }
+    if (auto* c = m->as<torch::nn::Conv2d>()) {
+      EXPECT_FALSE(c->bias.defined());
+    }
   }
   EXPECT_EQ(n, kNumBatchNorms);
 }
@@ -464,12 +458,12 @@ TEST(InceptionV3, DepthMultiplierThinsEveryConvolutionAsTfSlim) {
   EXPECT_EQ(shapes.at("Conv2d_4a_3x3.conv.weight"), "48,20,3,3");
   EXPECT_EQ(shapes.at("Mixed_5b.branch1x1.conv.weight"), "16,48,1,1");
   EXPECT_EQ(shapes.at("Mixed_5b.branch_pool.conv.weight"), "16,48,1,1");  // d(32) pool features
-  EXPECT_EQ(shapes.at("Mixed_5c.branch1x1.conv.weight"), "16,72,1,1");  // 16 + 16 + 24 + 16
+  EXPECT_EQ(shapes.at("Mixed_5c.branch1x1.conv.weight"), "16,72,1,1");    // 16 + 16 + 24 + 16
   EXPECT_EQ(shapes.at("Mixed_6a.branch3x3.conv.weight"), "96,72,3,3");
   EXPECT_EQ(shapes.at("Mixed_6b.branch7x7_2.conv.weight"), "32,32,1,7");  // c7 128 -> 32
   EXPECT_EQ(shapes.at("Mixed_6b.branch1x1.conv.weight"), "48,192,1,1");   // 96 + 24 + 72
   EXPECT_EQ(shapes.at("Mixed_7a.branch3x3_2.conv.weight"), "80,48,3,3");
-  EXPECT_EQ(shapes.at("Mixed_7b.branch1x1.conv.weight"), "80,320,1,1");   // 80 + 48 + 192
+  EXPECT_EQ(shapes.at("Mixed_7b.branch1x1.conv.weight"), "80,320,1,1");  // 80 + 48 + 192
   EXPECT_EQ(shapes.at("Mixed_7c.branch3x3dbl_1.conv.weight"), "112,512,1,1");
   EXPECT_EQ(shapes.at("AuxLogits.conv1.conv.weight"), "192,32,5,5");
   EXPECT_EQ(shapes.at("AuxLogits.fc.weight"), "7,192");

@@ -79,9 +79,9 @@ TEST(TfSame, MaxPoolOddInput) {
   const auto x = torch::arange(25, torch::kFloat).reshape({1, 1, 5, 5});
   const auto y = max_pool2d_tf_same(x, 3, 2);
   ASSERT_EQ(y.sizes(), (std::vector<int64_t>{1, 1, 3, 3}));
-  EXPECT_FLOAT_EQ(y[0][0][0][0].item<float>(), 6);    // x[1][1]
-  EXPECT_FLOAT_EQ(y[0][0][2][2].item<float>(), 24);   // x[4][4]
-  EXPECT_FLOAT_EQ(y[0][0][1][0].item<float>(), 16);   // x[3][1]
+  EXPECT_FLOAT_EQ(y[0][0][0][0].item<float>(), 6);   // x[1][1]
+  EXPECT_FLOAT_EQ(y[0][0][2][2].item<float>(), 24);  // x[4][4]
+  EXPECT_FLOAT_EQ(y[0][0][1][0].item<float>(), 16);  // x[3][1]
 }
 
 TEST(TfSame, AvgPoolLeavesThePaddingOut) {
@@ -123,8 +123,7 @@ TEST(Activation, Values) {
   EXPECT_TRUE(torch::allclose(activate(Activation::kRelu, x), torch::tensor({0.0f, 0.0f, 1.0f, 7.0f})));
   EXPECT_TRUE(torch::allclose(activate(Activation::kRelu6, x), torch::tensor({0.0f, 0.0f, 1.0f, 6.0f})));
   // x * relu6(x + 3) / 6: 0, 0, 4/6, 7.
-  EXPECT_TRUE(
-      torch::allclose(activate(Activation::kHardSwish, x), torch::tensor({0.0f, 0.0f, 4.0f / 6.0f, 7.0f})));
+  EXPECT_TRUE(torch::allclose(activate(Activation::kHardSwish, x), torch::tensor({0.0f, 0.0f, 4.0f / 6.0f, 7.0f})));
   // relu6(x + 3) * 0.16667 (TF-Slim's rounded 1/6): 0, 0.50001, 0.66668, 1.00002.
   EXPECT_TRUE(torch::allclose(activate(Activation::kHardSigmoid, x),
                               torch::tensor({0.0f, 0.50001f, 0.66668f, 1.00002f}), 1e-6, 1e-6));
@@ -132,8 +131,8 @@ TEST(Activation, Values) {
 
 TEST(ConvNormActivation, NamesAndShapes) {
   ConvNormActivation m(ConvNormActivationOptions(4, 8, 3).stride(2).tf_same_padding(true));
-  EXPECT_EQ(names(*m), (std::vector<std::string>{"0.weight", "1.weight", "1.bias", "1.running_mean",
-                                                  "1.running_var", "1.num_batches_tracked"}));
+  EXPECT_EQ(names(*m), (std::vector<std::string>{"0.weight", "1.weight", "1.bias", "1.running_mean", "1.running_var",
+                                                 "1.num_batches_tracked"}));
   EXPECT_EQ(m->forward(torch::randn({2, 4, 7, 6})).sizes(), (std::vector<int64_t>{2, 8, 4, 3}));
   ConvNormActivation symmetric(ConvNormActivationOptions(4, 8, 3).stride(2));  // (k - 1) / 2 each side
   EXPECT_EQ(symmetric->forward(torch::randn({2, 4, 6, 6})).sizes(), (std::vector<int64_t>{2, 8, 3, 3}));

@@ -75,8 +75,7 @@ void expect_matches_torchvision(const std::string& arch) {
     auto it = got.find(name);
     if (it == got.end())
       ADD_FAILURE() << arch << ": torchvision has " << name << " [" << shape << "], Orchard does not";
-    else
-      EXPECT_EQ(it->second, shape) << arch << ": " << name;
+    else EXPECT_EQ(it->second, shape) << arch << ": " << name;
   }
   for (const auto& [name, shape] : got)
     if (!want.count(name))

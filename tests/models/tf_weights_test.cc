@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <set>
 
+#include "core/test_util.h"
 #include "orchard/core/error.h"
 #include "orchard/core/tf_checkpoint.h"
 #include "orchard/detect/meta_arch/faster_rcnn_model.h"
@@ -18,7 +19,6 @@
 #include "orchard/models/registry.h"
 #include "orchard/models/resnet.h"
 #include "orchard/models/resnet_ml_images.h"
-#include "core/test_util.h"
 
 namespace orchard::models {
 namespace {
@@ -143,8 +143,7 @@ TEST(TfNameMaps, SsdMatchesTheModelZoosCheckpointByNameAndShape) {
   EXPECT_EQ(model->tf_name("backbone.features.0.0.weight", "MobilenetV2")->name, "MobilenetV2/Conv/weights");
   // The sample config's model (no depthwise extras, 1x1 predictor) differs and says where.
   detect::SsdModel sample(detect::SsdModelOptions{});
-  const TfMapping other =
-      match_tf_checkpoint(zoo, *sample, [&](const std::string& n) { return sample->tf_name(n); });
+  const TfMapping other = match_tf_checkpoint(zoo, *sample, [&](const std::string& n) { return sample->tf_name(n); });
   EXPECT_GT(other.count(TfMatch::kShapeMismatch), 0);
 }
 
@@ -168,7 +167,8 @@ TEST(TfNameMaps, SsdMobileNetV1MatchesTheModelZoosCheckpointByNameAndShape) {
   EXPECT_EQ(model->tf_name("extras.0.1.0.weight")->name,
             "FeatureExtractor/MobilenetV1/Conv2d_13_pointwise_2_Conv2d_2_3x3_s2_512/weights");
   // A TF-Slim classification checkpoint (mobilenet_v1_1.0_224.ckpt): the MobilenetV1/ scope.
-  EXPECT_EQ(model->tf_name("backbone.features.0.1.weight", "MobilenetV1")->name, "MobilenetV1/Conv2d_0/BatchNorm/gamma");
+  EXPECT_EQ(model->tf_name("backbone.features.0.1.weight", "MobilenetV1")->name,
+            "MobilenetV1/Conv2d_0/BatchNorm/gamma");
   EXPECT_THROW(model->tf_name("backbone.features.14.0.0.weight"), std::invalid_argument);
   EXPECT_THROW(model->tf_name("backbone.features.3.2.0.weight"), std::invalid_argument);
 }
@@ -188,7 +188,8 @@ TEST(TfNameMaps, FasterRcnnMatchesTheModelZoosCheckpointsByNameAndShape) {
     detect::FasterRcnnModel model(o);
     const TfNameMap map = [&](const std::string& n) { return model->tf_name(n, false); };
     const bool resnet = extractor == "faster_rcnn_resnet50";
-    const auto dir = kTf / (resnet ? "faster_rcnn_resnet50_coco_2018_01_28" : "faster_rcnn_inception_v2_coco_2018_01_28");
+    const auto dir =
+        kTf / (resnet ? "faster_rcnn_resnet50_coco_2018_01_28" : "faster_rcnn_inception_v2_coco_2018_01_28");
     const tf::CheckpointReader zoo((dir / "model.ckpt").string());
     const TfMapping m = match_tf_checkpoint(zoo, *model, map);
     EXPECT_EQ(m.count(TfMatch::kMatched), resnet ? 275 : 356) << extractor;
@@ -211,7 +212,8 @@ TEST(TfNameMaps, MobileNetV2AndInceptionV3FollowTfSlim) {
   const auto mn = tf_name_map("mobilenet_v2");
   EXPECT_EQ(mn("features.1.conv.0.0.weight")->name, "MobilenetV2/expanded_conv/depthwise/depthwise_weights");
   EXPECT_EQ(mn("features.1.conv.0.0.weight")->layout, TfLayout::kDepthwise);
-  EXPECT_EQ(mn("features.2.conv.0.1.running_var")->name, "MobilenetV2/expanded_conv_1/expand/BatchNorm/moving_variance");
+  EXPECT_EQ(mn("features.2.conv.0.1.running_var")->name,
+            "MobilenetV2/expanded_conv_1/expand/BatchNorm/moving_variance");
   EXPECT_EQ(mn("features.17.conv.3.bias")->name, "MobilenetV2/expanded_conv_16/project/BatchNorm/beta");
   EXPECT_EQ(mn("features.18.0.weight")->name, "MobilenetV2/Conv_1/weights");
   EXPECT_EQ(mn("classifier.1.weight")->layout, TfLayout::kConvDense);
@@ -365,7 +367,8 @@ TEST(TfWeights, Tf2KerasCheckpointIsMatchedByTheVariablesNames) {
   const auto r = restore_tf_checkpoint(path, *mlp, map);
   EXPECT_EQ(r.restored.size(), 4u);
   const tf::CheckpointReader keras(path);
-  const auto kernel = tf_to_torch(keras.read("layer_with_weights-1/kernel/.ATTRIBUTES/VARIABLE_VALUE"), TfLayout::kSame);
+  const auto kernel =
+      tf_to_torch(keras.read("layer_with_weights-1/kernel/.ATTRIBUTES/VARIABLE_VALUE"), TfLayout::kSame);
   EXPECT_EQ(kernel.sizes(), (c10::IntArrayRef{8, 3}));
   EXPECT_TRUE(torch::equal(mlp->named_parameters()["1.weight"], kernel.t()));
   // The optimizer's slots and counters are the checkpoint's, not the model's: listed unused.
@@ -384,10 +387,14 @@ void randomize(torch::nn::Module& m, uint64_t seed) {
 void expect_same_variables(torch::nn::Module& a, torch::nn::Module& b, const std::set<std::string>& except = {}) {
   auto pb = b.named_parameters();
   for (const auto& p : a.named_parameters())
-    if (!except.count(p.key())) { EXPECT_TRUE(torch::equal(p.value(), pb[p.key()])) << p.key(); }
+    if (!except.count(p.key())) {
+      EXPECT_TRUE(torch::equal(p.value(), pb[p.key()])) << p.key();
+    }
   auto bb = b.named_buffers();
   for (const auto& x : a.named_buffers())
-    if (x.value().is_floating_point()) { EXPECT_TRUE(torch::equal(x.value(), bb[x.key()])) << x.key(); }
+    if (x.value().is_floating_point()) {
+      EXPECT_TRUE(torch::equal(x.value(), bb[x.key()])) << x.key();
+    }
 }
 
 TEST(TfWeights, WriteThenRestoreGivesEveryVariableBack) {
@@ -508,13 +515,15 @@ TEST(TfWeights, MissingOrMisshapenVariablesAreErrorsAndNothingIsRestored) {
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("MobilenetV2/Logits/Conv2d_1c_1x1/biases [1000] for classifier.1.bias [1001]"), std::string::npos)
+    EXPECT_NE(msg.find("MobilenetV2/Logits/Conv2d_1c_1x1/biases [1000] for classifier.1.bias [1001]"),
+              std::string::npos)
         << msg;
   }
   EXPECT_TRUE(torch::equal(before, b->named_parameters()["features.1.conv.1.weight"]));  // nothing changed
   // Only the missing one: named, with the model's variable.
   try {
-    restore_tf_checkpoint(dir.file("partial"), *b, map, [](const std::string& n) { return n.rfind("classifier", 0) == 0; });
+    restore_tf_checkpoint(dir.file("partial"), *b, map,
+                          [](const std::string& n) { return n.rfind("classifier", 0) == 0; });
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("MobilenetV2/Conv/weights (for features.0.0.weight)"), std::string::npos)

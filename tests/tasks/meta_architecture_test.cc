@@ -10,10 +10,10 @@
 
 #include "orchard/core/error.h"
 #include "orchard/detect/config/config.h"
-#include "orchard/proto/object_detection/pipeline.pb.h"
-#include "orchard/tasks/detect/detection.h"
 #include "orchard/detect/meta_arch/faster_rcnn.h"
 #include "orchard/detect/meta_arch/ssd.h"
+#include "orchard/proto/object_detection/pipeline.pb.h"
+#include "orchard/tasks/detect/detection.h"
 
 namespace orchard::tasks {
 namespace {
@@ -79,11 +79,14 @@ TEST(MetaArchitectures, ValidationAsksTheRegistry) {
             "ssd.config: model.ssd.num_classes must be > 0 (got 0)");
   odp::TrainEvalPipelineConfig frcnn = pipeline;
   frcnn.mutable_model()->mutable_faster_rcnn()->set_num_classes(0);
-  EXPECT_NE(error_of([&] { validate_detection_pipeline(frcnn, "frcnn.config"); })
-                .find("frcnn.config: model.faster_rcnn.num_classes must be > 0 (got 0)"),
+  EXPECT_NE(error_of([&] {
+              validate_detection_pipeline(frcnn, "frcnn.config");
+            }).find("frcnn.config: model.faster_rcnn.num_classes must be > 0 (got 0)"),
             std::string::npos);
   // A case the library is not told about is refused, whatever its message holds.
-  EXPECT_EQ(error_of([&] { detect::validate_pipeline_config(pipeline, "coco.config", {{"faster_rcnn", nullptr}}); }),
+  EXPECT_EQ(error_of([&] {
+              detect::validate_pipeline_config(pipeline, "coco.config", {{"faster_rcnn", nullptr}});
+            }),
             "coco.config: model.ssd is not supported; Orchard implements faster_rcnn");
 }
 
@@ -129,7 +132,8 @@ TEST(MetaArchitectures, OidSampleEvaluationSettingsReachTheTask) {
   const auto config = detection_config(oid, /*channels_last=*/false);
   EXPECT_EQ(config.metrics_sets, std::vector<std::string>{"oid_challenge_detection_metrics"});
   EXPECT_FALSE(config.empty_image_labels_mean_all);
-  EXPECT_TRUE(detection_config(detect::load_pipeline_config(kCoco, /*strict=*/false), false).empty_image_labels_mean_all);
+  EXPECT_TRUE(
+      detection_config(detect::load_pipeline_config(kCoco, /*strict=*/false), false).empty_image_labels_mean_all);
 }
 
 // The OD API's SSD sample configs that validate build their model through the task, with the
@@ -204,7 +208,8 @@ TEST(MetaArchitectures, FasterRcnnResnet50CocoBuildsThroughTheTask) {
   DetectionTask task(config);
   auto& frcnn = dynamic_cast<FasterRcnnMetaArchitecture&>(task.meta_architecture());
   EXPECT_EQ(frcnn.name(), "faster_rcnn_resnet50");
-  EXPECT_EQ(frcnn.describe(), "faster_rcnn faster_rcnn_resnet50 (90 classes, stride 16, 12 anchors per location, 300 proposals)");
+  EXPECT_EQ(frcnn.describe(),
+            "faster_rcnn faster_rcnn_resnet50 (90 classes, stride 16, 12 anchors per location, 300 proposals)");
   // 600x800: a 38x50 map.
   const auto anchors = frcnn.anchors(600, 800);
   EXPECT_EQ(anchors.size(0), 38 * 50 * 12);
@@ -262,8 +267,8 @@ TEST(MetaArchitectures, FasterRcnnTrainsAndDetectsThroughTheTask) {
   task.module()->train();
   const auto outputs = task.forward(batch, Pass::kTrain);
   const auto loss = task.loss(*outputs, batch, 2);
-  for (const char* name : {"RPNLoss/localization_loss", "RPNLoss/objectness_loss", "BoxClassifierLoss/localization_loss",
-                           "BoxClassifierLoss/classification_loss"}) {
+  for (const char* name : {"RPNLoss/localization_loss", "RPNLoss/objectness_loss",
+                           "BoxClassifierLoss/localization_loss", "BoxClassifierLoss/classification_loss"}) {
     ASSERT_TRUE(loss.terms.count(name)) << name;
     EXPECT_TRUE(std::isfinite(loss.terms.at(name).item<double>())) << name;
   }
@@ -336,7 +341,8 @@ TEST(MetaArchitectures, FasterRcnnMultiLabelBoxesMergeForTheSigmoidLoss) {
   std::string sigmoid = kSmallFasterRcnn;
   const std::string converter = "score_converter: SOFTMAX }";
   sigmoid.replace(sigmoid.find(converter), converter.size(),
-                  "score_converter: SIGMOID }\n  second_stage_classification_loss { weighted_sigmoid { anchorwise_output: true } }");
+                  "score_converter: SIGMOID }\n  second_stage_classification_loss { weighted_sigmoid { "
+                  "anchorwise_output: true } }");
   std::string merged = sigmoid;
   const std::string train = "train_config {";
   merged.replace(merged.find(train), train.size(), train + " merge_multiple_label_boxes: true");
@@ -349,7 +355,10 @@ TEST(MetaArchitectures, FasterRcnnMultiLabelBoxesMergeForTheSigmoidLoss) {
   EXPECT_TRUE(ava_config.second_stage.sigmoid);
   EXPECT_TRUE(ava_config.merge_multiple_label_boxes);
   EXPECT_EQ(ava_config.score_converter, "SIGMOID");
-  EXPECT_FALSE(dynamic_cast<const FasterRcnnConfig&>(*meta_architecture_for(ava).parse(detect::parse_pipeline_config(kSmallFasterRcnn, "small", true)).config).second_stage.sigmoid);
+  EXPECT_FALSE(
+      dynamic_cast<const FasterRcnnConfig&>(
+          *meta_architecture_for(ava).parse(detect::parse_pipeline_config(kSmallFasterRcnn, "small", true)).config)
+          .second_stage.sigmoid);
 
   data::Batch batch = small_two_stage_batch();
   for (int64_t i = 0; i < 2; ++i) {  // anchor-sized boxes (32x32 at stride 16), each twice
@@ -360,7 +369,8 @@ TEST(MetaArchitectures, FasterRcnnMultiLabelBoxesMergeForTheSigmoidLoss) {
     batch.fields["classes"][i][1] = 2;
     batch.fields["num_boxes"][i] = 2;
   }
-  auto softmax_task = small_task(kSmallFasterRcnn), sigmoid_task = small_task(sigmoid), merged_task = small_task(merged);
+  auto softmax_task = small_task(kSmallFasterRcnn), sigmoid_task = small_task(sigmoid),
+       merged_task = small_task(merged);
   merged_task->module()->train();
   torch::manual_seed(7);
   const auto outputs = merged_task->forward(batch, Pass::kTrain);  // the same fields for all three
@@ -368,7 +378,8 @@ TEST(MetaArchitectures, FasterRcnnMultiLabelBoxesMergeForTheSigmoidLoss) {
   const auto sigmoid_loss = sigmoid_task->loss(*outputs, batch, 2);
   const auto merged_loss = merged_task->loss(*outputs, batch, 2);
   const auto term = [](const auto& l, const char* name) { return l.terms.at(name).template item<double>(); };
-  for (const char* name : {"RPNLoss/localization_loss", "RPNLoss/objectness_loss", "BoxClassifierLoss/localization_loss"}) {
+  for (const char* name :
+       {"RPNLoss/localization_loss", "RPNLoss/objectness_loss", "BoxClassifierLoss/localization_loss"}) {
     EXPECT_DOUBLE_EQ(term(merged_loss, name), term(sigmoid_loss, name)) << name;
     EXPECT_DOUBLE_EQ(term(merged_loss, name), term(softmax_loss, name)) << name;
   }
@@ -383,7 +394,8 @@ TEST(MetaArchitectures, FasterRcnnMultiLabelBoxesMergeForTheSigmoidLoss) {
   torch::NoGradGuard no_grad;
   const auto eval_outputs = merged_task->forward(batch.images);
   EXPECT_FALSE(outputs_as<FasterRcnnOutputs>(*eval_outputs).training);
-  EXPECT_DOUBLE_EQ(term(merged_task->loss(*eval_outputs, batch, 2), cls), term(sigmoid_task->loss(*eval_outputs, batch, 2), cls));
+  EXPECT_DOUBLE_EQ(term(merged_task->loss(*eval_outputs, batch, 2), cls),
+                   term(sigmoid_task->loss(*eval_outputs, batch, 2), cls));
 }
 
 // The small Faster R-CNN with Mask R-CNN's head (6x6 masks, one ReLU conv before the mask conv,
@@ -404,8 +416,8 @@ std::string small_mask_rcnn_config() {
 }
 
 // Mask R-CNN through the task: the mask loss of the sampled positives (sigmoid cross entropy
-// against crops of their masks; hand-worked in detect/box_classifier_test.cc), gradients into the mask head and the backbone,
-// the loss falling as the head fits one batch, and masks for the final detections at inference
+// against crops of their masks; hand-worked in detect/box_classifier_test.cc), gradients into the mask head and the
+// backbone, the loss falling as the head fits one batch, and masks for the final detections at inference
 // (number_of_stages 3).
 TEST(MetaArchitectures, MaskRcnnTrainsAndPredictsMasksThroughTheTask) {
   auto owned = small_task(small_mask_rcnn_config());
@@ -529,9 +541,13 @@ TEST(MetaArchitectures, MaskRcnnTrainsAndPredictsMasksThroughTheTask) {
       float best_iou = 0.5f;
       for (int64_t g = 0; g < n; ++g) {
         const auto b = boxes[j], t = gt[g];
-        const float ih = std::max(0.f, std::min(b[2].item<float>(), t[2].item<float>()) - std::max(b[0].item<float>(), t[0].item<float>()));
-        const float iw = std::max(0.f, std::min(b[3].item<float>(), t[3].item<float>()) - std::max(b[1].item<float>(), t[1].item<float>()));
-        const float area = [](const at::Tensor& x) { return (x[2] - x[0]).item<float>() * (x[3] - x[1]).item<float>(); }(b);
+        const float ih = std::max(
+            0.f, std::min(b[2].item<float>(), t[2].item<float>()) - std::max(b[0].item<float>(), t[0].item<float>()));
+        const float iw = std::max(
+            0.f, std::min(b[3].item<float>(), t[3].item<float>()) - std::max(b[1].item<float>(), t[1].item<float>()));
+        const float area = [](const at::Tensor& x) {
+          return (x[2] - x[0]).item<float>() * (x[3] - x[1]).item<float>();
+        }(b);
         const float iou = ih * iw / (area + (t[2] - t[0]).item<float>() * (t[3] - t[1]).item<float>() - ih * iw);
         if (iou >= best_iou) {
           if (best < 0 || iou > best_iou) best = g;
@@ -560,7 +576,8 @@ TEST(MetaArchitectures, MaskRcnnTrainsAndPredictsMasksThroughTheTask) {
   // Without the batch's masks evaluation reports the box losses only.
   data::Batch eval_no_masks = truth;
   eval_no_masks.fields.erase("masks");
-  EXPECT_FALSE(task.loss(*task.forward(eval_no_masks, Pass::kEval), eval_no_masks, 2).terms.count("BoxClassifierLoss/mask_loss"));
+  EXPECT_FALSE(task.loss(*task.forward(eval_no_masks, Pass::kEval), eval_no_masks, 2)
+                   .terms.count("BoxClassifierLoss/mask_loss"));
 }
 
 // The OD API's true_image_shapes: with each image in part of the input (keep_aspect_ratio_resizer's
@@ -610,7 +627,8 @@ TEST(MetaArchitectures, FasterRcnnClipsProposalsAndDetectionsToEachImage) {
     const auto [column, pixels] = limit[i];
     const auto valid = (fields.proposal_valid[i] > 0.5f).nonzero().view(-1);
     ASSERT_GT(valid.size(0), 0) << i;
-    EXPECT_LE(fields.proposal_boxes[i].index_select(0, valid).select(1, column).max().item<double>(), pixels + 1e-3) << i;
+    EXPECT_LE(fields.proposal_boxes[i].index_select(0, valid).select(1, column).max().item<double>(), pixels + 1e-3)
+        << i;
     // The same network without the sizes proposes boxes in the padding: the clip is what holds them.
     const auto all = (unclipped.proposal_valid[i] > 0.5f).nonzero().view(-1);
     EXPECT_GT(unclipped.proposal_boxes[i].index_select(0, all).select(1, column).max().item<double>(), pixels + 1) << i;
@@ -653,7 +671,8 @@ model { faster_rcnn {
 } }
 train_config { optimizer { adam_optimizer { learning_rate { constant_learning_rate { learning_rate: 0.001 } } } } }
 train_input_reader { tf_record_input_reader { input_path: "x" } }
-)", "rfcn.config", /*strict=*/true);
+)",
+                                                                        "rfcn.config", /*strict=*/true);
   validate_detection_pipeline(pipeline, "rfcn.config");
   auto config = detection_config(pipeline, /*channels_last=*/false);
   config.input.max_boxes = 3;
@@ -807,7 +826,8 @@ TEST(MetaArchitectures, KeepAspectRatioResizerGivesEachInputItsOwnAnchors) {
   const std::vector<at::Tensor> classes = {torch::ones({1}, torch::kLong), torch::zeros({0}, torch::kLong)};
   const auto direct = padded_ssd.loss(outputs, shape, realigned, classes);
   EXPECT_NEAR(loss.terms.at("localization_loss").item<double>(), direct.at("localization_loss").item<double>(), 1e-5);
-  const std::vector<at::Tensor> unaligned = {torch::tensor({0.5f, 0.5f, 1.0f, 1.0f}).view({1, 4}), torch::zeros({0, 4})};
+  const std::vector<at::Tensor> unaligned = {torch::tensor({0.5f, 0.5f, 1.0f, 1.0f}).view({1, 4}),
+                                             torch::zeros({0, 4})};
   EXPECT_GT(std::abs(padded_ssd.loss(outputs, shape, unaligned, classes).at("localization_loss").item<double>() -
                      direct.at("localization_loss").item<double>()),
             1e-3);

@@ -1,6 +1,8 @@
 // The task registry as the CLI sees it, through a FlagSet that records declarations instead
 // of parsing: which tasks and verbs exist, that each verb declares its flags (the seed's
 // names) once, and that registration refuses a second task of the same name.
+#include "orchard/tasks/registry.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "orchard/core/error.h"
-#include "orchard/tasks/registry.h"
 
 namespace orchard::tasks {
 namespace {
@@ -37,7 +38,7 @@ class RecordingFlagSet : public FlagSet {
   Flag* add_flag(const std::string& n, bool&, const std::string&) override { return add(n); }
   bool given(const std::string&) const override { return false; }
 
-  std::vector<std::string> names;  // every name and alias, in declaration order
+  std::vector<std::string> names;         // every name and alias, in declaration order
   std::map<std::string, Recorded> flags;  // by first name
 
  private:

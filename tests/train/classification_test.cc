@@ -154,8 +154,7 @@ TEST(ClassificationLoss, TotalAddsL2) {
     auto terms = task.loss(outputs_of(logits_tensor()), batch, 3);
     const double l2 = hand_l2(task, 1e-4);
     EXPECT_LT(rel_diff(terms.regularizer.item<double>(), l2), 1e-5);
-    EXPECT_NEAR(terms.total().item<double>(),
-                terms.data.item<double>() + terms.regularizer.item<double>(), 1e-6);
+    EXPECT_NEAR(terms.total().item<double>(), terms.data.item<double>() + terms.regularizer.item<double>(), 1e-6);
   }
 }
 

@@ -119,10 +119,12 @@ TEST(MultiLabelLoss, TaskLossIsCoefficientWeightedCrossEntropyPlusHalfL2OverAllV
   const auto selected = torch::rand({4}).le(0.3);
   auto pos = torch::zeros({4}), neg = torch::zeros({4});
   const auto coef = ml_images_coefficients(targets, selected, 0.7, pos, neg);
-  const double ce = weighted_sigmoid_cross_entropy(logits, targets, coef, task.config().pos_weight, 2.0 / 8).item<double>();
+  const double ce =
+      weighted_sigmoid_cross_entropy(logits, targets, coef, task.config().pos_weight, 2.0 / 8).item<double>();
   double squares = 0;
   int variables = 0;
-  for (const auto& p : task.module()->parameters()) squares += p.to(torch::kDouble).pow(2).sum().item<double>(), ++variables;
+  for (const auto& p : task.module()->parameters())
+    squares += p.to(torch::kDouble).pow(2).sum().item<double>(), ++variables;
   EXPECT_GT(variables, 20);  // batch-norm gammas and betas included
 
   torch::manual_seed(11);
@@ -218,11 +220,11 @@ TEST(MlImagesSchedule, LinearScalingPiecewiseDecayAndExponentialWarmup) {
   c.warmup_decay_factor = 2;
   s = train::ml_images_schedule(c);
   EXPECT_NEAR(s(0), 0.05, 1e-12);
-  EXPECT_NEAR(s(9), 0.05, 1e-12);    // staircase
+  EXPECT_NEAR(s(9), 0.05, 1e-12);  // staircase
   EXPECT_NEAR(s(10), 0.1, 1e-12);
-  EXPECT_NEAR(s(49), 0.8, 1e-12);    // 2 * 0.025 * 2^4
-  EXPECT_NEAR(s(50), 0.2, 1e-12);    // warm-up over
-  c.lr_decay_step = 0;               // no decay
+  EXPECT_NEAR(s(49), 0.8, 1e-12);  // 2 * 0.025 * 2^4
+  EXPECT_NEAR(s(50), 0.2, 1e-12);  // warm-up over
+  c.lr_decay_step = 0;             // no decay
   EXPECT_NEAR(train::ml_images_schedule(c)(1000000), 0.2, 1e-12);
 }
 

@@ -1,10 +1,9 @@
-#include "orchard/train/schedule.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "orchard/core/error.h"
+#include "orchard/train/schedule.h"
 
 namespace orchard::train {
 namespace {

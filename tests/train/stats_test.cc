@@ -1,7 +1,6 @@
 #include "orchard/train/stats.h"
 
 #include <gtest/gtest.h>
-
 #include <nlohmann/json.hpp>
 
 #include "core/test_util.h"

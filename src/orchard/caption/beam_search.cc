@@ -25,9 +25,8 @@ class TopN {
       items_.push_back(std::move(beam));
       return;
     }
-    auto lowest = std::min_element(items_.begin(), items_.end(), [](const Beam& a, const Beam& b) {
-      return a.caption.score < b.caption.score;
-    });
+    auto lowest = std::min_element(items_.begin(), items_.end(),
+                                   [](const Beam& a, const Beam& b) { return a.caption.score < b.caption.score; });
     if (lowest->caption.score < beam.caption.score) *lowest = std::move(beam);
   }
   std::vector<Beam>& items() { return items_; }
@@ -40,8 +39,7 @@ class TopN {
 }  // namespace
 
 std::vector<std::vector<GeneratedCaption>> beam_search(const DecoderState& initial, const StepFn& step,
-                                                       int64_t start_id, int64_t end_id,
-                                                       const BeamSearchOptions& o) {
+                                                       int64_t start_id, int64_t end_id, const BeamSearchOptions& o) {
   if (o.beam_size < 1) throw Error("beam_size must be at least 1");
   if (o.max_caption_length < 2) throw Error("max_caption_length must be at least 2 (<S> and one word)");
   if (initial.empty()) throw Error("beam search needs a decoder state");

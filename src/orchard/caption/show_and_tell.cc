@@ -19,7 +19,8 @@ ShowAndTellImpl::ShowAndTellImpl(const ShowAndTellOptions& o) : options_(o) {
       torch::nn::Linear(torch::nn::LinearOptions(inception_->num_features(), o.embedding_size).bias(false)));
   seq_embedding_ = register_module("seq_embedding", torch::nn::Embedding(o.vocab_size, o.embedding_size));
   lstm_ = register_module(
-      "lstm", torch::nn::LSTM(torch::nn::LSTMOptions(o.embedding_size, o.num_lstm_units).num_layers(1).batch_first(true)));
+      "lstm",
+      torch::nn::LSTM(torch::nn::LSTMOptions(o.embedding_size, o.num_lstm_units).num_layers(1).batch_first(true)));
   logits_ = register_module("logits", torch::nn::Linear(o.num_lstm_units, o.vocab_size));
 
   torch::NoGradGuard no_grad;
@@ -65,7 +66,8 @@ LstmState ShowAndTellImpl::initial_state(const torch::Tensor& image_embeddings) 
   return {h.squeeze(0), c.squeeze(0)};
 }
 
-torch::Tensor ShowAndTellImpl::sequence_logits(const torch::Tensor& image_embeddings, const torch::Tensor& input_words) {
+torch::Tensor ShowAndTellImpl::sequence_logits(const torch::Tensor& image_embeddings,
+                                               const torch::Tensor& input_words) {
   const LstmState state = initial_state(image_embeddings);
   auto out = lstm_->forward(lstm_dropout(seq_embedding_->forward(input_words)),
                             std::make_tuple(state.first.unsqueeze(0), state.second.unsqueeze(0)));

@@ -32,10 +32,10 @@ struct ShowAndTellOptions {
   double lstm_dropout_keep_prob = 0.7;
   double initializer_scale = 0.08;
   double inception_dropout_keep_prob = 0.8;
-  double batch_norm_decay = 0.9997;  // the encoder's batch norm (TF decay = 1 - torch momentum)
+  double batch_norm_decay = 0.9997;         // the encoder's batch norm (TF decay = 1 - torch momentum)
   double inception_depth_multiplier = 1.0;  // TF-Slim's depth_multiplier: < 1 thins the encoder
-  bool inception_torchvision_init = false;   // models::InceptionV3Options::torchvision_init
-  bool inception_tf_avg_pool = false;        // models::InceptionV3Options::tf_avg_pool
+  bool inception_torchvision_init = false;  // models::InceptionV3Options::torchvision_init
+  bool inception_tf_avg_pool = false;       // models::InceptionV3Options::tf_avg_pool
 };
 
 // LSTM state (h, c), each [N, num_lstm_units].

@@ -128,10 +128,8 @@ std::vector<std::string> drop_tensorflow_only_flags(const std::vector<std::strin
     }
     // "--name[=value]", or absl's "-name=value" (a bare "-v" stays Orchard's --verbose).
     std::string body;
-    if (arg.rfind("--", 0) == 0)
-      body = arg.substr(2);
-    else if (arg.size() > 1 && arg[0] == '-' && arg.find('=') != std::string::npos)
-      body = arg.substr(1);
+    if (arg.rfind("--", 0) == 0) body = arg.substr(2);
+    else if (arg.size() > 1 && arg[0] == '-' && arg.find('=') != std::string::npos) body = arg.substr(1);
     const std::string name = body.substr(0, body.find('='));
     const auto it = std::find_if(tf_only().begin(), tf_only().end(), [&](const TfOnlyFlag& f) {
       return !name.empty() && (f.name == name || "no" + std::string(f.name) == name);
@@ -148,8 +146,7 @@ std::vector<std::string> drop_tensorflow_only_flags(const std::vector<std::strin
     if (reported.insert(it->name).second) {
       if (*it->why)
         spdlog::info("--{} is a TensorFlow-only flag: accepted, it changes nothing here ({})", it->name, it->why);
-      else
-        spdlog::info("--{} is a TensorFlow-only flag: accepted, it changes nothing here", it->name);
+      else spdlog::info("--{} is a TensorFlow-only flag: accepted, it changes nothing here", it->name);
     }
   }
   return out;

@@ -2,7 +2,6 @@
 // models (tasks/checkpoint_inspect.h), and a model_dir written as one (its task's export).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-
 #include <unistd.h>
 
 #include <cerrno>
@@ -33,7 +32,8 @@ void run_export(const ExportOptions& o) {
   if (task != "classify" && task != "multilabel" && task != "detect")
     throw Error(o.model_dir + ": a " + (task.empty() ? "model_dir without a task" : task + " model") +
                 "; TensorFlow export covers classify, multilabel and detect models");
-  std::vector<std::string> args{"orchard", task, "export", "--model_dir", o.model_dir, "--format", "tf", "--out", o.out};
+  std::vector<std::string> args{"orchard",  task, "export", "--model_dir", o.model_dir,
+                                "--format", "tf", "--out",  o.out};
   if (!o.checkpoint.empty()) args.insert(args.end(), {"--checkpoint", o.checkpoint});
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -72,7 +72,8 @@ void add_checkpoint_command(CLI::App& app) {
   {
     auto o = std::make_shared<ExportOptions>();
     auto* c = cmd->add_subcommand(
-        "export", "A model_dir's model as a TensorFlow V2 checkpoint under TensorFlow's names (= <task> export --format tf)");
+        "export",
+        "A model_dir's model as a TensorFlow V2 checkpoint under TensorFlow's names (= <task> export --format tf)");
     c->add_option("--model_dir", o->model_dir, "An Orchard model_dir (classify, multilabel, detect)")->required();
     c->add_option("--out", o->out, "The checkpoint prefix to write, e.g. out/model.ckpt")->required();
     c->add_option("--checkpoint", o->checkpoint, "An Orchard checkpoint file (default: the latest)");

@@ -70,19 +70,20 @@ void add_data_command(CLI::App& app) {
       auto [tr, va] = data::write_shapes_dataset(*o);
       if (o->task == "detection") {
         const std::string config = join_path(o->out_dir, "pipeline.config");
-        atomic_write_file(config,
-                          detect::shapes_pipeline_config(is_local_path(o->out_dir)
-                                                             ? stdfs::absolute(local_path(o->out_dir)).lexically_normal().string()
-                                                             : o->out_dir,
-                                                         o->image_size));
+        atomic_write_file(
+            config, detect::shapes_pipeline_config(
+                        is_local_path(o->out_dir) ? stdfs::absolute(local_path(o->out_dir)).lexically_normal().string()
+                                                  : o->out_dir,
+                        o->image_size));
         spdlog::info(
             "wrote {} train and {} validation detection records{} to {} (+ label_map.pbtxt); train with: "
             "orchard detect train --pipeline_config_path {} --model_dir MODEL_DIR",
             tr, va, o->include_masks ? " with instance masks" : "", o->out_dir, config);
       } else if (o->task == "captioning") {
-        spdlog::info("wrote {} train and {} validation images, 5 caption records each, to {} (+ word_counts.txt); "
-                     "train with: orchard caption train --input_file_pattern '{}/train-*' --train_dir TRAIN_DIR",
-                     tr, va, o->out_dir, o->out_dir);
+        spdlog::info(
+            "wrote {} train and {} validation images, 5 caption records each, to {} (+ word_counts.txt); "
+            "train with: orchard caption train --input_file_pattern '{}/train-*' --train_dir TRAIN_DIR",
+            tr, va, o->out_dir, o->out_dir);
       } else {
         spdlog::info("wrote {} train and {} validation {} records to {} (+ labels.txt)", tr, va, o->task, o->out_dir);
       }

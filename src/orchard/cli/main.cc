@@ -1,9 +1,8 @@
 // orchard: one binary, one subcommand per task. Errors are caught here once and printed
 // as a single line with a non-zero exit.
 #include <CLI/CLI.hpp>
-#include <spdlog/spdlog.h>
-
 #include <malloc.h>
+#include <spdlog/spdlog.h>
 
 #include <cstdlib>
 #include <exception>
@@ -59,8 +58,7 @@ std::string command_path(const CLI::App* command) {
 // CLI11 says "The following arguments were not expected: 64 --train_batch_size" (values first,
 // no hint). Instead: the first flag the command does not have, and the flag it most likely
 // meant (or that TensorFlow's tools have it with no meaning here).
-std::string unknown_flag_message(CLI::App* command, const std::vector<std::string>& args,
-                                 const std::string& fallback) {
+std::string unknown_flag_message(CLI::App* command, const std::vector<std::string>& args, const std::string& fallback) {
   std::vector<std::string> known;
   for (const CLI::Option* option : command->get_options())
     for (const auto& name : option->get_lnames()) known.push_back(name);
@@ -87,7 +85,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Orchard: train, evaluate and run vision models on TFRecord data (TF Model Garden compatible)"};
   app.require_subcommand(1);
   orchard::init_logging();
-  app.add_flag_callback("-v,--verbose", [] { spdlog::set_level(spdlog::level::debug); }, "Debug logging");
+  app.add_flag_callback(
+      "-v,--verbose", [] { spdlog::set_level(spdlog::level::debug); }, "Debug logging");
   orchard::cli::add_data_command(app);
   orchard::cli::add_task_commands(app);
   orchard::cli::add_task_tool_commands(app);

@@ -1,15 +1,14 @@
 #include "orchard/core/event_writer.h"
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
-
-#include <spdlog/spdlog.h>
+#include <cstring>
 
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
@@ -127,7 +126,8 @@ std::vector<ScalarEvent> read_scalar_events(const std::string& path, std::string
     if (ev.has_file_version() && file_version) *file_version = ev.file_version();
     if (!ev.has_summary()) continue;
     for (const auto& v : ev.summary().value())
-      if (v.value_case() == tensorflow::Summary::Value::kSimpleValue) out.push_back({v.tag(), ev.step(), v.simple_value()});
+      if (v.value_case() == tensorflow::Summary::Value::kSimpleValue)
+        out.push_back({v.tag(), ev.step(), v.simple_value()});
   }
   return out;
 }

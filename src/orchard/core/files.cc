@@ -1,8 +1,8 @@
 #include "orchard/core/files.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <glob.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -73,7 +73,7 @@ std::vector<std::string> expand_file_pattern(const std::string& pattern, bool im
     }
     if (matched.empty())
       throw Error(images_only && dir_exists(item) ? "no .jpg, .jpeg or .png files in '" + item + "'"
-                                                           : "no files match '" + item + "'");
+                                                  : "no files match '" + item + "'");
     std::sort(matched.begin(), matched.end());
     for (auto& m : matched)
       if (seen.insert(m).second) out.push_back(std::move(m));
@@ -307,8 +307,9 @@ void check_dir_can_be_written(const std::string& url) {
   if (!stdfs::is_directory(p, ec))
     throw Error(dir + ": cannot create directory: " + p.string() + " is not a directory");
   if (::access(p.c_str(), W_OK) != 0)
-    throw Error(dir + (p == stdfs::absolute(dir, ec) ? ": directory is not writable" : ": cannot create directory: " +
-                                                                                     p.string() + " is not writable"));
+    throw Error(dir + (p == stdfs::absolute(dir, ec)
+                           ? ": directory is not writable"
+                           : ": cannot create directory: " + p.string() + " is not writable"));
 }
 
 }  // namespace orchard

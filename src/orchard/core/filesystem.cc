@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstring>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -256,8 +256,8 @@ struct PrefetchingReader::State {
   std::condition_variable work_cv;   // fetchers: a block to claim, or stop
   std::condition_variable ready_cv;  // consumer: a block done
   std::deque<Block> window;
-  uint64_t next_offset = 0;     // of the next block to schedule
-  uint64_t end = UINT64_MAX;    // the file's size, once a short block found it
+  uint64_t next_offset = 0;   // of the next block to schedule
+  uint64_t end = UINT64_MAX;  // the file's size, once a short block found it
   bool stop = false;
   std::atomic<bool> cancel{false};
   std::function<void()> on_end;

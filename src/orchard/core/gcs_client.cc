@@ -1,5 +1,6 @@
 #include "orchard/core/gcs_client.h"
 
+#include <nlohmann/json.hpp>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -11,7 +12,6 @@
 #include <ctime>
 #include <fstream>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "orchard/core/crc32c.h"
@@ -95,32 +95,19 @@ std::string one_line(std::string s) {
 
 std::string status_text(long status) {
   switch (status) {
-    case 400:
-      return "badRequest";
-    case 401:
-      return "unauthorized";
-    case 403:
-      return "forbidden";
-    case 404:
-      return "notFound";
-    case 408:
-      return "requestTimeout";
-    case 409:
-      return "conflict";
-    case 410:
-      return "gone";
-    case 412:
-      return "conditionNotMet";
-    case 416:
-      return "requestedRangeNotSatisfiable";
-    case 429:
-      return "rateLimitExceeded";
-    case 500:
-      return "backendError";
-    case 503:
-      return "serviceUnavailable";
-    default:
-      return "";
+    case 400: return "badRequest";
+    case 401: return "unauthorized";
+    case 403: return "forbidden";
+    case 404: return "notFound";
+    case 408: return "requestTimeout";
+    case 409: return "conflict";
+    case 410: return "gone";
+    case 412: return "conditionNotMet";
+    case 416: return "requestedRangeNotSatisfiable";
+    case 429: return "rateLimitExceeded";
+    case 500: return "backendError";
+    case 503: return "serviceUnavailable";
+    default: return "";
   }
 }
 
@@ -143,8 +130,7 @@ ServiceError parse_error(long status, const std::string& body) {
       if (err.contains("errors") && err["errors"].is_array() && !err["errors"].empty() &&
           err["errors"][0].contains("reason") && err["errors"][0]["reason"].is_string())
         e.code = err["errors"][0]["reason"].get<std::string>();
-      else if (err.contains("status") && err["status"].is_string())
-        e.code = err["status"].get<std::string>();
+      else if (err.contains("status") && err["status"].is_string()) e.code = err["status"].get<std::string>();
       if (err.contains("message") && err["message"].is_string()) e.message = err["message"].get<std::string>();
     }
   }
@@ -545,8 +531,7 @@ std::string Client::download(const std::string& bucket, const std::string& objec
         // The whole object from byte 0 (also from a server that ignored Range).
         const auto stored = r.headers.find("x-goog-stored-content-length");
         const auto length = r.headers.find("content-length");
-        if (stored != r.headers.end())
-          total = std::strtoull(stored->second.c_str(), nullptr, 10);
+        if (stored != r.headers.end()) total = std::strtoull(stored->second.c_str(), nullptr, 10);
         else if (length != r.headers.end() && !r.transport_failed)
           total = std::strtoull(length->second.c_str(), nullptr, 10);
         if (r.body.size() > start) out += r.body.substr(start);

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <thread>
 
@@ -66,8 +66,7 @@ bool retryable(CURLcode code) {
     case CURLE_GOT_NOTHING:
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
-    case CURLE_SSL_CONNECT_ERROR:
-      return true;
+    case CURLE_SSL_CONNECT_ERROR: return true;
     default:
       return false;  // a malformed URL, an unknown host, a TLS certificate
                      // refused: retrying cannot help
@@ -89,8 +88,8 @@ bool cancelled() { return tls_cancel && tls_cancel->load(); }
 
 bool sleep_unless_cancelled(double seconds) {
   using Clock = std::chrono::steady_clock;
-  const Clock::time_point until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                      std::chrono::duration<double>(seconds));
+  const Clock::time_point until =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   for (Clock::time_point now; (now = Clock::now()) < until;) {
     if (cancelled()) return false;
     std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(20), until - now));

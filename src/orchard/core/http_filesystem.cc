@@ -40,7 +40,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 struct HttpFileSystem::Got {
   long status = 0;
-  std::string body;  // the bytes asked for (fewer at the end of the file)
+  std::string body;                          // the bytes asked for (fewer at the end of the file)
   std::shared_ptr<const std::string> whole;  // the whole file, when a server ignored Range
   http::Response last;                       // the last response's status and headers
 };
@@ -128,9 +128,8 @@ http::Response HttpFileSystem::perform(const std::string& op, http::Request req,
   for (int attempt = 1;; ++attempt) {
     http::Response resp = http::shared_client().perform(req);
     ++requests_sent_;
-    if (!resp.transport_failed &&
-        ((resp.status >= 200 && resp.status < 300) ||
-         std::find(ok_statuses.begin(), ok_statuses.end(), resp.status) != ok_statuses.end()))
+    if (!resp.transport_failed && ((resp.status >= 200 && resp.status < 300) ||
+                                   std::find(ok_statuses.begin(), ok_statuses.end(), resp.status) != ok_statuses.end()))
       return resp;
     const bool retry = resp.transport_failed ? resp.transport_retryable : retryable_status(resp.status);
     std::string failure = resp.transport_failed ? resp.transport_error : "HTTP " + std::to_string(resp.status);
@@ -155,8 +154,7 @@ std::string HttpFileSystem::read_range(const std::string& path, uint64_t offset,
   if (n == 0) return "";
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
-    if (cache_body_ && cache_url_ == path)
-      return offset >= cache_body_->size() ? "" : cache_body_->substr(offset, n);
+    if (cache_body_ && cache_url_ == path) return offset >= cache_body_->size() ? "" : cache_body_->substr(offset, n);
   }
   Got got = get(path, "read range", offset, n, true);
   if (got.whole && got.whole->size() <= options_.range_fallback_cache_bytes) {
@@ -183,8 +181,7 @@ std::optional<FileStat> HttpFileSystem::stat(const std::string& path) {
     if (got.status == 206) {
       uint64_t first = 0;
       int64_t total = -1;
-      if (parse_content_range(header(got.last, "content-range"), &first, &total) && total >= 0)
-        return FileStat{total};
+      if (parse_content_range(header(got.last, "content-range"), &first, &total) && total >= 0) return FileStat{total};
     }
     if (got.whole) return FileStat{static_cast<int64_t>(got.whole->size())};
     const std::string len = header(got.last, "content-length");
@@ -204,8 +201,6 @@ void HttpFileSystem::write_file(const std::string& path, const std::string&) {
   throw StorageError(path + ": write: http(s):// is read-only");
 }
 
-void HttpFileSystem::remove(const std::string& path) {
-  throw StorageError(path + ": remove: http(s):// is read-only");
-}
+void HttpFileSystem::remove(const std::string& path) { throw StorageError(path + ": remove: http(s):// is read-only"); }
 
 }  // namespace orchard::fs

@@ -22,12 +22,9 @@ std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   long s = std::lround(seconds);
   char buf[32];
-  if (s >= 3600)
-    std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, (s % 3600) / 60);
-  else if (s >= 60)
-    std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
-  else
-    std::snprintf(buf, sizeof buf, "%lds", s);
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, (s % 3600) / 60);
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%lds", s);
   return buf;
 }
 

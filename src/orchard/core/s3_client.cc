@@ -1,5 +1,7 @@
 #include "orchard/core/s3_client.h"
 
+#include <openssl/evp.h>
+#include <pugixml.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -10,8 +12,6 @@
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <openssl/evp.h>
-#include <pugixml.hpp>
 #include <random>
 #include <sstream>
 #include <system_error>
@@ -94,28 +94,17 @@ ServiceError parse_error(const std::string& body) {
 
 std::string status_text(long status) {
   switch (status) {
-    case 400:
-      return "BadRequest";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "NotFound";
-    case 409:
-      return "Conflict";
-    case 412:
-      return "PreconditionFailed";
-    case 416:
-      return "InvalidRange";
-    case 429:
-      return "TooManyRequests";
-    case 500:
-      return "InternalError";
-    case 503:
-      return "ServiceUnavailable";
-    default:
-      return "";
+    case 400: return "BadRequest";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "NotFound";
+    case 409: return "Conflict";
+    case 412: return "PreconditionFailed";
+    case 416: return "InvalidRange";
+    case 429: return "TooManyRequests";
+    case 500: return "InternalError";
+    case 503: return "ServiceUnavailable";
+    default: return "";
   }
 }
 

@@ -68,7 +68,7 @@ struct S3Options {
   // connection); the upload holds up to this many part copies in memory
   // beyond the data itself.
   int upload_concurrency = 6;
-  int max_keys = 1000;                       // ListObjectsV2 page size
+  int max_keys = 1000;  // ListObjectsV2 page size
   RetryOptions retry;
   long stall_timeout_s = 30;
 

@@ -175,14 +175,11 @@ void ordered_signed(std::string& out, int64_t v) {
 
 // Copies the values of a V1 slice into `t` (the whole tensor, allocated).
 void copy_slice(const tensorflow::SavedSlice& s, const VariableInfo& info, Tensor& t, const std::string& file) {
-  const auto fail = [&](const std::string& what) {
-    throw DataError(file + ": variable '" + info.name + "': " + what);
-  };
+  const auto fail = [&](const std::string& what) { throw DataError(file + ": variable '" + info.name + "': " + what); };
   const size_t rank = info.shape.size();
   std::vector<int64_t> start(rank, 0), length(info.shape);
   if (s.slice().extent_size() > 0 && static_cast<size_t>(s.slice().extent_size()) != rank)
-    fail("a slice of rank " + std::to_string(s.slice().extent_size()) + " in a tensor of rank " +
-         std::to_string(rank));
+    fail("a slice of rank " + std::to_string(s.slice().extent_size()) + " in a tensor of rank " + std::to_string(rank));
   for (int i = 0; i < s.slice().extent_size(); ++i) {
     const auto& e = s.slice().extent(i);
     start[i] = e.start();
@@ -196,7 +193,8 @@ void copy_slice(const tensorflow::SavedSlice& s, const VariableInfo& info, Tenso
   const auto& d = s.data();
   if (info.dtype == kString) {
     if (n != element_count(info.shape)) fail("a partial slice of a string tensor (not supported)");
-    if (d.string_val_size() != n) fail("holds " + std::to_string(d.string_val_size()) + " strings, not " + std::to_string(n));
+    if (d.string_val_size() != n)
+      fail("holds " + std::to_string(d.string_val_size()) + " strings, not " + std::to_string(n));
     t.strings.assign(d.string_val().begin(), d.string_val().end());
     return;
   }
@@ -207,16 +205,34 @@ void copy_slice(const tensorflow::SavedSlice& s, const VariableInfo& info, Tenso
     values = d.tensor_content();
   } else {
     switch (info.dtype) {
-      case kFloat: for (float v : d.float_val()) append_pod(values, v); break;
-      case kDouble: for (double v : d.double_val()) append_pod(values, v); break;
-      case kInt32: for (int32_t v : d.int_val()) append_pod(values, v); break;
-      case kInt16: for (int32_t v : d.int_val()) append_pod(values, static_cast<int16_t>(v)); break;
-      case kInt8: for (int32_t v : d.int_val()) append_pod(values, static_cast<int8_t>(v)); break;
-      case kUInt8: for (int32_t v : d.int_val()) append_pod(values, static_cast<uint8_t>(v)); break;
-      case kInt64: for (int64_t v : d.int64_val()) append_pod(values, v); break;
-      case kBool: for (bool v : d.bool_val()) append_pod(values, static_cast<uint8_t>(v)); break;
+      case kFloat:
+        for (float v : d.float_val()) append_pod(values, v);
+        break;
+      case kDouble:
+        for (double v : d.double_val()) append_pod(values, v);
+        break;
+      case kInt32:
+        for (int32_t v : d.int_val()) append_pod(values, v);
+        break;
+      case kInt16:
+        for (int32_t v : d.int_val()) append_pod(values, static_cast<int16_t>(v));
+        break;
+      case kInt8:
+        for (int32_t v : d.int_val()) append_pod(values, static_cast<int8_t>(v));
+        break;
+      case kUInt8:
+        for (int32_t v : d.int_val()) append_pod(values, static_cast<uint8_t>(v));
+        break;
+      case kInt64:
+        for (int64_t v : d.int64_val()) append_pod(values, v);
+        break;
+      case kBool:
+        for (bool v : d.bool_val()) append_pod(values, static_cast<uint8_t>(v));
+        break;
       case kHalf:
-      case kBFloat16: for (int32_t v : d.half_val()) append_pod(values, static_cast<uint16_t>(v)); break;
+      case kBFloat16:
+        for (int32_t v : d.half_val()) append_pod(values, static_cast<uint16_t>(v));
+        break;
       default: fail("dtype " + dtype_name(info.dtype) + " is not supported in V1 checkpoints");
     }
   }
@@ -264,10 +280,19 @@ std::string dtype_name(int dtype) {
 
 size_t dtype_size(int dtype) {
   switch (dtype) {
-    case kDouble: case kInt64: case kUInt64: return 8;
-    case kFloat: case kInt32: case kUInt32: return 4;
-    case kInt16: case kUInt16: case kHalf: case kBFloat16: return 2;
-    case kUInt8: case kInt8: case kBool: return 1;
+    case kDouble:
+    case kInt64:
+    case kUInt64: return 8;
+    case kFloat:
+    case kInt32:
+    case kUInt32: return 4;
+    case kInt16:
+    case kUInt16:
+    case kHalf:
+    case kBFloat16: return 2;
+    case kUInt8:
+    case kInt8:
+    case kBool: return 1;
     default: return 0;
   }
 }
@@ -301,7 +326,8 @@ std::vector<float> Tensor::floats() const {
       case kInt64: out[i] = static_cast<float>(get(int64_t{}, i)); break;
       case kInt16: out[i] = get(int16_t{}, i); break;
       case kInt8: out[i] = get(int8_t{}, i); break;
-      case kUInt8: case kBool: out[i] = get(uint8_t{}, i); break;
+      case kUInt8:
+      case kBool: out[i] = get(uint8_t{}, i); break;
       case kUInt16: out[i] = get(uint16_t{}, i); break;
       case kUInt32: out[i] = static_cast<float>(get(uint32_t{}, i)); break;
       case kUInt64: out[i] = static_cast<float>(get(uint64_t{}, i)); break;
@@ -478,7 +504,8 @@ void CheckpointReader::Impl::open_v1() {
     if (info.dtype != kString) value.data.assign(static_cast<size_t>(covered[i]) * dtype_size(info.dtype), '\0');
     v1_values.emplace(info.name, std::move(value));
   }
-  for (const auto& s : slices) copy_slice(s.data(), variables[by_name.at(s.data().name())], v1_values.at(s.data().name()), prefix);
+  for (const auto& s : slices)
+    copy_slice(s.data(), variables[by_name.at(s.data().name())], v1_values.at(s.data().name()), prefix);
 }
 
 std::string CheckpointReader::Impl::entry_bytes(const tensorflow::BundleEntryProto& e, const std::string& name) const {
@@ -537,7 +564,8 @@ Tensor CheckpointReader::Impl::read_partitioned(const VariableInfo& info, const 
     if (static_cast<int>(se.dtype()) != info.dtype || to_shape(se.shape()) != b.length)
       fail(desc + ": its entry holds " + dtype_name(se.dtype()) + " " + shape_string(to_shape(se.shape())));
     if (static_cast<uint64_t>(se.size()) != static_cast<uint64_t>(element_count(b.length)) * esize)
-      fail(desc + ": " + std::to_string(se.size()) + " bytes for " + std::to_string(element_count(b.length)) + " values");
+      fail(desc + ": " + std::to_string(se.size()) + " bytes for " + std::to_string(element_count(b.length)) +
+           " values");
     covered += element_count(b.length);
     b.entry = &se;
     blocks.push_back(std::move(b));

@@ -63,8 +63,7 @@ struct Handle {
 
 // The block at `h`, checksum verified and decompressed.
 std::string read_block(const std::string& file, const Handle& h, const std::string& path) {
-  if (h.offset > file.size() || h.size > file.size() - h.offset ||
-      kTrailerSize > file.size() - h.offset - h.size)
+  if (h.offset > file.size() || h.size > file.size() - h.offset || kTrailerSize > file.size() - h.offset - h.size)
     throw DataError(where(path, -1, static_cast<int64_t>(h.offset),
                           "a block of " + std::to_string(h.size) + " bytes runs past the end of the file (" +
                               std::to_string(file.size()) + " bytes): truncated?"));
@@ -209,8 +208,9 @@ TableEntries parse_table(const std::string& file, const std::string& path) {
   uint64_t magic;
   std::memcpy(&magic, footer + 40, 8);
   if (magic != kMagic)
-    throw DataError(path + ": not a TensorFlow checkpoint table (its last 8 bytes are not the table magic; "
-                           "truncated, or another kind of file)");
+    throw DataError(path +
+                    ": not a TensorFlow checkpoint table (its last 8 bytes are not the table magic; "
+                    "truncated, or another kind of file)");
   Cursor fc(footer, footer + 40, path, file.size() - kFooterSize);
   read_handle(fc);  // metaindex: TensorFlow writes it empty
   const Handle index = read_handle(fc);
@@ -238,7 +238,7 @@ TableEntries read_table(const std::string& path) { return parse_table(read_file(
 std::string build_table(const TableEntries& entries, size_t block_size) {
   std::string file;
   BlockBuilder data, index(/*restart_interval=*/1);  // every index entry a restart, as LevelDB
-  std::string pending_handle;  // of the last full block, indexed once the next key is known
+  std::string pending_handle;                        // of the last full block, indexed once the next key is known
   for (size_t i = 0; i < entries.size(); ++i) {
     const std::string& key = entries[i].first;
     if (i > 0 && !(entries[i - 1].first < key))

@@ -180,8 +180,9 @@ size_t TFRecordReader::read_fully(void* dst, size_t n) {
 
 void TFRecordReader::corrupt(const std::string& what, uint64_t at) {
   if (!options_.skip_corrupt_records)
-    throw DataError(where(path_, index_, static_cast<int64_t>(at), what + " (not a TFRecord file, or corrupt; "
-                                                                    "--skip_corrupt_records skips such records)"));
+    throw DataError(where(path_, index_, static_cast<int64_t>(at),
+                          what + " (not a TFRecord file, or corrupt; "
+                                 "--skip_corrupt_records skips such records)"));
   ++skipped_;
   skipped_log_.push_back(where(path_, index_, static_cast<int64_t>(at), what));
 }

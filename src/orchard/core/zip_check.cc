@@ -104,7 +104,7 @@ void check_zip_crcs(const std::string& path) {
     z_stream zs{};
     if (method == 8 && inflateInit2(&zs, -MAX_WBITS) != Z_OK) fail("zlib");
     std::unique_ptr<z_stream, void (*)(z_stream*)> guard(method == 8 ? &zs : nullptr,
-                                                        [](z_stream* s) { inflateEnd(s); });
+                                                         [](z_stream* s) { inflateEnd(s); });
     uint64_t inflated = 0;
     for (uint64_t done = 0; done < csize;) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(csize - done, buf.size()));

@@ -60,12 +60,9 @@ void rgb_to_hsv(float r, float g, float b, float* h, float* s, float* v) {
   *s = mx > 0 ? delta / mx : 0.0f;
   float hue = 0;
   if (delta > 0) {
-    if (mx == r)
-      hue = (g - b) / delta;
-    else if (mx == g)
-      hue = 2.0f + (b - r) / delta;
-    else
-      hue = 4.0f + (r - g) / delta;
+    if (mx == r) hue = (g - b) / delta;
+    else if (mx == g) hue = 2.0f + (b - r) / delta;
+    else hue = 4.0f + (r - g) / delta;
     hue /= 6.0f;
     if (hue < 0) hue += 1.0f;
   }
@@ -96,8 +93,7 @@ void adjust_contrast(float* rgb, size_t pixels, float factor) {
     double mean = 0;
     for (size_t i = 0; i < pixels; ++i) mean += rgb[3 * i + c];
     mean /= static_cast<double>(std::max<size_t>(pixels, 1));
-    for (size_t i = 0; i < pixels; ++i)
-      rgb[3 * i + c] = static_cast<float>((rgb[3 * i + c] - mean) * factor + mean);
+    for (size_t i = 0; i < pixels; ++i) rgb[3 * i + c] = static_cast<float>((rgb[3 * i + c] - mean) * factor + mean);
   }
 }
 
@@ -153,7 +149,8 @@ std::vector<WordCount> count_words(const std::vector<std::vector<std::string>>& 
     }
   counts.erase(std::remove_if(counts.begin(), counts.end(), [&](const WordCount& c) { return c.count < min_count; }),
                counts.end());
-  std::stable_sort(counts.begin(), counts.end(), [](const WordCount& a, const WordCount& b) { return a.count > b.count; });
+  std::stable_sort(counts.begin(), counts.end(),
+                   [](const WordCount& a, const WordCount& b) { return a.count > b.count; });
   return counts;
 }
 
@@ -281,7 +278,7 @@ Vocabulary vocabulary_from_counts(const std::vector<WordCount>& counts) {
 }
 
 std::vector<std::pair<size_t, size_t>> shuffled_caption_pairs(const std::vector<size_t>& captions_per_image,
-                                                             uint64_t seed) {
+                                                              uint64_t seed) {
   std::vector<std::pair<size_t, size_t>> pairs;
   for (size_t i = 0; i < captions_per_image.size(); ++i)
     for (size_t j = 0; j < captions_per_image[i]; ++j) pairs.emplace_back(i, j);

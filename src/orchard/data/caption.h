@@ -93,7 +93,7 @@ Vocabulary vocabulary_from_counts(const std::vector<WordCount>& counts);
 // (image, caption) index pairs of every caption, in a random order fixed by `seed` (im2txt
 // shuffles its pairs before sharding, so neighbouring records rarely share an image).
 std::vector<std::pair<size_t, size_t>> shuffled_caption_pairs(const std::vector<size_t>& captions_per_image,
-                                                             uint64_t seed);
+                                                              uint64_t seed);
 
 // One record per (image, caption) in shuffled_caption_pairs order, ids from `vocab`.
 std::vector<std::string> make_caption_records(const std::vector<CaptionedImage>& images, const Vocabulary& vocab,

@@ -41,9 +41,10 @@ void run_image_folder(const ImageFolderOptions& o) {
   auto [tr, va] = convert_image_folder(o);
   spdlog::info("wrote {} train and {} validation records to {} (+ labels.txt)", tr, va, o.out_dir);
   if (va == 0)
-    spdlog::warn("no validation records (--validation_fraction {} of {} images): training on {} needs --skip_eval, "
-                 "or a larger --validation_fraction",
-                 o.validation_fraction, tr, o.out_dir);
+    spdlog::warn(
+        "no validation records (--validation_fraction {} of {} images): training on {} needs --skip_eval, "
+        "or a larger --validation_fraction",
+        o.validation_fraction, tr, o.out_dir);
 }
 
 void run_coco(const std::string& task, const CocoConvertOptions& o, CocoCaptionOptions cap) {
@@ -57,10 +58,11 @@ void run_coco(const std::string& task, const CocoConvertOptions& o, CocoCaptionO
     cap.prefix = o.prefix;
     cap.limit = o.limit;
     const auto r = convert_coco_captions(cap);
-    spdlog::info("wrote {} caption records of {} images to {}/{}-*; vocabulary {} words{} ({} caption words are "
-                 "<UNK>)",
-                 r.captions, r.images, o.out_dir, o.prefix, r.vocab_size,
-                 cap.vocab_file.empty() ? " (word_counts.txt)" : " from " + cap.vocab_file, r.unknown_words);
+    spdlog::info(
+        "wrote {} caption records of {} images to {}/{}-*; vocabulary {} words{} ({} caption words are "
+        "<UNK>)",
+        r.captions, r.images, o.out_dir, o.prefix, r.vocab_size,
+        cap.vocab_file.empty() ? " (word_counts.txt)" : " from " + cap.vocab_file, r.unknown_words);
     return;
   }
   if (task != "detection") throw Error("--task must be detection or captioning, not '" + task + "'");
@@ -82,14 +84,14 @@ void run_voc(const VocConvertOptions& o) {
 
 void run_pets(const PetsConvertOptions& o) {
   const auto r = convert_pets(o);
-  spdlog::info("wrote {} train records to {}-*-of-{:05d} and {} validation records to {}-*-of-{:05d}{}; labels "
-               "from {}",
-               r.train, r.train_prefix, o.num_shards, r.validation, r.validation_prefix, o.num_shards,
-               r.missing_xml + r.invalid
-                   ? " (" + std::to_string(r.missing_xml) + " without an xml and " + std::to_string(r.invalid) +
-                         " invalid skipped)"
-                   : std::string(),
-               r.label_map_path);
+  spdlog::info(
+      "wrote {} train records to {}-*-of-{:05d} and {} validation records to {}-*-of-{:05d}{}; labels "
+      "from {}",
+      r.train, r.train_prefix, o.num_shards, r.validation, r.validation_prefix, o.num_shards,
+      r.missing_xml + r.invalid ? " (" + std::to_string(r.missing_xml) + " without an xml and " +
+                                      std::to_string(r.invalid) + " invalid skipped)"
+                                : std::string(),
+      r.label_map_path);
 }
 
 void inspect_records(const RecordInspectOptions& o) {

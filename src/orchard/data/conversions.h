@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <string>
 
+#include "orchard/data/tools.h"
 #include "orchard/detect/dataset_tools/coco.h"
 #include "orchard/detect/dataset_tools/pets.h"
-#include "orchard/data/tools.h"
 #include "orchard/detect/dataset_tools/voc.h"
 
 namespace orchard::data {

@@ -68,8 +68,8 @@ DetectionExample parse_detection_example(const std::string& record, const std::s
   const ImageSize size = image_size(d.encoded, source);
   if ((d.height && d.height != size.height) || (d.width && d.width != size.width))
     bad(source, "image/height, image/width",
-        std::to_string(d.height) + "x" + std::to_string(d.width) + " but the image is " +
-            std::to_string(size.height) + "x" + std::to_string(size.width));
+        std::to_string(d.height) + "x" + std::to_string(d.width) + " but the image is " + std::to_string(size.height) +
+            "x" + std::to_string(size.width));
   d.height = size.height;
   d.width = size.width;
   // An empty list (or a feature with no kind) is an absent id, as in the OD API's decoder.
@@ -170,8 +170,8 @@ namespace {
 // The boxes of a crop: those of which at least overlap_thresh is visible (the OD API's
 // prune_non_overlapping_boxes; before it, prune_completely_outside_window where
 // `prune_outside`), in the crop's frame, clipped to it where `clip`; `classes` follows.
-void keep_boxes_in_crop(int height, int width, const CropWindow& c, float overlap_thresh, bool clip,
-                        bool prune_outside, std::vector<Box>* boxes, std::vector<int64_t>* classes) {
+void keep_boxes_in_crop(int height, int width, const CropWindow& c, float overlap_thresh, bool clip, bool prune_outside,
+                        std::vector<Box>* boxes, std::vector<int64_t>* classes) {
   const float wy0 = static_cast<float>(c.y) / height, wx0 = static_cast<float>(c.x) / width;
   const float wh = static_cast<float>(c.height) / height, ww = static_cast<float>(c.width) / width;
   std::vector<Box> kept;
@@ -274,8 +274,11 @@ CropWindow random_crop_to_aspect_ratio(int height, int width, float aspect_ratio
                                        std::vector<int64_t>* index, std::mt19937_64& rng) {
   // float32 and tf.round (half to even), as the graph computes them.
   const float orig = static_cast<float>(width) / static_cast<float>(height);
-  const int target_h = orig >= aspect_ratio ? height : static_cast<int>(std::nearbyint(static_cast<float>(height) * orig / aspect_ratio));
-  const int target_w = orig <= aspect_ratio ? width : static_cast<int>(std::nearbyint(static_cast<float>(width) * aspect_ratio / orig));
+  const int target_h = orig >= aspect_ratio
+                           ? height
+                           : static_cast<int>(std::nearbyint(static_cast<float>(height) * orig / aspect_ratio));
+  const int target_w =
+      orig <= aspect_ratio ? width : static_cast<int>(std::nearbyint(static_cast<float>(width) * aspect_ratio / orig));
   CropWindow c;
   c.height = target_h;
   c.width = target_w;
@@ -287,11 +290,16 @@ CropWindow random_crop_to_aspect_ratio(int height, int width, float aspect_ratio
 }
 
 std::vector<FieldSpec> detection_fields(int64_t max_boxes, int64_t num_classes) {
-  return {{"boxes", at::kFloat, {max_boxes, 4}},      {"classes", at::kLong, {max_boxes}},
-          {"is_crowd", at::kBool, {max_boxes}},       {"num_boxes", at::kLong, {}},
-          {"image_id", at::kLong, {}},                {"original_size", at::kLong, {2}},
-          {"difficult", at::kBool, {max_boxes}},      {"group_of", at::kBool, {max_boxes}},
-          {"image_labels", at::kBool, {num_classes + 1}}, {"image_size", at::kLong, {2}}};
+  return {{"boxes", at::kFloat, {max_boxes, 4}},
+          {"classes", at::kLong, {max_boxes}},
+          {"is_crowd", at::kBool, {max_boxes}},
+          {"num_boxes", at::kLong, {}},
+          {"image_id", at::kLong, {}},
+          {"original_size", at::kLong, {2}},
+          {"difficult", at::kBool, {max_boxes}},
+          {"group_of", at::kBool, {max_boxes}},
+          {"image_labels", at::kBool, {num_classes + 1}},
+          {"image_size", at::kLong, {2}}};
 }
 
 std::vector<FieldSpec> detection_fields(const DetectionInputOptions& options, int64_t num_classes) {
@@ -362,8 +370,7 @@ int64_t preprocess_detection(const DetectionExample& example, const DetectionInp
     const auto& aug = options.augmentation;
     // The TF OD API applies data_augmentation_options in config order; Orchard's configs list
     // the flip first, and a flip commutes with the crop up to the random draw.
-    if (aug.random_horizontal_flip)
-      flip = std::uniform_real_distribution<float>(0.f, 1.f)(rng) < aug.flip_probability;
+    if (aug.random_horizontal_flip) flip = std::uniform_real_distribution<float>(0.f, 1.f)(rng) < aug.flip_probability;
     for (const auto* crop : {&aug.ssd_random_crop, &aug.random_crop_image}) {
       if (crop->empty()) continue;
       const CropWindow c = ssd_random_crop(img.height, img.width, *crop, &boxes, &index, rng);

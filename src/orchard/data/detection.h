@@ -13,9 +13,9 @@
 #include <array>
 #include <cstdint>
 #include <optional>
-#include <utility>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "orchard/data/pipeline.h"
@@ -24,25 +24,25 @@
 namespace orchard::data {
 
 struct DetectionExample {
-  std::string encoded;    // image/encoded (JPEG or PNG)
-  int height = 0;         // image/height, image/width (checked against the image header)
+  std::string encoded;  // image/encoded (JPEG or PNG)
+  int height = 0;       // image/height, image/width (checked against the image header)
   int width = 0;
   std::string source_id;  // image/source_id (may be empty)
   std::vector<Box> boxes;
   std::vector<int64_t> classes;
-  std::vector<std::string> texts;  // image/object/class/text (may be empty)
-  std::vector<bool> crowd;         // image/object/is_crowd (may be empty: none)
-  std::vector<bool> difficult;     // image/object/difficult (may be empty: none)
-  std::vector<bool> group_of;      // image/object/group_of (may be empty: none)
+  std::vector<std::string> texts;     // image/object/class/text (may be empty)
+  std::vector<bool> crowd;            // image/object/is_crowd (may be empty: none)
+  std::vector<bool> difficult;        // image/object/difficult (may be empty: none)
+  std::vector<bool> group_of;         // image/object/group_of (may be empty: none)
   std::vector<int64_t> image_labels;  // image/class/label: verified image-level labels (Open Images)
   std::vector<std::string> masks;     // image/object/mask: one encoded PNG per box (may be empty: none)
 
   // Written by make_detection_example when set, not read by parse_detection_example (training
   // does not use them): what create_pascal_tf_record.py / create_pet_tf_record.py also write.
-  std::string filename;                // image/filename (empty: source_id)
-  std::string key_sha256;              // image/key/sha256: hex SHA-256 of `encoded`
-  std::vector<int64_t> truncated;      // image/object/truncated
-  std::vector<std::string> views;      // image/object/view (VOC's <pose>)
+  std::string filename;            // image/filename (empty: source_id)
+  std::string key_sha256;          // image/key/sha256: hex SHA-256 of `encoded`
+  std::vector<int64_t> truncated;  // image/object/truncated
+  std::vector<std::string> views;  // image/object/view (VOC's <pose>)
   // image/object/mask as the OD API's NUMERICAL_MASKS: a float list, mask after mask, each
   // height x width row-major, 0 or 1 (instead of `masks`; Orchard's reader refuses it).
   std::vector<float> numerical_masks;
@@ -105,8 +105,8 @@ struct DetectionInputOptions {
   int width = 300;
   std::optional<KeepAspectRatioResize> keep_aspect_ratio;
   bool channels_last = false;
-  int64_t max_boxes = 100;  // max_number_of_boxes: further boxes are dropped
-  DetectionAugmentation augmentation;  // training only
+  int64_t max_boxes = 100;                            // max_number_of_boxes: further boxes are dropped
+  DetectionAugmentation augmentation;                 // training only
   int64_t max_image_pixels = kDefaultMaxImagePixels;  // larger images are data errors (image.h)
   // The input readers' load_instance_masks (mask_type PNG_MASKS): the samples carry a "masks"
   // field, and a record with boxes but no image/object/mask is a data error.

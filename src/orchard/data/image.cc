@@ -126,10 +126,8 @@ Image decode_jpeg(const std::string& bytes, CropWindow crop, int denom, int64_t 
       throw DataError(what + ": truncated JPEG data");
     }
     uint8_t* dst = out.pixels.data() + static_cast<size_t>(y) * cw * 3;
-    if (comps == 4)
-      cmyk_to_rgb(row.data() + static_cast<size_t>(skip_x) * 4, dst, cw, adobe);
-    else
-      std::memcpy(dst, row.data() + static_cast<size_t>(skip_x) * 3, static_cast<size_t>(cw) * 3);
+    if (comps == 4) cmyk_to_rgb(row.data() + static_cast<size_t>(skip_x) * 4, dst, cw, adobe);
+    else std::memcpy(dst, row.data() + static_cast<size_t>(skip_x) * 3, static_cast<size_t>(cw) * 3);
   }
   // Remaining rows are not needed.
   jpeg_abort_decompress(&cinfo);
@@ -174,7 +172,8 @@ Image crop_image(const Image& in, CropWindow c) {
   out.pixels.resize(static_cast<size_t>(c.height) * c.width * 3);
   for (int y = 0; y < c.height; ++y)
     std::memcpy(out.pixels.data() + static_cast<size_t>(y) * c.width * 3,
-                in.pixels.data() + (static_cast<size_t>(c.y + y) * in.width + c.x) * 3, static_cast<size_t>(c.width) * 3);
+                in.pixels.data() + (static_cast<size_t>(c.y + y) * in.width + c.x) * 3,
+                static_cast<size_t>(c.width) * 3);
   return out;
 }
 
@@ -188,7 +187,8 @@ int dct_denominator(int height, int width, int min_h, int min_w) {
 }  // namespace
 
 ImageFormat sniff_format(const std::string& b) {
-  if (b.size() >= 3 && static_cast<uint8_t>(b[0]) == 0xff && static_cast<uint8_t>(b[1]) == 0xd8) return ImageFormat::kJpeg;
+  if (b.size() >= 3 && static_cast<uint8_t>(b[0]) == 0xff && static_cast<uint8_t>(b[1]) == 0xd8)
+    return ImageFormat::kJpeg;
   if (b.size() >= 8 && std::memcmp(b.data(), "\x89PNG\r\n\x1a\n", 8) == 0) return ImageFormat::kPng;
   return ImageFormat::kUnknown;
 }
@@ -216,8 +216,7 @@ ImageSize header_size(const std::string& bytes, const std::string& what) {
       png_image_free(&img);
       return s;
     }
-    default:
-      throw DataError(what + ": not a JPEG or PNG image (" + std::to_string(bytes.size()) + " bytes)");
+    default: throw DataError(what + ": not a JPEG or PNG image (" + std::to_string(bytes.size()) + " bytes)");
   }
 }
 
@@ -245,8 +244,7 @@ Image decode_scaled(const std::string& bytes, int min_short_side, const std::str
       return decode_jpeg(bytes, {}, denom, max_pixels, what);
     }
     case ImageFormat::kPng: return decode_png(bytes, max_pixels, what);
-    default:
-      throw DataError(what + ": not a JPEG or PNG image (" + std::to_string(bytes.size()) + " bytes)");
+    default: throw DataError(what + ": not a JPEG or PNG image (" + std::to_string(bytes.size()) + " bytes)");
   }
 }
 
@@ -263,11 +261,9 @@ Image decode_crop(const std::string& bytes, CropWindow crop, int min_height, int
         throw DataError(what + ": crop window outside the image");
       return crop_image(full, crop);
     }
-    default:
-      throw DataError(what + ": not a JPEG or PNG image (" + std::to_string(bytes.size()) + " bytes)");
+    default: throw DataError(what + ": not a JPEG or PNG image (" + std::to_string(bytes.size()) + " bytes)");
   }
 }
-
 
 namespace {
 
@@ -352,8 +348,10 @@ LabelImage decode_png_label_image(const std::string& bytes, const std::string& w
   const png_uint_32 width = png_get_image_width(png, info), height = png_get_image_height(png, info);
   std::string& problem = s->problem;
   if ((color != PNG_COLOR_TYPE_GRAY && color != PNG_COLOR_TYPE_PALETTE) || depth > 8)
-    problem = what + ": a label PNG must have one channel (grayscale or palette indices) of at most 8 bits, not colour "
-                     "type " + std::to_string(color) + " at " + std::to_string(depth) + " bits";
+    problem = what +
+              ": a label PNG must have one channel (grayscale or palette indices) of at most 8 bits, not colour "
+              "type " +
+              std::to_string(color) + " at " + std::to_string(depth) + " bits";
   else if (static_cast<int64_t>(height) * width > max_pixels)
     problem = what + ": image of " + std::to_string(width) + "x" + std::to_string(height) +
               " pixels, more than the limit of " + std::to_string(max_pixels) + " (--max_image_pixels)";

@@ -46,8 +46,8 @@ Image decode_image(const std::string& bytes, const std::string& what, int64_t ma
 // by 2, 4 or 8 during decoding, so the result may be smaller than the window but never
 // smaller than the minimum. An empty window (height or width <= 0) means the whole image.
 // PNG input falls back to decode + crop.
-Image decode_crop(const std::string& bytes, CropWindow crop, int min_height, int min_width,
-                  const std::string& what, int64_t max_pixels = kDefaultMaxImagePixels);
+Image decode_crop(const std::string& bytes, CropWindow crop, int min_height, int min_width, const std::string& what,
+                  int64_t max_pixels = kDefaultMaxImagePixels);
 
 // Decodes the whole image, letting the JPEG DCT scale it down while both sides stay
 // >= min_short_side on the short side (0 = full size).

@@ -7,8 +7,8 @@ namespace orchard::data {
 
 SampleSpec imagenet_spec(int image_size, bool channels_last) {
   SampleSpec s;
-  s.image_shape = channels_last ? std::vector<int64_t>{image_size, image_size, 3}
-                                : std::vector<int64_t>{3, image_size, image_size};
+  s.image_shape =
+      channels_last ? std::vector<int64_t>{image_size, image_size, 3} : std::vector<int64_t>{3, image_size, image_size};
   s.fields = {{"label", at::kLong, {}}};
   return s;
 }
@@ -34,10 +34,8 @@ ParseFn make_imagenet_parser(const ImageNetParseOptions& o) {
                       "] (labels are 1-based; check --num_classes)");
     *out.field<int64_t>(0) = l;
     const std::string& encoded = ex.bytes("image/encoded");
-    if (o.training)
-      preprocess_train(encoded, imagenet_boxes(ex), o.preprocess, rng, out.image, source);
-    else
-      preprocess_eval(encoded, o.preprocess, out.image, source);
+    if (o.training) preprocess_train(encoded, imagenet_boxes(ex), o.preprocess, rng, out.image, source);
+    else preprocess_eval(encoded, o.preprocess, out.image, source);
   };
 }
 

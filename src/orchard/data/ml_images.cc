@@ -28,10 +28,8 @@ ParseFn make_ml_images_parser(const MlImagesParseOptions& o) {
                       " (float32 per class; check --class_num)");
     std::memcpy(out.field<float>(0), bytes.data(), expected);  // little-endian hosts, as tf.decode_raw
     const std::string& encoded = ex.bytes("image");
-    if (o.training)
-      preprocess_train(encoded, {}, o.preprocess, rng, out.image, source);
-    else
-      preprocess_eval(encoded, o.preprocess, out.image, source);
+    if (o.training) preprocess_train(encoded, {}, o.preprocess, rng, out.image, source);
+    else preprocess_eval(encoded, o.preprocess, out.image, source);
   };
 }
 

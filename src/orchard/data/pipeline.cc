@@ -1,6 +1,7 @@
 #include "orchard/data/pipeline.h"
 
 #include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
@@ -12,8 +13,6 @@
 #include <set>
 #include <thread>
 
-#include <spdlog/spdlog.h>
-
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/core/filesystem.h"
@@ -21,8 +20,7 @@
 
 namespace orchard::data {
 
-std::vector<std::string> buffered_shuffle(const std::vector<std::string>& items, int64_t buffer,
-                                         std::mt19937_64& rng) {
+std::vector<std::string> buffered_shuffle(const std::vector<std::string>& items, int64_t buffer, std::mt19937_64& rng) {
   if (buffer <= 1) return items;
   std::vector<std::string> out, pool;
   out.reserve(items.size());
@@ -110,7 +108,7 @@ struct BatchJob {
   std::condition_variable done;
   std::exception_ptr error;
   std::vector<std::pair<int64_t, std::string>> bad;  // skipped samples: row, why (skip_corrupt_records)
-  bool end = false;  // sentinel: no more batches
+  bool end = false;                                  // sentinel: no more batches
 };
 
 }  // namespace
@@ -328,8 +326,7 @@ struct Pipeline::Impl {
           std::mt19937_64 frng(mix_seed(opt.seed, static_cast<uint64_t>(epoch), 0xf11e5));
           if (opt.file_shuffle_buffer > 0 && opt.file_shuffle_buffer < static_cast<int64_t>(epoch_files.size()))
             epoch_files = buffered_shuffle(epoch_files, opt.file_shuffle_buffer, frng);
-          else
-            std::shuffle(epoch_files.begin(), epoch_files.end(), frng);
+          else std::shuffle(epoch_files.begin(), epoch_files.end(), frng);
         }
         bool record_shard = true;
         if (opt.num_workers > 1 && static_cast<int>(epoch_files.size()) >= opt.num_workers) {
@@ -391,7 +388,8 @@ struct Pipeline::Impl {
           buffer.pop_back();
           deliver(std::move(out));
         }
-        if (!pending.empty() && !opt.training) ok = ok && emit(std::move(pending), std::move(seeds), epoch, batch_index);
+        if (!pending.empty() && !opt.training)
+          ok = ok && emit(std::move(pending), std::move(seeds), epoch, batch_index);
         if (!ok) return;
         if (position == 0 && opt.num_epochs < 0)
           throw DataError(opt.file_pattern + ": no records for worker " + std::to_string(opt.worker_index));
@@ -417,8 +415,8 @@ Pipeline::Pipeline(PipelineOptions options, SampleSpec spec, ParseFn parse) : im
     throw Error("bad worker index " + std::to_string(m.opt.worker_index) + " of " + std::to_string(m.opt.num_workers));
   m.files = expand_file_pattern(m.opt.file_pattern);
   for (auto d : m.spec.image_shape) m.image_numel *= d;
-  m.pool = std::make_unique<ThreadPool>(m.opt.num_threads > 0 ? m.opt.num_threads : available_cores(),
-                                        m.opt.thread_nice);
+  m.pool =
+      std::make_unique<ThreadPool>(m.opt.num_threads > 0 ? m.opt.num_threads : available_cores(), m.opt.thread_nice);
   m.producer = std::thread([this] { impl_->produce(); });
 }
 

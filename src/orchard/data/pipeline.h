@@ -71,7 +71,7 @@ struct PipelineOptions {
   // this buffer; 0 (or at least the number of files) shuffles the whole list.
   int64_t file_shuffle_buffer = 0;
   int prefetch_batches = 3;
-  bool cache = false;       // keep raw records in memory after the first pass
+  bool cache = false;  // keep raw records in memory after the first pass
   // Keep only every n-th record of the read order (TF OD API's sample_1_of_n_examples).
   int64_t sample_1_of_n = 1;
   int64_t num_epochs = -1;  // -1: repeat forever

@@ -56,8 +56,8 @@ bool covers(const CropWindow& c, int height, int width, const std::vector<Box>& 
 
 }  // namespace
 
-CropWindow sample_distorted_crop(int height, int width, const std::vector<Box>& boxes,
-                                 const DistortedBoxOptions& o, std::mt19937_64& rng) {
+CropWindow sample_distorted_crop(int height, int width, const std::vector<Box>& boxes, const DistortedBoxOptions& o,
+                                 std::mt19937_64& rng) {
   std::uniform_real_distribution<float> aspect_dist(o.min_aspect_ratio, o.max_aspect_ratio);
   for (int attempt = 0; attempt < o.max_attempts; ++attempt) {
     CropWindow c;
@@ -130,8 +130,8 @@ void pad_crop_train(const std::string& encoded, const PreprocessOptions& o, std:
                     const std::string& what) {
   Image storage;
   cv::Mat padded;
-  cv::copyMakeBorder(decode_square(encoded, o.image_size, o.max_image_pixels, &storage, what), padded, o.pad, o.pad, o.pad, o.pad,
-                     cv::BORDER_CONSTANT, cv::Scalar(0, 0, 0));
+  cv::copyMakeBorder(decode_square(encoded, o.image_size, o.max_image_pixels, &storage, what), padded, o.pad, o.pad,
+                     o.pad, o.pad, cv::BORDER_CONSTANT, cv::Scalar(0, 0, 0));
   std::uniform_int_distribution<int> offset(0, 2 * o.pad);
   const int y = offset(rng), x = offset(rng);
   const bool flip = std::uniform_int_distribution<int>(0, 1)(rng) == 1;

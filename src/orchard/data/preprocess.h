@@ -75,8 +75,7 @@ Rect random_erase(float probability, int size, bool channels_last, std::mt19937_
 
 // Eval path (kResNet): aspect-preserving resize of the short side to 256 * S / 224, central
 // crop S x S, scaled as in training.
-void preprocess_eval(const std::string& encoded, const PreprocessOptions& options, float* out,
-                     const std::string& what);
+void preprocess_eval(const std::string& encoded, const PreprocessOptions& options, float* out, const std::string& what);
 
 // Eval geometry for tests: the (scaled) short side, then the centred crop offsets.
 int eval_resize_min(int image_size);

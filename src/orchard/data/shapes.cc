@@ -329,7 +329,8 @@ Scene shapes_scene(const ShapesOptions& o, const std::string& split, int64_t ind
 
 std::vector<std::string> shapes_captions(const Scene& scene) {
   const auto name = [](const ShapeObject& obj) {
-    return std::string(kShapeColours[static_cast<size_t>(obj.colour)]) + " " + kShapeKinds[static_cast<size_t>(obj.kind)];
+    return std::string(kShapeColours[static_cast<size_t>(obj.colour)]) + " " +
+           kShapeKinds[static_cast<size_t>(obj.kind)];
   };
   if (scene.objects.size() == 1) {
     const std::string a = name(scene.objects[0]);

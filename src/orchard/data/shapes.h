@@ -32,7 +32,7 @@ struct SceneOptions {
   int image_width = 0;  // > 0: image_size x image_width pixels instead
   int min_objects = 1;
   int max_objects = 4;
-  float min_size = 0.2f;   // object side as a fraction of the shorter image side
+  float min_size = 0.2f;  // object side as a fraction of the shorter image side
   float max_size = 0.45f;
 };
 

@@ -88,7 +88,8 @@ std::vector<std::string> convert_split(const FashionMnistOptions& o, const std::
   for (int64_t i = 0; i < n; ++i) {
     const auto* px = reinterpret_cast<const uint8_t*>(images.data() + 16 + i * rows * cols);
     const int label = static_cast<uint8_t>(labels[8 + i]);
-    if (label >= 10) throw DataError(labels_path + ": record " + std::to_string(i) + ": label " + std::to_string(label));
+    if (label >= 10)
+      throw DataError(labels_path + ": record " + std::to_string(i) + ": label " + std::to_string(label));
     const std::string enc = o.format == "png" ? encode_gray_png(px, rows, cols) : encode_gray_jpeg(px, rows, cols, 95);
     records[static_cast<size_t>(i)] =
         image_record(enc, o.format, rows, cols, 1, label + 1, kFashionMnistClasses[static_cast<size_t>(label)],
@@ -116,17 +117,20 @@ void refuse_detection_layouts(const std::string& input_dir) {
   if (is_voc(root)) {
     stdfs::path year = stdfs::absolute(root).lexically_normal();
     if (year.filename().empty()) year = year.parent_path();  // a trailing slash
-    throw Error(input_dir + " is a PASCAL VOC folder (Annotations/, JPEGImages/), not one folder per class: use "
-                            "orchard data voc --data_dir " + year.parent_path().string() + " --year " +
-                year.filename().string());
+    throw Error(input_dir +
+                " is a PASCAL VOC folder (Annotations/, JPEGImages/), not one folder per class: use "
+                "orchard data voc --data_dir " +
+                year.parent_path().string() + " --year " + year.filename().string());
   }
   for (const auto& e : stdfs::directory_iterator(root, ec))
     if (e.is_directory(ec) && is_voc(e.path()))
       throw Error(input_dir + " is a PASCAL VOC devkit (" + e.path().filename().string() +
                   "/Annotations, JPEGImages), not one folder per class: use orchard data voc --data_dir " + input_dir);
   if (stdfs::is_directory(root / "images", ec) && stdfs::is_directory(root / "annotations" / "xmls", ec))
-    throw Error(input_dir + " is an Oxford-IIIT Pets folder (images/, annotations/xmls/), not one folder per class: use "
-                            "orchard data pets --data_dir " + input_dir);
+    throw Error(input_dir +
+                " is an Oxford-IIIT Pets folder (images/, annotations/xmls/), not one folder per class: use "
+                "orchard data pets --data_dir " +
+                input_dir);
 }
 
 }  // namespace
@@ -146,8 +150,7 @@ std::pair<int64_t, int64_t> convert_image_folder(const ImageFolderOptions& o) {
   std::error_code ec;
   if (!stdfs::is_directory(o.input_dir, ec)) throw Error(o.input_dir + ": not a directory");
   refuse_detection_layouts(o.input_dir);
-  if (o.validation_fraction < 0 || o.validation_fraction >= 1)
-    throw Error("--validation_fraction must be in [0, 1)");
+  if (o.validation_fraction < 0 || o.validation_fraction >= 1) throw Error("--validation_fraction must be in [0, 1)");
   std::vector<std::string> classes;
   for (const auto& e : stdfs::directory_iterator(o.input_dir))
     if (e.is_directory()) classes.push_back(e.path().filename().string());
@@ -224,8 +227,9 @@ std::string label_map_text(const std::vector<std::pair<int64_t, std::string>>& i
 void check_label_map_file(const std::string& path, const std::string& text) {
   if (!file_exists(path)) return;
   if (read_file(path) != text)
-    throw Error(path + " already exists with other classes than this conversion's: records converted now would not "
-                       "match it; choose another output directory, or remove the file");
+    throw Error(path +
+                " already exists with other classes than this conversion's: records converted now would not "
+                "match it; choose another output directory, or remove the file");
 }
 
 void write_label_map_file(const std::string& path, const std::string& text) {
@@ -244,7 +248,8 @@ void check_no_stale_shards(const std::string& out_dir, const std::string& prefix
     if (name.size() != prefix.size() + 15 || name.compare(0, prefix.size(), prefix) != 0) continue;
     const std::string tail = name.substr(prefix.size());
     bool shard = tail[0] == '-' && tail.compare(6, 4, "-of-") == 0;
-    for (size_t i : {1, 2, 3, 4, 5, 10, 11, 12, 13, 14}) shard = shard && std::isdigit(static_cast<unsigned char>(tail[i]));
+    for (size_t i : {1, 2, 3, 4, 5, 10, 11, 12, 13, 14})
+      shard = shard && std::isdigit(static_cast<unsigned char>(tail[i]));
     if (shard && tail.compare(10, 5, ours) != 0)
       throw Error(file + " already exists: " + out_dir + " holds " + prefix +
                   " records of another shard count than --num_shards " + std::to_string(num_shards) +

@@ -16,8 +16,6 @@
 #include "orchard/train/moving_average.h"
 #include "orchard/train/runtime.h"
 
-
-
 namespace orchard::engine {
 
 // An all-gather of the rows as two sums: the row counts, then each rank's rows written at its
@@ -140,13 +138,14 @@ int64_t watch_checkpoints(const CheckpointWatch& w,
                     std::to_string(w.min_global_step));
       if (!announced) {
         // Which step the job waits for, so that a silent evaluator is seen to be waiting.
-        std::string next = last_step >= 0 ? "a checkpoint newer than step " + std::to_string(last_step)
-                                           : "the first checkpoint";
+        std::string next =
+            last_step >= 0 ? "a checkpoint newer than step " + std::to_string(last_step) : "the first checkpoint";
         if (w.min_global_step > 0 && last_step < w.min_global_step)
           next = "a checkpoint at step " + std::to_string(w.min_global_step) + " or later";
         spdlog::info("waiting for {} in {}{} (polling every {}s, giving up after {}s without one)", next,
-                     w.checkpoint_dir, w.final_step > 0 ? " (the last is step " + std::to_string(w.final_step) + ")" : "",
-                     w.poll_secs, w.timeout_secs);
+                     w.checkpoint_dir,
+                     w.final_step > 0 ? " (the last is step " + std::to_string(w.final_step) + ")" : "", w.poll_secs,
+                     w.timeout_secs);
         announced = true;
       }
       const double waited = waiting.seconds();

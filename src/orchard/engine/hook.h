@@ -20,12 +20,12 @@ namespace orchard::engine {
 
 // What the loop and its hooks share for one run.
 struct TrainState {
-  int64_t step = 0;         // steps done (after_step: including the one just taken)
-  int64_t first_step = 0;   // where this run started (> 0 after a resume)
+  int64_t step = 0;        // steps done (after_step: including the one just taken)
+  int64_t first_step = 0;  // where this run started (> 0 after a resume)
   int64_t total_steps = 0;
   int64_t steps_per_epoch = 1;
   int64_t global_batch_size = 1;
-  int64_t loop_first = 0;   // first step of the current host loop
+  int64_t loop_first = 0;  // first step of the current host loop
   int world_size = 1;
   bool chief = true;
 
@@ -45,8 +45,8 @@ struct TrainState {
   // with several processes the trainer's per-step stop check (one all-reduce) gives every rank the
   // chief's value and ends the loop on all of them.
   bool clock_checkpoint_due = false;
-  int64_t last_saved = -1, last_evaluated = -1; // steps
-  EventWriter* train_events = nullptr;          // null: no TensorBoard, or not the chief
+  int64_t last_saved = -1, last_evaluated = -1;  // steps
+  EventWriter* train_events = nullptr;           // null: no TensorBoard, or not the chief
   train::RunStats stats;
 };
 

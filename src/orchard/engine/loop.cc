@@ -31,8 +31,8 @@ void run_loop(const LoopOptions& options, TrainState& state, const StepFn& step,
       for (auto& h : hooks) h->after_step(state);
       if (const int signal = stop ? stop() : 0) {
         for (auto& h : hooks) h->on_signal(state, signal);
-        throw Interrupted(signal, "stopped by signal " + std::to_string(signal) + " after step " +
-                                      std::to_string(state.step));
+        throw Interrupted(signal,
+                          "stopped by signal " + std::to_string(signal) + " after step " + std::to_string(state.step));
       }
     }
     for (auto& h : hooks) h->after_loop(state);

@@ -11,10 +11,8 @@ namespace orchard::tasks {
 void MetricSums::add(const std::string& name, const at::Tensor& value) {
   auto v = value.detach().to(at::kDouble);
   auto it = sums_.find(name);
-  if (it == sums_.end())
-    sums_.emplace(name, v.clone());
-  else
-    it->second = it->second + v;
+  if (it == sums_.end()) sums_.emplace(name, v.clone());
+  else it->second = it->second + v;
 }
 
 void MetricSums::add(const std::string& name, double value) { add(name, at::scalar_tensor(value, at::kDouble)); }
@@ -28,10 +26,8 @@ void MetricSums::append_rows(const std::string& name, const at::Tensor& rows) {
   auto v = rows.detach().to(at::kDouble);
   if (v.dim() == 1) v = v.unsqueeze(0);
   auto it = rows_.find(name);
-  if (it == rows_.end())
-    rows_.emplace(name, v.clone());
-  else
-    it->second = at::cat({it->second, v});
+  if (it == rows_.end()) rows_.emplace(name, v.clone());
+  else it->second = at::cat({it->second, v});
 }
 
 at::Tensor MetricSums::rows(const std::string& name) const {

@@ -28,7 +28,7 @@ class MetricSums {
     rows_.clear();
   }
   bool empty() const { return sums_.empty() && rows_.empty(); }
-  double get(const std::string& name) const;  // the sum of all elements; 0 if absent
+  double get(const std::string& name) const;         // the sum of all elements; 0 if absent
   at::Tensor tensor(const std::string& name) const;  // undefined if absent
   const std::map<std::string, at::Tensor>& sums() const { return sums_; }
   std::map<std::string, at::Tensor>& mutable_sums() { return sums_; }
@@ -81,8 +81,8 @@ struct SummaryImage {
 // shares) and "regularization_loss" (each replica's whole term); the trainer adds "replicas" =
 // 1 per replica before summing over them.
 void add_training_loss(const Loss& loss, MetricSums* sums);
-double training_loss(const MetricSums& sums);  // mean per step of the data loss + the regulariser
-double training_data_loss(const MetricSums& sums);  // mean per step of the global data loss
+double training_loss(const MetricSums& sums);                 // mean per step of the data loss + the regulariser
+double training_data_loss(const MetricSums& sums);            // mean per step of the global data loss
 double training_regularization_loss(const MetricSums& sums);  // mean per step
 
 class Task {
@@ -115,8 +115,7 @@ class Task {
   // (captions to score, images for TensorBoard); `outputs` as forward returned them (read them in
   // float32). begin_evaluation starts a pass.
   virtual void begin_evaluation() {}
-  virtual void eval_step(const Outputs& outputs, const data::Batch& batch, const Loss& loss,
-                         MetricSums* sums) = 0;
+  virtual void eval_step(const Outputs& outputs, const data::Batch& batch, const Loss& loss, MetricSums* sums) = 0;
   // Final metric values from the sums (names as they appear in summaries and stats).
   virtual std::map<std::string, double> compute_metrics(const MetricSums& sums, bool training) const = 0;
   // What a checkpoint must match to be restored (e.g. arch, num_classes).

@@ -19,8 +19,6 @@
 #include "orchard/train/moving_average.h"
 #include "orchard/train/runtime.h"
 
-
-
 namespace orchard::engine {
 
 struct Trainer::Impl {
@@ -29,8 +27,8 @@ struct Trainer::Impl {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   train::Schedule schedule;
   torch::Device device;
-  std::unique_ptr<train::LossScaler> scaler;       // fp16 only
-  std::unique_ptr<train::MovingAverage> average;   // with moving_average_decay > 0
+  std::unique_ptr<train::LossScaler> scaler;      // fp16 only
+  std::unique_ptr<train::MovingAverage> average;  // with moving_average_decay > 0
   std::unique_ptr<Evaluator> evaluator;
   std::vector<std::shared_ptr<Hook>> extra_hooks;
 
@@ -55,8 +53,8 @@ struct Trainer::Impl {
   // the same all-reduce the chief's time-based checkpoint flag reaches every rank.
   int stop_requested(TrainState& s) {
     if (world() == 1) return stop_signal();
-    const auto flags = torch::tensor({static_cast<double>(stop_signal()), s.clock_checkpoint_due ? 1.0 : 0.0},
-                                     torch::kDouble);
+    const auto flags =
+        torch::tensor({static_cast<double>(stop_signal()), s.clock_checkpoint_due ? 1.0 : 0.0}, torch::kDouble);
     std::vector<at::Tensor> reduced = {flags};
     opt.distributed->allreduce_sum(reduced);
     if (reduced[0][1].item<double>() > 0) {
@@ -70,8 +68,7 @@ struct Trainer::Impl {
   std::vector<std::shared_ptr<Hook>> hooks(const EvalInputFactory& eval_input) {
     std::vector<std::shared_ptr<Hook>> h;
     auto module = task.module();
-    if (scaler)
-      h.push_back(std::make_shared<LossScaleHook>(*scaler, [module] { return module->parameters(); }));
+    if (scaler) h.push_back(std::make_shared<LossScaleHook>(*scaler, [module] { return module->parameters(); }));
     if (world() > 1) h.push_back(std::make_shared<DataParallelHook>(*opt.distributed, task));
     if (average) h.push_back(std::make_shared<MovingAverageHook>(*average));
     if (opt.profile_start >= 0)
@@ -84,9 +81,8 @@ struct Trainer::Impl {
       c.max_to_keep = opt.max_to_keep;
       c.every_steps = opt.checkpoint_every;
       c.every_secs = opt.checkpoint_every_secs;
-      h.push_back(std::make_shared<CheckpointHook>(c, task, optimizer.get(), average.get(),
-                                                   [this](int64_t step) { return meta(step); },
-                                                   opt.distributed.get()));
+      h.push_back(std::make_shared<CheckpointHook>(
+          c, task, optimizer.get(), average.get(), [this](int64_t step) { return meta(step); }, opt.distributed.get()));
     }
     if (!opt.skip_eval && eval_input)
       h.push_back(std::make_shared<EvalHook>(*evaluator, eval_input, opt.eval_every, opt.eval_on_checkpoint));
@@ -155,8 +151,9 @@ int64_t Trainer::restore_latest() {
   }
   auto it = meta.find("global_batch_size");
   if (it != meta.end() && it->second != std::to_string(m.opt.global_batch_size))
-    spdlog::warn("{} was trained with batch size {}; continuing with {} (the data position is re-derived from the step)",
-                 latest, it->second, m.opt.global_batch_size);
+    spdlog::warn(
+        "{} was trained with batch size {}; continuing with {} (the data position is re-derived from the step)", latest,
+        it->second, m.opt.global_batch_size);
   if (auto ls = meta.find("loss_scale"); ls != meta.end() && m.scaler && m.scaler->dynamic())
     m.scaler->set_scale(std::stod(ls->second));
   spdlog::info("resumed from {} at step {}", latest, step);
@@ -205,9 +202,10 @@ train::RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input
     if ((batch.index_in_epoch != s.step % spe || batch.epoch != s.step / spe) && !position_warned) {
       // Only skipped corrupt records shorten an epoch; a resume then re-derives the
       // position from the step and may see a few records twice or not at all.
-      spdlog::warn("input position (epoch {}, batch {}) differs from step {} (epoch {}, batch {}): an epoch "
-                   "held fewer batches than counted (skipped records?)",
-                   batch.epoch, batch.index_in_epoch, s.step, s.step / spe, s.step % spe);
+      spdlog::warn(
+          "input position (epoch {}, batch {}) differs from step {} (epoch {}, batch {}): an epoch "
+          "held fewer batches than counted (skipped records?)",
+          batch.epoch, batch.index_in_epoch, s.step, s.step / spe, s.step % spe);
       position_warned = true;
     }
     s.lr = m.schedule(s.step);
@@ -235,7 +233,8 @@ train::RunStats Trainer::train_and_evaluate(const TrainInputFactory& train_input
     bool apply = true;
     for (auto it = hooks.rbegin(); it != hooks.rend(); ++it) apply = (*it)->after_backward(s) && apply;
     if (apply) {
-      if (m.opt.clip_gradient_norm > 0) torch::nn::utils::clip_grad_norm_(module->parameters(), m.opt.clip_gradient_norm);
+      if (m.opt.clip_gradient_norm > 0)
+        torch::nn::utils::clip_grad_norm_(module->parameters(), m.opt.clip_gradient_norm);
       m.optimizer->step();
     }
     s.applied = apply;

@@ -36,7 +36,7 @@ struct TrainerOptions {
   int64_t eval_every = 0;  // steps; 0 = only at the end
   bool skip_eval = false;
   bool enable_checkpoints = false;
-  int64_t checkpoint_every = 0;  // steps; 0 = only at the end
+  int64_t checkpoint_every = 0;      // steps; 0 = only at the end
   double checkpoint_every_secs = 0;  // also when this much time passed since the last one (0: never)
   bool eval_on_checkpoint = false;   // evaluate each time a checkpoint is written (TF Estimator)
   double clip_gradient_norm = 0;     // > 0: clip the global gradient norm (after the all-reduce)

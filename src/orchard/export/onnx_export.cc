@@ -10,9 +10,9 @@
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/detect/meta_arch/ssd_model.h"
-#include "orchard/models/inception_v3.h"
 #include "orchard/layers/conv_norm_activation.h"
 #include "orchard/layers/tf_same.h"
+#include "orchard/models/inception_v3.h"
 #include "orchard/models/mobilenet_v1.h"
 #include "orchard/models/mobilenet_v2.h"
 #include "orchard/models/resnet.h"
@@ -124,8 +124,8 @@ class GraphBuilder {
 
   std::string relu(const std::string& x) { return node("Relu", {x}, x + ".relu")->output(0); }
 
-  std::string pool(const std::string& op, const std::string& name, const std::string& x, int64_t kernel,
-                   int64_t stride, int64_t pad) {
+  std::string pool(const std::string& op, const std::string& name, const std::string& x, int64_t kernel, int64_t stride,
+                   int64_t pad) {
     auto* n = node(op, {x}, name);
     ints(n, "kernel_shape", {kernel, kernel});
     ints(n, "strides", {stride, stride});
@@ -250,9 +250,9 @@ class InceptionWriter {
                          chain(b, {"branch_pool"}, avg_pool(b, x))});
   }
   std::string block_b(const std::string& b, const std::string& x) {
-    return g_.concat(b, {chain(b, {"branch3x3"}, x),
-                         chain(b, {"branch3x3dbl_1", "branch3x3dbl_2", "branch3x3dbl_3"}, x),
-                         g_.pool("MaxPool", b + ".max_pool", x, 3, 2, 0)});
+    return g_.concat(b,
+                     {chain(b, {"branch3x3"}, x), chain(b, {"branch3x3dbl_1", "branch3x3dbl_2", "branch3x3dbl_3"}, x),
+                      g_.pool("MaxPool", b + ".max_pool", x, 3, 2, 0)});
   }
   std::string block_c(const std::string& b, const std::string& x) {
     return g_.concat(
@@ -344,7 +344,8 @@ std::vector<std::string> mobilenet_v2_features(GraphBuilder& g, const ModuleInde
     auto& depthwise = modules.get<layers::ConvNormActivationImpl>(p + std::to_string(c));
     h = conv_bn_relu6(p + std::to_string(c++), h);
     auto& project = modules.get<torch::nn::Conv2dImpl>(p + std::to_string(c));
-    h = g.conv_bn(p + std::to_string(c), project, modules.get<torch::nn::BatchNorm2dImpl>(p + std::to_string(c + 1)), h);
+    h = g.conv_bn(p + std::to_string(c), project, modules.get<torch::nn::BatchNorm2dImpl>(p + std::to_string(c + 1)),
+                  h);
     const int64_t in = expansion ? modules.get<layers::ConvNormActivationImpl>(p + "0").options.in_channels()
                                  : depthwise.options.in_channels();
     if (depthwise.options.stride() == 1 && in == project.options.out_channels()) {
@@ -356,8 +357,9 @@ std::vector<std::string> mobilenet_v2_features(GraphBuilder& g, const ModuleInde
   std::vector<std::string> result;
   for (const auto& e : wanted) {
     auto it = outputs.find({e.index, e.expansion_output});
-    if (it == outputs.end()) throw Error("ONNX export: MobileNetV2 has no such endpoint (features." +
-                                         std::to_string(e.index) + (e.expansion_output ? " expansion)" : ")"));
+    if (it == outputs.end())
+      throw Error("ONNX export: MobileNetV2 has no such endpoint (features." + std::to_string(e.index) +
+                  (e.expansion_output ? " expansion)" : ")"));
     result.push_back(it->second);
   }
   return result;
@@ -370,7 +372,8 @@ std::string mobilenet_v2_body(GraphBuilder& g, models::MobileNetV2Impl& model, c
   const ModuleIndex modules(model);
   int64_t last = 1;
   while (modules.has("features." + std::to_string(last + 1))) ++last;
-  return mobilenet_v2_features(g, modules, "", input, image_size, image_size, {models::MobileNetV2Endpoint{last, false}})
+  return mobilenet_v2_features(g, modules, "", input, image_size, image_size,
+                               {models::MobileNetV2Endpoint{last, false}})
       .front();
 }
 
@@ -424,8 +427,8 @@ void export_onnx(models::ImageModelImpl& model, const OnnxExportOptions& options
   onnx::ModelProto proto;
   auto* graph = proto.mutable_graph();
   GraphBuilder g(graph);
-  const std::string input = begin_model(proto, g, options.image_size, options.image_size,
-                                        options.include_preprocessing, options.scale, options.offset);
+  const std::string input = begin_model(proto, g, options.image_size, options.image_size, options.include_preprocessing,
+                                        options.scale, options.offset);
   std::string x;
   if (auto* resnet = dynamic_cast<models::ResNetImpl*>(&model)) {
     graph->set_name("resnet");
@@ -448,8 +451,8 @@ void export_onnx(models::ImageModelImpl& model, const OnnxExportOptions& options
   std::string output = flatten->output(0);
   int64_t outputs = fc.weight.size(1);
   if (!options.feature_vector) {  // (dropout before fc is the identity at inference)
-    auto* gemm = g.node("Gemm", {output, g.constant("classifier.weight", fc.weight), g.constant("classifier.bias", fc.bias)},
-                        "logits");
+    auto* gemm = g.node(
+        "Gemm", {output, g.constant("classifier.weight", fc.weight), g.constant("classifier.bias", fc.bias)}, "logits");
     GraphBuilder::integer(gemm, "transB", 1);
     output = "logits";
     outputs = fc.weight.size(0);
@@ -458,8 +461,8 @@ void export_onnx(models::ImageModelImpl& model, const OnnxExportOptions& options
   save_model(proto, path);
 }
 
-void export_detection_onnx(detect::SsdModelImpl& model, const at::Tensor& anchors,
-                           const DetectionOnnxOptions& options, const std::string& path) {
+void export_detection_onnx(detect::SsdModelImpl& model, const at::Tensor& anchors, const DetectionOnnxOptions& options,
+                           const std::string& path) {
   torch::NoGradGuard no_grad;
   if (options.score_converter != "SIGMOID" && options.score_converter != "SOFTMAX" &&
       options.score_converter != "IDENTITY_WITH_LOGITS")
@@ -475,7 +478,10 @@ void export_detection_onnx(detect::SsdModelImpl& model, const at::Tensor& anchor
   if (mo.fpn.enabled || mo.weight_shared || mo.ppn || mo.mnasfpn ||
       (mo.feature_extractor != "ssd_mobilenet_v1" && mo.feature_extractor != "ssd_mobilenet_v2"))
     throw Error("ONNX export of " + mo.feature_extractor +
-                (mo.fpn.enabled ? "_fpn" : mo.ppn ? "_ppn" : mo.mnasfpn ? "_mnasfpn" : "") +
+                (mo.fpn.enabled ? "_fpn"
+                 : mo.ppn       ? "_ppn"
+                 : mo.mnasfpn   ? "_mnasfpn"
+                                : "") +
                 (mo.weight_shared ? " with the weight-shared box predictor" : "") +
                 " is not implemented yet (ssd_mobilenet_v1 and ssd_mobilenet_v2 with convolutional_box_predictor are); "
                 "`detect export --format tf` writes the model as a TensorFlow checkpoint");
@@ -522,8 +528,8 @@ void export_detection_onnx(detect::SsdModelImpl& model, const at::Tensor& anchor
       const std::string name = head + std::to_string(i);
       std::string in = maps[i];
       // SSDLite: the depthwise conv + BN + ReLU6 before the 1x1 head.
-      const std::string depthwise = std::string(head == std::string("box_heads.") ? "box_depthwise." : "class_depthwise.") +
-                                    std::to_string(i);
+      const std::string depthwise =
+          std::string(head == std::string("box_heads.") ? "box_depthwise." : "class_depthwise.") + std::to_string(i);
       if (modules.has(depthwise)) {
         auto& cna = modules.get<layers::ConvNormActivationImpl>(depthwise);
         in = g.relu6(g.conv_bn(depthwise, *cna.conv, *cna.bn, in, same_pads(h, w, cna.conv->options)));
@@ -561,16 +567,18 @@ void export_detection_onnx(detect::SsdModelImpl& model, const at::Tensor& anchor
   const auto yc = an.select(1, 0) + ha / 2, xc = an.select(1, 1) + wa / 2;
   const auto& sc = options.box_coder_scales;
   auto slice = [&](const std::string& name, int64_t begin) {
-    return g.node("Slice", {"box_encodings", g.int64s(name + ".starts", {begin}), g.int64s(name + ".ends", {begin + 2}),
-                            g.int64s(name + ".axes", {2})},
-                  name)
+    return g
+        .node("Slice",
+              {"box_encodings", g.int64s(name + ".starts", {begin}), g.int64s(name + ".ends", {begin + 2}),
+               g.int64s(name + ".axes", {2})},
+              name)
         ->output(0);
   };
   auto mul = [&](const std::string& name, const std::string& v, const torch::Tensor& c) {
     return g.node("Mul", {v, g.constant(name + ".factor", c)}, name)->output(0);
   };
-  const std::string center_scaled = mul("decode.center_scaled", slice("decode.center_codes", 0),
-                                        torch::stack({ha / sc[0], wa / sc[1]}, 1));
+  const std::string center_scaled =
+      mul("decode.center_scaled", slice("decode.center_codes", 0), torch::stack({ha / sc[0], wa / sc[1]}, 1));
   const std::string center =
       g.node("Add", {center_scaled, g.constant("decode.anchor_centers", torch::stack({yc, xc}, 1))}, "decode.center")
           ->output(0);

@@ -1,10 +1,10 @@
 // ONNX export of the image classifiers (the ResNets, MobileNetV2 and Inception-v3) and of the SSD
-// detector (export_detection_onnx, below), written from the model's own structure through the protobuf `onnx` schema (Debian's libonnx-dev). Opset 10, one graph
-// input "images" (float [batch, 3, H, W], batch symbolic: the preprocessed input Orchard's
-// classify feeds, or with include_preprocessing RGB pixel values in [0, 255]) and one output:
-// "logits" [batch, classes], or "features" [batch, C] (the globally average-pooled feature
-// vector, the seed's TF-Hub feature-vector export). Batch norms are folded into the
-// convolutions before them (inference statistics), as serving graphs do.
+// detector (export_detection_onnx, below), written from the model's own structure through the protobuf `onnx` schema
+// (Debian's libonnx-dev). Opset 10, one graph input "images" (float [batch, 3, H, W], batch symbolic: the preprocessed
+// input Orchard's classify feeds, or with include_preprocessing RGB pixel values in [0, 255]) and one output: "logits"
+// [batch, classes], or "features" [batch, C] (the globally average-pooled feature vector, the seed's TF-Hub
+// feature-vector export). Batch norms are folded into the convolutions before them (inference statistics), as serving
+// graphs do.
 #pragma once
 
 #include <array>
@@ -53,12 +53,12 @@ struct DetectionOnnxOptions {
   bool include_preprocessing = false;  // RGB [0, 255] in: pixel * scale - offset[c] first
   float scale = 2.0f / 255.0f;
   std::array<float, 3> offset = {1, 1, 1};
-  std::string score_converter = "SIGMOID";  // SIGMOID | SOFTMAX | IDENTITY_WITH_LOGITS
+  std::string score_converter = "SIGMOID";                 // SIGMOID | SOFTMAX | IDENTITY_WITH_LOGITS
   std::array<float, 4> box_coder_scales = {10, 10, 5, 5};  // y, x, height, width
 };
 
 // `anchors` [A, 4]: the task's anchors for height x width. Writes `path` atomically.
-void export_detection_onnx(detect::SsdModelImpl& model, const at::Tensor& anchors,
-                           const DetectionOnnxOptions& options, const std::string& path);
+void export_detection_onnx(detect::SsdModelImpl& model, const at::Tensor& anchors, const DetectionOnnxOptions& options,
+                           const std::string& path);
 
 }  // namespace orchard::exporting

@@ -45,8 +45,7 @@ torch::Tensor max_pool2d_tf_same(const torch::Tensor& x, int64_t kernel, int64_t
   // Zero padding is applied even when empty: the TF ResNets' stem always padded, and a pad of
   // nothing costs a copy, not a different result.
   const bool skip = pad_value != 0.0 && pad[0] + pad[1] + pad[2] + pad[3] == 0;
-  const auto padded =
-      skip ? x : F::pad(x, F::PadFuncOptions({pad[0], pad[1], pad[2], pad[3]}).value(pad_value));
+  const auto padded = skip ? x : F::pad(x, F::PadFuncOptions({pad[0], pad[1], pad[2], pad[3]}).value(pad_value));
   return F::max_pool2d(padded, F::MaxPool2dFuncOptions(kernel).stride(stride));
 }
 

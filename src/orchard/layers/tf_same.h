@@ -24,7 +24,7 @@ at::Tensor conv2d_tf_same(torch::nn::Conv2dImpl& conv, const at::Tensor& x);
 // (the default) never wins; 0 does the same on inputs known to be >= 0 (after a ReLU), as the
 // TF ResNets' stem does, and is then always applied, even when there is none.
 at::Tensor max_pool2d_tf_same(const at::Tensor& x, int64_t kernel, int64_t stride,
-                                 double pad_value = -std::numeric_limits<double>::infinity());
+                              double pad_value = -std::numeric_limits<double>::infinity());
 
 // A kernel x kernel stride-1 average pool with TF's 'SAME' padding, kernel odd (so the padding
 // is (kernel - 1) / 2 on every side): the padding is left out of the border averages, as TF

@@ -31,8 +31,8 @@ class UnitImpl : public torch::nn::Module {
   UnitImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, const InceptionV2Options& o) : relu6(o.relu6) {
     conv = register_module("conv",
                            torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel).stride(stride).bias(false)));
-    bn = register_module("bn",
-                         torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(out).momentum(o.bn_momentum).eps(o.bn_eps)));
+    bn = register_module(
+        "bn", torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(out).momentum(o.bn_momentum).eps(o.bn_eps)));
   }
   torch::Tensor forward(const torch::Tensor& x) { return activation(batch_norm(*bn, conv2d_tf_same(*conv, x)), relu6); }
   torch::nn::Conv2d conv{nullptr};
@@ -47,12 +47,11 @@ class SeparableStemImpl : public torch::nn::Module {
  public:
   SeparableStemImpl(int64_t multiplier, int64_t out, const InceptionV2Options& o) : relu6(o.relu6) {
     depthwise = register_module(
-        "depthwise",
-        torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 3 * multiplier, 7).stride(2).groups(3).bias(false)));
+        "depthwise", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 3 * multiplier, 7).stride(2).groups(3).bias(false)));
     pointwise =
         register_module("pointwise", torch::nn::Conv2d(torch::nn::Conv2dOptions(3 * multiplier, out, 1).bias(false)));
-    bn = register_module("bn",
-                         torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(out).momentum(o.bn_momentum).eps(o.bn_eps)));
+    bn = register_module(
+        "bn", torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(out).momentum(o.bn_momentum).eps(o.bn_eps)));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     return activation(batch_norm(*bn, pointwise->forward(conv2d_tf_same(*depthwise, x))), relu6);
@@ -186,8 +185,7 @@ InceptionV2Impl::InceptionV2Impl(const InceptionV2Options& o) {
   torch::NoGradGuard no_grad;
   for (auto& m : modules(/*include_self=*/false)) {
     if (auto* c = m->as<torch::nn::Conv2d>()) {
-      if (o.relu6)
-        layers::truncated_normal_(c->weight, o.init_stddev);
+      if (o.relu6) layers::truncated_normal_(c->weight, o.init_stddev);
       else  // slim.conv2d's default: xavier_initializer (uniform, fan average)
         torch::nn::init::xavier_uniform_(c->weight);
     } else if (auto* b = m->as<torch::nn::BatchNorm2d>()) {

@@ -50,7 +50,8 @@ class BasicConv2dImpl : public torch::nn::Module {
             torch::nn::Conv2d(
                 torch::nn::Conv2dOptions(c.in, c.out, c.kernel).stride(c.stride).padding(c.padding).bias(false)))),
         bn(register_module(
-            "bn", torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(c.out).eps(norm.eps).momentum(norm.momentum)))) {}
+            "bn", torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(c.out).eps(norm.eps).momentum(norm.momentum)))) {
+  }
   torch::Tensor forward(const torch::Tensor& x) {
     auto y = layers::batch_norm(*bn, conv->forward(x));
     return layers::activate(relu6 ? layers::Activation::kRelu6 : layers::Activation::kRelu, y);
@@ -254,7 +255,8 @@ InceptionV3Impl::InceptionV3Impl(const InceptionV3Options& o) : options_(o) {
   Mixed_7c = register_module("Mixed_7c", std::make_shared<InceptionEImpl>(num_features_, m, d));
   if (o.num_classes > 0) fc = register_module("fc", torch::nn::Linear(num_features_, o.num_classes));
   for (auto* block : {Mixed_5b.get(), Mixed_5c.get(), Mixed_5d.get()}) block->exclude_pad = o.tf_avg_pool;
-  for (auto* block : {Mixed_6b.get(), Mixed_6c.get(), Mixed_6d.get(), Mixed_6e.get()}) block->exclude_pad = o.tf_avg_pool;
+  for (auto* block : {Mixed_6b.get(), Mixed_6c.get(), Mixed_6d.get(), Mixed_6e.get()})
+    block->exclude_pad = o.tf_avg_pool;
   for (auto* block : {Mixed_7b.get(), Mixed_7c.get()}) block->exclude_pad = o.tf_avg_pool;
 
   // He (kaiming normal, fan_in, ReLU gain) for every convolution, not torchvision's
@@ -272,8 +274,7 @@ InceptionV3Impl::InceptionV3Impl(const InceptionV3Options& o) : options_(o) {
     if (auto* c = module->as<torch::nn::Conv2d>()) {
       if (o.torchvision_init)
         c->weight.normal_(0, 0.1);  // trunc_normal_(std=0.1, a=-2, b=2): the truncation never bites
-      else
-        torch::nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanIn, torch::kReLU);
+      else torch::nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanIn, torch::kReLU);
     } else if (auto* b = module->as<torch::nn::BatchNorm2d>()) {
       b->weight.fill_(1);
       b->bias.zero_();
@@ -337,7 +338,7 @@ std::vector<int64_t> InceptionV3Impl::mixed_5d_6e_7c_channels() const {
 int64_t InceptionV3Impl::mixed_5d_size(int64_t side) {
   const auto valid = [](int64_t x, int64_t k, int64_t s) { return (x - k) / s + 1; };
   side = valid(valid(valid(side, 3, 2), 3, 1), 3, 2);  // Conv2d_1a (s2), 2a, MaxPool_3a (s2); 2b 'SAME'
-  return valid(valid(side, 3, 1), 3, 2);                 // Conv2d_4a, MaxPool_5a (s2); 3b 1x1
+  return valid(valid(side, 3, 1), 3, 2);               // Conv2d_4a, MaxPool_5a (s2); 3b 1x1
 }
 
 InceptionV3Output InceptionV3Impl::forward_with_aux(const torch::Tensor& x) {

@@ -152,15 +152,14 @@ const std::map<std::string, std::string>& conv_scopes() {
 // The classifiers: torch Linear <-> TF-Slim 1x1 convolution with biases.
 const std::map<std::string, std::string>& linear_scopes() {
   static const std::map<std::string, std::string> table = {
-      {"fc", "Logits/Conv2d_1c_1x1"},                // 2048 -> classes (1001 in the checkpoint)
+      {"fc", "Logits/Conv2d_1c_1x1"},               // 2048 -> classes (1001 in the checkpoint)
       {"AuxLogits.fc", "AuxLogits/Conv2d_2b_1x1"},  // 768 -> classes (1001 in the checkpoint)
   };
   return table;
 }
 
 [[noreturn]] void unknown(const std::string& orchard_name) {
-  throw std::invalid_argument("inception_v3_tf_name: no TF-Slim name for Inception-v3 variable '" + orchard_name +
-                              "'");
+  throw std::invalid_argument("inception_v3_tf_name: no TF-Slim name for Inception-v3 variable '" + orchard_name + "'");
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {

@@ -37,34 +37,34 @@ struct BlockDef {
 constexpr Kind S = Kind::kStem, N = Kind::kIbnNoExpansion, I = Kind::kIbn, F = Kind::kFused, T = Kind::kTucker;
 
 constexpr BlockDef kCpu[] = {
-    {S, 3, 2, 0, 16, false},  {N, 3, 1, 0, 8, false},   {I, 3, 2, 4, 16, false},  {I, 3, 2, 8, 32, false},
-    {I, 3, 1, 4, 32, true},   {I, 3, 1, 4, 32, true},   {I, 3, 1, 4, 32, true},   {I, 5, 2, 8, 72, false},
-    {I, 3, 1, 8, 72, true},   {I, 5, 1, 4, 72, true},   {I, 3, 1, 4, 72, true},   {I, 3, 1, 8, 72, false},
-    {I, 3, 1, 8, 72, true},   {I, 3, 1, 8, 72, true},   {I, 3, 1, 8, 72, true},   {I, 5, 2, 8, 104, false},
-    {I, 5, 1, 4, 104, true},  {I, 5, 1, 4, 104, true},  {I, 3, 1, 4, 104, true},  {I, 3, 1, 8, 144, false}};
+    {S, 3, 2, 0, 16, false}, {N, 3, 1, 0, 8, false},  {I, 3, 2, 4, 16, false}, {I, 3, 2, 8, 32, false},
+    {I, 3, 1, 4, 32, true},  {I, 3, 1, 4, 32, true},  {I, 3, 1, 4, 32, true},  {I, 5, 2, 8, 72, false},
+    {I, 3, 1, 8, 72, true},  {I, 5, 1, 4, 72, true},  {I, 3, 1, 4, 72, true},  {I, 3, 1, 8, 72, false},
+    {I, 3, 1, 8, 72, true},  {I, 3, 1, 8, 72, true},  {I, 3, 1, 8, 72, true},  {I, 5, 2, 8, 104, false},
+    {I, 5, 1, 4, 104, true}, {I, 5, 1, 4, 104, true}, {I, 3, 1, 4, 104, true}, {I, 3, 1, 8, 144, false}};
 constexpr BlockDef kDsp[] = {
-    {S, 3, 2, 0, 32, false},  {N, 3, 1, 0, 24, false},  {F, 3, 2, 4, 32, false},  {F, 3, 1, 4, 32, true},
-    {I, 3, 1, 4, 32, true},   {T, 3, 1, 0.25, 32, true, 0.75},                    {F, 3, 2, 8, 64, false},
-    {I, 3, 1, 4, 64, true},   {F, 3, 1, 4, 64, true},   {F, 3, 1, 4, 64, true},   {F, 3, 2, 8, 120, false},
-    {I, 3, 1, 4, 120, true},  {I, 3, 1, 8, 120, true},  {I, 3, 1, 8, 120, true},  {F, 3, 1, 8, 144, false},
-    {I, 3, 1, 8, 144, true},  {I, 3, 1, 8, 144, true},  {I, 3, 1, 8, 144, true},  {I, 3, 2, 4, 160, false},
-    {I, 3, 1, 4, 160, true},  {F, 3, 1, 4, 160, true},  {T, 3, 1, 0.75, 160, true, 0.75},
-    {I, 3, 1, 8, 240, false}};
+    {S, 3, 2, 0, 32, false}, {N, 3, 1, 0, 24, false},          {F, 3, 2, 4, 32, false},  {F, 3, 1, 4, 32, true},
+    {I, 3, 1, 4, 32, true},  {T, 3, 1, 0.25, 32, true, 0.75},  {F, 3, 2, 8, 64, false},  {I, 3, 1, 4, 64, true},
+    {F, 3, 1, 4, 64, true},  {F, 3, 1, 4, 64, true},           {F, 3, 2, 8, 120, false}, {I, 3, 1, 4, 120, true},
+    {I, 3, 1, 8, 120, true}, {I, 3, 1, 8, 120, true},          {F, 3, 1, 8, 144, false}, {I, 3, 1, 8, 144, true},
+    {I, 3, 1, 8, 144, true}, {I, 3, 1, 8, 144, true},          {I, 3, 2, 4, 160, false}, {I, 3, 1, 4, 160, true},
+    {F, 3, 1, 4, 160, true}, {T, 3, 1, 0.75, 160, true, 0.75}, {I, 3, 1, 8, 240, false}};
 constexpr BlockDef kEdgeTpu[] = {
-    {S, 3, 2, 0, 32, false},  {T, 3, 1, 0.25, 16, false, 0.75},                   {F, 3, 2, 8, 16, false},
-    {F, 3, 1, 4, 16, true},   {F, 3, 1, 8, 16, true},   {F, 3, 1, 4, 16, true},   {F, 5, 2, 8, 40, false},
-    {F, 3, 1, 4, 40, true},   {F, 3, 1, 4, 40, true},   {F, 3, 1, 4, 40, true},   {I, 3, 2, 8, 72, false},
-    {I, 3, 1, 8, 72, true},   {F, 3, 1, 4, 72, true},   {F, 3, 1, 4, 72, true},   {I, 5, 1, 8, 96, false},
-    {I, 5, 1, 8, 96, true},   {I, 3, 1, 8, 96, true},   {I, 3, 1, 8, 96, true},   {I, 5, 2, 8, 120, false},
-    {I, 3, 1, 8, 120, true},  {I, 5, 1, 4, 120, true},  {I, 3, 1, 8, 120, true},  {I, 5, 1, 8, 384, false}};
+    {S, 3, 2, 0, 32, false}, {T, 3, 1, 0.25, 16, false, 0.75}, {F, 3, 2, 8, 16, false},  {F, 3, 1, 4, 16, true},
+    {F, 3, 1, 8, 16, true},  {F, 3, 1, 4, 16, true},           {F, 5, 2, 8, 40, false},  {F, 3, 1, 4, 40, true},
+    {F, 3, 1, 4, 40, true},  {F, 3, 1, 4, 40, true},           {I, 3, 2, 8, 72, false},  {I, 3, 1, 8, 72, true},
+    {F, 3, 1, 4, 72, true},  {F, 3, 1, 4, 72, true},           {I, 5, 1, 8, 96, false},  {I, 5, 1, 8, 96, true},
+    {I, 3, 1, 8, 96, true},  {I, 3, 1, 8, 96, true},           {I, 5, 2, 8, 120, false}, {I, 3, 1, 8, 120, true},
+    {I, 5, 1, 4, 120, true}, {I, 3, 1, 8, 120, true},          {I, 5, 1, 8, 384, false}};
 constexpr BlockDef kGpu[] = {
-    {S, 3, 2, 0, 32, false},  {T, 3, 1, 0.25, 16, false, 0.25},                   {F, 3, 2, 8, 32, false},
-    {T, 3, 1, 0.25, 32, true, 0.25},  {T, 3, 1, 0.25, 32, true, 0.25},  {T, 3, 1, 0.25, 32, true, 0.25},
-    {F, 3, 2, 8, 64, false},  {F, 3, 1, 8, 64, true},   {F, 3, 1, 8, 64, true},   {F, 3, 1, 4, 64, true},
-    {F, 3, 2, 8, 128, false}, {F, 3, 1, 4, 128, true},  {F, 3, 1, 4, 128, true},  {F, 3, 1, 4, 128, true},
-    {F, 3, 1, 8, 128, false}, {F, 3, 1, 8, 128, true},  {F, 3, 1, 8, 128, true},  {F, 3, 1, 8, 128, true},
-    {F, 3, 2, 4, 128, false}, {F, 3, 1, 4, 128, true},  {F, 3, 1, 4, 128, true},  {F, 3, 1, 4, 128, true},
-    {I, 3, 1, 8, 384, false}};
+    {S, 3, 2, 0, 32, false},         {T, 3, 1, 0.25, 16, false, 0.25}, {F, 3, 2, 8, 32, false},
+    {T, 3, 1, 0.25, 32, true, 0.25}, {T, 3, 1, 0.25, 32, true, 0.25},  {T, 3, 1, 0.25, 32, true, 0.25},
+    {F, 3, 2, 8, 64, false},         {F, 3, 1, 8, 64, true},           {F, 3, 1, 8, 64, true},
+    {F, 3, 1, 4, 64, true},          {F, 3, 2, 8, 128, false},         {F, 3, 1, 4, 128, true},
+    {F, 3, 1, 4, 128, true},         {F, 3, 1, 4, 128, true},          {F, 3, 1, 8, 128, false},
+    {F, 3, 1, 8, 128, true},         {F, 3, 1, 8, 128, true},          {F, 3, 1, 8, 128, true},
+    {F, 3, 2, 4, 128, false},        {F, 3, 1, 4, 128, true},          {F, 3, 1, 4, 128, true},
+    {F, 3, 1, 4, 128, true},         {I, 3, 1, 8, 384, false}};
 
 struct Variant {
   const char* name;
@@ -112,9 +112,7 @@ class BlockImpl : public torch::nn::Module {
       : residual_(d.residual) {
     TORCH_CHECK(!d.residual || (d.stride == 1 && in == out), "MobileDet: a residual block must keep its shape");
     switch (d.kind) {
-      case Kind::kStem:
-        add("conv", conv_bn(in, out, d.kernel, d.stride, false, act, o));
-        return;
+      case Kind::kStem: add("conv", conv_bn(in, out, d.kernel, d.stride, false, act, o)); return;
       case Kind::kIbnNoExpansion:
         add("depthwise", conv_bn(in, in, d.kernel, d.stride, true, act, o));
         if (se) se_ = register_module("se", squeeze_excite(in, scale_filters(in, 0.25), act));
@@ -176,7 +174,8 @@ MobileDetImpl::MobileDetImpl(const MobileDetOptions& o) : options_(o) {
   for (size_t i = 0; i < v.size; ++i) {
     const BlockDef& d = v.blocks[i];
     const int64_t out = scale_filters(static_cast<double>(d.filters), o.depth_multiplier);
-    features_->push_back(Block(in, out, d, v.act, v.se && (d.kind == Kind::kIbn || d.kind == Kind::kIbnNoExpansion), o));
+    features_->push_back(
+        Block(in, out, d, v.act, v.se && (d.kind == Kind::kIbn || d.kind == Kind::kIbnNoExpansion), o));
     const char* type = d.kind == Kind::kStem             ? "Conv"
                        : d.kind == Kind::kIbnNoExpansion ? "IBNNoExpansion"
                        : d.kind == Kind::kIbn            ? "IBN"

@@ -19,9 +19,9 @@ namespace {
 struct LayerDef {
   int64_t stride, depth;
 };
-constexpr LayerDef kLayers[MobileNetV1Impl::kNumLayers] = {
-    {2, 32},  {1, 64},  {2, 128}, {1, 128}, {2, 256}, {1, 256},  {2, 512},
-    {1, 512}, {1, 512}, {1, 512}, {1, 512}, {1, 512}, {2, 1024}, {1, 1024}};
+constexpr LayerDef kLayers[MobileNetV1Impl::kNumLayers] = {{2, 32},  {1, 64},  {2, 128},  {1, 128}, {2, 256},
+                                                           {1, 256}, {2, 512}, {1, 512},  {1, 512}, {1, 512},
+                                                           {1, 512}, {1, 512}, {2, 1024}, {1, 1024}};
 
 }  // namespace
 
@@ -71,10 +71,8 @@ std::vector<torch::Tensor> MobileNetV1Impl::endpoints(const torch::Tensor& x, co
   torch::Tensor h = x;
   for (int64_t i = 0; i <= last; ++i) {
     const auto& m = features_[i];
-    if (auto* first = m->as<layers::ConvNormActivationImpl>())
-      h = first->forward(h);
-    else
-      h = m->as<torch::nn::SequentialImpl>()->forward(h);
+    if (auto* first = m->as<layers::ConvNormActivationImpl>()) h = first->forward(h);
+    else h = m->as<torch::nn::SequentialImpl>()->forward(h);
     for (size_t j = 0; j < layers.size(); ++j)
       if (layers[j] == i) out[j] = h;
   }

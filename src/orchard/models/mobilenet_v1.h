@@ -28,7 +28,7 @@ namespace orchard::models {
 
 struct MobileNetV1Options {
   double depth_multiplier = 1.0;
-  int64_t min_depth = 8;  // TF-Slim's default; the OD API's configs say 16
+  int64_t min_depth = 8;                        // TF-Slim's default; the OD API's configs say 16
   double bn_momentum = 0.0003, bn_eps = 0.001;  // mobilenet_v1_arg_scope: decay 0.9997, epsilon 0.001
   // The strided convolutions padded as TF's 'SAME' (the odd pixel bottom/right); false: 1 on
   // every side.

@@ -113,8 +113,11 @@ MobileNetV2Impl::MobileNetV2Impl(const MobileNetV2Options& o) : options_(o) {
 
   features_ = register_module("features", torch::nn::ModuleList());
   int64_t in = depth(32);
-  features_->push_back(
-      ConvNormActivation(ConvNormActivationOptions(3, in, 3).stride(2).tf_same_padding(o.tf_same_padding).bn_momentum(o.bn_momentum).bn_eps(o.bn_eps)));
+  features_->push_back(ConvNormActivation(ConvNormActivationOptions(3, in, 3)
+                                              .stride(2)
+                                              .tf_same_padding(o.tf_same_padding)
+                                              .bn_momentum(o.bn_momentum)
+                                              .bn_eps(o.bn_eps)));
   out_channels_.push_back(in);
   expansion_channels_.push_back(0);
   for (const Stage& st : kStages) {
@@ -136,8 +139,8 @@ MobileNetV2Impl::MobileNetV2Impl(const MobileNetV2Options& o) : options_(o) {
     last_channels_ =
         make_divisible(1280 * (o.finegrain_classification_mode ? std::max(1.0, o.width_mult) : o.width_mult),
                        o.round_nearest, o.min_depth);
-    features_->push_back(
-        ConvNormActivation(ConvNormActivationOptions(in, last_channels_, 1).bn_momentum(o.bn_momentum).bn_eps(o.bn_eps)));
+    features_->push_back(ConvNormActivation(
+        ConvNormActivationOptions(in, last_channels_, 1).bn_momentum(o.bn_momentum).bn_eps(o.bn_eps)));
     out_channels_.push_back(last_channels_);
     expansion_channels_.push_back(0);
   }
@@ -205,10 +208,8 @@ int64_t MobileNetV2Impl::endpoint_channels(const MobileNetV2Endpoint& e) const {
 torch::Tensor MobileNetV2Impl::features(torch::Tensor x) {
   torch::Tensor h = x;
   for (const auto& m : *features_) {
-    if (auto* block = m->as<InvertedResidualImpl>())
-      h = block->forward(h);
-    else
-      h = m->as<ConvNormActivationImpl>()->forward(h);
+    if (auto* block = m->as<InvertedResidualImpl>()) h = block->forward(h);
+    else h = m->as<ConvNormActivationImpl>()->forward(h);
   }
   return h.mean({2, 3});
 }
@@ -249,11 +250,11 @@ std::optional<TfName> mobilenet_v2_tf_name(const std::string& name, const std::s
   }
   // Inverted residual blocks: torchvision's conv.<i>[.<j>], TF's expand / depthwise / project.
   const std::string block = index == 1 ? "expanded_conv" : "expanded_conv_" + std::to_string(index - 1);
-  static const char* const kExpanded[][2] = {{".conv.0.0", "expand"},      {".conv.0.1", "expand"},
-                                            {".conv.1.0", "depthwise"},   {".conv.1.1", "depthwise"},
-                                            {".conv.2", "project"},       {".conv.3", "project"}};
-  static const char* const kPlain[][2] = {{".conv.0.0", "depthwise"}, {".conv.0.1", "depthwise"},
-                                         {".conv.1", "project"},     {".conv.2", "project"}};
+  static const char* const kExpanded[][2] = {{".conv.0.0", "expand"},    {".conv.0.1", "expand"},
+                                             {".conv.1.0", "depthwise"}, {".conv.1.1", "depthwise"},
+                                             {".conv.2", "project"},     {".conv.3", "project"}};
+  static const char* const kPlain[][2] = {
+      {".conv.0.0", "depthwise"}, {".conv.0.1", "depthwise"}, {".conv.1", "project"}, {".conv.2", "project"}};
   // features.1 (the t=1 stage) is the one block without an expansion.
   const bool expanded = index != 1;
   const auto* table = expanded ? kExpanded : kPlain;

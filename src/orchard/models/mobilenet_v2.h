@@ -34,7 +34,7 @@ struct MobileNetV2Options {
   // Keep the last 1x1 layer at 1280 channels when width_mult < 1, as torchvision always
   // does. TF-Slim's mobilenet_base (so ssd_mobilenet_v2) scales it: set false there.
   bool finegrain_classification_mode = true;
-  bool include_top = true;   // global pool + dropout + classifier.1 = Linear(last, num_classes)
+  bool include_top = true;  // global pool + dropout + classifier.1 = Linear(last, num_classes)
   // false: stop at layer_18 (features.17), mobilenet_base(final_endpoint='layer_18') as the
   // OD API's ssd_mobilenet_v2_mnasfpn builds it (no Conv_1; needs include_top false).
   bool include_last_conv = true;

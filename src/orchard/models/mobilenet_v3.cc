@@ -34,28 +34,27 @@ struct LayerDef {
 };
 constexpr Act R = Act::kRelu, H = Act::kHardSwish;
 constexpr LayerDef kLarge[] = {
-    {3, 2, 0, 16, H, false},       {3, 1, 1, 16, R, false},       {3, 2, 4, 24, R, false},
-    {3, 1, 3, 24, R, false},       {5, 2, 3, 40, R, true},        {5, 1, 3, 40, R, true},
-    {5, 1, 3, 40, R, true},        {3, 2, 6, 80, H, false},       {3, 1, 2.5, 80, H, false},
+    {3, 2, 0, 16, H, false},         {3, 1, 1, 16, R, false},         {3, 2, 4, 24, R, false},
+    {3, 1, 3, 24, R, false},         {5, 2, 3, 40, R, true},          {5, 1, 3, 40, R, true},
+    {5, 1, 3, 40, R, true},          {3, 2, 6, 80, H, false},         {3, 1, 2.5, 80, H, false},
     {3, 1, 184 / 80., 80, H, false}, {3, 1, 184 / 80., 80, H, false}, {3, 1, 6, 112, H, true},
-    {3, 1, 6, 112, H, true},       {5, 2, 6, 160, H, true},       {5, 1, 6, 160, H, true},
-    {5, 1, 6, 160, H, true},       {1, 1, 0, 960, H, false}};
-constexpr LayerDef kSmall[] = {
-    {3, 2, 0, 16, H, false},        {3, 2, 1, 16, R, true},        {3, 2, 72. / 16, 24, R, false},
-    {3, 1, 88. / 24, 24, R, false}, {5, 2, 4, 40, H, true},        {5, 1, 6, 40, H, true},
-    {5, 1, 6, 40, H, true},         {5, 1, 3, 48, H, true},        {5, 1, 3, 48, H, true},
-    {5, 2, 6, 96, H, true},         {5, 1, 6, 96, H, true},        {5, 1, 6, 96, H, true},
-    {1, 1, 0, 576, H, false}};
+    {3, 1, 6, 112, H, true},         {5, 2, 6, 160, H, true},         {5, 1, 6, 160, H, true},
+    {5, 1, 6, 160, H, true},         {1, 1, 0, 960, H, false}};
+constexpr LayerDef kSmall[] = {{3, 2, 0, 16, H, false},        {3, 2, 1, 16, R, true}, {3, 2, 72. / 16, 24, R, false},
+                               {3, 1, 88. / 24, 24, R, false}, {5, 2, 4, 40, H, true}, {5, 1, 6, 40, H, true},
+                               {5, 1, 6, 40, H, true},         {5, 1, 3, 48, H, true}, {5, 1, 3, 48, H, true},
+                               {5, 2, 6, 96, H, true},         {5, 1, 6, 96, H, true}, {5, 1, 6, 96, H, true},
+                               {1, 1, 0, 576, H, false}};
 // V3_EDGETPU through layer_23 (ReLU, no SE): fused blocks, then depthwise ones.
 constexpr LayerDef kEdgeTpu[] = {
-    {3, 2, 0, 32, R, false},        {3, 1, 1, 16, R, false, true},  {3, 2, 8, 32, R, false, true},
-    {3, 1, 4, 32, R, false, true},  {3, 1, 4, 32, R, false, true},  {3, 1, 4, 32, R, false, true},
-    {3, 2, 8, 48, R, false, true},  {3, 1, 4, 48, R, false, true},  {3, 1, 4, 48, R, false, true},
-    {3, 1, 4, 48, R, false, true},  {3, 2, 8, 96, R, false},        {3, 1, 4, 96, R, false},
-    {3, 1, 4, 96, R, false},        {3, 1, 4, 96, R, false},        {3, 1, 8, 96, R, false, false, false},
-    {3, 1, 4, 96, R, false},        {3, 1, 4, 96, R, false},        {3, 1, 4, 96, R, false},
-    {5, 2, 8, 160, R, false},       {5, 1, 4, 160, R, false},       {5, 1, 4, 160, R, false},
-    {5, 1, 4, 160, R, false},       {3, 1, 8, 192, R, false}};
+    {3, 2, 0, 32, R, false},       {3, 1, 1, 16, R, false, true}, {3, 2, 8, 32, R, false, true},
+    {3, 1, 4, 32, R, false, true}, {3, 1, 4, 32, R, false, true}, {3, 1, 4, 32, R, false, true},
+    {3, 2, 8, 48, R, false, true}, {3, 1, 4, 48, R, false, true}, {3, 1, 4, 48, R, false, true},
+    {3, 1, 4, 48, R, false, true}, {3, 2, 8, 96, R, false},       {3, 1, 4, 96, R, false},
+    {3, 1, 4, 96, R, false},       {3, 1, 4, 96, R, false},       {3, 1, 8, 96, R, false, false, false},
+    {3, 1, 4, 96, R, false},       {3, 1, 4, 96, R, false},       {3, 1, 4, 96, R, false},
+    {5, 2, 8, 160, R, false},      {5, 1, 4, 160, R, false},      {5, 1, 4, 160, R, false},
+    {5, 1, 4, 160, R, false},      {3, 1, 8, 192, R, false}};
 // _reduce_consecutive_layers(V3_LARGE, 13, 16) / (V3_SMALL, 9, 12): the first halved layer.
 constexpr int64_t kLargeDetectionFirst = 13, kSmallDetectionFirst = 9;
 
@@ -91,8 +90,7 @@ class BlockImpl : public torch::nn::Module {
       if (hidden > in) expand_ = register_module("expand", conv_bn(in, hidden, d.kernel, d.stride, 1, d.act, same, o));
     } else {
       if (hidden > in) expand_ = register_module("expand", conv_bn(in, hidden, 1, 1, 1, d.act, false, o));
-      depthwise_ =
-          register_module("depthwise", conv_bn(hidden, hidden, d.kernel, d.stride, hidden, d.act, same, o));
+      depthwise_ = register_module("depthwise", conv_bn(hidden, hidden, d.kernel, d.stride, hidden, d.act, same, o));
     }
     if (d.se) se_ = register_module("se", squeeze_excite(hidden, make_divisible(hidden / 4.0, 8, 8)));
     project_ = register_module("project", conv_bn(std::max(hidden, in), out, 1, 1, 1, Act::kNone, false, o));
@@ -119,8 +117,7 @@ MobileNetV3Impl::MobileNetV3Impl(const MobileNetV3Options& o) : options_(o) {
   TORCH_CHECK(o.min_depth >= 1, "MobileNetV3 min_depth must be >= 1, got ", o.min_depth);
   const LayerDef* defs = o.edgetpu ? kEdgeTpu : o.small ? kSmall : kLarge;
   const int64_t n = o.edgetpu ? std::size(kEdgeTpu) : o.small ? std::size(kSmall) : std::size(kLarge);
-  const int64_t halved_from =
-      o.detection && !o.edgetpu ? (o.small ? kSmallDetectionFirst : kLargeDetectionFirst) : n;
+  const int64_t halved_from = o.detection && !o.edgetpu ? (o.small ? kSmallDetectionFirst : kLargeDetectionFirst) : n;
   features_ = register_module("features", torch::nn::ModuleList());
   int64_t in = 3;
   for (int64_t i = 0; i < n; ++i) {
@@ -228,7 +225,8 @@ std::optional<TfName> MobileNetV3Impl::tf_name(const std::string& name, const st
     if (module.rfind(prefix, 0) == 0)
       return conv_bn(block + "/" + part, module.substr(prefix.size()), std::string(part) == "depthwise");
   }
-  for (const auto& [child, tf] : {std::pair{".se.fc1", "/squeeze_excite/Conv"}, std::pair{".se.fc2", "/squeeze_excite/Conv_1"}}) {
+  for (const auto& [child, tf] :
+       {std::pair{".se.fc1", "/squeeze_excite/Conv"}, std::pair{".se.fc2", "/squeeze_excite/Conv_1"}}) {
     if (module != child) continue;
     if (field == "weight") return TfName{block + tf + "/weights", TfLayout::kConv};
     if (field == "bias") return TfName{block + tf + "/biases"};

@@ -34,7 +34,7 @@
 namespace orchard::models {
 
 struct MobileNetV3Options {
-  bool small = false;      // V3_SMALL; false: V3_LARGE
+  bool small = false;  // V3_SMALL; false: V3_LARGE
   // V3_EDGETPU (MobileNet-EdgeTPU, the base of the OD API's ssd_mobilenet_edgetpu) up to
   // layer_23, its final_endpoint there (the 1280-channel Conv_1 is not built): ReLU everywhere,
   // no squeeze-excite, the first six blocks "fused" (expand is a k x k stride-s convolution,
@@ -42,8 +42,8 @@ struct MobileNetV3Options {
   bool edgetpu = false;
   bool detection = false;  // V3_*_DETECTION: layers 13..16 (large) / 9..12 (small) at half width
   double depth_multiplier = 1.0;
-  int64_t min_depth = 8;                        // TF-Slim's default; the OD API's configs say 16
-  double bn_momentum = 0.003, bn_eps = 0.001;   // training_scope: decay 0.997, epsilon 0.001
+  int64_t min_depth = 8;                       // TF-Slim's default; the OD API's configs say 16
+  double bn_momentum = 0.003, bn_eps = 0.001;  // training_scope: decay 0.997, epsilon 0.001
   // The strided convolutions padded as TF's 'SAME' (the odd pixel bottom/right); false: (k-1)/2
   // on every side (the OD API's use_explicit_padding).
   bool tf_same_padding = true;

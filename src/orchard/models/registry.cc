@@ -167,7 +167,8 @@ TfNameMap tf_name_map(const std::string& arch) {
 bool takes_unit_range_inputs(const std::string& arch) {
   const std::string ml_images = "_ml_images";
   return arch == "inception_v3" || arch == "inception_v3_slim" || arch == "mobilenet_v2_slim" ||
-         (arch.size() > ml_images.size() && arch.compare(arch.size() - ml_images.size(), ml_images.size(), ml_images) == 0);
+         (arch.size() > ml_images.size() &&
+          arch.compare(arch.size() - ml_images.size(), ml_images.size(), ml_images) == 0);
 }
 
 std::vector<std::string> model_names() {

@@ -15,7 +15,7 @@ namespace orchard::models {
 struct ModelConfig {
   std::string arch = "resnet50";
   int64_t num_classes = 1000;
-  int64_t width = 0;  // 0: the architecture's own base width (ResNets only)
+  int64_t width = 0;                // 0: the architecture's own base width (ResNets only)
   bool zero_init_residual = false;  // ResNets only
   // false: skip the ResNets' own initialisation (he_normal draws) when a checkpoint is
   // restored right after (predict, eval, export): faster start-up, same restored model.

@@ -70,7 +70,7 @@ struct BottleneckImpl : torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor x) {
     // Without a projection, a strided block (TF-Slim's last unit) subsamples its input.
-    torch::Tensor identity = downsample  ? shortcut(downsample, x)
+    torch::Tensor identity = downsample    ? shortcut(downsample, x)
                              : stride_ > 1 ? x.slice(2, 0, c10::nullopt, stride_).slice(3, 0, c10::nullopt, stride_)
                                            : x;
     auto out = torch::relu(norm(*bn1, conv1(x)));
@@ -147,19 +147,17 @@ ResNetImpl::ResNetImpl(const ResNetOptions& o) : options_(o), inplanes_(o.base_w
               "TensorFlow ResNet layouts have bottleneck blocks and the ImageNet stem");
   // TF-Slim's resnet_v1 strides the last unit of stages 1-3; the others the first of 2-4.
   const bool slim = o.layout == ResNetLayout::kSlim;
-  conv1 = register_module("conv1", o.small_input ? conv(3, o.base_width, 3, 1)
-                                                 : torch::nn::Conv2d(torch::nn::Conv2dOptions(3, o.base_width, 7)
-                                                                         .stride(2)
-                                                                         .padding(3)
-                                                                         .bias(false)));
+  conv1 = register_module(
+      "conv1", o.small_input
+                   ? conv(3, o.base_width, 3, 1)
+                   : torch::nn::Conv2d(torch::nn::Conv2dOptions(3, o.base_width, 7).stride(2).padding(3).bias(false)));
   bn1 = register_module("bn1", bn(o.base_width, o));
   layer1 = register_module("layer1", make_layer(o.base_width, o.layers[0], slim ? 2 : 1));
   layer2 = register_module("layer2", make_layer(o.base_width * 2, o.layers[1], 2));
   layer3 = register_module("layer3", make_layer(o.base_width * 4, o.layers[2], 2));
   TORCH_CHECK(o.num_stages == 3 || o.num_stages == 4, "a ResNet has 3 or 4 stages, not ", o.num_stages);
   TORCH_CHECK(o.num_stages == 4 || !o.include_top, "a ResNet without layer4 has no classifier");
-  if (o.num_stages == 4)
-    layer4 = register_module("layer4", make_layer(o.base_width * 8, o.layers[3], slim ? 1 : 2));
+  if (o.num_stages == 4) layer4 = register_module("layer4", make_layer(o.base_width * 8, o.layers[3], slim ? 1 : 2));
   if (o.include_top) fc = register_module("fc", torch::nn::Linear(inplanes_, o.num_classes));
 
   if (!o.initialize) return;
@@ -191,10 +189,8 @@ torch::nn::Sequential resnet_stage(int64_t in_channels, int64_t planes, int64_t 
     // TF-Slim's strided last unit subsamples instead.
     if (i == 0 && (in != planes * expansion || (s != 1 && o.layout != ResNetLayout::kSlim)))
       down = torch::nn::Sequential(conv(in, planes * expansion, 1, s), bn(planes * expansion, o));
-    if (bottleneck)
-      layer->push_back(Bottleneck(in, planes, s, down, o));
-    else
-      layer->push_back(BasicBlock(in, planes, s, down, o));
+    if (bottleneck) layer->push_back(Bottleneck(in, planes, s, down, o));
+    else layer->push_back(BasicBlock(in, planes, s, down, o));
     in = planes * expansion;
   }
   if (o.initialize) {

@@ -33,18 +33,18 @@ namespace orchard::models {
 enum class ResNetLayout { kTorchvision, kKeras, kSlim };
 
 struct ResNetOptions {
-  std::string block = "bottleneck";        // "basic" (18/34) or "bottleneck" (50+)
+  std::string block = "bottleneck";  // "basic" (18/34) or "bottleneck" (50+)
   std::vector<int64_t> layers = {3, 4, 6, 3};
   int64_t num_classes = 1000;
-  int64_t base_width = 64;                 // channels of the stem and layer1 (64 in the paper)
-  bool small_input = false;                // 3x3 stride-1 stem, no max-pool (inputs <= 64 px)
-  bool zero_init_residual = false;         // gamma = 0 in each block's last BN
-  double bn_momentum = 0.1;                // TF momentum 0.9 == torch momentum 0.1
+  int64_t base_width = 64;          // channels of the stem and layer1 (64 in the paper)
+  bool small_input = false;         // 3x3 stride-1 stem, no max-pool (inputs <= 64 px)
+  bool zero_init_residual = false;  // gamma = 0 in each block's last BN
+  double bn_momentum = 0.1;         // TF momentum 0.9 == torch momentum 0.1
   double bn_eps = 1e-5;
-  bool initialize = true;                  // false: leave torch's default init (weights restored next)
+  bool initialize = true;                            // false: leave torch's default init (weights restored next)
   ResNetLayout layout = ResNetLayout::kTorchvision;  // kKeras / kSlim: bottleneck blocks only
-  bool include_top = true;  // false: no fc (a detection backbone)
-  int num_stages = 4;       // 3: no layer4 (Faster R-CNN's first stage ends at block3)
+  bool include_top = true;                           // false: no fc (a detection backbone)
+  int num_stages = 4;                                // 3: no layer4 (Faster R-CNN's first stage ends at block3)
 };
 
 class ResNetImpl : public ImageModelImpl {

@@ -126,9 +126,9 @@ std::optional<TfName> resnet_ml_images_tf_name(const std::string& name) {
     throw bad();
   const std::string part = module.substr(static_cast<size_t>(consumed));
   const std::string scope = "stages_" + std::to_string(layer - 1) + "_block_" + std::to_string(block) + "/";
-  static const char* const kParts[][2] = {{"bn1", "conv1_b2_bn"}, {"conv1", "conv1_b2"}, {"bn2", "conv2_b2_bn"},
-                                          {"conv2", "conv2_b2"},   {"bn3", "conv3_b2_bn"}, {"conv3", "conv3_b2"},
-                                          {"shortcut_bn", "conv1_b1_bn"}, {"shortcut_conv", "conv1_b1"}};
+  static const char* const kParts[][2] = {
+      {"bn1", "conv1_b2_bn"}, {"conv1", "conv1_b2"}, {"bn2", "conv2_b2_bn"},         {"conv2", "conv2_b2"},
+      {"bn3", "conv3_b2_bn"}, {"conv3", "conv3_b2"}, {"shortcut_bn", "conv1_b1_bn"}, {"shortcut_conv", "conv1_b1"}};
   for (const auto& [ours, theirs] : kParts)
     if (part == ours) return part.find("bn") != std::string::npos ? bn(scope + theirs) : kernel(scope + theirs);
   throw bad();

@@ -47,10 +47,10 @@ TfName make(std::string name, TfLayout layout = TfLayout::kSame) {
 // A parsed Orchard ResNet variable name.
 struct ResNetVar {
   enum Kind { kStemConv, kStemBn, kConv, kBn, kShortcutConv, kShortcutBn, kFc } kind;
-  int layer = 0;       // 1..4 (layerL)
-  int block = 0;       // 0-based block index in the layer (layerL.B)
-  int index = 0;       // 1..3: convK / bnK inside the block
-  std::string field;   // weight, bias, running_mean, running_var, num_batches_tracked
+  int layer = 0;      // 1..4 (layerL)
+  int block = 0;      // 0-based block index in the layer (layerL.B)
+  int index = 0;      // 1..3: convK / bnK inside the block
+  std::string field;  // weight, bias, running_mean, running_var, num_batches_tracked
 };
 
 bool is_bn_field(const std::string& f) {
@@ -80,8 +80,8 @@ std::optional<ResNetVar> parse(const std::string& name) {
     return v;
   }
   int consumed = 0;
-  if (std::sscanf(module.c_str(), "layer%d.%d%n", &v.layer, &v.block, &consumed) != 2 || v.layer < 1 ||
-      v.layer > 4 || v.block < 0)
+  if (std::sscanf(module.c_str(), "layer%d.%d%n", &v.layer, &v.block, &consumed) != 2 || v.layer < 1 || v.layer > 4 ||
+      v.block < 0)
     return std::nullopt;
   // Reject what sscanf tolerates ("layer01", "layer1. 2", "layer1.+2").
   if (module.compare(0, 7, "layer" + std::to_string(v.layer) + ".") != 0 ||
@@ -135,8 +135,8 @@ std::optional<TfName> resnet_v1_slim_tf_name(const std::string& orchard_name, co
   constexpr const char* kMap = "resnet_v1_slim_tf_name";
   const auto v = parse(orchard_name);
   if (!v) unknown(kMap, orchard_name);
-  const std::string unit = scope + "/block" + std::to_string(v->layer) + "/unit_" + std::to_string(v->block + 1) +
-                           "/bottleneck_v1/";
+  const std::string unit =
+      scope + "/block" + std::to_string(v->layer) + "/unit_" + std::to_string(v->block + 1) + "/bottleneck_v1/";
   switch (v->kind) {
     case ResNetVar::kStemConv: return make(scope + "/conv1/weights", TfLayout::kConv);
     case ResNetVar::kStemBn: return tf_batch_norm_name(scope + "/conv1", v->field, /*scale=*/true);

@@ -217,7 +217,8 @@ std::vector<std::string> write_tf_checkpoint(const std::string& prefix, torch::n
       continue;
     }
     auto [it, fresh] = written.emplace(tf_name->name, name);
-    if (!fresh) throw Error("two variables, " + it->second + " and " + name + ", have the TensorFlow name " + tf_name->name);
+    if (!fresh)
+      throw Error("two variables, " + it->second + " and " + name + ", have the TensorFlow name " + tf_name->name);
     const auto t = torch_to_tf(value, tf_name->layout, tf_name->depthwise_multiplier);
     writer.add(tf_name->name, tf::kFloat, t.sizes().vec(),
                std::string(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()) * 4));

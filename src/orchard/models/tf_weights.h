@@ -22,14 +22,14 @@ namespace orchard::models {
 
 // How a model's variables and a checkpoint's meet.
 struct TfMatch {
-  std::string orchard, tf;                   // tf "" when TensorFlow has no such variable
-  std::string key;                           // the checkpoint's key for `tf` ("" when absent)
-  TfName name;                               // the map's answer: layout, default value
+  std::string orchard, tf;                       // tf "" when TensorFlow has no such variable
+  std::string key;                               // the checkpoint's key for `tf` ("" when absent)
+  TfName name;                                   // the map's answer: layout, default value
   std::vector<int64_t> orchard_shape, tf_shape;  // tf_shape as the checkpoint stores it
   enum Status { kMatched, kDefaulted, kMissing, kShapeMismatch, kNoTfName, kSkipped } status = kMatched;
 };
 struct TfMapping {
-  std::vector<TfMatch> variables;  // every model variable, in the model's order
+  std::vector<TfMatch> variables;   // every model variable, in the model's order
   std::vector<std::string> unused;  // checkpoint variables no model variable takes
   int count(TfMatch::Status s) const;
 };

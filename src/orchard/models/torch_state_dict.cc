@@ -21,10 +21,10 @@ struct PyObj {
   Kind kind = Kind::kNone;
   int64_t i = 0;
   double f = 0;
-  std::string s;  // a string, or "module.name" of a global
-  std::vector<Obj> items;                  // tuple, list
-  std::vector<std::pair<Obj, Obj>> dict;   // dict (insertion order)
-  torch::Tensor tensor;                    // a storage (1-d) or a tensor
+  std::string s;                          // a string, or "module.name" of a global
+  std::vector<Obj> items;                 // tuple, list
+  std::vector<std::pair<Obj, Obj>> dict;  // dict (insertion order)
+  torch::Tensor tensor;                   // a storage (1-d) or a tensor
 };
 
 Obj make(PyObj::Kind kind) {
@@ -35,11 +35,11 @@ Obj make(PyObj::Kind kind) {
 
 torch::ScalarType storage_dtype(const std::string& global, const std::string& file) {
   static const std::map<std::string, torch::ScalarType> types = {
-      {"torch.FloatStorage", torch::kFloat},   {"torch.DoubleStorage", torch::kDouble},
-      {"torch.HalfStorage", torch::kHalf},     {"torch.BFloat16Storage", torch::kBFloat16},
-      {"torch.LongStorage", torch::kLong},     {"torch.IntStorage", torch::kInt},
-      {"torch.ShortStorage", torch::kShort},   {"torch.CharStorage", torch::kChar},
-      {"torch.ByteStorage", torch::kByte},     {"torch.BoolStorage", torch::kBool}};
+      {"torch.FloatStorage", torch::kFloat}, {"torch.DoubleStorage", torch::kDouble},
+      {"torch.HalfStorage", torch::kHalf},   {"torch.BFloat16Storage", torch::kBFloat16},
+      {"torch.LongStorage", torch::kLong},   {"torch.IntStorage", torch::kInt},
+      {"torch.ShortStorage", torch::kShort}, {"torch.CharStorage", torch::kChar},
+      {"torch.ByteStorage", torch::kByte},   {"torch.BoolStorage", torch::kBool}};
   auto it = types.find(global);
   if (it == types.end()) throw Error(file + ": unsupported storage type " + global);
   return it->second;
@@ -58,21 +58,22 @@ class Unpickler {
     while (true) {
       const uint8_t op = u8();
       switch (op) {
-        case 0x80: u8(); break;       // PROTO
-        case 0x95: take(8); break;    // FRAME
-        case '.': return pop();       // STOP
+        case 0x80: u8(); break;     // PROTO
+        case 0x95: take(8); break;  // FRAME
+        case '.': return pop();     // STOP
         case '(': marks_.push_back(stack_.size()); break;
         case 'N': stack_.push_back(make(PyObj::Kind::kNone)); break;
-        case 0x88: case 0x89: {       // NEWTRUE, NEWFALSE
+        case 0x88:
+        case 0x89: {  // NEWTRUE, NEWFALSE
           auto o = make(PyObj::Kind::kBool);
           o->i = op == 0x88;
           stack_.push_back(o);
           break;
         }
-        case 'K': push_int(u8()); break;                              // BININT1
-        case 'M': push_int(static_cast<int64_t>(le(2))); break;         // BININT2
-        case 'J': push_int(static_cast<int32_t>(le(4))); break;       // BININT
-        case 0x8a: {                                                  // LONG1
+        case 'K': push_int(u8()); break;                         // BININT1
+        case 'M': push_int(static_cast<int64_t>(le(2))); break;  // BININT2
+        case 'J': push_int(static_cast<int32_t>(le(4))); break;  // BININT
+        case 0x8a: {                                             // LONG1
           const int n = u8();
           if (n > 8) throw bad("a LONG1 wider than 8 bytes");
           uint64_t v = le(n);
@@ -80,7 +81,7 @@ class Unpickler {
           push_int(static_cast<int64_t>(v));
           break;
         }
-        case 'G': {                                                   // BINFLOAT (big-endian)
+        case 'G': {  // BINFLOAT (big-endian)
           uint64_t v = 0;
           for (int k = 0; k < 8; ++k) v = (v << 8) | u8();
           auto o = make(PyObj::Kind::kFloat);
@@ -88,27 +89,30 @@ class Unpickler {
           stack_.push_back(o);
           break;
         }
-        case 'X': push_string(le(4)); break;                          // BINUNICODE
-        case 0x8c: case 'U': push_string(u8()); break;                // SHORT_BINUNICODE, SHORT_BINSTRING
-        case 0x8d: push_string(le(8)); break;                         // BINUNICODE8
-        case 'c': {                                                   // GLOBAL "module\nname\n"
+        case 'X': push_string(le(4)); break;  // BINUNICODE
+        case 0x8c:
+        case 'U': push_string(u8()); break;    // SHORT_BINUNICODE, SHORT_BINSTRING
+        case 0x8d: push_string(le(8)); break;  // BINUNICODE8
+        case 'c': {                            // GLOBAL "module\nname\n"
           const std::string module = line(), name = line();
           push_global(module + "." + name);
           break;
         }
-        case 0x93: {                                                  // STACK_GLOBAL
+        case 0x93: {  // STACK_GLOBAL
           const Obj name = pop(), module = pop();
           push_global(module->s + "." + name->s);
           break;
         }
-        case 'q': memo(u8()); break;                                  // BINPUT
-        case 'r': memo(le(4)); break;                                 // LONG_BINPUT
-        case 0x94: memo(memo_.size()); break;                         // MEMOIZE
-        case 'h': stack_.push_back(memo_at(u8())); break;             // BINGET
-        case 'j': stack_.push_back(memo_at(le(4))); break;            // LONG_BINGET
-        case ')': stack_.push_back(make(PyObj::Kind::kTuple)); break; // EMPTY_TUPLE
+        case 'q': memo(u8()); break;                                   // BINPUT
+        case 'r': memo(le(4)); break;                                  // LONG_BINPUT
+        case 0x94: memo(memo_.size()); break;                          // MEMOIZE
+        case 'h': stack_.push_back(memo_at(u8())); break;              // BINGET
+        case 'j': stack_.push_back(memo_at(le(4))); break;             // LONG_BINGET
+        case ')': stack_.push_back(make(PyObj::Kind::kTuple)); break;  // EMPTY_TUPLE
         case 't': stack_.push_back(collect(PyObj::Kind::kTuple)); break;
-        case 0x85: case 0x86: case 0x87: {                            // TUPLE1..3
+        case 0x85:
+        case 0x86:
+        case 0x87: {  // TUPLE1..3
           auto o = make(PyObj::Kind::kTuple);
           const size_t n = op - 0x84u;
           if (stack_.size() < n) throw bad("a truncated tuple");
@@ -119,8 +123,12 @@ class Unpickler {
         }
         case ']': stack_.push_back(make(PyObj::Kind::kList)); break;  // EMPTY_LIST
         case 'l': stack_.push_back(collect(PyObj::Kind::kList)); break;
-        case 'a': { Obj v = pop(); top(PyObj::Kind::kList)->items.push_back(v); break; }  // APPEND
-        case 'e': {                                                   // APPENDS
+        case 'a': {
+          Obj v = pop();
+          top(PyObj::Kind::kList)->items.push_back(v);
+          break;
+        }            // APPEND
+        case 'e': {  // APPENDS
           auto items = pop_to_mark();
           auto& list = top(PyObj::Kind::kList)->items;
           list.insert(list.end(), items.begin(), items.end());
@@ -132,14 +140,14 @@ class Unpickler {
           top(PyObj::Kind::kDict)->dict.emplace_back(k, v);
           break;
         }
-        case 'u': {                                                   // SETITEMS
+        case 'u': {  // SETITEMS
           auto items = pop_to_mark();
           if (items.size() % 2) throw bad("SETITEMS with an odd number of items");
           auto& d = top(PyObj::Kind::kDict)->dict;
           for (size_t k = 0; k < items.size(); k += 2) d.emplace_back(items[k], items[k + 1]);
           break;
         }
-        case 'R': {                                                   // REDUCE
+        case 'R': {  // REDUCE
           Obj args = pop(), callable = pop();
           stack_.push_back(reduce(callable, args));
           break;
@@ -149,7 +157,7 @@ class Unpickler {
           top(PyObj::Kind::kDict);
           break;
         }
-        case 'Q': stack_.push_back(persistent_load(pop())); break;    // BINPERSID
+        case 'Q': stack_.push_back(persistent_load(pop())); break;  // BINPERSID
         default: throw bad("unsupported pickle opcode 0x" + hex(op));
       }
     }

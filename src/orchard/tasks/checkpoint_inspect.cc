@@ -55,7 +55,8 @@ MappedModel image_model(const std::string& arch, int64_t num_classes, const tf::
     for (const char* bias : {"fc.bias", "classifier.1.bias"}) {
       try {
         const auto name = m.map(bias);
-        if (const auto* v = name ? reader.find(name->name) : nullptr; v && v->shape.size() == 1) c.num_classes = v->shape[0];
+        if (const auto* v = name ? reader.find(name->name) : nullptr; v && v->shape.size() == 1)
+          c.num_classes = v->shape[0];
       } catch (const std::invalid_argument&) {
       }
     }
@@ -128,8 +129,10 @@ FineTuneVerdict fine_tune_verdict(const tf::CheckpointReader& reader, const mode
   const std::string counts = std::to_string(v.restored) + " restored, " + std::to_string(v.reinitialised) +
                              " re-initialised, " + std::to_string(v.skipped) + " skipped";
   if (v.restored == 0) {
-    v.verdict = "this checkpoint does not fine-tune this config: none of the model's variables is in it with its "
-                "shape (" + counts + ")";
+    v.verdict =
+        "this checkpoint does not fine-tune this config: none of the model's variables is in it with its "
+        "shape (" +
+        counts + ")";
   } else if (!m.fine_tune->skip_unavailable && v.skipped > 0) {
     v.verdict = "this checkpoint does not fine-tune this config: fine_tune_checkpoint_type " + m.fine_tune_type +
                 " needs every variable, and " + std::to_string(v.skipped) + " are absent or of another shape";
@@ -146,19 +149,21 @@ FineTuneVerdict fine_tune_verdict(const tf::CheckpointReader& reader, const mode
 // inspect --map: every model variable with its TensorFlow variable, then what is left over.
 // With --pipeline_config_path: what fine-tuning would restore, ending with a verdict.
 void print_map(const tf::CheckpointReader& reader, const CheckpointInspectOptions& o) {
-  const MappedModel m =
-      o.pipeline_config_path.empty() ? image_model(o.map, o.num_classes, reader) : detection_model(o.pipeline_config_path);
-  const models::TfMapping mapping =
-      models::match_tf_checkpoint(reader, *m.module, m.map,
-                                  m.fine_tune ? m.fine_tune->skip : std::function<bool(const std::string&)>());
+  const MappedModel m = o.pipeline_config_path.empty() ? image_model(o.map, o.num_classes, reader)
+                                                       : detection_model(o.pipeline_config_path);
+  const models::TfMapping mapping = models::match_tf_checkpoint(
+      reader, *m.module, m.map, m.fine_tune ? m.fine_tune->skip : std::function<bool(const std::string&)>());
   std::optional<FineTuneVerdict> verdict;
   if (m.fine_tune) verdict = fine_tune_verdict(reader, mapping, m);
   if (o.json) {
     nlohmann::json j{{"checkpoint", reader.prefix()}, {"model", m.description}};
     nlohmann::json vars = nlohmann::json::array();
     for (const auto& v : mapping.variables)
-      vars.push_back({{"orchard", v.orchard}, {"orchard_shape", v.orchard_shape}, {"tensorflow", v.tf},
-                      {"tensorflow_shape", v.tf_shape}, {"status", status_name(v.status)}});
+      vars.push_back({{"orchard", v.orchard},
+                      {"orchard_shape", v.orchard_shape},
+                      {"tensorflow", v.tf},
+                      {"tensorflow_shape", v.tf_shape},
+                      {"status", status_name(v.status)}});
     j["variables"] = vars;
     j["unused"] = mapping.unused;
     for (auto s : {models::TfMatch::kMatched, models::TfMatch::kDefaulted, models::TfMatch::kMissing,
@@ -167,7 +172,7 @@ void print_map(const tf::CheckpointReader& reader, const CheckpointInspectOption
     if (verdict)
       j["fine_tune"] = {{"restored", verdict->restored}, {"re-initialised", verdict->reinitialised},
                         {"skipped", verdict->skipped},   {"fits", verdict->fits},
-                        {"notes", verdict->notes},        {"verdict", verdict->verdict}};
+                        {"notes", verdict->notes},       {"verdict", verdict->verdict}};
     std::cout << j.dump(1) << "\n";
     return;
   }
@@ -230,9 +235,10 @@ void inspect_checkpoint(const CheckpointInspectOptions& o) {
   // or a restore reads it.
   const auto absent = reader.missing_data_files();
   for (const auto& file : absent)
-    spdlog::warn("{}: the data file is missing: names and shapes come from {}.index, the values cannot be read "
-                 "(a partial download or copy?)",
-                 file, reader.prefix());
+    spdlog::warn(
+        "{}: the data file is missing: names and shapes come from {}.index, the values cannot be read "
+        "(a partial download or copy?)",
+        file, reader.prefix());
   if (!o.map.empty() || !o.pipeline_config_path.empty()) return print_map(reader, o);
   const bool numeric_stats = o.stats || !o.tensor.empty();
   nlohmann::json out;
@@ -286,8 +292,8 @@ void inspect_checkpoint(const CheckpointInspectOptions& o) {
     std::cout << out.dump(1) << "\n";
     return;
   }
-  std::cout << out["checkpoint"].get<std::string>() << " (" << out["format"].get<std::string>() << "): "
-            << vars.size() << " variables, " << total << " values\n";
+  std::cout << out["checkpoint"].get<std::string>() << " (" << out["format"].get<std::string>() << "): " << vars.size()
+            << " variables, " << total << " values\n";
   for (const auto& j : vars) {
     std::string line = j["name"].get<std::string>() + " (" + j["dtype"].get<std::string>() + ") " +
                        tf::shape_string(j["shape"].get<std::vector<int64_t>>());

@@ -10,11 +10,11 @@
 namespace orchard::tasks {
 
 struct CheckpointInspectOptions {
-  std::string path;  // a prefix (model.ckpt-1000), one of its files, or a directory
-  bool json = false;  // one JSON document instead of text
-  bool stats = false;  // each variable's min, max, mean and std (reads the data shards)
-  std::string tensor;  // only this variable, with its values
-  std::string map;     // an image model's name: match its variables
+  std::string path;                  // a prefix (model.ckpt-1000), one of its files, or a directory
+  bool json = false;                 // one JSON document instead of text
+  bool stats = false;                // each variable's min, max, mean and std (reads the data shards)
+  std::string tensor;                // only this variable, with its values
+  std::string map;                   // an image model's name: match its variables
   std::string pipeline_config_path;  // match this config's detection model
   int64_t num_classes = 0;           // with map: the classifier's classes (0: the checkpoint's)
 };

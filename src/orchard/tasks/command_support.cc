@@ -7,20 +7,20 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <thread>
 #include <filesystem>
 #include <set>
+#include <thread>
 
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tf_checkpoint.h"
 #include "orchard/core/tfrecord.h"
 #include "orchard/engine/interrupted.h"
+#include "orchard/engine/task.h"
 #include "orchard/export/onnx_export.h"
 #include "orchard/models/image_model.h"
 #include "orchard/models/registry.h"
 #include "orchard/models/tf_weights.h"
-#include "orchard/engine/task.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/runtime.h"
 
@@ -117,8 +117,7 @@ std::shared_ptr<train::Distributed> join_cluster(const std::string& strategy, in
   std::transform(ds.begin(), ds.end(), ds.begin(), ::tolower);
   if (ds == "off" || ds == "one_device")
     throw Error("--distribution_strategy " + strategy + " trains in one process, but this is one of " +
-                std::to_string(spec.world_size) + " (" + spec.source +
-                "); use mirrored or multi_worker_mirrored");
+                std::to_string(spec.world_size) + " (" + spec.source + "); use mirrored or multi_worker_mirrored");
   if (global_batch_size % spec.world_size != 0)
     throw Error("--batch_size " + std::to_string(global_batch_size) + " is the global batch and must divide by the " +
                 std::to_string(spec.world_size) + " replicas");
@@ -163,7 +162,8 @@ int64_t count_examples(const std::string& pattern, bool skip_corrupt_records, co
       n += count_records_fast(file);
     } catch (const DataError& e) {
       if (!skip_corrupt_records)
-        throw DataError(std::string(e.what()) + " (" + skip_flag + " skips corrupt records and the rest of a damaged shard)");
+        throw DataError(std::string(e.what()) + " (" + skip_flag +
+                        " skips corrupt records and the rest of a damaged shard)");
       const int64_t before = count_records_fast(file, /*stop_at_damage=*/true);
       spdlog::warn("{} ({}: counting the {} records before it)", e.what(), skip_flag, before);
       n += before;
@@ -183,7 +183,7 @@ void check_evaluation_data(const std::string& pattern, const std::string& skip_f
 }
 
 engine::BatchSource pipeline_source(data::PipelineOptions options, const tasks::Task& task, bool training,
-                                   std::vector<std::shared_ptr<data::Pipeline>>* keep) {
+                                    std::vector<std::shared_ptr<data::Pipeline>>* keep) {
   auto pipeline = std::make_shared<data::Pipeline>(std::move(options), task.sample_spec(), task.parser(training));
   if (keep) keep->push_back(pipeline);
   return [pipeline](data::Batch* b) { return pipeline->next(b); };
@@ -271,9 +271,11 @@ train::RunStats train_on_pipelines(engine::Trainer& trainer, const tasks::Task& 
     // (gloo::IoException, or c10::Error when it comes through a Work).
     const auto* c10 = dynamic_cast<const c10::Error*>(&e);
     const std::string what = c10 ? c10->what_without_backtrace() : e.what();
-    throw Error("worker " + std::to_string(train_input.worker_index) + " of " + std::to_string(train_input.num_workers) +
+    throw Error("worker " + std::to_string(train_input.worker_index) + " of " +
+                std::to_string(train_input.num_workers) +
                 ": a collective operation failed (another worker exited, or did not answer within "
-                "--collective_timeout): " + what.substr(0, 300));
+                "--collective_timeout): " +
+                what.substr(0, 300));
   }
   if (train_input.worker_index == 0) {
     finish_run(stats, pipelines, stats_file);
@@ -293,8 +295,8 @@ std::map<std::string, double> evaluate_once(tasks::Task& task, const std::string
 }
 
 engine::CheckpointsEvaluated evaluate_new_checkpoints(tasks::Task& task, const engine::CheckpointWatch& watch,
-                                                     const std::string& model_dir, const data::PipelineOptions& input,
-                                                     int64_t limit, bool summaries) {
+                                                      const std::string& model_dir, const data::PipelineOptions& input,
+                                                      int64_t limit, bool summaries) {
   engine::EvaluatorOptions o;
   o.model_dir = model_dir;
   o.global_batch_size = input.batch_size;
@@ -337,8 +339,8 @@ nlohmann::json read_model_config(const std::string& model_dir, const std::string
   return j;
 }
 
-void predict_images(tasks::Task& task, const data::PreprocessOptions& preprocess, const std::vector<std::string>& inputs,
-                    int64_t batch_size,
+void predict_images(tasks::Task& task, const data::PreprocessOptions& preprocess,
+                    const std::vector<std::string>& inputs, int64_t batch_size,
                     const std::function<void(const std::vector<std::string>& files, const at::Tensor& outputs)>& emit) {
   predict_images(
       task,
@@ -407,7 +409,8 @@ void for_each_image_batch(
 void add_export_flags(FlagSet* c, ExportFlags& f) {
   c->add_option("--model_dir", f.model_dir, "Model directory")->required();
   c->add_option("--checkpoint", f.checkpoint, "A checkpoint file (default: the latest)");
-  c->add_option("--format", f.format, "onnx | tf (a TensorFlow checkpoint under TF-Slim's names)")->capture_default_str();
+  c->add_option("--format", f.format, "onnx | tf (a TensorFlow checkpoint under TF-Slim's names)")
+      ->capture_default_str();
   c->add_option("--out", f.out, "Output file (--format tf: the checkpoint prefix, e.g. out/model.ckpt)")->required();
   c->add_flag("--feature_vector", f.feature_vector,
               "Output the pooled features instead of the logits (the TF-Hub feature-vector export)");
@@ -415,18 +418,22 @@ void add_export_flags(FlagSet* c, ExportFlags& f) {
               "The graph takes RGB values in [0, 255] and applies the model's input scaling itself");
 }
 
-void export_tf_checkpoint(torch::nn::Module& model, const models::TfNameMap& map, const std::string& what,
-                          int64_t step, const std::string& prefix) {
+void export_tf_checkpoint(torch::nn::Module& model, const models::TfNameMap& map, const std::string& what, int64_t step,
+                          const std::string& prefix) {
   if (!map) throw Error("--format tf: " + what + " has no map to TensorFlow's variable names yet (docs/import.md)");
   if (tf::is_tensorflow_checkpoint(prefix)) throw Error(prefix + ": a TensorFlow checkpoint is already there");
   const auto left_out = models::write_tf_checkpoint(prefix, model, map, step);
   int64_t values = 0;
   for (const auto& p : model.parameters()) values += p.numel();
-  spdlog::info("wrote {}.index and {}.data-00000-of-00001 (TensorFlow V2 checkpoint, {}'s variables under "
-               "TensorFlow's names, global_step {}){}",
-               prefix, prefix, what, step,
-               left_out.empty() ? "" : "; " + std::to_string(left_out.size()) + " variables without a TensorFlow "
-                                       "counterpart left out (e.g. " + left_out[0] + ")");
+  spdlog::info(
+      "wrote {}.index and {}.data-00000-of-00001 (TensorFlow V2 checkpoint, {}'s variables under "
+      "TensorFlow's names, global_step {}){}",
+      prefix, prefix, what, step,
+      left_out.empty() ? ""
+                       : "; " + std::to_string(left_out.size()) +
+                             " variables without a TensorFlow "
+                             "counterpart left out (e.g. " +
+                             left_out[0] + ")");
 }
 
 void export_image_model(torch::nn::Module& model, const std::string& arch, const data::PreprocessOptions& preprocess,

@@ -3,8 +3,6 @@
 // inference on image files and ONNX export of image models.
 #pragma once
 
-#include "orchard/models/tf_names.h"
-
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json_fwd.hpp>
 
@@ -19,9 +17,10 @@
 #include "orchard/core/flags.h"
 #include "orchard/data/pipeline.h"
 #include "orchard/data/preprocess.h"
-#include "orchard/train/stats.h"
 #include "orchard/engine/evaluator.h"
 #include "orchard/engine/trainer.h"
+#include "orchard/models/tf_names.h"
+#include "orchard/train/stats.h"
 
 namespace torch::nn {
 class Module;
@@ -34,11 +33,11 @@ class Task;
 // Flags every task's `train` shares, with the seeds' names and defaults: the runtime and the
 // distribution (a task's flag struct derives from it).
 struct RuntimeFlags {
-  int num_threads = 0;  // intra-op threads; 0: all cores
+  int num_threads = 0;                     // intra-op threads; 0: all cores
   int64_t max_image_pixels = 100'000'000;  // data::kDefaultMaxImagePixels
   std::string dtype = "fp32";
   std::string distribution_strategy = "mirrored";
-  int num_gpus = -2;  // -2: not given (1 if a GPU is present, else 0); -1: all
+  int num_gpus = -2;              // -2: not given (1 if a GPU is present, else 0); -1: all
   int collective_timeout = 1800;  // seconds
   bool sync_bn = false;
 };
@@ -62,14 +61,12 @@ struct TrainRuntime {
 // joins the cluster (the global batch must divide by its replicas), turns on --sync_bn, sets the
 // threads, cleans model_dir with --clean (the chief, before anyone restores from it) and makes
 // sure model_dir is writable.
-TrainRuntime start_training(const RuntimeFlags& f, int64_t global_batch_size, const std::string& model_dir,
-                            bool clean);
+TrainRuntime start_training(const RuntimeFlags& f, int64_t global_batch_size, const std::string& model_dir, bool clean);
 
 // Throws unless `pattern` names shards holding records, saying that this was checked before
 // training and that `skip_flag` trains without evaluating.
 // With skip_corrupt_records, a corrupt shard counts the records before the damage.
-void check_evaluation_data(const std::string& pattern, const std::string& skip_flag,
-                           bool skip_corrupt_records = false);
+void check_evaluation_data(const std::string& pattern, const std::string& skip_flag, bool skip_corrupt_records = false);
 
 // `o` (the options a task's flags are bound to: its cadence, checkpoints, summaries) completed
 // with what every task's `train` sets alike: model_dir, the global batch, --dtype, the device
@@ -120,7 +117,7 @@ int64_t count_examples(const std::string& pattern, bool skip_corrupt_records = f
 // A Pipeline wrapped as a BatchSource. `keep` (optional) also holds the pipeline so the
 // caller can read its counters (skipped records) after the run.
 engine::BatchSource pipeline_source(data::PipelineOptions options, const tasks::Task& task, bool training,
-                                   std::vector<std::shared_ptr<data::Pipeline>>* keep = nullptr);
+                                    std::vector<std::shared_ptr<data::Pipeline>>* keep = nullptr);
 
 // Trains over pipelines of `train_input` (positioned at the resume point) and evaluates over
 // `eval_input` unless `skip_eval`, then finish_run. A `synthetic` factory, when given,
@@ -148,8 +145,8 @@ std::map<std::string, double> evaluate_once(tasks::Task& task, const std::string
 // (at most `limit` examples per worker; 0: all), with eval summaries into model_dir/eval when
 // `summaries`, until watch.final_step (engine::evaluate_checkpoints).
 engine::CheckpointsEvaluated evaluate_new_checkpoints(tasks::Task& task, const engine::CheckpointWatch& watch,
-                                                     const std::string& model_dir, const data::PipelineOptions& input,
-                                                     int64_t limit, bool summaries);
+                                                      const std::string& model_dir, const data::PipelineOptions& input,
+                                                      int64_t limit, bool summaries);
 
 // Whether a flag was given on the command line (its default is never taken for "not given":
 // an explicit value equal to the default still wins over a saved configuration).
@@ -162,8 +159,8 @@ nlohmann::json read_model_config(const std::string& model_dir, const std::string
 
 // Runs the model over image files (files, globs or directories) in batches with the eval
 // preprocessing; calls `emit(files, outputs)` for each batch, outputs in float32 on the CPU.
-void predict_images(tasks::Task& task, const data::PreprocessOptions& preprocess, const std::vector<std::string>& inputs,
-                    int64_t batch_size,
+void predict_images(tasks::Task& task, const data::PreprocessOptions& preprocess,
+                    const std::vector<std::string>& inputs, int64_t batch_size,
                     const std::function<void(const std::vector<std::string>& files, const at::Tensor& outputs)>& emit);
 
 // The same with the task's own preparation: prepare(encoded bytes, file, out) writes one
@@ -194,8 +191,8 @@ void export_image_model(torch::nn::Module& model, const std::string& arch, const
                         const ExportFlags& f, int64_t step);
 // The model's variables as a TensorFlow V2 checkpoint `prefix` (.index, .data-00000-of-00001)
 // under `map`'s names, with global_step; `what` names the model in messages.
-void export_tf_checkpoint(torch::nn::Module& model, const models::TfNameMap& map, const std::string& what,
-                          int64_t step, const std::string& prefix);
+void export_tf_checkpoint(torch::nn::Module& model, const models::TfNameMap& map, const std::string& what, int64_t step,
+                          const std::string& prefix);
 
 // The value of an `--init default|torchvision` flag (Inception-v3's initialisation): true for
 // torchvision; a clear error for anything else.

@@ -4,8 +4,8 @@
 #pragma once
 
 #include "orchard/data/preprocess.h"
-#include "orchard/models/registry.h"
 #include "orchard/engine/task.h"
+#include "orchard/models/registry.h"
 
 namespace orchard::tasks {
 

@@ -39,7 +39,7 @@ struct TrainInputs {
   data::PipelineOptions train;
   data::PipelineOptions eval;
   bool skip_eval = false;
-  int64_t eval_limit = 0;  // > 0: examples per worker in each evaluation
+  int64_t eval_limit = 0;               // > 0: examples per worker in each evaluation
   engine::TrainInputFactory synthetic;  // when set, replaces the training pipeline
 };
 
@@ -56,8 +56,8 @@ class TrainDriver {
     const RuntimeFlags* runtime = nullptr;  // the task's flags: --dtype, --num_gpus, ...
     std::string model_dir;
     int64_t global_batch_size = 0;
-    bool clean = false;  // --clean: remove Orchard's files from model_dir first
-    uint64_t seed = 0;   // torch's generator, set right before build_task
+    bool clean = false;              // --clean: remove Orchard's files from model_dir first
+    uint64_t seed = 0;               // torch's generator, set right before build_task
     engine::TrainerOptions options;  // the task's cadence flags (checkpoints, logging, summaries)
     std::string stats_file;          // the run's stats as JSON ("": none)
   };

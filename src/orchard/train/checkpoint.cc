@@ -2,10 +2,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <caffe2/serialize/inline_container.h>
+#include <spdlog/spdlog.h>
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <regex>
@@ -119,7 +119,8 @@ std::string CheckpointManager::save(int64_t step, torch::nn::Module& model, torc
   const NamedWeights own = named_weights(model);
   c10::Dict<std::string, std::string> meta_dict;
   for (const auto& [k, v] : meta) meta_dict.insert(k, v);
-  if (optimizer) meta_dict.insert_or_assign("optimizer_parameters", std::to_string(optimizer_parameter_count(*optimizer)));
+  if (optimizer)
+    meta_dict.insert_or_assign("optimizer_parameters", std::to_string(optimizer_parameter_count(*optimizer)));
   c10::impl::GenericDict root(c10::StringType::get(), c10::AnyType::get());
   root.insert("model", weight_dict(average ? average->averages() : own));
   if (average) {
@@ -135,9 +136,9 @@ std::string CheckpointManager::save(int64_t step, torch::nn::Module& model, torc
     archive.save_to(os);
     // A uint8 tensor, not a string: Python's torch.load decodes pickled strings as UTF-8.
     const std::string blob = os.str();
-    root.insert("optimizer", torch::from_blob(const_cast<char*>(blob.data()), {static_cast<int64_t>(blob.size())},
-                                              torch::kUInt8)
-                                 .clone());
+    root.insert(
+        "optimizer",
+        torch::from_blob(const_cast<char*>(blob.data()), {static_cast<int64_t>(blob.size())}, torch::kUInt8).clone());
   }
   {
     at::Generator gen = at::detail::getDefaultCPUGenerator();
@@ -208,7 +209,8 @@ std::pair<int64_t, Meta> restore_local_checkpoint(const std::string& path, const
   }
   if (!root.isGenericDict()) throw Error(path + ": not an Orchard checkpoint (top level is not a dict)");
   auto dict = root.toGenericDict();
-  if (!dict.contains("model") || !dict.contains("step")) throw Error(path + ": not an Orchard checkpoint (no model/step)");
+  if (!dict.contains("model") || !dict.contains("step"))
+    throw Error(path + ": not an Orchard checkpoint (no model/step)");
 
   Meta meta;
   if (dict.contains("meta"))

@@ -3,7 +3,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>  // (2.x: and c10d::Backend)
-#ifdef ORCHARD_GLOO  // CMake's option (a PyTorch pip install has no gloo headers)
+// ORCHARD_GLOO: CMake's option (a PyTorch pip install has no gloo headers).
+#ifdef ORCHARD_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -32,8 +33,8 @@ int env_int(const char* name, int fallback, int min_value) {
     if (used != std::string(v).size() || x < min_value) throw std::invalid_argument(v);
     return x;
   } catch (const std::exception&) {
-    throw Error(std::string("environment variable ") + name + "='" + v + "' is not an integer >= " +
-                std::to_string(min_value));
+    throw Error(std::string("environment variable ") + name + "='" + v +
+                "' is not an integer >= " + std::to_string(min_value));
   }
 }
 
@@ -64,7 +65,8 @@ ClusterSpec parse_tf_config(const std::string& text) {
   }
   for (const auto& [type, _] : j["cluster"].items())
     if (type != "chief" && type != "worker")
-      throw Error("TF_CONFIG cluster has '" + type + "' tasks: only chief and worker (multi_worker_mirrored) are "
+      throw Error("TF_CONFIG cluster has '" + type +
+                  "' tasks: only chief and worker (multi_worker_mirrored) are "
                   "supported; parameter servers are not");
   if (tasks.empty()) throw Error("TF_CONFIG cluster lists no workers");
   const std::string type = j["task"].value("type", "worker");
@@ -121,12 +123,13 @@ namespace {
 c10::intrusive_ptr<Group> gloo_group(const ClusterSpec& spec, std::chrono::milliseconds timeout,
                                      const c10::intrusive_ptr<c10d::Store>& store) {
 #ifndef ORCHARD_GLOO
-  throw Error("multi-process CPU training needs the Gloo process group, which this build leaves out "
-              "(-DORCHARD_GLOO=OFF): train on GPUs (NCCL) or in one process");
+  throw Error(
+      "multi-process CPU training needs the Gloo process group, which this build leaves out "
+      "(-DORCHARD_GLOO=OFF): train on GPUs (NCCL) or in one process");
 #else
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-  options->devices.push_back(
-      c10d::ProcessGroupGloo::createDeviceForHostname(spec.master_addr == "localhost" ? "127.0.0.1" : spec.master_addr));
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(
+      spec.master_addr == "localhost" ? "127.0.0.1" : spec.master_addr));
   options->threads = 2;
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, spec.rank, spec.world_size, options);
 #endif
@@ -149,8 +152,9 @@ Distributed::Distributed(const ClusterSpec& spec, std::chrono::milliseconds time
     : spec_(spec), timeout_(timeout), impl_(std::make_unique<Impl>()) {
 #ifndef ORCHARD_NCCL
   if (cuda)
-    throw Error("multi-process training on CUDA needs the NCCL backend: build Orchard against a CUDA libtorch "
-                "(docs/distributed.md), or train on the CPU with --num_gpus 0");
+    throw Error(
+        "multi-process training on CUDA needs the NCCL backend: build Orchard against a CUDA libtorch "
+        "(docs/distributed.md), or train on the CPU with --num_gpus 0");
 #endif
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(spec.master_port);
@@ -178,9 +182,7 @@ Distributed::Distributed(const ClusterSpec& spec, std::chrono::milliseconds time
 
 std::string Distributed::device() const { return impl_->device.str(); }
 
-Distributed::~Distributed() {
-  layers::set_batch_norm_override({});
-}
+Distributed::~Distributed() { layers::set_batch_norm_override({}); }
 
 void Distributed::broadcast(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;
@@ -255,8 +257,7 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     std::vector<at::Tensor> global = {sum_dy.clone(), sum_dy_xhat.clone()};
     group->allreduce_sum(global);
     const auto g_dy = global[0].to(dy.dtype()), g_dy_xhat = global[1].to(dy.dtype());
-    const auto dx = (weight * invstd).view(shape) / n *
-                    (dy * n - g_dy.view(shape) - xhat * g_dy_xhat.view(shape));
+    const auto dx = (weight * invstd).view(shape) / n * (dy * n - g_dy.view(shape) - xhat * g_dy_xhat.view(shape));
     return {dx, sum_dy_xhat, sum_dy, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -352,20 +353,19 @@ void GradientReducer::finish() {
   for (size_t i = 0; i < impl_->params.size(); ++i) {
     auto& p = impl_->params[i];
     const auto& b = impl_->buckets[impl_->bucket_of[i]];
-    auto mean = b.flat.slice(0, static_cast<int64_t>(impl_->offset_of[i]),
-                             static_cast<int64_t>(impl_->offset_of[i]) + p.numel())
-                    .view(p.sizes());
-    if (p.grad().defined())
-      p.mutable_grad().copy_(mean);
-    else
-      p.mutable_grad() = mean.clone();
+    auto mean =
+        b.flat
+            .slice(0, static_cast<int64_t>(impl_->offset_of[i]), static_cast<int64_t>(impl_->offset_of[i]) + p.numel())
+            .view(p.sizes());
+    if (p.grad().defined()) p.mutable_grad().copy_(mean);
+    else p.mutable_grad() = mean.clone();
   }
   impl_->finish_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   ++impl_->steps;
 }
 
 std::unique_ptr<GradientReducer> Distributed::gradient_reducer(const std::vector<at::Tensor>& params,
-                                                                 int64_t bucket_bytes) {
+                                                               int64_t bucket_bytes) {
   auto impl = std::make_unique<GradientReducer::Impl>();
   impl->group = impl_->group;
   impl->timeout = timeout_;

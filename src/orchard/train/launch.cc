@@ -1,8 +1,7 @@
 #include "orchard/train/launch.h"
 
-#include <spdlog/spdlog.h>
-
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,7 +58,8 @@ pid_t start_child(const LaunchOptions& f, int local_rank, int threads) {
 }  // namespace
 
 int launch_workers(const LaunchOptions& f) {
-  if (f.command.empty()) throw Error("orchard launch: give the command after --, e.g. orchard launch -- classify train");
+  if (f.command.empty())
+    throw Error("orchard launch: give the command after --, e.g. orchard launch -- classify train");
   if (f.nproc_per_node < 1 || f.nnodes < 1 || f.node_rank < 0 || f.node_rank >= f.nnodes)
     throw Error("orchard launch: need --nproc_per_node >= 1 and 0 <= --node_rank < --nnodes");
   const char* omp = std::getenv("OMP_NUM_THREADS");

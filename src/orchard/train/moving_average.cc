@@ -51,7 +51,8 @@ void MovingAverage::swap() {
 
 NamedWeights MovingAverage::averages() const {
   NamedWeights out;
-  for (size_t i = 0; i < names_.size(); ++i) out.emplace_back(names_[i], averages_[i].defined() ? averages_[i] : live_[i]);
+  for (size_t i = 0; i < names_.size(); ++i)
+    out.emplace_back(names_[i], averages_[i].defined() ? averages_[i] : live_[i]);
   return out;
 }
 

@@ -41,8 +41,8 @@ class MovingAverage {
  private:
   double decay_;
   std::vector<std::string> names_;
-  std::vector<at::Tensor> live_;      // the module's tensors, all of them
-  std::vector<at::Tensor> averages_;  // aligned with live_; undefined for integer buffers
+  std::vector<at::Tensor> live_;                         // the module's tensors, all of them
+  std::vector<at::Tensor> averages_;                     // aligned with live_; undefined for integer buffers
   std::vector<at::Tensor> float_live_, float_averages_;  // the averaged pairs, for the foreach ops
 };
 

@@ -82,8 +82,9 @@ OptimizerAndSchedule make_od_api_optimizer(const pb::Optimizer& o, const std::ve
     return {std::make_unique<torch::optim::Adam>(params, opt), od_api_learning_rate(a.learning_rate())};
   }
   const auto& m = o.momentum_optimizer();
-  return {std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.0).momentum(m.momentum_optimizer_value())),
-          od_api_learning_rate(m.learning_rate())};
+  return {
+      std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.0).momentum(m.momentum_optimizer_value())),
+      od_api_learning_rate(m.learning_rate())};
 }
 
 }  // namespace orchard::train

@@ -1,10 +1,10 @@
 #include "orchard/train/runtime.h"
 
-#include <cstdlib>
-
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
+
+#include <cstdlib>
 
 #include "orchard/core/error.h"
 #include "orchard/core/thread_pool.h"

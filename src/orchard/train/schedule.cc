@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 #include <sstream>
+#include <string>
 
 #include "orchard/core/error.h"
 

@@ -1,12 +1,13 @@
 // pipeline.config -> DetectionConfig, with the meta-architectures' parsers (meta_arch/): the one
 // place that reads the TF OD API messages (detectron2's from_config step).
+#include "orchard/detect/builders/detection_config.h"
+
 #include <algorithm>
 #include <vector>
 
 #include "orchard/core/error.h"
 #include "orchard/detect/metrics/voc_eval.h"
 #include "orchard/proto/object_detection/pipeline.pb.h"
-#include "orchard/detect/builders/detection_config.h"
 
 namespace orchard::tasks {
 namespace {

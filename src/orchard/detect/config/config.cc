@@ -12,8 +12,9 @@
 #include <sstream>
 
 #include "orchard/core/error.h"
-#include "orchard/core/spelling.h"
 #include "orchard/core/files.h"
+#include "orchard/core/spelling.h"
+#include "orchard/detect/config/model_messages.h"
 
 namespace orchard::detect {
 namespace {
@@ -25,147 +26,9 @@ namespace odp = object_detection::protos;
 // What Orchard implements. An entry is a field path (a leaf field, or a sub-message with
 // everything in it) or "path=value" (implemented for that value only; a repeated field must have
 // only that value). Paths leave out repeated indices. A set field no entry covers is reported as
-// unimplemented; edit these tables as the implementation grows.
+// unimplemented; edit these tables as the implementation grows. This one holds the messages every
+// model shares; each `model` case's fields are in its own file (model_messages.h).
 const char* const kImplemented[] = {
-    "model.ssd.num_classes",
-    "model.ssd.image_resizer.fixed_shape_resizer.height",
-    "model.ssd.image_resizer.fixed_shape_resizer.width",
-    "model.ssd.image_resizer.keep_aspect_ratio_resizer.min_dimension",
-    "model.ssd.image_resizer.keep_aspect_ratio_resizer.max_dimension",
-    "model.ssd.image_resizer.keep_aspect_ratio_resizer.pad_to_max_dimension",
-    "model.ssd.image_resizer.keep_aspect_ratio_resizer.per_channel_pad_value",
-    "model.ssd.image_resizer.keep_aspect_ratio_resizer.resize_method=BILINEAR",
-    "model.ssd.feature_extractor.type",
-    "model.ssd.feature_extractor.depth_multiplier",
-    "model.ssd.feature_extractor.min_depth",
-    "model.ssd.feature_extractor.pad_to_multiple",
-    "model.ssd.feature_extractor.use_explicit_padding",
-    "model.ssd.feature_extractor.use_depthwise",
-    "model.ssd.feature_extractor.override_base_feature_extractor_hyperparams",
-    "model.ssd.feature_extractor.fpn.min_level",
-    "model.ssd.feature_extractor.fpn.max_level",
-    "model.ssd.feature_extractor.fpn.additional_layer_depth",
-    "model.ssd.anchor_generator.multiscale_anchor_generator",
-    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.num_layers_before_predictor",
-    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.depth",
-    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.kernel_size",
-    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.box_code_size",
-    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.class_prediction_bias_init",
-    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.use_dropout",
-    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.dropout_keep_probability",
-    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.share_prediction_tower",
-    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.use_depthwise",
-    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.score_converter=IDENTITY",
-    "model.ssd.box_coder.faster_rcnn_box_coder",
-    "model.ssd.matcher.argmax_matcher.matched_threshold",
-    "model.ssd.matcher.argmax_matcher.unmatched_threshold",
-    "model.ssd.matcher.argmax_matcher.ignore_thresholds",
-    "model.ssd.matcher.argmax_matcher.negatives_lower_than_unmatched",
-    "model.ssd.matcher.argmax_matcher.force_match_for_each_row",
-    "model.ssd.matcher.argmax_matcher.use_matmul_gather",
-    "model.ssd.similarity_calculator.iou_similarity",
-    "model.ssd.anchor_generator.ssd_anchor_generator",
-    "model.ssd.box_predictor.convolutional_box_predictor.min_depth",
-    "model.ssd.box_predictor.convolutional_box_predictor.max_depth",
-    "model.ssd.box_predictor.convolutional_box_predictor.num_layers_before_predictor=0",
-    "model.ssd.box_predictor.convolutional_box_predictor.use_dropout",
-    "model.ssd.box_predictor.convolutional_box_predictor.dropout_keep_probability",
-    "model.ssd.box_predictor.convolutional_box_predictor.kernel_size",
-    "model.ssd.box_predictor.convolutional_box_predictor.box_code_size",
-    "model.ssd.box_predictor.convolutional_box_predictor.apply_sigmoid_to_scores=false",
-    "model.ssd.box_predictor.convolutional_box_predictor.class_prediction_bias_init",
-    "model.ssd.box_predictor.convolutional_box_predictor.use_depthwise",
-    "model.ssd.post_processing.batch_non_max_suppression.score_threshold",
-    "model.ssd.post_processing.batch_non_max_suppression.iou_threshold",
-    "model.ssd.post_processing.batch_non_max_suppression.max_detections_per_class",
-    "model.ssd.post_processing.batch_non_max_suppression.max_total_detections",
-    "model.ssd.post_processing.score_converter",
-    "model.ssd.normalize_loss_by_num_matches",
-    "model.ssd.inplace_batchnorm_update",  // no effect: batch norm statistics always update in place
-    "model.ssd.freeze_batchnorm",
-    "model.ssd.normalize_loc_loss_by_codesize",
-    "model.ssd.encode_background_as_zeros",
-    "model.ssd.loss.classification_loss.weighted_sigmoid",
-    "model.ssd.loss.classification_loss.weighted_softmax",
-    "model.ssd.loss.classification_loss.weighted_sigmoid_focal",
-    "model.ssd.loss.localization_loss.weighted_smooth_l1",
-    "model.ssd.loss.hard_example_miner",
-    "model.ssd.loss.classification_weight",
-    "model.ssd.loss.localization_weight",
-    // model.faster_rcnn (tasks/detect/faster_rcnn): the ResNet-v1 extractors; the l2 weights of
-    // the samples (0) only.
-    "model.faster_rcnn.num_classes",
-    "model.faster_rcnn.number_of_stages=2",
-    "model.faster_rcnn.number_of_stages=3",
-    "model.faster_rcnn.image_resizer.fixed_shape_resizer.height",
-    "model.faster_rcnn.image_resizer.fixed_shape_resizer.width",
-    "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer.min_dimension",
-    "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer.max_dimension",
-    "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer.pad_to_max_dimension",
-    "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer.per_channel_pad_value",
-    "model.faster_rcnn.image_resizer.keep_aspect_ratio_resizer.resize_method=BILINEAR",
-    "model.faster_rcnn.feature_extractor.type",
-    "model.faster_rcnn.feature_extractor.first_stage_features_stride",
-    "model.faster_rcnn.feature_extractor.batch_norm_trainable",
-    "model.faster_rcnn.first_stage_anchor_generator.grid_anchor_generator",
-    "model.faster_rcnn.first_stage_atrous_rate",
-    "model.faster_rcnn.first_stage_box_predictor_kernel_size",
-    "model.faster_rcnn.first_stage_box_predictor_depth",
-    "model.faster_rcnn.first_stage_minibatch_size",
-    "model.faster_rcnn.first_stage_positive_balance_fraction",
-    "model.faster_rcnn.first_stage_nms_score_threshold",
-    "model.faster_rcnn.first_stage_nms_iou_threshold",
-    "model.faster_rcnn.first_stage_max_proposals",
-    "model.faster_rcnn.first_stage_localization_loss_weight",
-    "model.faster_rcnn.first_stage_objectness_loss_weight",
-    "model.faster_rcnn.initial_crop_size",
-    "model.faster_rcnn.maxpool_kernel_size",
-    "model.faster_rcnn.maxpool_stride",
-    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.use_dropout",
-    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.dropout_keep_probability",
-    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.predict_instance_masks",
-    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.mask_height",
-    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.mask_width",
-    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.mask_prediction_conv_depth",
-    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.mask_prediction_num_conv_layers",
-    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.masks_are_class_agnostic",
-    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.convolve_then_upsample_masks",
-    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.conv_hyperparams.op=CONV",
-    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.conv_hyperparams.regularizer.l2_regularizer.weight=0",
-    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.conv_hyperparams.initializer.truncated_normal_initializer",
-    "model.faster_rcnn.second_stage_mask_prediction_loss_weight",
-    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.conv_hyperparams.op=CONV",
-    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.conv_hyperparams.regularizer.l2_regularizer.weight=0",
-    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.conv_hyperparams.initializer.truncated_normal_initializer",
-    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.conv_hyperparams.activation=RELU",
-    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.num_spatial_bins_height",
-    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.num_spatial_bins_width",
-    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.depth",
-    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.box_code_size=4",
-    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.crop_height",
-    "model.faster_rcnn.second_stage_box_predictor.rfcn_box_predictor.crop_width",
-    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.op=FC",
-    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.regularizer.l2_regularizer.weight=0",
-    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.initializer.variance_scaling_initializer.factor=1",
-    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.initializer.variance_scaling_initializer.uniform=true",
-    "model.faster_rcnn.second_stage_box_predictor.mask_rcnn_box_predictor.fc_hyperparams.initializer.variance_scaling_initializer.mode=FAN_AVG",
-    "model.faster_rcnn.second_stage_batch_size",
-    "model.faster_rcnn.second_stage_balance_fraction",
-    "model.faster_rcnn.second_stage_post_processing.batch_non_max_suppression.score_threshold",
-    "model.faster_rcnn.second_stage_post_processing.batch_non_max_suppression.iou_threshold",
-    "model.faster_rcnn.second_stage_post_processing.batch_non_max_suppression.max_detections_per_class",
-    "model.faster_rcnn.second_stage_post_processing.batch_non_max_suppression.max_total_detections",
-    "model.faster_rcnn.second_stage_post_processing.score_converter",
-    "model.faster_rcnn.second_stage_localization_loss_weight",
-    "model.faster_rcnn.second_stage_classification_loss_weight",
-    // anchorwise_output only shapes the loss tensor the OD API sums over the classes.
-    "model.faster_rcnn.second_stage_classification_loss.weighted_sigmoid",
-    "model.faster_rcnn.second_stage_classification_loss.weighted_softmax",
-    // The OD API's Faster R-CNN mines without matches: the negative ratios have no effect there.
-    "model.faster_rcnn.hard_example_miner",
-    "model.faster_rcnn.first_stage_box_predictor_conv_hyperparams.op=CONV",
-    "model.faster_rcnn.first_stage_box_predictor_conv_hyperparams.regularizer.l2_regularizer.weight=0",
-    "model.faster_rcnn.first_stage_box_predictor_conv_hyperparams.initializer.truncated_normal_initializer",
     "train_config.batch_size",
     "train_config.data_augmentation_options.random_horizontal_flip",
     "train_config.data_augmentation_options.ssd_random_crop",
@@ -221,26 +84,6 @@ const char* const kImplemented[] = {
     "eval_input_reader.sample_1_of_n_examples",
     "eval_input_reader.load_instance_masks",
     "eval_input_reader.mask_type",
-    "model.ssd.post_processing.batch_non_max_suppression.use_static_shapes",  // same detections, unpadded
-};
-
-// Hyperparams (conv_hyperparams) fields Orchard implements, under each of these prefixes.
-const char* const kHyperparamsAt[] = {
-    "model.ssd.feature_extractor.conv_hyperparams",
-    "model.ssd.box_predictor.convolutional_box_predictor.conv_hyperparams",
-    "model.ssd.box_predictor.weight_shared_convolutional_box_predictor.conv_hyperparams",
-};
-const char* const kHyperparams[] = {
-    "op=CONV",
-    "activation",
-    "regularizer.l2_regularizer.weight",
-    "initializer.truncated_normal_initializer",
-    "initializer.random_normal_initializer",
-    "batch_norm.decay",
-    "batch_norm.epsilon",
-    "batch_norm.scale",
-    "batch_norm.center",
-    "batch_norm.train",
 };
 
 bool starts_with(const std::string& s, const std::string& prefix) {
@@ -257,8 +100,9 @@ class ImplementedTable {
  public:
   ImplementedTable() {
     for (const char* e : kImplemented) add(e);
-    for (const char* at : kHyperparamsAt)
-      for (const char* e : kHyperparams) add(std::string(at) + "." + e);
+    // One line per `model` case.
+    for (const auto& e : ssd_implemented_fields()) add(e);
+    for (const auto& e : faster_rcnn_implemented_fields()) add(e);
   }
 
   // The field at `path` (any value), or a sub-message containing it, is implemented.
@@ -311,10 +155,8 @@ std::string value_text(const pb::Message& m, const pb::FieldDescriptor* f, int i
   switch (f->cpp_type()) {
     case pb::FieldDescriptor::CPPTYPE_BOOL:
       return (rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f)) ? "true" : "false";
-    case pb::FieldDescriptor::CPPTYPE_ENUM:
-      return (rep ? r->GetRepeatedEnum(m, f, index) : r->GetEnum(m, f))->name();
-    case pb::FieldDescriptor::CPPTYPE_STRING:
-      return rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f);
+    case pb::FieldDescriptor::CPPTYPE_ENUM: return (rep ? r->GetRepeatedEnum(m, f, index) : r->GetEnum(m, f))->name();
+    case pb::FieldDescriptor::CPPTYPE_STRING: return rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f);
     default: {
       std::string out;
       pb::TextFormat::PrintFieldValueToString(m, f, rep ? index : -1, &out);
@@ -485,13 +327,15 @@ void parse_text_proto(const std::string& text, const std::string& source_name, p
   if (!parser.Parse(&input, message)) {
     if (collector.errors.empty()) throw Error(source_name + ": cannot parse as " + message->GetTypeName());
     const auto& e = collector.errors.front();
-    std::string what = source_name + ":" + std::to_string(e.line + 1) + ":" + std::to_string(e.column + 1) + ": " + e.message;
+    std::string what =
+        source_name + ":" + std::to_string(e.line + 1) + ":" + std::to_string(e.column + 1) + ": " + e.message;
     // A token the parser did not expect at the start of a line: the mistake is most often at
     // the end of the line before (a value left out, a brace not opened).
     const std::string line_text = [&] {
       std::istringstream in(text);
       std::string l;
-      for (int i = 0; i <= e.line && std::getline(in, l); ++i) {}
+      for (int i = 0; i <= e.line && std::getline(in, l); ++i) {
+      }
       return l;
     }();
     const size_t first = line_text.find_first_not_of(" \t");
@@ -527,10 +371,12 @@ std::string line_of_field(const std::string& text, const std::string& field) {
   for (int n = 1; std::getline(in, line); ++n) {
     const std::string code = line.substr(0, line.find('#'));
     const size_t at = code.find(field);
-    if (at == std::string::npos || (at > 0 && (std::isalnum(static_cast<unsigned char>(code[at - 1])) || code[at - 1] == '_')))
+    if (at == std::string::npos ||
+        (at > 0 && (std::isalnum(static_cast<unsigned char>(code[at - 1])) || code[at - 1] == '_')))
       continue;
     const size_t next = code.find_first_not_of(" \t", at + field.size());
-    if (next != std::string::npos && (code[next] == '{' || code[next] == ':')) return " (line " + std::to_string(n) + ")";
+    if (next != std::string::npos && (code[next] == '{' || code[next] == ':'))
+      return " (line " + std::to_string(n) + ")";
   }
   return "";
 }
@@ -555,7 +401,8 @@ odp::TrainEvalPipelineConfig parse_pipeline_config(const std::string& text, cons
   // Context R-CNN: without its context_config the config is a plain Faster R-CNN, another model
   // than the one asked for, so it is refused rather than reported as an ignored field.
   if (config.model().faster_rcnn().has_context_config())
-    throw Error(source_name + ": Context R-CNN (model.faster_rcnn.context_config" + line_of_field(text, "context_config") +
+    throw Error(source_name + ": Context R-CNN (model.faster_rcnn.context_config" +
+                line_of_field(text, "context_config") +
                 ") is not supported: Orchard's faster_rcnn has no attention over context features, and "
                 "without them this config would train a plain Faster R-CNN");
   if (found.unknown.empty() && found.unimplemented.empty()) return config;
@@ -585,8 +432,6 @@ std::string pipeline_config_to_text(const odp::TrainEvalPipelineConfig& config) 
   return out;
 }
 
-namespace {
-
 // Checks that the oneof `oneof_name` of `m` (at `path`) holds one of `allowed`; otherwise adds a
 // problem. Returns whether it does.
 bool check_oneof(const pb::Message& m, const std::string& oneof_name, const std::string& path,
@@ -607,7 +452,8 @@ bool check_oneof(const pb::Message& m, const std::string& oneof_name, const std:
 
 // image_resizer (at `path`): the resizers Orchard implements, image_resizer_builder's checks and
 // a pad value per channel.
-void check_image_resizer(const odp::ImageResizer& resizer, const std::string& path, std::vector<std::string>* problems) {
+void check_image_resizer(const odp::ImageResizer& resizer, const std::string& path,
+                         std::vector<std::string>* problems) {
   check_oneof(resizer, "image_resizer_oneof", path, {"fixed_shape_resizer", "keep_aspect_ratio_resizer"}, problems);
   if (!resizer.has_keep_aspect_ratio_resizer()) return;
   const auto& k = resizer.keep_aspect_ratio_resizer();
@@ -619,176 +465,11 @@ void check_image_resizer(const odp::ImageResizer& resizer, const std::string& pa
                         std::to_string(k.per_channel_pad_value_size()) + " values; it needs one per channel (3)");
 }
 
-// model.faster_rcnn: what FasterRcnnMetaArchitecture builds, and the OD API's own checks.
-void validate_faster_rcnn(const odp::FasterRcnn& f, std::vector<std::string>* problems) {
-  const std::string at = "model.faster_rcnn";
-  if (f.num_classes() <= 0)
-    problems->push_back(at + ".num_classes must be > 0 (got " + std::to_string(f.num_classes()) + ")");
-  if (f.number_of_stages() != 2 && f.number_of_stages() != 3)
-    problems->push_back(at + ".number_of_stages " + std::to_string(f.number_of_stages()) +
-                        " is not supported; Orchard implements 2 (proposals and box classifier) and 3 (Mask R-CNN's "
-                        "masks on the final detections)");
-  const auto& mask_predictor = f.second_stage_box_predictor().mask_rcnn_box_predictor();
-  if (mask_predictor.predict_instance_masks()) {
-    if (mask_predictor.mask_height() <= 0 || mask_predictor.mask_width() <= 0 ||
-        mask_predictor.mask_prediction_num_conv_layers() < 1)
-      problems->push_back(at + ".second_stage_box_predictor.mask_rcnn_box_predictor: mask_height, mask_width and "
-                          "mask_prediction_num_conv_layers must be positive");
-  }
-  const std::string& type = f.feature_extractor().type();
-  const auto& types = faster_rcnn_feature_extractor_types();
-  if (std::find(types.begin(), types.end(), type) == types.end()) {
-    std::string list;
-    for (size_t i = 0; i < types.size(); ++i) list += (i == 0 ? "" : i + 1 == types.size() ? " and " : ", ") + types[i];
-    problems->push_back(at + ".feature_extractor.type '" + type + "' is not supported; Orchard implements " + list);
-  }
-  const int stride = f.feature_extractor().first_stage_features_stride();
-  if (stride != 8 && stride != 16)  // the extractors' own check
-    problems->push_back(at + ".feature_extractor.first_stage_features_stride must be 8 or 16 (got " +
-                        std::to_string(stride) + ")");
-  else if (type == "faster_rcnn_inception_v2" && stride != 16)  // accepted by the OD API but not applied
-    problems->push_back(at + ".feature_extractor.first_stage_features_stride 8: faster_rcnn_inception_v2's first "
-                        "stage (to Mixed_4e) has stride 16 whatever this field says; set 16");
-  check_image_resizer(f.image_resizer(), at + ".image_resizer", problems);
-  check_oneof(f.first_stage_anchor_generator(), "anchor_generator_oneof", at + ".first_stage_anchor_generator",
-              {"grid_anchor_generator"}, problems);
-  check_oneof(f.second_stage_box_predictor(), "box_predictor_oneof", at + ".second_stage_box_predictor",
-              {"mask_rcnn_box_predictor", "rfcn_box_predictor"}, problems);
-  if (f.second_stage_box_predictor().has_rfcn_box_predictor()) {
-    const auto& r = f.second_stage_box_predictor().rfcn_box_predictor();
-    if (type != "faster_rcnn_resnet50" && type != "faster_rcnn_resnet101" && type != "faster_rcnn_resnet152")
-      problems->push_back(at + ".second_stage_box_predictor.rfcn_box_predictor: Orchard implements R-FCN with the "
-                          "ResNet-v1 extractors (as the samples), not " + type);
-    // position_sensitive_crop_regions' own check.
-    if (r.num_spatial_bins_height() <= 0 || r.num_spatial_bins_width() <= 0 || r.depth() <= 0 ||
-        r.crop_height() % std::max(1, r.num_spatial_bins_height()) != 0 ||
-        r.crop_width() % std::max(1, r.num_spatial_bins_width()) != 0)
-      problems->push_back(at + ".second_stage_box_predictor.rfcn_box_predictor: crop_height and crop_width must be "
-                          "multiples of the positive num_spatial_bins_height and num_spatial_bins_width");
-  }
-  if (f.second_stage_box_predictor().has_rfcn_box_predictor()) return;  // R-FCN crops position-sensitively
-  if (f.initial_crop_size() <= 0)
-    problems->push_back(at + ".initial_crop_size must be > 0 (got " + std::to_string(f.initial_crop_size()) + ")");
-  if (f.maxpool_kernel_size() <= 0 || f.maxpool_stride() <= 0)
-    problems->push_back(at + ".maxpool_kernel_size and maxpool_stride must be > 0");
-  if (f.first_stage_max_proposals() <= 0 || f.second_stage_batch_size() <= 0)
-    problems->push_back(at + ".first_stage_max_proposals and second_stage_batch_size must be > 0");
-  // The OD API (faster_rcnn_meta_arch): in training the second stage sees at most as many
-  // proposals as the first stage keeps.
-  if (f.has_second_stage_classification_loss())
-    check_oneof(f.second_stage_classification_loss(), "classification_loss", at + ".second_stage_classification_loss",
-                {"weighted_sigmoid", "weighted_softmax"}, problems);
-  if (f.second_stage_batch_size() > f.first_stage_max_proposals())
-    problems->push_back(at + ".second_stage_batch_size (" + std::to_string(f.second_stage_batch_size()) +
-                        ") must not exceed first_stage_max_proposals (" +
-                        std::to_string(f.first_stage_max_proposals()) + ")");
-}
-
-}  // namespace
-
-const std::vector<std::string>& ssd_feature_extractor_types() {
-  static const std::vector<std::string> kTypes = {
-      "ssd_mobilenet_v2",           "ssd_mobilenet_v1",           "ssd_mobilenet_v2_keras",
-      "ssd_mobilenet_v1_keras",     "ssd_mobilenet_v1_fpn",       "ssd_mobilenet_v2_fpn",
-      "ssd_mobilenet_v1_fpn_keras", "ssd_mobilenet_v2_fpn_keras", "ssd_resnet50_v1_fpn",
-      "ssd_resnet101_v1_fpn",       "ssd_mobilenet_v1_ppn",       "ssd_mobilenet_v3_large",
-      "ssd_mobilenet_v3_small",     "ssd_inception_v3",           "ssd_resnet50_v1_fpn_keras",
-      "ssd_resnet101_v1_fpn_keras", "ssd_mobilenet_edgetpu",      "ssd_mobiledet_cpu",
-      "ssd_mobiledet_dsp",          "ssd_mobiledet_edgetpu",      "ssd_mobiledet_gpu",
-      "embedded_ssd_mobilenet_v1",  "ssd_inception_v2",           "ssd_mobilenet_v2_mnasfpn"};
-  return kTypes;
-}
-
-const std::vector<std::string>& faster_rcnn_feature_extractor_types() {
-  static const std::vector<std::string> kTypes = {"faster_rcnn_resnet50", "faster_rcnn_resnet101",
-                                                  "faster_rcnn_resnet152", "faster_rcnn_inception_v2",
-                                                  "faster_rcnn_inception_resnet_v2"};
-  return kTypes;
-}
-
-void check_faster_rcnn_model(const odp::TrainEvalPipelineConfig& config, std::vector<std::string>* problems) {
-  validate_faster_rcnn(config.model().faster_rcnn(), problems);
-}
-
-void check_ssd_model(const odp::TrainEvalPipelineConfig& config, std::vector<std::string>* problems_out) {
-  std::vector<std::string>& problems = *problems_out;
-  {
-    const odp::Ssd& ssd = config.model().ssd();
-    if (ssd.num_classes() <= 0)
-      problems.push_back("model.ssd.num_classes must be > 0 (got " + std::to_string(ssd.num_classes()) + ")");
-    const std::string& type = ssd.feature_extractor().type();
-    const auto& types = ssd_feature_extractor_types();
-    if (std::find(types.begin(), types.end(), type) == types.end())
-      problems.push_back("model.ssd.feature_extractor.type '" + type +
-                         "' is not supported; Orchard implements ssd_mobilenet_v2 and ssd_mobilenet_v1 (each also "
-                         "_fpn, _keras), ssd_mobilenet_v1_ppn, ssd_mobilenet_v3_large, ssd_mobilenet_v3_small, "
-                         "ssd_mobilenet_edgetpu, ssd_mobiledet_cpu, ssd_mobiledet_dsp, ssd_mobiledet_edgetpu, ssd_mobiledet_gpu, "
-                         "embedded_ssd_mobilenet_v1, ssd_inception_v2, ssd_mobilenet_v2_mnasfpn, "
-                         "ssd_inception_v3, ssd_resnet50_v1_fpn and ssd_resnet101_v1_fpn (each also _keras)");
-    // EmbeddedSSDMobileNetV1FeatureExtractor raises these itself: its layers are sized for 256x256.
-    if (type == "embedded_ssd_mobilenet_v1") {
-      const auto& resizer = ssd.image_resizer();
-      if (!resizer.has_fixed_shape_resizer() || resizer.fixed_shape_resizer().height() != 256 ||
-          resizer.fixed_shape_resizer().width() != 256)
-        problems.push_back("model.ssd.image_resizer: embedded_ssd_mobilenet_v1 needs a 256x256 fixed_shape_resizer "
-                           "(as the OD API)");
-      if (ssd.feature_extractor().pad_to_multiple() > 1)
-        problems.push_back("model.ssd.feature_extractor.pad_to_multiple must be 1 for embedded_ssd_mobilenet_v1 "
-                           "(as the OD API)");
-    }
-    // SSDMobileNetV2MnasFPNFeatureExtractor's own checks: levels 3..6, sides multiples of 64.
-    if (type == "ssd_mobilenet_v2_mnasfpn") {
-      const auto& fe = ssd.feature_extractor();
-      if (fe.fpn().min_level() != 3 || fe.fpn().max_level() != 6)
-        problems.push_back("model.ssd.feature_extractor.fpn: ssd_mobilenet_v2_mnasfpn has levels 3..6 (as the OD API)");
-      const auto& resizer = ssd.image_resizer();
-      const auto& keep = resizer.keep_aspect_ratio_resizer();
-      if ((resizer.has_fixed_shape_resizer() &&
-           (resizer.fixed_shape_resizer().height() % 64 != 0 || resizer.fixed_shape_resizer().width() % 64 != 0)) ||
-          (resizer.has_keep_aspect_ratio_resizer() && (!keep.pad_to_max_dimension() || keep.max_dimension() % 64 != 0)))
-        problems.push_back("model.ssd.image_resizer: ssd_mobilenet_v2_mnasfpn needs sides that are multiples of 64 "
-                           "(as the OD API)");
-    }
-    // SSDInceptionV3FeatureExtractor raises this itself: inception_v3 has no arg scope of its own.
-    if ((type == "ssd_inception_v2" || type == "ssd_inception_v3") &&
-        !ssd.feature_extractor().override_base_feature_extractor_hyperparams())
-      problems.push_back("model.ssd.feature_extractor.override_base_feature_extractor_hyperparams must be true for " +
-                         type + " (as the OD API: the base network takes conv_hyperparams)");
-    check_image_resizer(ssd.image_resizer(), "model.ssd.image_resizer", &problems);
-    check_oneof(ssd.box_coder(), "box_coder_oneof", "model.ssd.box_coder", {"faster_rcnn_box_coder"}, &problems);
-    check_oneof(ssd.matcher(), "matcher_oneof", "model.ssd.matcher", {"argmax_matcher"}, &problems);
-    check_oneof(ssd.similarity_calculator(), "region_similarity", "model.ssd.similarity_calculator", {"iou_similarity"},
-                &problems);
-    check_oneof(ssd.anchor_generator(), "anchor_generator_oneof", "model.ssd.anchor_generator",
-                {"ssd_anchor_generator", "multiscale_anchor_generator"}, &problems);
-    check_oneof(ssd.box_predictor(), "box_predictor_oneof", "model.ssd.box_predictor",
-                {"convolutional_box_predictor", "weight_shared_convolutional_box_predictor"}, &problems);
-    if (ssd.box_predictor().has_weight_shared_convolutional_box_predictor()) {
-      const auto& h = ssd.box_predictor().weight_shared_convolutional_box_predictor().conv_hyperparams();
-      if (h.activation() != odp::Hyperparams::RELU_6)
-        problems.push_back("model.ssd.box_predictor.weight_shared_convolutional_box_predictor.conv_hyperparams."
-                           "activation " + odp::Hyperparams::Activation_Name(h.activation()) +
-                           " is not supported; Orchard implements RELU_6");
-    }
-    // SSDLite's depthwise heads and the extra layers run ReLU6, as the samples configure them.
-    for (const auto& [path, hyper] :
-         {std::pair{std::string("model.ssd.feature_extractor.conv_hyperparams"), &ssd.feature_extractor().conv_hyperparams()},
-          std::pair{std::string("model.ssd.box_predictor.convolutional_box_predictor.conv_hyperparams"),
-                    &ssd.box_predictor().convolutional_box_predictor().conv_hyperparams()}}) {
-      const bool used = path.find("box_predictor") == std::string::npos ||
-                        ssd.box_predictor().convolutional_box_predictor().use_depthwise();
-      if (used && hyper->activation() != odp::Hyperparams::RELU_6)
-        problems.push_back(path + ".activation " + odp::Hyperparams::Activation_Name(hyper->activation()) +
-                           " is not supported; Orchard implements RELU_6");
-    }
-    check_oneof(ssd.loss().classification_loss(), "classification_loss", "model.ssd.loss.classification_loss",
-                {"weighted_sigmoid", "weighted_softmax", "weighted_sigmoid_focal"}, &problems);
-    check_oneof(ssd.loss().localization_loss(), "localization_loss", "model.ssd.loss.localization_loss",
-                {"weighted_smooth_l1"}, &problems);
-    if (config.train_config().merge_multiple_label_boxes())
-      problems.push_back("train_config.merge_multiple_label_boxes is not supported with model.ssd; Orchard implements "
-                         "it for faster_rcnn (the OD API's AVA sample)");
-  }
+// "a, b and c".
+std::string join_with_and(const std::vector<std::string>& names) {
+  std::string list;
+  for (size_t i = 0; i < names.size(); ++i) list += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return list;
 }
 
 void validate_pipeline_config(const odp::TrainEvalPipelineConfig& config, const std::string& source_name,

@@ -53,8 +53,8 @@ std::string pipeline_config_to_text(const object_detection::protos::TrainEvalPip
 // implement (all of them, joined by "; "):
 //   model: unset, or a case `models` does not name ("model.center_net is not supported;
 //     Orchard implements ssd or faster_rcnn"), then the named case's own check; Orchard's:
-//   model.ssd (check_ssd_model): num_classes <= 0; a feature_extractor.type outside ssd_feature_extractor_types()
-//     (below); the OD API's
+//   model.ssd (check_ssd_model): num_classes <= 0; a feature_extractor.type outside the list handed
+//     down (the registered extractors' types); the OD API's
 //     own checks of embedded_ssd_mobilenet_v1 (a 256x256 fixed_shape_resizer, pad_to_multiple 1),
 //     ssd_mobilenet_v2_mnasfpn (levels 3..6, sides multiples of 64) and ssd_inception_v2/v3
 //     (override_base_feature_extractor_hyperparams); an image resizer other than
@@ -69,14 +69,12 @@ std::string pipeline_config_to_text(const object_detection::protos::TrainEvalPip
 //     train_config.merge_multiple_label_boxes;
 //   model.faster_rcnn (check_faster_rcnn_model): num_classes <= 0; number_of_stages other than 2 or 3; a mask predictor
 //     without positive mask_height, mask_width and mask_prediction_num_conv_layers; a
-//     feature_extractor.type outside faster_rcnn_feature_extractor_types() (faster_rcnn_resnet50/
-//     101/152, faster_rcnn_inception_v2, faster_rcnn_inception_resnet_v2); first_stage_features_stride other than 8 or 16 (16 for
-//     inception_v2); the image resizer as for ssd; an anchor generator other than
-//     grid_anchor_generator; a second-stage box predictor other than mask_rcnn_box_predictor or
-//     rfcn_box_predictor (R-FCN with the ResNets only, crop sizes multiples of the spatial bins);
-//     and, without R-FCN, initial_crop_size, maxpool_kernel_size, maxpool_stride,
-//     first_stage_max_proposals or second_stage_batch_size not positive, second_stage_batch_size
-//     above first_stage_max_proposals, a second-stage classification loss other than
+//     feature_extractor.type outside the list handed down (the registered extractors); first_stage_features_stride
+//     other than 8 or 16 (16 for inception_v2); the image resizer as for ssd; an anchor generator other than
+//     grid_anchor_generator; a second-stage box predictor other than mask_rcnn_box_predictor or rfcn_box_predictor
+//     (R-FCN with the ResNets only, crop sizes multiples of the spatial bins); and, without R-FCN, initial_crop_size,
+//     maxpool_kernel_size, maxpool_stride, first_stage_max_proposals or second_stage_batch_size not positive,
+//     second_stage_batch_size above first_stage_max_proposals, a second-stage classification loss other than
 //     weighted_sigmoid or weighted_softmax;
 //   any model: an optimizer other than rms_prop / momentum / adam or a learning rate other than
 //     constant / exponential_decay / manual_step / cosine_decay, fine_tune_checkpoint_type outside
@@ -96,20 +94,14 @@ void validate_pipeline_config(const object_detection::protos::TrainEvalPipelineC
                               const std::string& source_name, const std::vector<ModelValidator>& models);
 
 // The checks of model.ssd and model.faster_rcnn listed above, for their meta-architectures'
-// registrations.
+// registrations (detect/meta_arch: ssd.cc, faster_rcnn.cc). `extractor_types` are the
+// feature_extractor.type values the meta-architecture builds: this library links no libtorch,
+// so the caller hands down its feature-extractor registry's list
+// (detect/feature_extractors: FeatureExtractorRegistry::ssd_types(), faster_rcnn_names()).
 void check_ssd_model(const object_detection::protos::TrainEvalPipelineConfig& config,
-                     std::vector<std::string>* problems);
+                     const std::vector<std::string>& extractor_types, std::vector<std::string>* problems);
 void check_faster_rcnn_model(const object_detection::protos::TrainEvalPipelineConfig& config,
-                             std::vector<std::string>* problems);
-
-// The feature_extractor.type values validate_pipeline_config accepts: model.ssd's (the
-// registered SSD extractors, some also as _fpn, _ppn, _mnasfpn or _keras types) and
-// model.faster_rcnn's. This library links no libtorch, so it cannot ask detect/feature_extractors'
-// registry; orchard_detect_model_tests checks these lists against it both ways (every accepted
-// type is a registered extractor with that variant, every registered extractor and variant is
-// accepted).
-const std::vector<std::string>& ssd_feature_extractor_types();
-const std::vector<std::string>& faster_rcnn_feature_extractor_types();
+                             const std::vector<std::string>& extractor_types, std::vector<std::string>* problems);
 
 // The TFRecord files of an input reader: each tf_record_input_reader.input_path expanded with
 // orchard::expand_file_pattern (TF patterns: "train.record-?????-of-00100", globs, directories,

@@ -219,8 +219,9 @@ CocoConvertResult instances_to_records(const CocoConvertOptions& o) {
   std::map<int64_t, std::string> categories;
   for (const auto& c : root["categories"]) {
     const int64_t id = int_field(c, "id", o.annotations);
-    if (id < 1) throw DataError(o.annotations + ": category '" + c.value("name", "") + "' has id " + std::to_string(id) +
-                                "; label-map ids start at 1 (0 is the background)");
+    if (id < 1)
+      throw DataError(o.annotations + ": category '" + c.value("name", "") + "' has id " + std::to_string(id) +
+                      "; label-map ids start at 1 (0 is the background)");
     categories[id] = c.at("name").get<std::string>();
     result.max_category_id = std::max<int>(result.max_category_id, static_cast<int>(id));
   }

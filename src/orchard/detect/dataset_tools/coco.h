@@ -55,7 +55,7 @@ struct CocoCaptionOptions {
 struct CocoCaptionResult {
   int64_t images = 0;
   int64_t captions = 0;
-  int64_t vocab_size = 0;  // with <UNK>
+  int64_t vocab_size = 0;     // with <UNK>
   int64_t unknown_words = 0;  // caption words mapped to <UNK>
 };
 

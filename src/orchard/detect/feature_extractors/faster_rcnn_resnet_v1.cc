@@ -63,7 +63,7 @@ class ResNetV1Extractor : public FasterRcnnFeatureExtractor {
 
   FasterRcnnFeatureExtractorOptions options_;
   int depth_;
-  models::ResNet first_{nullptr};            // to block3
+  models::ResNet first_{nullptr};          // to block3
   torch::nn::Sequential second_{nullptr};  // block4
 };
 
@@ -71,9 +71,9 @@ class ResNetV1Extractor : public FasterRcnnFeatureExtractor {
 
 void register_faster_rcnn_resnet_v1(FeatureExtractorRegistry& r) {
   for (int depth : {50, 101, 152})
-    r.add(FasterRcnnEntry{"faster_rcnn_resnet" + std::to_string(depth), [depth](const FasterRcnnFeatureExtractorOptions& o) {
-                            return std::make_unique<ResNetV1Extractor>(o, depth);
-                          }});
+    r.add(FasterRcnnEntry{
+        "faster_rcnn_resnet" + std::to_string(depth),
+        [depth](const FasterRcnnFeatureExtractorOptions& o) { return std::make_unique<ResNetV1Extractor>(o, depth); }});
 }
 
 }  // namespace orchard::detect::feature_extractors

@@ -19,8 +19,9 @@ SeparableConvImpl::SeparableConvImpl(int64_t in, int64_t out, int64_t kernel, in
                                                          .groups(in)
                                                          .padding(same ? 0 : (kernel - 1) / 2)
                                                          .bias(false)));
-  pointwise = register_module(
-      "1", layers::ConvNormActivation(layers::ConvNormActivationOptions(in, out, 1).bn_momentum(bn_momentum).bn_eps(bn_eps)));
+  pointwise =
+      register_module("1", layers::ConvNormActivation(
+                               layers::ConvNormActivationOptions(in, out, 1).bn_momentum(bn_momentum).bn_eps(bn_eps)));
 }
 
 torch::Tensor SeparableConvImpl::forward(const torch::Tensor& x) {
@@ -47,8 +48,7 @@ FpnTopDownImpl::FpnTopDownImpl(const FpnOptions& o) : options_(o) {
   for (size_t k = 0; k < o.in_channels.size(); ++k) {
     projection_->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(o.in_channels[k], o.depth, 1)));
     if (k + 1 < o.in_channels.size()) {
-      if (o.use_depthwise)
-        smoothing_->push_back(SeparableConv(o.depth, o.depth, 3, 1, o.bn_momentum, o.bn_eps));
+      if (o.use_depthwise) smoothing_->push_back(SeparableConv(o.depth, o.depth, 3, 1, o.bn_momentum, o.bn_eps));
       else
         smoothing_->push_back(layers::ConvNormActivation(
             layers::ConvNormActivationOptions(o.depth, o.depth, 3).bn_momentum(o.bn_momentum).bn_eps(o.bn_eps)));

@@ -57,7 +57,8 @@ class BlockImpl : public torch::nn::Module {
     depthwise = register_module(
         "depthwise",
         torch::nn::Conv2d(torch::nn::Conv2dOptions(expansion, expansion, d.kernel).groups(expansion).bias(false)));
-    pointwise = register_module("pointwise", torch::nn::Conv2d(torch::nn::Conv2dOptions(expansion, depth, 1).bias(false)));
+    pointwise =
+        register_module("pointwise", torch::nn::Conv2d(torch::nn::Conv2dOptions(expansion, depth, 1).bias(false)));
     bn = register_module("bn", batch_norm_of(depth, o));
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& nodes) {
@@ -137,7 +138,8 @@ std::vector<torch::Tensor> MnasFpnImpl::forward(const std::vector<torch::Tensor>
   inputs.push_back(c6_->as<Conv1x1Impl>()->forward(layers::max_pool2d_tf_same(levels[2], 3, 2)));
   for (const auto& cell : *cells_) {
     std::vector<torch::Tensor> nodes = inputs;
-    for (const auto& block : *cell->as<torch::nn::ModuleList>()) nodes.push_back(block->as<BlockImpl>()->forward(nodes));
+    for (const auto& block : *cell->as<torch::nn::ModuleList>())
+      nodes.push_back(block->as<BlockImpl>()->forward(nodes));
     std::vector<torch::Tensor> outputs(nodes.end() - kNumLevels, nodes.end());
     for (int i = 0; i < kNumLevels; ++i)  // the cell's residuals, where the shapes agree
       if (outputs[static_cast<size_t>(i)].sizes() == inputs[static_cast<size_t>(i)].sizes())

@@ -29,6 +29,21 @@ std::vector<std::string> FeatureExtractorRegistry::ssd_names() const {
   return names;
 }
 
+std::vector<std::string> FeatureExtractorRegistry::ssd_types() const {
+  std::vector<std::string> types;
+  for (const auto& e : ssd_) {
+    const auto with_keras = [&](const std::string& type) {
+      types.push_back(type);
+      if (e.keras) types.push_back(type + "_keras");
+    };
+    if (!e.layout.from_layer.empty()) with_keras(e.name);
+    if (!e.layout.fpn_blocks.empty()) with_keras(e.name + "_fpn");
+    if (e.layout.ppn_map) types.push_back(e.name + "_ppn");
+    if (!e.layout.mnasfpn_maps.empty()) types.push_back(e.name + "_mnasfpn");
+  }
+  return types;
+}
+
 void FeatureExtractorRegistry::add(FasterRcnnEntry entry) {
   if (find_faster_rcnn(entry.name))
     throw std::invalid_argument("Faster R-CNN feature extractor '" + entry.name + "' registered twice");
@@ -61,7 +76,8 @@ std::string join_names(const std::vector<std::string>& names) {
 
 std::vector<std::pair<int64_t, int64_t>> SsdFeatureExtractor::feature_map_sizes(int64_t height, int64_t width) const {
   std::vector<std::pair<int64_t, int64_t>> sizes;
-  for (const auto& e : endpoints_) sizes.emplace_back((height + e.stride - 1) / e.stride, (width + e.stride - 1) / e.stride);
+  for (const auto& e : endpoints_)
+    sizes.emplace_back((height + e.stride - 1) / e.stride, (width + e.stride - 1) / e.stride);
   return sizes;
 }
 

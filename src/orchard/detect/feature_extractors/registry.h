@@ -19,6 +19,9 @@ struct SsdEntry {
   std::string name;  // feature_extractor.type without _fpn / _ppn / _mnasfpn / _keras
   SsdLayout layout;
   std::function<std::unique_ptr<SsdFeatureExtractor>(const SsdFeatureExtractorOptions&)> make;
+  // The OD API also names its plain and FPN variants with "_keras" (its TF2 Keras extractors,
+  // which build the same networks): ssd_mobilenet_v2_keras, ssd_resnet50_v1_fpn_keras.
+  bool keras = false;
 };
 
 // A Faster R-CNN (R-FCN, Mask R-CNN) feature extractor type and its factory.
@@ -37,6 +40,10 @@ class FeatureExtractorRegistry {
   const SsdEntry* find_ssd(const std::string& name) const;
   // The registered SSD types in registration order.
   std::vector<std::string> ssd_names() const;
+  // Every model.ssd.feature_extractor.type these build, in registration order: each name with
+  // base maps (from_layer), then its _fpn, _ppn and _mnasfpn variants where its layout has them,
+  // and the _keras names of the plain and FPN variants where `keras` (the validator's list).
+  std::vector<std::string> ssd_types() const;
   // The same for Faster R-CNN's.
   const FasterRcnnEntry& faster_rcnn(const std::string& name) const;
   const FasterRcnnEntry* find_faster_rcnn(const std::string& name) const;

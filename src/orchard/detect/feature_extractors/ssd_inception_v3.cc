@@ -10,9 +10,9 @@
 #include <algorithm>
 
 #include "orchard/detect/feature_extractors/registry.h"
+#include "orchard/layers/init.h"
 #include "orchard/models/inception_v3.h"
 #include "orchard/models/mobilenet_v2.h"
-#include "orchard/layers/init.h"
 
 namespace orchard::detect::feature_extractors {
 namespace {

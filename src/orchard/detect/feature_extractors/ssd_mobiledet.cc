@@ -15,7 +15,8 @@ namespace {
 class MobileDetExtractor : public SsdFeatureExtractor {
  public:
   explicit MobileDetExtractor(const SsdFeatureExtractorOptions& o) {
-    TORCH_CHECK(!o.use_explicit_padding, "SSD ", o.type, " does not implement use_explicit_padding (nor does the OD API)");
+    TORCH_CHECK(!o.use_explicit_padding, "SSD ", o.type,
+                " does not implement use_explicit_padding (nor does the OD API)");
     models::MobileDetOptions mo;
     mo.variant = o.type.substr(std::string("ssd_mobiledet_").size());
     mo.depth_multiplier = o.depth_multiplier;

@@ -28,7 +28,8 @@ class MobileNetV1Extractor : public SsdFeatureExtractor {
   std::vector<FeatureMap> extract(const torch::Tensor& images) override {
     std::vector<FeatureMap> maps;
     auto tensors = net_->endpoints(images, layers_);
-    for (size_t i = 0; i < tensors.size(); ++i) maps.push_back({std::move(tensors[i]), endpoints_[i].stride, channels_[i]});
+    for (size_t i = 0; i < tensors.size(); ++i)
+      maps.push_back({std::move(tensors[i]), endpoints_[i].stride, channels_[i]});
     return maps;
   }
   std::optional<models::TfName> tf_name(const std::string& name, const std::string& scope) const override {
@@ -51,13 +52,13 @@ void register_ssd_mobilenet_v1(FeatureExtractorRegistry& r) {
   l.scope = "MobilenetV1";
   l.from_layer = {{"Conv2d_11_pointwise", 16}, {"Conv2d_13_pointwise", 32}};
   l.layer_depth = {-1, -1, 512, 256, 256, 128};
-  l.fpn_blocks = {{"Conv2d_3_pointwise", 4}, {"Conv2d_5_pointwise", 8}, {"Conv2d_11_pointwise", 16},
-                  {"Conv2d_13_pointwise", 32}};
+  l.fpn_blocks = {
+      {"Conv2d_3_pointwise", 4}, {"Conv2d_5_pointwise", 8}, {"Conv2d_11_pointwise", 16}, {"Conv2d_13_pointwise", 32}};
   l.fpn_bottom_up = "bottom_up_Conv2d_";
   l.fpn_bottom_up_first = 14;
   // pooling_pyramid_feature_maps (base_feature_map_depth 0): Conv2d_11_pointwise, then max pools.
   l.ppn_map = Endpoint{"Conv2d_11_pointwise", 16};
-  r.add({"ssd_mobilenet_v1", l, make});
+  r.add({"ssd_mobilenet_v1", l, make, /*keras=*/true});
 
   // EmbeddedSSDMobileNetV1FeatureExtractor: five maps, the last extra layer 2x2 (no kernel
   // larger than its 2x2 input); the OD API requires 256x256 inputs (checked with the config).

@@ -17,8 +17,8 @@ class MobileNetV2Extractor : public SsdFeatureExtractor {
     bo.include_top = false;
     bo.bn_momentum = o.bn_momentum;
     bo.bn_eps = o.bn_eps;
-    bo.tf_same_padding = !o.use_explicit_padding;                 // TF 'SAME', or fixed_padding then 'VALID'
-    bo.include_last_conv = o.variant != SsdVariant::kMnasFpn;     // mnasfpn: final_endpoint='layer_18'
+    bo.tf_same_padding = !o.use_explicit_padding;              // TF 'SAME', or fixed_padding then 'VALID'
+    bo.include_last_conv = o.variant != SsdVariant::kMnasFpn;  // mnasfpn: final_endpoint='layer_18'
     net_ = models::MobileNetV2(bo);
     endpoints_ = o.endpoints;
     for (const auto& e : endpoints_) {
@@ -30,7 +30,8 @@ class MobileNetV2Extractor : public SsdFeatureExtractor {
   std::vector<FeatureMap> extract(const torch::Tensor& images) override {
     std::vector<FeatureMap> maps;
     auto tensors = net_->endpoints(images, wanted_);
-    for (size_t i = 0; i < tensors.size(); ++i) maps.push_back({std::move(tensors[i]), endpoints_[i].stride, channels_[i]});
+    for (size_t i = 0; i < tensors.size(); ++i)
+      maps.push_back({std::move(tensors[i]), endpoints_[i].stride, channels_[i]});
     return maps;
   }
   std::optional<models::TfName> tf_name(const std::string& name, const std::string& scope) const override {
@@ -53,7 +54,9 @@ void register_ssd_mobilenet_v2(FeatureExtractorRegistry& r) {
   l.fpn_bottom_up = "bottom_up_Conv2d_";
   l.fpn_bottom_up_first = 20;
   l.mnasfpn_maps = {{"layer_7", 8}, {"layer_14", 16}, {"layer_18", 32}};
-  r.add({"ssd_mobilenet_v2", l, [](const SsdFeatureExtractorOptions& o) { return std::make_unique<MobileNetV2Extractor>(o); }});
+  r.add({"ssd_mobilenet_v2", l,
+         [](const SsdFeatureExtractorOptions& o) { return std::make_unique<MobileNetV2Extractor>(o); },
+         /*keras=*/true});
 }
 
 }  // namespace orchard::detect::feature_extractors

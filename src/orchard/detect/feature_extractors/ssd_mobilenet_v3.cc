@@ -32,7 +32,8 @@ class MobileNetV3Extractor : public SsdFeatureExtractor {
   std::vector<FeatureMap> extract(const torch::Tensor& images) override {
     std::vector<FeatureMap> maps;
     auto tensors = net_->endpoints(images, wanted_);
-    for (size_t i = 0; i < tensors.size(); ++i) maps.push_back({std::move(tensors[i]), endpoints_[i].stride, channels_[i]});
+    for (size_t i = 0; i < tensors.size(); ++i)
+      maps.push_back({std::move(tensors[i]), endpoints_[i].stride, channels_[i]});
     return maps;
   }
   std::optional<models::TfName> tf_name(const std::string& name, const std::string& scope) const override {

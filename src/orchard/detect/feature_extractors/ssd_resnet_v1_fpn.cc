@@ -63,9 +63,11 @@ SsdLayout layout(const char* scope) {
 
 void register_ssd_resnet_v1_fpn(FeatureExtractorRegistry& r) {
   r.add({"ssd_resnet50_v1", layout("resnet_v1_50"),
-         [](const SsdFeatureExtractorOptions& o) { return std::make_unique<ResNetV1Extractor>(o, 50); }});
+         [](const SsdFeatureExtractorOptions& o) { return std::make_unique<ResNetV1Extractor>(o, 50); },
+         /*keras=*/true});
   r.add({"ssd_resnet101_v1", layout("resnet_v1_101"),
-         [](const SsdFeatureExtractorOptions& o) { return std::make_unique<ResNetV1Extractor>(o, 101); }});
+         [](const SsdFeatureExtractorOptions& o) { return std::make_unique<ResNetV1Extractor>(o, 101); },
+         /*keras=*/true});
 }
 
 }  // namespace orchard::detect::feature_extractors

@@ -6,9 +6,9 @@
 #include <map>
 
 #include "orchard/core/error.h"
+#include "orchard/detect/losses/ssd_loss.h"
 #include "orchard/detect/ops/crop_and_resize.h"
 #include "orchard/detect/ops/sampler.h"
-#include "orchard/detect/losses/ssd_loss.h"
 
 namespace orchard::detect {
 
@@ -26,7 +26,8 @@ SsdTargets detection_assignment(const at::Tensor& proposals, const at::Tensor& g
 
 }  // namespace
 
-ProposalTargets assign_proposals(const at::Tensor& proposals, const at::Tensor& gt_boxes, const at::Tensor& gt_classes) {
+ProposalTargets assign_proposals(const at::Tensor& proposals, const at::Tensor& gt_boxes,
+                                 const at::Tensor& gt_classes) {
   const SsdTargets t = detection_assignment(proposals, gt_boxes, gt_classes);
   return {proposals, t.cls_targets, t.reg_targets, t.match};
 }
@@ -66,7 +67,8 @@ MergedBoxes merge_boxes_with_multiple_labels(const at::Tensor& boxes, const at::
   MergedBoxes out;
   out.boxes = b.index_select(0, torch::tensor(first, torch::kLong)).to(boxes.device());
   out.labels = labels.narrow(0, 0, m).to(boxes.device());
-  out.classes = m > 0 ? out.labels.argmax(1) + 1 : torch::zeros({0}, torch::TensorOptions(torch::kLong).device(boxes.device()));
+  out.classes =
+      m > 0 ? out.labels.argmax(1) + 1 : torch::zeros({0}, torch::TensorOptions(torch::kLong).device(boxes.device()));
   return out;
 }
 
@@ -75,7 +77,8 @@ std::map<std::string, at::Tensor> box_classifier_loss(const at::Tensor& refined_
                                                       const std::vector<ProposalTargets>& targets,
                                                       const BoxClassifierOptions& options) {
   if (refined_box_encodings.dim() != 3 || refined_box_encodings.size(2) != 4 || class_logits.dim() != 2 ||
-      class_logits.size(1) != refined_box_encodings.size(1) + 1 || class_logits.size(0) != refined_box_encodings.size(0))
+      class_logits.size(1) != refined_box_encodings.size(1) + 1 ||
+      class_logits.size(0) != refined_box_encodings.size(0))
     throw Error("box_classifier_loss: refined_box_encodings must be [P, K, 4] and class_logits [P, K + 1]");
   const double images = static_cast<double>(std::max<size_t>(targets.size(), 1));
   auto localization = torch::zeros({}, refined_box_encodings.options());
@@ -97,9 +100,8 @@ std::map<std::string, at::Tensor> box_classifier_loss(const at::Tensor& refined_
     const double scale = 1.0 / (static_cast<double>(n) * images);
     auto loc = huber * positive * scale;
     // Each proposal's one-hot (or k-hot) targets, background first.
-    const auto targets = t.class_targets.defined()
-                             ? t.class_targets.to(logits.device(), logits.scalar_type())
-                             : torch::one_hot(classes, logits.size(1)).to(logits.scalar_type());
+    const auto targets = t.class_targets.defined() ? t.class_targets.to(logits.device(), logits.scalar_type())
+                                                   : torch::one_hot(classes, logits.size(1)).to(logits.scalar_type());
     auto cls = options.sigmoid
                    ? torch::binary_cross_entropy_with_logits(logits, targets, {}, {}, at::Reduction::None).sum(1)
                    : -(targets * torch::log_softmax(logits / options.logit_scale, 1)).sum(1);
@@ -136,12 +138,9 @@ Detections box_classifier_detections(const at::Tensor& refined_box_encodings, co
                          .permute({1, 0, 2})
                          .contiguous();
   at::Tensor scores;
-  if (score_converter == "SOFTMAX")
-    scores = logits.softmax(1);
-  else if (score_converter == "SIGMOID")
-    scores = logits.sigmoid();
-  else
-    scores = logits;
+  if (score_converter == "SOFTMAX") scores = logits.softmax(1);
+  else if (score_converter == "SIGMOID") scores = logits.sigmoid();
+  else scores = logits;
   scores = scores.narrow(1, 1, scores.size(1) - 1).contiguous();
   nms.clip = true;
   nms.clip_window = {0.0f, 0.0f, static_cast<float>(image_height), static_cast<float>(image_width)};
@@ -168,7 +167,8 @@ at::Tensor mask_targets(const at::Tensor& gt_masks, const at::Tensor& proposals,
   return out.index_copy(0, positive, crops.squeeze(1));
 }
 
-at::Tensor mask_loss(const at::Tensor& mask_logits, const at::Tensor& targets, const at::Tensor& weights, float weight) {
+at::Tensor mask_loss(const at::Tensor& mask_logits, const at::Tensor& targets, const at::Tensor& weights,
+                     float weight) {
   if (mask_logits.dim() != 3 || targets.sizes() != mask_logits.sizes() || weights.dim() != 1 ||
       weights.size(0) != mask_logits.size(0))
     throw Error("mask_loss: mask_logits and targets must be [P, mh, mw] and weights [P]");

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "orchard/detect/ops/box_ops.h"
 #include "orchard/detect/losses/ssd_loss.h"
+#include "orchard/detect/ops/box_ops.h"
 
 namespace orchard::detect {
 

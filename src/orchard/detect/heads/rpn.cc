@@ -3,9 +3,9 @@
 #include <torch/torch.h>
 
 #include "orchard/core/error.h"
+#include "orchard/detect/losses/ssd_loss.h"
 #include "orchard/detect/ops/box_ops.h"
 #include "orchard/detect/ops/sampler.h"
-#include "orchard/detect/losses/ssd_loss.h"
 
 namespace orchard::detect {
 namespace {
@@ -52,17 +52,17 @@ std::map<std::string, at::Tensor> rpn_loss(const at::Tensor& box_encodings, cons
     const auto& gt = gt_boxes[static_cast<size_t>(b)];
     const auto classes = torch::ones({gt.size(0)}, gt.options().dtype(torch::kLong));
     const SsdTargets t = assign_targets(anchors, gt, classes, proposal_matcher(), coder);
-    const auto sampled = balanced_sample(t.cls_weights > 0, t.matched, options.minibatch_size,
-                                         options.positive_fraction)
-                             .to(box_encodings.scalar_type());
+    const auto sampled =
+        balanced_sample(t.cls_weights > 0, t.matched, options.minibatch_size, options.positive_fraction)
+            .to(box_encodings.scalar_type());
     const auto count = sampled.sum().clamp_min(1.0);
     // tf.losses.huber_loss (delta 1) summed over the four coordinates.
     const auto diff = (box_encodings[b] - t.reg_targets).abs();
     const auto huber = torch::where(diff <= 1.0, 0.5 * diff * diff, diff - 0.5).sum(1);
     localization = localization + (huber * sampled * t.reg_weights).sum() / count;
-    const auto ce = torch::nn::functional::cross_entropy(
-        objectness_logits[b], t.matched.to(torch::kLong),
-        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    const auto ce =
+        torch::nn::functional::cross_entropy(objectness_logits[b], t.matched.to(torch::kLong),
+                                             torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
     objectness = objectness + (ce * sampled).sum() / count;
   }
   const double per_image = 1.0 / static_cast<double>(std::max<int64_t>(batch, 1));

@@ -61,8 +61,8 @@ WeightSharedPredictorImpl::WeightSharedPredictorImpl(const WeightSharedPredictor
       torch::nn::ModuleList per_level;
       if (o.apply_batch_norm)
         for (int64_t l = 0; l < o.num_levels; ++l)
-          per_level->push_back(torch::nn::BatchNorm2d(
-              torch::nn::BatchNorm2dOptions(o.depth).momentum(o.bn_momentum).eps(o.bn_eps)));
+          per_level->push_back(
+              torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(o.depth).momentum(o.bn_momentum).eps(o.bn_eps)));
       norms->push_back(per_level);
       in = o.depth;
     }
@@ -80,10 +80,8 @@ WeightSharedPredictorImpl::WeightSharedPredictorImpl(const WeightSharedPredictor
   torch::NoGradGuard no_grad;
   for (auto& m : modules(/*include_self=*/false)) {
     if (auto* c = m->as<torch::nn::Conv2d>()) {
-      if (o.truncated_init)
-        layers::truncated_normal_(c->weight, o.init_stddev);
-      else
-        c->weight.normal_(0, o.init_stddev);
+      if (o.truncated_init) layers::truncated_normal_(c->weight, o.init_stddev);
+      else c->weight.normal_(0, o.init_stddev);
       if (c->bias.defined()) c->bias.zero_();
     } else if (auto* b = m->as<torch::nn::BatchNorm2d>()) {
       b->weight.fill_(1);
@@ -99,15 +97,16 @@ torch::Tensor WeightSharedPredictorImpl::tower(torch::nn::ModuleList& convs, tor
   for (size_t i = 0; i < convs->size(); ++i) {
     h = run_layer(*convs[i], h);
     if (options_.apply_batch_norm)
-      h = layers::batch_norm(*norms[i]->as<torch::nn::ModuleListImpl>()->ptr(level)->as<torch::nn::BatchNorm2dImpl>(), h);
+      h = layers::batch_norm(*norms[i]->as<torch::nn::ModuleListImpl>()->ptr(level)->as<torch::nn::BatchNorm2dImpl>(),
+                             h);
     h = torch::clamp(h, 0.0, 6.0);  // ReLU6 (see ConvNormActivation on clamp)
   }
   return h;
 }
 
 torch::Tensor WeightSharedPredictorImpl::forward(const std::vector<torch::Tensor>& maps) {
-  TORCH_CHECK(static_cast<int64_t>(maps.size()) == options_.num_levels, "weight-shared predictor: ",
-              maps.size(), " feature maps for ", options_.num_levels, " levels");
+  TORCH_CHECK(static_cast<int64_t>(maps.size()) == options_.num_levels, "weight-shared predictor: ", maps.size(),
+              " feature maps for ", options_.num_levels, " levels");
   std::vector<torch::Tensor> boxes, classes;
   for (size_t l = 0; l < maps.size(); ++l) {
     TORCH_CHECK(maps[l].size(1) == options_.in_channels, "weight-shared predictor: feature map ", l, " has ",
@@ -119,8 +118,8 @@ torch::Tensor WeightSharedPredictorImpl::forward(const std::vector<torch::Tensor
     auto class_features =
         options_.share_prediction_tower ? box_features : tower(class_tower_, class_tower_bn_, maps[l], l);
     if (options_.use_dropout)
-      class_features = F::dropout(class_features,
-                                  F::DropoutFuncOptions().p(1 - options_.dropout_keep_probability).training(is_training()));
+      class_features = F::dropout(
+          class_features, F::DropoutFuncOptions().p(1 - options_.dropout_keep_probability).training(is_training()));
     const auto box = run_layer(*box_head_, box_features);
     const auto cls = run_layer(*class_head_, class_features);
     boxes.push_back(box.permute({0, 2, 3, 1}).reshape({batch, anchors, options_.box_code_size}));
@@ -138,7 +137,8 @@ std::optional<models::TfName> WeightSharedPredictorImpl::tf_name(const std::stri
   // A layer's variable: `module` is the layer, or with use_depthwise "<layer>.0" (depthwise) or
   // "<layer>.1" (pointwise).
   const auto conv_name = [&](const std::string& tf_scope, const std::string& part) -> std::optional<models::TfName> {
-    if (part == ".0" && field == "weight") return models::TfName{tf_scope + "/depthwise_weights", models::TfLayout::kDepthwise};
+    if (part == ".0" && field == "weight")
+      return models::TfName{tf_scope + "/depthwise_weights", models::TfLayout::kDepthwise};
     const bool plain = part.empty(), pointwise = part == ".1";
     if (!plain && !pointwise) throw bad();
     if (field == "weight")
@@ -158,8 +158,10 @@ std::optional<models::TfName> WeightSharedPredictorImpl::tf_name(const std::stri
   const std::string k = kind;
   const bool box = k == "box_tower" || k == "box_tower_bn";
   if (!box && k != "class_tower" && k != "class_tower_bn") throw bad();
-  const std::string tower = scope + (options_.share_prediction_tower ? "PredictionTower" : box ? "BoxPredictionTower"
-                                                                                              : "ClassPredictionTower") +
+  const std::string tower = scope +
+                            (options_.share_prediction_tower ? "PredictionTower"
+                             : box                           ? "BoxPredictionTower"
+                                                             : "ClassPredictionTower") +
                             "/conv2d_" + std::to_string(i);
   if (k == "box_tower" || k == "class_tower") {
     const std::string part = module.substr(static_cast<size_t>(consumed));

@@ -61,8 +61,7 @@ class WeightSharedPredictorImpl : public torch::nn::Module {
   std::optional<models::TfName> tf_name(const std::string& name) const;
 
  private:
-  torch::Tensor tower(torch::nn::ModuleList& convs, torch::nn::ModuleList& norms, const torch::Tensor& x,
-                      size_t level);
+  torch::Tensor tower(torch::nn::ModuleList& convs, torch::nn::ModuleList& norms, const torch::Tensor& x, size_t level);
 
   WeightSharedPredictorOptions options_;
   torch::nn::ModuleList box_tower_{nullptr}, box_tower_bn_{nullptr};

@@ -13,8 +13,8 @@ SsdTargets assign_targets(const at::Tensor& anchors, const at::Tensor& gt_boxes,
                           const ArgMaxMatcherOptions& matcher, const FasterRcnnBoxCoderOptions& coder) {
   TORCH_CHECK(anchors.dim() == 2 && anchors.size(1) == 4, "anchors must be [A, 4], got ", anchors.sizes());
   TORCH_CHECK(gt_boxes.dim() == 2 && gt_boxes.size(1) == 4, "gt_boxes must be [G, 4], got ", gt_boxes.sizes());
-  TORCH_CHECK(gt_classes.dim() == 1 && gt_classes.size(0) == gt_boxes.size(0), "gt_classes must be [",
-              gt_boxes.size(0), "], got ", gt_classes.sizes());
+  TORCH_CHECK(gt_classes.dim() == 1 && gt_classes.size(0) == gt_boxes.size(0), "gt_classes must be [", gt_boxes.size(0),
+              "], got ", gt_classes.sizes());
   const int64_t num_anchors = anchors.size(0);
   const auto fopts = anchors.options().dtype(at::kFloat);
   const auto a = anchors.to(at::kFloat);
@@ -79,8 +79,7 @@ MinedAnchors mine_hard_examples(const at::Tensor& decoded_boxes, const at::Tenso
     out.num_negatives = num_selected - out.num_positives;
     return out;
   }
-  const int64_t max_negatives =
-      std::max(o.min_negatives_per_image, o.max_negatives_per_positive * out.num_positives);
+  const int64_t max_negatives = std::max(o.min_negatives_per_image, o.max_negatives_per_positive * out.num_positives);
   std::vector<int64_t> kept;
   kept.reserve(static_cast<size_t>(num_selected));
   int64_t negatives_so_far = 0;  // tf.cumsum over the negatives indicator (inclusive)
@@ -155,9 +154,10 @@ std::map<std::string, at::Tensor> ssd_loss(const at::Tensor& box_encodings, cons
       if (o.focal_alpha >= 0) {
         // alpha on the target columns, 1 - alpha elsewhere.
         auto alpha = at::full_like(per_column, 1.0f - o.focal_alpha);
-        const auto on = o.encode_background_as_zeros ? (target > 0).to(per_column.scalar_type()) * o.focal_alpha +
-                                                           (target == 0).to(per_column.scalar_type()) * (1.0f - o.focal_alpha)
-                                                     : at::full_like(target, o.focal_alpha, per_column.options());
+        const auto on = o.encode_background_as_zeros
+                            ? (target > 0).to(per_column.scalar_type()) * o.focal_alpha +
+                                  (target == 0).to(per_column.scalar_type()) * (1.0f - o.focal_alpha)
+                            : at::full_like(target, o.focal_alpha, per_column.options());
         alpha = alpha.scatter(2, target, on);
         per_column = per_column * alpha;
       }
@@ -177,8 +177,8 @@ std::map<std::string, at::Tensor> ssd_loss(const at::Tensor& box_encodings, cons
     {
       at::NoGradGuard no_grad;
       decoded = decode_boxes(box_encodings.detach().to(at::kFloat), a, o.coder).to(at::kCPU).contiguous();
-      rank_losses = miner_rank_losses(cls_losses, loc_losses, o.miner.loss_type, o.classification_weight,
-                                      o.localization_weight);
+      rank_losses =
+          miner_rank_losses(cls_losses, loc_losses, o.miner.loss_type, o.classification_weight, o.localization_weight);
     }
     const auto matches_cpu = matches.to(at::kCPU);
     std::vector<MinedAnchors> mined(static_cast<size_t>(batch));

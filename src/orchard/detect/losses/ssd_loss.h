@@ -57,7 +57,7 @@ struct HardExampleMinerOptions {
 
 struct SsdLossOptions {
   ClassificationLoss classification = ClassificationLoss::kWeightedSigmoid;
-  float focal_gamma = 2.0f;  // weighted_sigmoid_focal's gamma
+  float focal_gamma = 2.0f;   // weighted_sigmoid_focal's gamma
   float focal_alpha = -1.0f;  // weighted_sigmoid_focal's alpha; < 0: unset (no alpha weighting)
   // model.ssd.encode_background_as_zeros: an unmatched anchor's target is all zeros (the
   // background column too) rather than one-hot on the background column.
@@ -94,8 +94,8 @@ MinedAnchors mine_hard_examples(const at::Tensor& decoded_boxes, const at::Tenso
 
 // Batch totals, for summaries (TF logs the per-image means of the mined counts).
 struct SsdLossStats {
-  int64_t num_matches = 0;       // positive anchors in the batch
-  int64_t mined_positives = 0;   // summed over images; 0 without the miner
+  int64_t num_matches = 0;      // positive anchors in the batch
+  int64_t mined_positives = 0;  // summed over images; 0 without the miner
   int64_t mined_negatives = 0;
 };
 

@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 
 #include "orchard/core/error.h"
+#include "orchard/detect/config/config.h"
+#include "orchard/detect/feature_extractors/registry.h"
 #include "orchard/proto/object_detection/pipeline.pb.h"
 
 namespace orchard::tasks {
@@ -59,7 +61,8 @@ ParsedModel parse_faster_rcnn(const pb::TrainEvalPipelineConfig& pipeline) {
 
   const auto& grid = f.first_stage_anchor_generator().grid_anchor_generator();
   if (grid.scales_size() > 0) c.anchors.scales.assign(grid.scales().begin(), grid.scales().end());
-  if (grid.aspect_ratios_size() > 0) c.anchors.aspect_ratios.assign(grid.aspect_ratios().begin(), grid.aspect_ratios().end());
+  if (grid.aspect_ratios_size() > 0)
+    c.anchors.aspect_ratios.assign(grid.aspect_ratios().begin(), grid.aspect_ratios().end());
   c.anchors.base_height = grid.height();
   c.anchors.base_width = grid.width();
   c.anchors.stride_height = grid.height_stride();
@@ -104,9 +107,9 @@ ParsedModel parse_faster_rcnn(const pb::TrainEvalPipelineConfig& pipeline) {
 }
 
 at::Tensor pixels(int64_t height, int64_t width, const at::TensorOptions& options) {
-  return torch::tensor({static_cast<float>(height), static_cast<float>(width), static_cast<float>(height),
-                        static_cast<float>(width)},
-                       options.dtype(torch::kFloat));
+  return torch::tensor(
+      {static_cast<float>(height), static_cast<float>(width), static_cast<float>(height), static_cast<float>(width)},
+      options.dtype(torch::kFloat));
 }
 
 }  // namespace
@@ -161,20 +164,18 @@ at::Tensor FasterRcnnMetaArchitecture::anchors(int64_t height, int64_t width) co
 }
 
 std::unique_ptr<Outputs> FasterRcnnMetaArchitecture::forward(const at::Tensor& images, const InputShape& input,
-                                                            const data::Batch* targets) {
+                                                             const data::Batch* targets) {
   return run(images, input, targets, nullptr);
 }
 
-std::unique_ptr<Outputs> FasterRcnnMetaArchitecture::forward_eval(const at::Tensor& images,
-                                                                 const InputShape& input,
-                                                                 const data::Batch& batch) {
+std::unique_ptr<Outputs> FasterRcnnMetaArchitecture::forward_eval(const at::Tensor& images, const InputShape& input,
+                                                                  const data::Batch& batch) {
   const bool truth = config_.model.predict_instance_masks && batch.fields.count("masks");
   return run(images, input, nullptr, truth ? &batch : nullptr);
 }
 
 std::unique_ptr<FasterRcnnOutputs> FasterRcnnMetaArchitecture::run(const at::Tensor& input_images,
-                                                                   const InputShape& input,
-                                                                   const data::Batch* targets,
+                                                                   const InputShape& input, const data::Batch* targets,
                                                                    const data::Batch* eval_truth) {
   auto images = input_images;
   if (images.dim() == 4 && images.size(1) != 3 && images.size(3) == 3) images = images.permute({0, 3, 1, 2});
@@ -182,8 +183,9 @@ std::unique_ptr<FasterRcnnOutputs> FasterRcnnMetaArchitecture::run(const at::Ten
   const bool training = targets != nullptr;
   const bool masks = config_.model.predict_instance_masks;
   if (training && masks && !targets->fields.count("masks"))
-    throw Error("model.faster_rcnn predicts instance masks (Mask R-CNN) but the training records' masks are not "
-                "loaded: set load_instance_masks: true and mask_type: PNG_MASKS in train_input_reader");
+    throw Error(
+        "model.faster_rcnn predicts instance masks (Mask R-CNN) but the training records' masks are not "
+        "loaded: set load_instance_masks: true and mask_type: PNG_MASKS in train_input_reader");
   auto first = model_->first_stage(images);
   const auto all_anchors = anchors(height, width);
   TORCH_CHECK(first.box_encodings.size(1) == all_anchors.size(0), "Faster R-CNN: ", first.box_encodings.size(1),
@@ -286,8 +288,7 @@ std::unique_ptr<FasterRcnnOutputs> FasterRcnnMetaArchitecture::run(const at::Ten
       auto chosen = torch::zeros({m, mh * mw}, box_features.options().dtype(torch::kFloat));
       if (r > 0) {
         const auto positive = classes.index_select(0, rows);
-        const auto channel = config_.model.masks_are_class_agnostic ? torch::zeros_like(positive)
-                                                                    : positive - 1;
+        const auto channel = config_.model.masks_are_class_agnostic ? torch::zeros_like(positive) : positive - 1;
         const auto predicted = model_->mask_predictor(box_features.index_select(0, rows))
                                    .gather(1, channel.view({r, 1, 1, 1}).expand({r, 1, mh, mw}))
                                    .reshape({r, mh * mw});
@@ -298,8 +299,8 @@ std::unique_ptr<FasterRcnnOutputs> FasterRcnnMetaArchitecture::run(const at::Ten
       mask_weights = (classes > 0).to(torch::kFloat).unsqueeze(1);
     }
   }
-  out->refined_box_encodings = in_slots(m > 0 ? refined.reshape({m, 4 * k}).to(torch::kFloat) : refined, 4 * k)
-                                   .view({batch, slots, k, 4});
+  out->refined_box_encodings =
+      in_slots(m > 0 ? refined.reshape({m, 4 * k}).to(torch::kFloat) : refined, 4 * k).view({batch, slots, k, 4});
   out->class_logits = in_slots(m > 0 ? logits.to(torch::kFloat) : logits, k + 1);
   if (training && masks) {
     // Background and unused slots weigh 0.
@@ -315,15 +316,15 @@ std::unique_ptr<FasterRcnnOutputs> FasterRcnnMetaArchitecture::run(const at::Ten
         const auto [h, w] = image_sizes[static_cast<size_t>(i)];
         truth.push_back(image_truth(*eval_truth, i, h, w, true));
       }
-    third_stage(first.features, proposals, refined, logits, height, width, image_sizes,
-                mask_truth ? &truth : nullptr, out.get());
+    third_stage(first.features, proposals, refined, logits, height, width, image_sizes, mask_truth ? &truth : nullptr,
+                out.get());
   }
   return out;
 }
 
-void FasterRcnnMetaArchitecture::third_stage(const at::Tensor& features, const std::vector<detect::Proposals>& proposals,
-                                             const at::Tensor& refined, const at::Tensor& logits, int64_t height,
-                                             int64_t width,
+void FasterRcnnMetaArchitecture::third_stage(const at::Tensor& features,
+                                             const std::vector<detect::Proposals>& proposals, const at::Tensor& refined,
+                                             const at::Tensor& logits, int64_t height, int64_t width,
                                              const std::vector<std::pair<int64_t, int64_t>>& image_sizes,
                                              const std::vector<ImageTruth>* truth, FasterRcnnOutputs* out) {
   // _predict_third_stage: the box classifier's detections (normalised to the input), crops of
@@ -409,8 +410,8 @@ void FasterRcnnMetaArchitecture::third_stage(const at::Tensor& features, const s
     }
   }
   out->detection_boxes = in_slots(all_boxes, 4, torch::kFloat);
-  out->detection_scores = in_slots(found_any ? torch::cat(scores).to(device).unsqueeze(1) : at::Tensor(), 1,
-                                   torch::kFloat).select(2, 0);
+  out->detection_scores =
+      in_slots(found_any ? torch::cat(scores).to(device).unsqueeze(1) : at::Tensor(), 1, torch::kFloat).select(2, 0);
   out->detection_classes = in_slots(found_any ? all_classes.unsqueeze(1) : at::Tensor(), 1, torch::kLong).select(2, 0);
   const int64_t found_rows = found_any ? all_boxes.size(0) : 0;
   out->detection_valid =
@@ -420,7 +421,8 @@ void FasterRcnnMetaArchitecture::third_stage(const at::Tensor& features, const s
     out->mask_logits = in_slots(matched_logits, mh * mw, torch::kFloat);
     out->mask_targets = in_slots(targets, mh * mw, torch::kFloat);
     out->mask_weights =
-        in_slots(found_any ? (matched > 0).to(torch::kFloat).unsqueeze(1) : at::Tensor(), 1, torch::kFloat).select(2, 0);
+        in_slots(found_any ? (matched > 0).to(torch::kFloat).unsqueeze(1) : at::Tensor(), 1, torch::kFloat)
+            .select(2, 0);
   }
 }
 
@@ -435,8 +437,8 @@ std::map<std::string, at::Tensor> FasterRcnnMetaArchitecture::loss(const Outputs
   const auto scale = pixels(input.height, input.width, options);
   std::vector<at::Tensor> gt;
   for (const auto& b : gt_boxes) gt.push_back(b.to(options.device(), torch::kFloat) * scale);
-  const auto kept = detect::rpn_anchors(anchors(input.height, input.width), input.height, input.width, u.training,
-                                        config_.rpn);
+  const auto kept =
+      detect::rpn_anchors(anchors(input.height, input.width), input.height, input.width, u.training, config_.rpn);
   const auto index = kept.index.to(options.device());
   auto losses = detect::rpn_loss(u.rpn_box_encodings.index_select(1, index), u.rpn_objectness.index_select(1, index),
                                  kept.boxes.to(options.device()), gt, config_.rpn);
@@ -452,8 +454,8 @@ std::map<std::string, at::Tensor> FasterRcnnMetaArchitecture::loss(const Outputs
       // where only this loss tells one box with two labels from two boxes. (The RPN's loss above
       // is the same either way: identical boxes match the same anchors.)
       const auto merged = detect::merge_boxes_with_multiple_labels(gt_boxes[static_cast<size_t>(i)], classes, k);
-      auto t = detect::assign_proposals(proposals, merged.boxes.to(options.device(), torch::kFloat) * scale,
-                                        merged.classes);
+      auto t =
+          detect::assign_proposals(proposals, merged.boxes.to(options.device(), torch::kFloat) * scale, merged.classes);
       const auto matched = (t.match >= 0).unsqueeze(1).to(torch::kFloat);
       const auto hot = merged.labels.size(0) > 0
                            ? merged.labels.index_select(0, t.match.clamp_min(0)) * matched
@@ -480,7 +482,7 @@ std::map<std::string, at::Tensor> FasterRcnnMetaArchitecture::loss(const Outputs
 }
 
 std::vector<detect::Detections> FasterRcnnMetaArchitecture::postprocess(const Outputs& outputs,
-                                                                       const InputShape& input) const {
+                                                                        const InputShape& input) const {
   torch::NoGradGuard no_grad;
   const auto& u = outputs_as<FasterRcnnOutputs>(outputs);
   const auto cpu = [](const at::Tensor& t) { return t.to(torch::kCPU, torch::kFloat); };
@@ -517,9 +519,8 @@ std::vector<detect::Detections> FasterRcnnMetaArchitecture::postprocess(const Ou
       continue;
     }
     result.push_back(detect::box_classifier_detections(refined[i].index_select(0, rows),
-                                                       logits[i].index_select(0, rows),
-                                                       boxes[i].index_select(0, rows), h, w, config_.nms,
-                                                       config_.score_converter));
+                                                       logits[i].index_select(0, rows), boxes[i].index_select(0, rows),
+                                                       h, w, config_.nms, config_.score_converter));
   }
   return result;
 }
@@ -546,19 +547,28 @@ std::map<std::string, std::string> FasterRcnnMetaArchitecture::signature() const
 
 std::string FasterRcnnMetaArchitecture::describe() const {
   return fmt::format("{} {} ({} classes, stride {}, {} anchors per location, {} proposals{})",
-                     config_.model.rfcn ? "faster_rcnn (R-FCN)" : "faster_rcnn", name(),
-                     config_.model.num_classes, config_.model.features_stride, config_.model.anchors_per_location,
-                     config_.rpn.max_proposals,
+                     config_.model.rfcn ? "faster_rcnn (R-FCN)" : "faster_rcnn", name(), config_.model.num_classes,
+                     config_.model.features_stride, config_.model.anchors_per_location, config_.rpn.max_proposals,
                      config_.model.predict_instance_masks
                          ? fmt::format(", {}x{} masks", config_.model.mask_height, config_.model.mask_width)
                          : std::string());
 }
 
 void FasterRcnnMetaArchitecture::export_onnx(const std::string&, bool) {
-  throw Error("ONNX export of faster_rcnn is not implemented: its second stage crops a data-dependent number of "
-              "proposals (export the TensorFlow checkpoint, or use an SSD config for ONNX)");
+  throw Error(
+      "ONNX export of faster_rcnn is not implemented: its second stage crops a data-dependent number of "
+      "proposals (export the TensorFlow checkpoint, or use an SSD config for ONNX)");
 }
 
-MetaArchitectureEntry faster_rcnn_meta_architecture() { return {"faster_rcnn", parse_faster_rcnn}; }
+// model.faster_rcnn: what FasterRcnnMetaArchitecture builds (detect/config's checks of the
+// message), with the registered feature extractors' types.
+void validate_faster_rcnn(const object_detection::protos::TrainEvalPipelineConfig& pipeline,
+                          std::vector<std::string>* problems) {
+  detect::check_faster_rcnn_model(pipeline, detect::feature_extractors::registry().faster_rcnn_names(), problems);
+}
+
+MetaArchitectureEntry faster_rcnn_meta_architecture() {
+  return {"faster_rcnn", parse_faster_rcnn, validate_faster_rcnn};
+}
 
 }  // namespace orchard::tasks

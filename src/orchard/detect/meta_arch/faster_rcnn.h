@@ -3,8 +3,8 @@
 // Inception-v2, Inception-ResNet-v2) in faster_rcnn_model.h's networks: grid anchors, the RPN's
 // targets, loss and proposals (heads/rpn.h), the second stage on the proposals' crops (the
 // MaskRCNNBoxPredictor, or R-FCN's rfcn_box_predictor on position-sensitive crops) with its
-// minibatch, optional hard example miner, loss and detections (heads/box_classifier.h), and Mask R-CNN's mask head and third stage (predict_instance_masks).
-// docs/od_api_two_stage.md has the OD API's facts.
+// minibatch, optional hard example miner, loss and detections (heads/box_classifier.h), and Mask R-CNN's mask head and
+// third stage (predict_instance_masks). docs/od_api_two_stage.md has the OD API's facts.
 #pragma once
 
 #include <map>
@@ -14,12 +14,12 @@
 #include <utility>
 #include <vector>
 
-#include "orchard/detect/ops/anchors.h"
 #include "orchard/detect/heads/box_classifier.h"
-#include "orchard/detect/ops/box_ops.h"
-#include "orchard/detect/meta_arch/faster_rcnn_model.h"
 #include "orchard/detect/heads/rpn.h"
+#include "orchard/detect/meta_arch/faster_rcnn_model.h"
 #include "orchard/detect/meta_arch/meta_architecture.h"
+#include "orchard/detect/ops/anchors.h"
+#include "orchard/detect/ops/box_ops.h"
 
 namespace orchard::tasks {
 
@@ -101,8 +101,8 @@ class FasterRcnnMetaArchitecture : public MetaArchitecture {
   struct ImageTruth;
   static ImageTruth image_truth(const data::Batch& batch, int64_t i, int64_t height, int64_t width, bool masks);
   // forward: `targets` in training; `eval_truth` in evaluation with the batch's masks.
-  std::unique_ptr<FasterRcnnOutputs> run(const at::Tensor& images, const InputShape& input,
-                                         const data::Batch* targets, const data::Batch* eval_truth);
+  std::unique_ptr<FasterRcnnOutputs> run(const at::Tensor& images, const InputShape& input, const data::Batch* targets,
+                                         const data::Batch* eval_truth);
   // The detection_* fields of `out` (and with `truth` its mask_* fields). image_sizes: each
   // image's inside the height x width input.
   void third_stage(const at::Tensor& features, const std::vector<detect::Proposals>& proposals,

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "orchard/detect/feature_extractors/registry.h"
 #include "orchard/detect/ops/crop_and_resize.h"
 #include "orchard/layers/init.h"
-#include "orchard/detect/feature_extractors/registry.h"
 
 namespace orchard::detect {
 namespace {
@@ -22,9 +22,9 @@ bool starts_with(const std::string& s, const std::string& prefix) { return s.rfi
 
 int64_t mask_conv_depth(int64_t feature_channels, int64_t num_classes) {
   // Python 3's round (half to even), as the OD API runs it.
-  const double log_depth = std::nearbyint((2.0 * std::log2(static_cast<double>(feature_channels)) +
-                                           3.0 * std::log2(static_cast<double>(num_classes))) /
-                                          5.0);
+  const double log_depth = std::nearbyint(
+      (2.0 * std::log2(static_cast<double>(feature_channels)) + 3.0 * std::log2(static_cast<double>(num_classes))) /
+      5.0);
   return static_cast<int64_t>(std::llround(std::pow(2.0, log_depth)));
 }
 
@@ -41,9 +41,9 @@ FasterRcnnModelImpl::FasterRcnnModelImpl(const FasterRcnnModelOptions& o) : opti
   if (!extractor_->second_stage_after_rpn())
     second_stage_extractor_ = register_module("second_stage_extractor", extractor_->build_second_stage());
   const int64_t rate = o.rpn_atrous_rate, k = o.rpn_kernel_size;
-  rpn_conv_ = register_module("rpn_conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(features, o.rpn_depth, k)
-                                                                .padding(rate * (k - 1) / 2)
-                                                                .dilation(rate)));
+  rpn_conv_ = register_module(
+      "rpn_conv",
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(features, o.rpn_depth, k).padding(rate * (k - 1) / 2).dilation(rate)));
   const int64_t a = o.anchors_per_location;
   rpn_box_ = register_module("rpn_box_encoding", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.rpn_depth, a * 4, 1)));
   rpn_class_ = register_module("rpn_class", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.rpn_depth, a * 2, 1)));
@@ -52,7 +52,8 @@ FasterRcnnModelImpl::FasterRcnnModelImpl(const FasterRcnnModelOptions& o) : opti
   if (o.rfcn) {
     TORCH_CHECK(extractor_->implements_rfcn(), "R-FCN is implemented with the ResNet-v1 extractors");
     const int64_t bins = o.rfcn_bins_height * o.rfcn_bins_width;
-    reduce_depth_ = register_module("reduce_depth", torch::nn::Conv2d(torch::nn::Conv2dOptions(box_features, o.rfcn_depth, 1)));
+    reduce_depth_ =
+        register_module("reduce_depth", torch::nn::Conv2d(torch::nn::Conv2dOptions(box_features, o.rfcn_depth, 1)));
     refined_locations_ = register_module(
         "refined_locations", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.rfcn_depth, bins * o.num_classes * 4, 1)));
     class_predictions_ = register_module(
@@ -111,8 +112,8 @@ std::pair<int64_t, int64_t> FasterRcnnModelImpl::feature_map_size(int64_t height
 FasterRcnnModelImpl::FirstStage FasterRcnnModelImpl::first_stage(const torch::Tensor& images) {
   TORCH_CHECK(images.dim() == 4 && images.size(1) == 3, "Faster R-CNN expects images [B, 3, H, W], got ",
               images.sizes());
-  TORCH_CHECK(images.size(2) >= 33 && images.size(3) >= 33, "Faster R-CNN's ResNet needs inputs of at least 33x33, got ",
-              images.size(2), "x", images.size(3));
+  TORCH_CHECK(images.size(2) >= 33 && images.size(3) >= 33,
+              "Faster R-CNN's ResNet needs inputs of at least 33x33, got ", images.size(2), "x", images.size(3));
   FirstStage out;
   out.features = extractor_->first_stage_features(images).tensor;
   const auto h = torch::clamp(rpn_conv_(out.features), 0, 6);  // ReLU6
@@ -123,8 +124,8 @@ FasterRcnnModelImpl::FirstStage FasterRcnnModelImpl::first_stage(const torch::Te
 }
 
 std::pair<torch::Tensor, torch::Tensor> FasterRcnnModelImpl::second_stage(const torch::Tensor& features,
-                                                                           const torch::Tensor& boxes,
-                                                                           const torch::Tensor& box_indices) {
+                                                                          const torch::Tensor& boxes,
+                                                                          const torch::Tensor& box_indices) {
   if (!options_.rfcn) return box_predictor(box_classifier_features(features, boxes, box_indices));
   // RFCNMetaArch: block4 (stride 1) on the whole map, RfcnBoxPredictor's reduce_depth (ReLU, the
   // conv_hyperparams' activation), then the position-sensitive score maps cropped per proposal.
@@ -157,7 +158,8 @@ namespace {
 
 torch::Tensor resize_align_corners(const torch::Tensor& x, int64_t height, int64_t width) {
   return F::interpolate(
-      x, F::InterpolateFuncOptions().size(std::vector<int64_t>{height, width}).mode(torch::kBilinear).align_corners(true));
+      x,
+      F::InterpolateFuncOptions().size(std::vector<int64_t>{height, width}).mode(torch::kBilinear).align_corners(true));
 }
 
 // conv(resize(x)) for a stride-1 convolution padded k / 2 (the mask head's 3x3 'SAME'). The

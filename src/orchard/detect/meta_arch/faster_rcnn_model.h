@@ -36,8 +36,8 @@ struct FasterRcnnModelOptions {
   // A name in detect/feature_extractors' registry: faster_rcnn_resnet50 / 101 / 152,
   // faster_rcnn_inception_v2 or faster_rcnn_inception_resnet_v2.
   std::string feature_extractor = "faster_rcnn_resnet50";
-  int64_t num_classes = 90;                                // without the background
-  int64_t features_stride = 16;                            // first_stage_features_stride: 16 or 8
+  int64_t num_classes = 90;           // without the background
+  int64_t features_stride = 16;       // first_stage_features_stride: 16 or 8
   bool batch_norm_trainable = false;  // false (the samples): batch norms use their moving statistics
   int64_t anchors_per_location = 12;  // scales x aspect ratios of the grid anchor generator
   int64_t rpn_depth = 512;            // first_stage_box_predictor_depth
@@ -60,8 +60,8 @@ struct FasterRcnnModelOptions {
   bool predict_instance_masks = false;
   int64_t mask_height = 15;
   int64_t mask_width = 15;
-  int64_t mask_conv_depth = 256;       // mask_prediction_conv_depth; 0: from the features and classes
-  int64_t mask_num_conv_layers = 2;    // mask_prediction_num_conv_layers, the predicting one included
+  int64_t mask_conv_depth = 256;     // mask_prediction_conv_depth; 0: from the features and classes
+  int64_t mask_num_conv_layers = 2;  // mask_prediction_num_conv_layers, the predicting one included
   bool masks_are_class_agnostic = false;
   bool convolve_then_upsample = false;  // convolve_then_upsample_masks
   double mask_init_stddev = 0.01;       // conv_hyperparams' truncated normal
@@ -77,10 +77,10 @@ class FasterRcnnModelImpl : public torch::nn::Module {
   explicit FasterRcnnModelImpl(const FasterRcnnModelOptions& options);
 
   struct FirstStage {
-    torch::Tensor features;        // [B, C, Hf, Wf]: rpn_features_to_crop (ResNet 1024, Inception-v2 576,
-                                   // Inception-ResNet-v2 1088)
-    torch::Tensor box_encodings;   // [B, Hf * Wf * A, 4]
-    torch::Tensor objectness;      // [B, Hf * Wf * A, 2] (background, object)
+    torch::Tensor features;       // [B, C, Hf, Wf]: rpn_features_to_crop (ResNet 1024, Inception-v2 576,
+                                  // Inception-ResNet-v2 1088)
+    torch::Tensor box_encodings;  // [B, Hf * Wf * A, 4]
+    torch::Tensor objectness;     // [B, Hf * Wf * A, 2] (background, object)
   };
   // images [B, 3, H, W] in [-1, 1] (Orchard's input; ResNet-v1 sees RGB 0..255 minus the ImageNet
   // means, Inception-v2 the input as it is).

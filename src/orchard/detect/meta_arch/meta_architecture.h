@@ -17,14 +17,14 @@
 
 #include "orchard/data/detection.h"
 #include "orchard/detect/ops/box_ops.h"
-#include "orchard/models/tf_names.h"
 #include "orchard/engine/outputs.h"
+#include "orchard/models/tf_names.h"
 
 namespace object_detection::protos {
 class TrainEvalPipelineConfig;
 class ImageResizer;
 class PostProcessing;
-}
+}  // namespace object_detection::protos
 namespace torch::nn {
 class Module;
 }
@@ -88,15 +88,16 @@ class MetaArchitecture {
 class MetaArchitectureConfig {
  public:
   virtual ~MetaArchitectureConfig() = default;
-  virtual std::unique_ptr<MetaArchitecture> build(int64_t num_classes, const data::DetectionInputOptions& input) const = 0;
+  virtual std::unique_ptr<MetaArchitecture> build(int64_t num_classes,
+                                                  const data::DetectionInputOptions& input) const = 0;
 };
 
 struct ParsedModel {
   std::shared_ptr<const MetaArchitectureConfig> config;
-  int64_t num_classes = 0;  // without the background
+  int64_t num_classes = 0;        // without the background
   int64_t height = 0, width = 0;  // the fixed input size (keep_aspect_ratio: max_dimension square)
   std::optional<data::KeepAspectRatioResize> keep_aspect_ratio;  // image_resizer.keep_aspect_ratio_resizer
-  double l2_weight = 0;           // the conv_hyperparams' l2_regularizer weight (0: none)
+  double l2_weight = 0;  // the conv_hyperparams' l2_regularizer weight (0: none)
 };
 
 struct MetaArchitectureEntry {

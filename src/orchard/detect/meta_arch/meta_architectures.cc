@@ -5,10 +5,10 @@
 
 #include "orchard/core/error.h"
 #include "orchard/detect/config/config.h"
-#include "orchard/proto/object_detection/pipeline.pb.h"
-#include "orchard/detect/meta_arch/meta_architecture.h"
 #include "orchard/detect/meta_arch/faster_rcnn.h"
+#include "orchard/detect/meta_arch/meta_architecture.h"
 #include "orchard/detect/meta_arch/ssd.h"
+#include "orchard/proto/object_detection/pipeline.pb.h"
 
 namespace orchard::tasks {
 namespace {
@@ -24,13 +24,8 @@ void register_builtin_meta_architectures() {
   static bool done = false;
   if (done) return;
   done = true;
-  // The validation of each message lives with pipeline.config's parser (detect/config/config.h).
-  auto with_validation = [](MetaArchitectureEntry entry, decltype(MetaArchitectureEntry::validate) validate) {
-    if (!entry.validate) entry.validate = std::move(validate);
-    return entry;
-  };
-  register_meta_architecture(with_validation(ssd_meta_architecture(), detect::check_ssd_model));
-  register_meta_architecture(with_validation(faster_rcnn_meta_architecture(), detect::check_faster_rcnn_model));
+  register_meta_architecture(ssd_meta_architecture());
+  register_meta_architecture(faster_rcnn_meta_architecture());
 }
 
 void validate_detection_pipeline(const object_detection::protos::TrainEvalPipelineConfig& pipeline,

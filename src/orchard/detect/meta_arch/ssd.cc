@@ -7,6 +7,8 @@
 #include <cstdio>
 
 #include "orchard/core/error.h"
+#include "orchard/detect/config/config.h"
+#include "orchard/detect/feature_extractors/registry.h"
 #include "orchard/export/onnx_export.h"
 #include "orchard/proto/object_detection/pipeline.pb.h"
 
@@ -187,7 +189,8 @@ detect::SsdModel build_model(const detect::SsdModelOptions& options) {
 
 }  // namespace
 
-std::unique_ptr<MetaArchitecture> SsdConfig::build(int64_t num_classes, const data::DetectionInputOptions& input) const {
+std::unique_ptr<MetaArchitecture> SsdConfig::build(int64_t num_classes,
+                                                   const data::DetectionInputOptions& input) const {
   return std::make_unique<SsdMetaArchitecture>(*this, num_classes, input);
 }
 
@@ -198,13 +201,12 @@ SsdMetaArchitecture::SsdMetaArchitecture(const SsdConfig& config, int64_t num_cl
   const int64_t h = input.height, w = input.width;
   if (const auto& ms = config_.multiscale_anchors) {
     const bool pyramid = config_.model.fpn.enabled || config_.model.mnasfpn;
-    if (!pyramid || ms->min_level != config_.model.fpn.min_level ||
-        ms->max_level != config_.model.fpn.max_level)
+    if (!pyramid || ms->min_level != config_.model.fpn.min_level || ms->max_level != config_.model.fpn.max_level)
       throw Error("model.ssd.anchor_generator.multiscale_anchor_generator levels " + std::to_string(ms->min_level) +
                   ".." + std::to_string(ms->max_level) + " must be the feature extractor's FPN levels" +
                   (pyramid ? " (" + std::to_string(config_.model.fpn.min_level) + ".." +
-                                                   std::to_string(config_.model.fpn.max_level) + ")"
-                                             : " (it has no fpn)"));
+                                 std::to_string(config_.model.fpn.max_level) + ")"
+                           : " (it has no fpn)"));
     config_.model.anchors_per_location.assign(static_cast<size_t>(ms->max_level - ms->min_level + 1),
                                               detect::anchors_per_location(*ms));
     model_ = build_model(config_.model);
@@ -224,7 +226,8 @@ SsdMetaArchitecture::SsdMetaArchitecture(const SsdConfig& config, int64_t num_cl
 
 at::Tensor SsdMetaArchitecture::generate_anchors(int64_t height, int64_t width) const {
   const auto sizes = model_->feature_map_sizes(height, width);
-  if (const auto& ms = config_.multiscale_anchors) return detect::generate_multiscale_anchors(*ms, sizes, height, width);
+  if (const auto& ms = config_.multiscale_anchors)
+    return detect::generate_multiscale_anchors(*ms, sizes, height, width);
   return detect::generate_ssd_anchors(config_.anchors, sizes, height, width);
 }
 
@@ -247,8 +250,7 @@ models::TfNameMap SsdMetaArchitecture::tf_name_map(const std::string& checkpoint
 }
 
 // The images' sizes matter to SSD's postprocess only (its clip window), which has them.
-std::unique_ptr<Outputs> SsdMetaArchitecture::forward(const at::Tensor& images, const InputShape&,
-                                                      const data::Batch*) {
+std::unique_ptr<Outputs> SsdMetaArchitecture::forward(const at::Tensor& images, const InputShape&, const data::Batch*) {
   // SsdModel's predictions hold each anchor's box code and then its class logits.
   const auto predictions = model_->forward(images);
   const int64_t code = config_.model.box_code_size;
@@ -278,12 +280,9 @@ std::vector<detect::Detections> SsdMetaArchitecture::postprocess(const Outputs& 
                                     anchors(input.height, input.width), config_.loss.coder);
   auto logits = ssd.class_logits.to(torch::kCPU, torch::kFloat);
   at::Tensor scores;
-  if (config_.score_converter == "SIGMOID")
-    scores = logits.sigmoid();
-  else if (config_.score_converter == "SOFTMAX")
-    scores = logits.softmax(2);
-  else
-    scores = logits;
+  if (config_.score_converter == "SIGMOID") scores = logits.sigmoid();
+  else if (config_.score_converter == "SOFTMAX") scores = logits.softmax(2);
+  else scores = logits;
   scores = scores.narrow(2, 1, scores.size(2) - 1);  // drop the background column
   std::vector<detect::Detections> result;
   for (int64_t i = 0; i < logits.size(0); ++i) {
@@ -312,8 +311,8 @@ std::map<std::string, std::string> SsdMetaArchitecture::signature() const {
 }
 
 std::string SsdMetaArchitecture::name() const {
-  return config_.model.feature_extractor + (config_.model.fpn.enabled ? "_fpn" : "") + (config_.model.ppn ? "_ppn" : "") +
-         (config_.model.mnasfpn ? "_mnasfpn" : "");
+  return config_.model.feature_extractor + (config_.model.fpn.enabled ? "_fpn" : "") +
+         (config_.model.ppn ? "_ppn" : "") + (config_.model.mnasfpn ? "_mnasfpn" : "");
 }
 
 std::string SsdMetaArchitecture::describe() const {
@@ -325,9 +324,10 @@ std::string SsdMetaArchitecture::describe() const {
 
 void SsdMetaArchitecture::export_onnx(const std::string& path, bool include_preprocessing) {
   if (input_.keep_aspect_ratio && !input_.keep_aspect_ratio->pad_to_max_dimension)
-    throw Error("ONNX export needs a fixed input size: keep_aspect_ratio_resizer without pad_to_max_dimension runs "
-                "each image at its own size, with anchors of that size (export the TensorFlow checkpoint instead, or "
-                "set pad_to_max_dimension: true)");
+    throw Error(
+        "ONNX export needs a fixed input size: keep_aspect_ratio_resizer without pad_to_max_dimension runs "
+        "each image at its own size, with anchors of that size (export the TensorFlow checkpoint instead, or "
+        "set pad_to_max_dimension: true)");
   model_->eval();
   exporting::DetectionOnnxOptions o;
   o.height = input_.height;
@@ -337,13 +337,20 @@ void SsdMetaArchitecture::export_onnx(const std::string& path, bool include_prep
   const auto& coder = config_.loss.coder;
   o.box_coder_scales = {coder.y_scale, coder.x_scale, coder.height_scale, coder.width_scale};
   exporting::export_detection_onnx(*model_, anchors_, o, path);
-  spdlog::info("wrote {} (ONNX opset {}, input 'images' [batch, 3, {}, {}] {}, outputs 'raw_detection_boxes' "
-               "[batch, {}, 4], 'raw_detection_scores' [batch, {}, {}] ({}; column 0 the background); no NMS)",
-               path, exporting::kOnnxOpset, o.height, o.width,
-               o.include_preprocessing ? "RGB in [0, 255]" : "scaled to [-1, 1]", anchors_.size(0), anchors_.size(0),
-               config_.model.num_classes + 1, config_.score_converter);
+  spdlog::info(
+      "wrote {} (ONNX opset {}, input 'images' [batch, 3, {}, {}] {}, outputs 'raw_detection_boxes' "
+      "[batch, {}, 4], 'raw_detection_scores' [batch, {}, {}] ({}; column 0 the background); no NMS)",
+      path, exporting::kOnnxOpset, o.height, o.width, o.include_preprocessing ? "RGB in [0, 255]" : "scaled to [-1, 1]",
+      anchors_.size(0), anchors_.size(0), config_.model.num_classes + 1, config_.score_converter);
 }
 
-MetaArchitectureEntry ssd_meta_architecture() { return {"ssd", parse_ssd}; }
+// model.ssd: what SsdMetaArchitecture builds (detect/config's checks of the message), with the
+// registered feature extractors' types.
+void validate_ssd(const object_detection::protos::TrainEvalPipelineConfig& pipeline,
+                  std::vector<std::string>* problems) {
+  detect::check_ssd_model(pipeline, detect::feature_extractors::registry().ssd_types(), problems);
+}
+
+MetaArchitectureEntry ssd_meta_architecture() { return {"ssd", parse_ssd, validate_ssd}; }
 
 }  // namespace orchard::tasks

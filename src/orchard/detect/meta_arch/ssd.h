@@ -13,11 +13,11 @@
 #include <string>
 #include <utility>
 
+#include "orchard/detect/losses/ssd_loss.h"
+#include "orchard/detect/meta_arch/meta_architecture.h"
+#include "orchard/detect/meta_arch/ssd_model.h"
 #include "orchard/detect/ops/anchors.h"
 #include "orchard/detect/ops/box_ops.h"
-#include "orchard/detect/losses/ssd_loss.h"
-#include "orchard/detect/meta_arch/ssd_model.h"
-#include "orchard/detect/meta_arch/meta_architecture.h"
 
 namespace orchard::tasks {
 

@@ -9,11 +9,11 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "orchard/layers/init.h"
+#include "orchard/detect/feature_extractors/registry.h"
 #include "orchard/layers/conv_norm_activation.h"
 #include "orchard/layers/depth.h"
+#include "orchard/layers/init.h"
 #include "orchard/layers/tf_same.h"
-#include "orchard/detect/feature_extractors/registry.h"
 #include "orchard/models/mobilenet_v1.h"
 
 namespace orchard::detect {
@@ -83,8 +83,8 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     TORCH_CHECK(!layout.fpn_blocks.empty(), "SSD ", o.feature_extractor, " has no FPN variant in the OD API");
     TORCH_CHECK(fpn.min_level >= 2 && fpn.min_level <= kFpnBaseMaxLevel && fpn.max_level >= fpn.min_level &&
                     fpn.max_level <= 12,
-                "SSD FPN levels must satisfy 2 <= min_level <= 5, min_level <= max_level <= 12; got ",
-                fpn.min_level, "..", fpn.max_level);
+                "SSD FPN levels must satisfy 2 <= min_level <= 5, min_level <= max_level <= 12; got ", fpn.min_level,
+                "..", fpn.max_level);
     TORCH_CHECK(static_cast<int>(n) == fpn.max_level - fpn.min_level + 1, "SSD FPN levels ", fpn.min_level, "..",
                 fpn.max_level, " need ", fpn.max_level - fpn.min_level + 1, " anchor layers, got ", n);
     eo.variant = fx::SsdVariant::kFpn;
@@ -98,16 +98,17 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
   } else if (o.mnasfpn) {
     TORCH_CHECK(!layout.mnasfpn_maps.empty(), "SSD MnasFPN: the OD API's is ssd_mobilenet_v2_mnasfpn, not ",
                 o.feature_extractor, "_mnasfpn");
-    TORCH_CHECK(fpn.min_level == 3 && fpn.max_level == 6 && n == 4, "SSD MnasFPN has levels 3..6 (4 feature maps), got ",
-                fpn.min_level, "..", fpn.max_level, " and ", n, " anchor layers");
+    TORCH_CHECK(fpn.min_level == 3 && fpn.max_level == 6 && n == 4,
+                "SSD MnasFPN has levels 3..6 (4 feature maps), got ", fpn.min_level, "..", fpn.max_level, " and ", n,
+                " anchor layers");
     TORCH_CHECK(!o.use_explicit_padding, "SSD MnasFPN: use_explicit_padding is not implemented");
     eo.variant = fx::SsdVariant::kMnasFpn;
     from = layout.mnasfpn_maps;
   } else {
     TORCH_CHECK(!layout.from_layer.empty(), "SSD ", o.feature_extractor, " is an FPN feature extractor (",
                 o.feature_extractor, "_fpn)");
-    TORCH_CHECK(n <= kMaxFeatureMaps, "SSD MobileNet has 1 to ", kMaxFeatureMaps, " feature maps; anchors_per_location has ",
-                n, " entries");
+    TORCH_CHECK(n <= kMaxFeatureMaps, "SSD MobileNet has 1 to ", kMaxFeatureMaps,
+                " feature maps; anchors_per_location has ", n, " entries");
     for (size_t i = 0; i < std::min(n, layout.from_layer.size()); ++i) from.push_back(layout.from_layer[i]);
   }
   eo.depth_multiplier = o.depth_multiplier;
@@ -122,8 +123,8 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
   if (o.mnasfpn) {
     MnasFpnOptions mo;
     mo.in_channels = channels_;
-    mo.depth = layers::make_divisible(static_cast<double>(fpn.additional_layer_depth) * o.depth_multiplier, 8,
-                                      o.min_depth);
+    mo.depth =
+        layers::make_divisible(static_cast<double>(fpn.additional_layer_depth) * o.depth_multiplier, 8, o.min_depth);
     mo.depth_multiplier = o.depth_multiplier;
     mo.min_depth = o.min_depth;
     mo.bn_momentum = o.bn_momentum;
@@ -153,8 +154,7 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
     for (int level = kFpnBaseMaxLevel + 1; level <= fpn.max_level; ++level) {
       if (o.use_depthwise)
         bottom_up_->push_back(SeparableConv(d, d, 3, 2, o.bn_momentum, o.bn_eps, !o.use_explicit_padding));
-      else
-        bottom_up_->push_back(ConvNormActivation(conv(d, d, 3).stride(2).tf_same_padding(!o.use_explicit_padding)));
+      else bottom_up_->push_back(ConvNormActivation(conv(d, d, 3).stride(2).tf_same_padding(!o.use_explicit_padding)));
       channels_.push_back(d);
     }
   } else if (o.ppn) {
@@ -184,8 +184,10 @@ SsdModelImpl::SsdModelImpl(const SsdModelOptions& o) : options_(o) {
   if (o.weight_shared) {
     WeightSharedPredictorOptions po = *o.weight_shared;
     for (size_t i = 0; i < n; ++i) {
-      TORCH_CHECK(channels_[i] == channels_[0], "weight_shared_convolutional_box_predictor needs feature maps of one "
-                  "depth; map ", i, " has ", channels_[i], " channels, map 0 ", channels_[0]);
+      TORCH_CHECK(channels_[i] == channels_[0],
+                  "weight_shared_convolutional_box_predictor needs feature maps of one "
+                  "depth; map ",
+                  i, " has ", channels_[i], " channels, map 0 ", channels_[0]);
       TORCH_CHECK(o.anchors_per_location[i] == o.anchors_per_location[0],
                   "weight_shared_convolutional_box_predictor needs the same number of anchors per location on "
                   "every feature map");
@@ -249,8 +251,7 @@ void SsdModelImpl::init_extra_layers_(double stddev) {
   }
 }
 
-std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
-                                                          const std::string& backbone_scope) const {
+std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name, const std::string& backbone_scope) const {
   const auto bad = [&] { return std::invalid_argument("not an SSD MobileNet variable: '" + name + "'"); };
   const std::string feature_extractor_scope = "FeatureExtractor/" + this->backbone_scope();
   if (name.rfind("backbone.", 0) == 0) {
@@ -275,8 +276,9 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
   if (std::sscanf(name.c_str(), "%15[a-z_].%d%n", kind, &i, &consumed) != 2 || i < 0) throw bad();
   const std::string head = kind;
   if (head == "box_depthwise" || head == "class_depthwise") {
-    const std::string scope = "BoxPredictor_" + std::to_string(i) +
-                              (head == "box_depthwise" ? "/BoxEncodingPredictor_depthwise" : "/ClassPredictor_depthwise");
+    const std::string scope =
+        "BoxPredictor_" + std::to_string(i) +
+        (head == "box_depthwise" ? "/BoxEncodingPredictor_depthwise" : "/ClassPredictor_depthwise");
     const std::string module = name.substr(0, dot);
     if (module.size() > 2 && module.compare(module.size() - 2, 2, ".0") == 0) {
       if (field != "weight") throw bad();
@@ -285,8 +287,8 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name,
     return models::tf_batch_norm_name(scope, field);
   }
   if (head == "box_heads" || head == "class_heads") {
-    const std::string scope = "BoxPredictor_" + std::to_string(i) +
-                              (head == "box_heads" ? "/BoxEncodingPredictor/" : "/ClassPredictor/");
+    const std::string scope =
+        "BoxPredictor_" + std::to_string(i) + (head == "box_heads" ? "/BoxEncodingPredictor/" : "/ClassPredictor/");
     if (field == "weight") return models::TfName{scope + "weights", models::TfLayout::kConv};
     if (field == "bias") return models::TfName{scope + "biases"};
     throw bad();
@@ -335,7 +337,8 @@ std::vector<torch::Tensor> SsdModelImpl::feature_maps(const torch::Tensor& input
   std::vector<torch::Tensor> maps;
   const int64_t m = options_.pad_to_multiple;
   const torch::Tensor images =
-      m > 1 ? F::pad(input, F::PadFuncOptions({0, (m - input.size(3) % m) % m, 0, (m - input.size(2) % m) % m})) : input;
+      m > 1 ? F::pad(input, F::PadFuncOptions({0, (m - input.size(3) % m) % m, 0, (m - input.size(2) % m) % m}))
+            : input;
   for (auto& map : extractor_->extract(images)) maps.push_back(std::move(map.tensor));
   if (fpn_) {
     maps = fpn_->forward(maps);

@@ -180,10 +180,8 @@ void evaluate_cell(CocoIouType iou_type, const CocoGroundTruth* const* gts, int 
           continue;
         }
         s.gt_matched[m] = 1;
-        if (s.gt_ignored[m])
-          out[d].ignored[a] |= bit;
-        else
-          out[d].tp[a] |= bit;
+        if (s.gt_ignored[m]) out[d].ignored[a] |= bit;
+        else out[d].tp[a] |= bit;
       }
     }
   }

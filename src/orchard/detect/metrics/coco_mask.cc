@@ -234,10 +234,8 @@ Rle rle_from_polygon(const std::vector<double>& xy, int64_t h, int64_t w) {
     if (std::floor(xd) != xd || xd < 0 || xd > static_cast<double>(w - 1)) continue;
     double yd = v[j] < v[j - 1] ? v[j] : v[j - 1];
     yd = (yd + .5) / kScale - .5;
-    if (yd < 0)
-      yd = 0;
-    else if (yd > static_cast<double>(h))
-      yd = static_cast<double>(h);
+    if (yd < 0) yd = 0;
+    else if (yd > static_cast<double>(h)) yd = static_cast<double>(h);
     yd = std::ceil(yd);
     a.push_back(static_cast<uint32_t>(static_cast<int64_t>(xd) * h + static_cast<int64_t>(yd)));
   }

@@ -88,9 +88,9 @@ VocMetricsOptions VocMetricsOptions::for_metrics_set(const std::string& metrics_
 }
 
 bool VocMetricsOptions::is_metrics_set(const std::string& metrics_set) {
-  for (const char* known : {"pascal_voc_detection_metrics", "weighted_pascal_voc_detection_metrics",
-                            "oid_V2_detection_metrics", "open_images_V2_detection_metrics", "open_images_metrics",
-                            "oid_challenge_detection_metrics"})
+  for (const char* known :
+       {"pascal_voc_detection_metrics", "weighted_pascal_voc_detection_metrics", "oid_V2_detection_metrics",
+        "open_images_V2_detection_metrics", "open_images_metrics", "oid_challenge_detection_metrics"})
     if (metrics_set == known) return true;
   return false;
 }
@@ -227,10 +227,8 @@ VocMetrics VocEvaluator::evaluate() const {
       pooled_gt += num_gt_[c];
     }
   }
-  if (options_.use_weighted_mean_ap)
-    m.mean_ap = pooled_gt > 0 ? average_precision(pooled, pooled_gt) : kNaN;
-  else
-    m.mean_ap = counted ? sum / counted : kNaN;
+  if (options_.use_weighted_mean_ap) m.mean_ap = pooled_gt > 0 ? average_precision(pooled, pooled_gt) : kNaN;
+  else m.mean_ap = counted ? sum / counted : kNaN;
   return m;
 }
 

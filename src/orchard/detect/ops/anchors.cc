@@ -64,8 +64,8 @@ std::vector<int64_t> anchors_per_location(const SsdAnchorOptions& o) {
 }
 
 at::Tensor generate_ssd_anchors(const SsdAnchorOptions& o,
-                                const std::vector<std::pair<int64_t, int64_t>>& feature_map_sizes,
-                                int64_t image_height, int64_t image_width) {
+                                const std::vector<std::pair<int64_t, int64_t>>& feature_map_sizes, int64_t image_height,
+                                int64_t image_width) {
   const auto specs = ssd_anchor_specs(o);
   if (static_cast<int>(feature_map_sizes.size()) != o.num_layers) {
     throw Error("ssd anchors: " + std::to_string(feature_map_sizes.size()) + " feature maps for " +
@@ -112,8 +112,8 @@ at::Tensor generate_ssd_anchors(const SsdAnchorOptions& o,
       for (int64_t x = 0; x < grid_w; ++x) {
         const float cx = static_cast<float>(x) * stride_x + offset_x;
         for (size_t a = 0; a < heights.size(); ++a) {
-          out.insert(out.end(), {cy - 0.5f * heights[a], cx - 0.5f * widths[a], cy + 0.5f * heights[a],
-                                 cx + 0.5f * widths[a]});
+          out.insert(out.end(),
+                     {cy - 0.5f * heights[a], cx - 0.5f * widths[a], cy + 0.5f * heights[a], cx + 0.5f * widths[a]});
         }
       }
     }
@@ -210,8 +210,8 @@ at::Tensor generate_grid_anchors(const GridAnchorOptions& o, int64_t grid_height
     for (int64_t x = 0; x < grid_width; ++x) {
       const float cx = static_cast<float>(x) * o.stride_width + o.offset_width;
       for (size_t a = 0; a < heights.size(); ++a)
-        out.insert(out.end(), {cy - 0.5f * heights[a], cx - 0.5f * widths[a], cy + 0.5f * heights[a],
-                               cx + 0.5f * widths[a]});
+        out.insert(out.end(),
+                   {cy - 0.5f * heights[a], cx - 0.5f * widths[a], cy + 0.5f * heights[a], cx + 0.5f * widths[a]});
     }
   }
   const auto n = static_cast<int64_t>(out.size() / 4);

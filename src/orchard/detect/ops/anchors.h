@@ -53,8 +53,8 @@ std::vector<int64_t> anchors_per_location(const SsdAnchorOptions& options);
 // cell the layer's anchor specs in order. This is the order of a box predictor head whose
 // NCHW output [B, A * 4, H, W] is permuted to NHWC and reshaped to [B, H * W * A, 4].
 at::Tensor generate_ssd_anchors(const SsdAnchorOptions& options,
-                                const std::vector<std::pair<int64_t, int64_t>>& feature_map_sizes,
-                                int64_t image_height, int64_t image_width);
+                                const std::vector<std::pair<int64_t, int64_t>>& feature_map_sizes, int64_t image_height,
+                                int64_t image_width);
 
 // The OD API's multiscale_anchor_generator (MultiscaleGridAnchorGenerator, the RetinaNet/FPN
 // configs): per level l in [min_level, max_level] a grid of stride 2^l, anchors of base size

@@ -183,8 +183,9 @@ at::Tensor argmax_match(const at::Tensor& similarity, const ArgMaxMatcherOptions
                   ") must not exceed matched_threshold (" + std::to_string(o.matched_threshold) + ")");
     }
     if (o.unmatched_threshold == o.matched_threshold && !o.negatives_lower_than_unmatched) {
-      throw Error("argmax matcher: with negatives_lower_than_unmatched false, the matched and unmatched thresholds "
-                  "cannot be equal");
+      throw Error(
+          "argmax matcher: with negatives_lower_than_unmatched false, the matched and unmatched thresholds "
+          "cannot be equal");
     }
   }
   const int64_t num_gt = similarity.size(0), num_anchors = similarity.size(1);
@@ -202,7 +203,7 @@ at::Tensor argmax_match(const at::Tensor& similarity, const ArgMaxMatcherOptions
   if (o.force_match_for_each_row && num_anchors > 0) {
     // Each row claims its best column; where several rows claim one column the first row
     // wins (argmax of the one-hot indicators over rows).
-    const auto best_col = similarity.argmax(1);                                               // [G]
+    const auto best_col = similarity.argmax(1);                                                    // [G]
     const auto claims = best_col.unsqueeze(1) == at::arange(num_anchors, long_opts).unsqueeze(0);  // [G, A]
     const auto claimed = claims.any(0);
     const auto claiming_row = claims.to(at::kInt).argmax(0);
@@ -214,15 +215,15 @@ at::Tensor argmax_match(const at::Tensor& similarity, const ArgMaxMatcherOptions
 at::Tensor nms(const at::Tensor& boxes, const at::Tensor& scores, float iou_threshold, int64_t max_output,
                float score_threshold) {
   check_boxes(boxes, "nms boxes");
-  TORCH_CHECK(scores.dim() == 1 && scores.size(0) == boxes.size(0), "nms: scores must be [", boxes.size(0),
-              "], got ", scores.sizes());
+  TORCH_CHECK(scores.dim() == 1 && scores.size(0) == boxes.size(0), "nms: scores must be [", boxes.size(0), "], got ",
+              scores.sizes());
   check_iou_threshold(iou_threshold);
   const auto b = boxes.to(at::kCPU, at::kFloat).contiguous();
   const auto s = scores.to(at::kCPU, at::kFloat).contiguous();
   std::vector<int64_t> keep;
   NmsScratch scratch;
-  nms_kernel(b.data_ptr<float>(), s.data_ptr<float>(), b.size(0), iou_threshold, max_output, score_threshold,
-             &scratch, &keep);
+  nms_kernel(b.data_ptr<float>(), s.data_ptr<float>(), b.size(0), iou_threshold, max_output, score_threshold, &scratch,
+             &keep);
   auto out = at::empty({static_cast<int64_t>(keep.size())}, at::kLong);
   std::copy(keep.begin(), keep.end(), out.data_ptr<int64_t>());
   return out;
@@ -231,8 +232,8 @@ at::Tensor nms(const at::Tensor& boxes, const at::Tensor& scores, float iou_thre
 Detections multiclass_nms(const at::Tensor& boxes, const at::Tensor& scores, const BatchNmsOptions& o) {
   const bool per_class = boxes.dim() == 3;  // q = num_classes: a box per class
   if (!per_class) check_boxes(boxes, "multiclass_nms boxes");
-  TORCH_CHECK(scores.dim() == 2 && scores.size(0) == boxes.size(0), "multiclass_nms: scores must be [",
-              boxes.size(0), ", num_classes], got ", scores.sizes());
+  TORCH_CHECK(scores.dim() == 2 && scores.size(0) == boxes.size(0), "multiclass_nms: scores must be [", boxes.size(0),
+              ", num_classes], got ", scores.sizes());
   TORCH_CHECK(!per_class || (boxes.size(1) == scores.size(1) && boxes.size(2) == 4),
               "multiclass_nms: class-specific boxes must be [A, num_classes, 4], got ", boxes.sizes());
   check_iou_threshold(o.iou_threshold);

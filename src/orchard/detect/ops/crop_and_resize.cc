@@ -63,7 +63,12 @@ struct CropGeometry {
 
   CropGeometry(const at::Tensor& boxes_t, const at::Tensor& indices, int64_t h, int64_t w, int64_t c, int64_t ch,
                int64_t cw)
-      : height(h), width(w), channels(c), crop_height(ch), crop_width(cw), boxes(boxes_t.size(0)),
+      : height(h),
+        width(w),
+        channels(c),
+        crop_height(ch),
+        crop_width(cw),
+        boxes(boxes_t.size(0)),
         index(indices.data_ptr<int64_t>()),
         ys(side_taps(boxes_t.data_ptr<T>(), boxes, 0, 2, ch, h)),
         xs(side_taps(boxes_t.data_ptr<T>(), boxes, 1, 3, cw, w)) {}
@@ -76,7 +81,8 @@ struct CropGeometry {
 // the step between its channels.
 struct CropStrides {
   int64_t box, channel, row, column;
-  explicit CropStrides(const at::Tensor& t) : box(t.stride(0)), channel(t.stride(1)), row(t.stride(2)), column(t.stride(3)) {}
+  explicit CropStrides(const at::Tensor& t)
+      : box(t.stride(0)), channel(t.stride(1)), row(t.stride(2)), column(t.stride(3)) {}
   int64_t at(int64_t n, int64_t i, int64_t j) const { return n * box + i * row + j * column; }
 };
 
@@ -156,8 +162,8 @@ void crop_backward(const CropGeometry<T>& g, const T* grad, const CropStrides& s
   });
 }
 
-void check_shapes(const at::Tensor& image, const at::Tensor& boxes, const at::Tensor& box_indices,
-                  int64_t crop_height, int64_t crop_width) {
+void check_shapes(const at::Tensor& image, const at::Tensor& boxes, const at::Tensor& box_indices, int64_t crop_height,
+                  int64_t crop_width) {
   if (image.dim() != 4) throw Error("crop_and_resize: image must be [B, C, H, W]");
   if (boxes.dim() != 2 || boxes.size(1) != 4) throw Error("crop_and_resize: boxes must be [N, 4]");
   if (box_indices.dim() != 1 || box_indices.size(0) != boxes.size(0))
@@ -178,14 +184,13 @@ void check_indices(const at::Tensor& indices, int64_t images) {
 class CropAndResizeFunction : public torch::autograd::Function<CropAndResizeFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& image, const at::Tensor& boxes,
-                            const at::Tensor& indices, int64_t crop_height, int64_t crop_width,
-                            double extrapolation) {
+                            const at::Tensor& indices, int64_t crop_height, int64_t crop_width, double extrapolation) {
     const auto nhwc = image.permute({0, 2, 3, 1}).contiguous();  // free when the image is channels-last
     const int64_t n = boxes.size(0);
     // Channels-last crops: written as contiguous channel vectors, and the max pool and block4 after
     // them run faster on them than on NCHW ones (bench/README.md).
-    const auto out =
-        at::empty({n, image.size(1), crop_height, crop_width}, image.options().memory_format(at::MemoryFormat::ChannelsLast));
+    const auto out = at::empty({n, image.size(1), crop_height, crop_width},
+                               image.options().memory_format(at::MemoryFormat::ChannelsLast));
     AT_DISPATCH_FLOATING_TYPES(image.scalar_type(), "crop_and_resize", [&] {
       const CropGeometry<scalar_t> g(boxes, indices, image.size(2), image.size(3), image.size(1), crop_height,
                                      crop_width);
@@ -209,7 +214,11 @@ class CropAndResizeFunction : public torch::autograd::Function<CropAndResizeFunc
       const CropGeometry<scalar_t> g(saved[0], saved[1], size[2], size[3], size[1], crop[0], crop[1]);
       crop_backward(g, grad.data_ptr<scalar_t>(), CropStrides(grad), grad_image.data_ptr<scalar_t>());
     });
-    return {grad_image.permute({0, 3, 1, 2}).contiguous(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+    return {grad_image.permute({0, 3, 1, 2}).contiguous(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
             at::Tensor()};
   }
 };
@@ -219,8 +228,8 @@ class CropAndResizeFunction : public torch::autograd::Function<CropAndResizeFunc
 at::Tensor crop_and_resize(const at::Tensor& image, const at::Tensor& boxes, const at::Tensor& box_indices,
                            int64_t crop_height, int64_t crop_width, float extrapolation_value) {
   check_shapes(image, boxes, box_indices, crop_height, crop_width);
-  if (!image.device().is_cpu()) return crop_and_resize_grid_sample(image, boxes, box_indices, crop_height, crop_width,
-                                                                   extrapolation_value);
+  if (!image.device().is_cpu())
+    return crop_and_resize_grid_sample(image, boxes, box_indices, crop_height, crop_width, extrapolation_value);
   const auto type = image.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const auto indices = box_indices.to(torch::kCPU, torch::kLong).contiguous();
   check_indices(indices, image.size(0));
@@ -229,14 +238,14 @@ at::Tensor crop_and_resize(const at::Tensor& image, const at::Tensor& boxes, con
   return crops.to(image.scalar_type());
 }
 
-at::Tensor crop_and_resize_grid_sample(const at::Tensor& image, const at::Tensor& boxes,
-                                       const at::Tensor& box_indices, int64_t crop_height, int64_t crop_width,
-                                       float extrapolation_value) {
+at::Tensor crop_and_resize_grid_sample(const at::Tensor& image, const at::Tensor& boxes, const at::Tensor& box_indices,
+                                       int64_t crop_height, int64_t crop_width, float extrapolation_value) {
   check_shapes(image, boxes, box_indices, crop_height, crop_width);
   const int64_t n = boxes.size(0), channels = image.size(1), height = image.size(2), width = image.size(3);
   auto out = image.new_full({n, channels, crop_height, crop_width}, extrapolation_value);
   if (n == 0) return out;
-  const auto b = boxes.detach().to(image.options().dtype(image.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
+  const auto b =
+      boxes.detach().to(image.options().dtype(image.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
   const auto ys = sample_positions(b.select(1, 0), b.select(1, 2), crop_height, height);  // [N, ch]
   const auto xs = sample_positions(b.select(1, 1), b.select(1, 3), crop_width, width);    // [N, cw]
   const auto valid_y = (ys >= 0) & (ys <= static_cast<double>(height - 1));
@@ -254,7 +263,8 @@ at::Tensor crop_and_resize_grid_sample(const at::Tensor& image, const at::Tensor
   std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(image.size(0)));
   for (int64_t i = 0; i < n; ++i) rows_of[static_cast<size_t>(index[i])].push_back(i);
   namespace F = torch::nn::functional;
-  const auto options = F::GridSampleFuncOptions().mode(torch::kBilinear).padding_mode(torch::kZeros).align_corners(true);
+  const auto options =
+      F::GridSampleFuncOptions().mode(torch::kBilinear).padding_mode(torch::kZeros).align_corners(true);
   std::vector<at::Tensor> parts(static_cast<size_t>(n));
   for (size_t img = 0; img < rows_of.size(); ++img) {
     if (rows_of[img].empty()) continue;
@@ -280,8 +290,8 @@ at::Tensor position_sensitive_crop_regions(const at::Tensor& features, const at:
               "position_sensitive_crop_regions: crop size ", crop_height, "x", crop_width,
               " must be a multiple of the spatial bins ", bins_height, "x", bins_width);
   const int64_t bins = bins_height * bins_width;
-  TORCH_CHECK(features.dim() == 4 && features.size(1) % bins == 0, "position_sensitive_crop_regions: ",
-              features.size(1), " channels do not split into ", bins, " bins");
+  TORCH_CHECK(features.dim() == 4 && features.size(1) % bins == 0,
+              "position_sensitive_crop_regions: ", features.size(1), " channels do not split into ", bins, " bins");
   TORCH_CHECK(boxes.dim() == 2 && boxes.size(1) == 4 && box_indices.size(0) == boxes.size(0),
               "position_sensitive_crop_regions: boxes must be [M, 4] with an image index each");
   const int64_t b = features.size(0), c = features.size(1) / bins, m = boxes.size(0);

@@ -23,9 +23,8 @@ at::Tensor crop_and_resize(const at::Tensor& image, const at::Tensor& boxes, con
 
 // The same crops from libtorch's grid_sample (align_corners: TF's sample positions) with the
 // extrapolation value set where TF sets it, for any device; its autograd gives the gradient.
-at::Tensor crop_and_resize_grid_sample(const at::Tensor& image, const at::Tensor& boxes,
-                                       const at::Tensor& box_indices, int64_t crop_height, int64_t crop_width,
-                                       float extrapolation_value = 0.0f);
+at::Tensor crop_and_resize_grid_sample(const at::Tensor& image, const at::Tensor& boxes, const at::Tensor& box_indices,
+                                       int64_t crop_height, int64_t crop_width, float extrapolation_value = 0.0f);
 
 // R-FCN's ops.position_sensitive_crop_regions with global_pool: the channels of `features`
 // [B, bins_h * bins_w * C, H, W] are bins_h * bins_w contiguous groups of C (group g = by * bins_w +

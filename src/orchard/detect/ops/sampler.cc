@@ -28,7 +28,8 @@ at::Tensor balanced_sample(const at::Tensor& indicator, const at::Tensor& labels
     throw Error("balanced_sample: batch_size must be >= 0 and positive_fraction in [0, 1]");
   const auto ind = indicator.to(torch::kCPU, torch::kBool);
   const auto lab = labels.to(torch::kCPU, torch::kBool);
-  const auto positives = subsample(ind & lab, static_cast<int64_t>(static_cast<double>(positive_fraction) * batch_size));
+  const auto positives =
+      subsample(ind & lab, static_cast<int64_t>(static_cast<double>(positive_fraction) * batch_size));
   const int64_t taken = positives.sum().item<int64_t>();
   const auto negatives = subsample(ind & lab.logical_not(), batch_size - taken);
   return (positives | negatives).to(indicator.device());

@@ -31,10 +31,11 @@ bool DataParallelHook::after_backward(TrainState&) {
 
 void DataParallelHook::after_train(TrainState&) {
   if (!reducer_ || reducer_->steps() == 0) return;
-  spdlog::info("gradient all-reduce: {} buckets, {:.2f} ms per step not hidden by the backward pass ({:.1f}% of "
-               "the step)",
-               reducer_->num_buckets(), 1000 * reducer_->finish_seconds() / reducer_->steps(),
-               100 * reducer_->finish_seconds() / std::max(1e-9, monotonic_seconds() - started_));
+  spdlog::info(
+      "gradient all-reduce: {} buckets, {:.2f} ms per step not hidden by the backward pass ({:.1f}% of "
+      "the step)",
+      reducer_->num_buckets(), 1000 * reducer_->finish_seconds() / reducer_->steps(),
+      100 * reducer_->finish_seconds() / std::max(1e-9, monotonic_seconds() - started_));
 }
 
 }  // namespace orchard::engine

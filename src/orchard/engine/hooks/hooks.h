@@ -81,8 +81,7 @@ class LogHook : public Hook {
   // Besides the line every log_steps: on a terminal a live progress line; in a log a progress
   // line after the run's first step and whenever `progress_secs` passed without a line, so that
   // slow steps (a large detector on a CPU) never leave a log silent for minutes.
-  LogHook(int64_t log_steps, train::Distributed* distributed, std::string data_loss_name,
-          double progress_secs = 30);
+  LogHook(int64_t log_steps, train::Distributed* distributed, std::string data_loss_name, double progress_secs = 30);
   ~LogHook() override;
   void before_train(TrainState& state) override;
   void after_step(TrainState& state) override;

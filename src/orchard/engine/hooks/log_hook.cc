@@ -27,8 +27,7 @@ struct LogHook::Impl {
   Stopwatch since_line;  // since the last line in the log
 };
 
-LogHook::LogHook(int64_t log_steps, train::Distributed* distributed, std::string data_loss_name,
-                 double progress_secs)
+LogHook::LogHook(int64_t log_steps, train::Distributed* distributed, std::string data_loss_name, double progress_secs)
     : impl_(std::make_unique<Impl>()) {
   impl_->progress_secs = progress_secs;
   impl_->data_loss_name = std::move(data_loss_name);
@@ -49,8 +48,7 @@ void LogHook::before_train(TrainState& s) {
   if (s.step < s.total_steps)
     spdlog::info("training from step {} to {} ({} steps per epoch, global batch {})", s.step, s.total_steps,
                  s.steps_per_epoch, s.global_batch_size);
-  else
-    spdlog::info("model_dir already holds step {} (>= {} steps to train): nothing to train", s.step, s.total_steps);
+  else spdlog::info("model_dir already holds step {} (>= {} steps to train): nothing to train", s.step, s.total_steps);
 }
 
 void LogHook::after_step(TrainState& s) {
@@ -60,7 +58,8 @@ void LogHook::after_step(TrainState& s) {
   if (done % m.log_steps == 0 || done == s.total_steps) {  // the last step too: a short run has its line
     // The seed logs the cross entropy beside the loss. With replicas, both are the global
     // batch's: the data-loss shares summed over replicas, the regulariser counted once.
-    const auto reg = s.loss.regularizer.defined() ? s.loss.regularizer.to(torch::kDouble) : torch::zeros({}, torch::kDouble);
+    const auto reg =
+        s.loss.regularizer.defined() ? s.loss.regularizer.to(torch::kDouble) : torch::zeros({}, torch::kDouble);
     std::vector<at::Tensor> data = {s.loss.data.to(torch::kDouble).reshape({1})};
     if (s.world_size > 1) m.dist->allreduce_sum(data);
     m.last_data_loss = data[0][0].item<double>();

@@ -24,8 +24,8 @@ void TrainSummaryHook::after_loop(TrainState& state) {
   if (auto* w = state.train_events) {
     for (const auto& [k, v] : state.train_metrics) w->scalar(k, v, state.step);
     w->scalar("learning_rate", schedule_(state.step - 1), state.step);
-    w->scalar("steps_per_second", static_cast<double>(state.step - state.loop_first) / (monotonic_seconds() - loop_start_),
-              state.step);
+    w->scalar("steps_per_second",
+              static_cast<double>(state.step - state.loop_first) / (monotonic_seconds() - loop_start_), state.step);
     w->flush();
   }
 }

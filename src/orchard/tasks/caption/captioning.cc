@@ -11,7 +11,6 @@
 namespace orchard::tasks {
 namespace {
 
-
 // A caption of an evaluated image: "caption_hyps" the beam search's, "caption_refs" every
 // reference. Gathered (and merged across workers) as float64 rows of MetricSums: image_id, the
 // number of words, the word ids zero-padded to the rows' width.
@@ -70,8 +69,8 @@ CaptionSteps caption_steps(const data::Batch& batch) {
   CaptionSteps s;
   s.input = ids.narrow(1, 0, t - 1);
   s.target = ids.narrow(1, 1, t - 1);
-  s.mask = (torch::arange(t - 1, ids.options()).unsqueeze(0) < (length.to(ids.device()) - 1).unsqueeze(1))
-               .to(torch::kFloat);
+  s.mask =
+      (torch::arange(t - 1, ids.options()).unsqueeze(0) < (length.to(ids.device()) - 1).unsqueeze(1)).to(torch::kFloat);
   return s;
 }
 
@@ -138,10 +137,10 @@ Loss CaptionTask::loss(const Outputs& task_outputs, const data::Batch& batch, in
   const auto& mask = steps.mask;
   auto logits = outputs.logits.to(torch::kFloat);
   const int64_t v = logits.size(2);
-  auto ce = torch::nn::functional::cross_entropy(
-                logits.reshape({-1, v}), target.reshape({-1}),
-                torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone))
-                .reshape(mask.sizes());
+  auto ce =
+      torch::nn::functional::cross_entropy(logits.reshape({-1, v}), target.reshape({-1}),
+                                           torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone))
+          .reshape(mask.sizes());
   const auto sum_losses = (ce * mask).sum();
   const auto sum_weights = mask.sum();
   const auto batch_loss = sum_losses / sum_weights.clamp_min(1.0);
@@ -163,8 +162,7 @@ void CaptionTask::train_metrics(const Outputs&, const data::Batch&, const Loss& 
   add_training_loss(loss, sums);
 }
 
-void CaptionTask::eval_step(const Outputs& outputs, const data::Batch& batch, const Loss& loss,
-                            MetricSums* sums) {
+void CaptionTask::eval_step(const Outputs& outputs, const data::Batch& batch, const Loss& loss, MetricSums* sums) {
   sums->add("sum_losses", loss.terms.at("sum_losses").to(torch::kDouble));
   sums->add("sum_weights", loss.terms.at("sum_weights").to(torch::kDouble));
   sums->add("count", static_cast<double>(batch.size));
@@ -213,7 +211,8 @@ std::map<std::string, double> CaptionTask::compute_metrics(const MetricSums& s, 
   }
   for (const auto& r : from_rows(refs)) {
     auto it = index.find(r.image_id);
-    if (it != index.end()) samples[it->second].references.push_back(caption_tokens(r.words, config_.start_id, config_.end_id));
+    if (it != index.end())
+      samples[it->second].references.push_back(caption_tokens(r.words, config_.start_id, config_.end_id));
   }
   const auto bleu = caption::bleu(samples);
   for (int n = 0; n < 4; ++n) m["Bleu_" + std::to_string(n + 1)] = bleu.corpus[static_cast<size_t>(n)];

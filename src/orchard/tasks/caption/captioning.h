@@ -20,12 +20,12 @@ namespace orchard::tasks {
 struct CaptionConfig {
   caption::ShowAndTellOptions model;  // vocab_size from the vocabulary file
   data::CaptionImageOptions image;
-  bool train_inception = false;           // fine-tune the encoder (else frozen, inference mode)
-  double inception_weight_decay = 4e-5;   // x sum(w^2) / 2 of the encoder's weights, when fine-tuned
-  int64_t max_caption_tokens = 64;        // longer captions are cut (keeping </S>) when read
-  caption::BeamSearchOptions beam;        // eval captions and `caption run`
-  bool eval_captions = true;              // BLEU / CIDEr-D in evaluation (beam search per image)
-  int64_t start_id = 0, end_id = 1;       // the vocabulary's <S> and </S>
+  bool train_inception = false;          // fine-tune the encoder (else frozen, inference mode)
+  double inception_weight_decay = 4e-5;  // x sum(w^2) / 2 of the encoder's weights, when fine-tuned
+  int64_t max_caption_tokens = 64;       // longer captions are cut (keeping </S>) when read
+  caption::BeamSearchOptions beam;       // eval captions and `caption run`
+  bool eval_captions = true;             // BLEU / CIDEr-D in evaluation (beam search per image)
+  int64_t start_id = 0, end_id = 1;      // the vocabulary's <S> and </S>
 };
 
 // What captioning's forward pass returns: the encoder's image embeddings and the LSTM's next-word

@@ -12,15 +12,15 @@
 #include <iostream>
 #include <numeric>
 
-#include "orchard/engine/loop.h"
-#include "orchard/tasks/command_support.h"
-#include "orchard/tasks/registry.h"
-#include "orchard/tasks/train_driver.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tf_checkpoint.h"
+#include "orchard/engine/loop.h"
 #include "orchard/models/inception_v3.h"
 #include "orchard/tasks/caption/captioning.h"
+#include "orchard/tasks/command_support.h"
+#include "orchard/tasks/registry.h"
+#include "orchard/tasks/train_driver.h"
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/optimizers.h"
 #include "orchard/train/runtime.h"
@@ -40,7 +40,7 @@ struct CaptionFlags : RuntimeFlags {
   // config.json as "inception_pooling": "tf".
   bool inception_tf_avg_pool = false;
   bool train_inception = false;
-  int64_t train_batch_size = 1024;   // the seed's default (im2txt's ModelConfig.batch_size: 32)
+  int64_t train_batch_size = 1024;  // the seed's default (im2txt's ModelConfig.batch_size: 32)
   int64_t iterations_per_loop = 100;
   // --train_steps (the seed's default; im2txt's --number_of_steps: 1000000), --log_every_n_steps,
   // --clip_gradients, --max_checkpoints_to_keep, --save_checkpoints_steps (0: by time only),
@@ -96,7 +96,8 @@ struct CaptionFlags : RuntimeFlags {
 void add_model_flags(FlagSet* c, CaptionFlags& f) {
   c->add_option("--image_size", f.image_size, "Encoder input size (Inception-v3: 299; at least 75)")
       ->capture_default_str();
-  c->add_option("--resize_size", f.resize_size, "Images are resized to this before cropping (0: 346 * image_size / 299)");
+  c->add_option("--resize_size", f.resize_size,
+                "Images are resized to this before cropping (0: 346 * image_size / 299)");
   c->add_option("--embedding_size", f.embedding_size, "Image and word embedding size")->capture_default_str();
   c->add_option("--num_lstm_units", f.num_lstm_units, "LSTM units")->capture_default_str();
   c->add_option("--lstm_dropout_keep_prob", f.lstm_dropout_keep_prob, "Keep probability of the LSTM dropout")
@@ -124,7 +125,8 @@ void add_beam_flags(FlagSet* c, CaptionFlags& f) {
 }
 
 void add_common_flags(FlagSet* c, CaptionFlags& f) {
-  c->add_option("--vocab_file", f.vocab_file, "word_counts.txt (default: beside the input files, or the train_dir's copy)");
+  c->add_option("--vocab_file", f.vocab_file,
+                "word_counts.txt (default: beside the input files, or the train_dir's copy)");
   add_host_flags(c, f);
   c->add_option("--num_preprocess_threads", f.num_preprocess_threads, "Input pipeline threads (0: all cores)");
   c->add_option("--stats_file", f.stats_file, "Write the run's stats (or the metrics) as JSON here");
@@ -165,7 +167,8 @@ void add_train_flags(FlagSet* c, CaptionFlags& f) {
   c->add_option("--clip_gradients", f.run.clip_gradient_norm, "Clip the global gradient norm to this (0: no clipping)")
       ->capture_default_str();
   c->add_option("--momentum", f.momentum, "Momentum of --optimizer Momentum")->capture_default_str();
-  c->add_option("--inception_weight_decay", f.inception_weight_decay, "L2 weight of the encoder's weights when fine-tuned")
+  c->add_option("--inception_weight_decay", f.inception_weight_decay,
+                "L2 weight of the encoder's weights when fine-tuned")
       ->capture_default_str();
   c->add_option("--max_checkpoints_to_keep", f.run.max_to_keep, "Checkpoints to keep")->capture_default_str();
   c->add_option("--save_checkpoints_steps", f.run.checkpoint_every, "Checkpoint every N steps (0: by time only)")
@@ -175,14 +178,16 @@ void add_train_flags(FlagSet* c, CaptionFlags& f) {
   c->add_option("--eval_file_pattern", f.eval_file_pattern,
                 "Evaluate on these shards after each checkpoint (default: no evaluation during training)");
   c->add_option("--distort", f.distort, "Colour distortion in training")->capture_default_str();
-  c->add_option("--shuffle_buffer", f.shuffle_buffer, "Shuffle buffer over the training records")->capture_default_str();
+  c->add_option("--shuffle_buffer", f.shuffle_buffer, "Shuffle buffer over the training records")
+      ->capture_default_str();
   c->add_option("--seed", f.seed, "Random seed (data order, augmentation, init)")->capture_default_str();
   c->add_option("--init", f.init,
                 "Encoder initialisation without --inception_checkpoint_file: default (He) | torchvision "
                 "(trunc_normal(0.1) convolutions, as torchvision and TF-Slim; use with --train_inception)")
       ->capture_default_str();
   add_runtime_flags(c, f);
-  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs and the rest of a truncated shard (counted in stats)");
+  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records,
+              "Skip records with bad CRCs and the rest of a truncated shard (counted in stats)");
   add_model_flags(c, f);
   add_common_flags(c, f);
 }
@@ -195,7 +200,8 @@ std::string default_vocab_file(const std::string& pattern) {
 
 tasks::CaptionConfig task_config(const CaptionFlags& f, const data::Vocabulary& vocab) {
   if (f.image_size < 75) throw Error("--image_size must be at least 75 (Inception-v3's smallest input)");
-  if (f.embedding_size < 1 || f.num_lstm_units < 1) throw Error("--embedding_size and --num_lstm_units must be positive");
+  if (f.embedding_size < 1 || f.num_lstm_units < 1)
+    throw Error("--embedding_size and --num_lstm_units must be positive");
   if (f.lstm_dropout_keep_prob <= 0 || f.lstm_dropout_keep_prob > 1)
     throw Error("--lstm_dropout_keep_prob must be in (0, 1]");
   if (f.batch_norm_decay < 0 || f.batch_norm_decay >= 1) throw Error("--batch_norm_decay must be in [0, 1)");
@@ -213,8 +219,7 @@ tasks::CaptionConfig task_config(const CaptionFlags& f, const data::Vocabulary& 
   c.model.inception_torchvision_init = torchvision_init_flag(f.init);
   c.model.inception_tf_avg_pool = f.inception_tf_avg_pool;
   c.image.image_size = f.image_size;
-  c.image.resize_size = f.resize_size > 0 ? f.resize_size
-                                          : static_cast<int>(std::lround(346.0 * f.image_size / 299.0));
+  c.image.resize_size = f.resize_size > 0 ? f.resize_size : static_cast<int>(std::lround(346.0 * f.image_size / 299.0));
   c.image.distort = f.distort;
   c.image.max_image_pixels = f.max_image_pixels;
   c.train_inception = f.train_inception;
@@ -273,7 +278,6 @@ data::Vocabulary load_vocab(const std::string& path, const std::string& flag_hin
   return data::Vocabulary::load(path);
 }
 
-
 // im2txt's init_fn: the encoder from an Inception-v3 checkpoint (torchvision names, as
 // `orchard import-weights` or a classifier writes them, or another caption model's).
 void load_inception(tasks::CaptionTask& task, const std::string& checkpoint) {
@@ -286,9 +290,10 @@ void load_inception(tasks::CaptionTask& task, const std::string& checkpoint) {
       return models::inception_v3_tf_name(name.substr(prefix.size()));
     };
     const auto r = train::restore_part(checkpoint, "--inception_checkpoint_file", *task.module(), not_encoder, {}, map);
-    spdlog::info("encoder initialised from TensorFlow checkpoint {} ({} Inception-v3 variables; {} of its variables "
-                 "not used)",
-                 r.path, r.restored.size(), r.unused.size());
+    spdlog::info(
+        "encoder initialised from TensorFlow checkpoint {} ({} Inception-v3 variables; {} of its variables "
+        "not used)",
+        r.path, r.restored.size(), r.unused.size());
     return;
   }
   std::string first_error;
@@ -298,8 +303,8 @@ void load_inception(tasks::CaptionTask& task, const std::string& checkpoint) {
     std::function<std::string(const std::string&)> source_name;
     if (strip) source_name = [prefix](const std::string& name) { return name.substr(prefix.size()); };
     try {
-      const auto r = train::restore_part(checkpoint, "--inception_checkpoint_file", *task.module(), not_encoder,
-                                         source_name);
+      const auto r =
+          train::restore_part(checkpoint, "--inception_checkpoint_file", *task.module(), not_encoder, source_name);
       spdlog::info("encoder initialised from {} ({} Inception-v3 variables)", r.path, r.restored.size());
       return;
     } catch (const Error& e) {
@@ -401,10 +406,8 @@ class CaptionTrainer : public TrainDriver {
   }
 
   void fine_tune() override {
-    if (!f_.inception_checkpoint_file.empty())
-      load_inception(*task_, f_.inception_checkpoint_file);
-    else
-      spdlog::warn("no --inception_checkpoint_file: the encoder starts from random weights");
+    if (!f_.inception_checkpoint_file.empty()) load_inception(*task_, f_.inception_checkpoint_file);
+    else spdlog::warn("no --inception_checkpoint_file: the encoder starts from random weights");
   }
 
   void write_run_files() override {
@@ -413,10 +416,11 @@ class CaptionTrainer : public TrainDriver {
   }
 
   void log_start(const engine::TrainerOptions& o) override {
-    spdlog::info("caption: Show and Tell at {}px, vocabulary {} words, encoder {}, {} records ({} steps/epoch), {} "
-                 "steps, {} threads",
-                 tcfg_.image.image_size, vocab_size_, f_.train_inception ? "fine-tuned" : "frozen", num_records_,
-                 o.steps_per_epoch, o.total_steps, runtime().threads);
+    spdlog::info(
+        "caption: Show and Tell at {}px, vocabulary {} words, encoder {}, {} records ({} steps/epoch), {} "
+        "steps, {} threads",
+        tcfg_.image.image_size, vocab_size_, f_.train_inception ? "fine-tuned" : "frozen", num_records_,
+        o.steps_per_epoch, o.total_steps, runtime().threads);
   }
 
   void finish(const train::RunStats& stats) override {
@@ -476,9 +480,9 @@ void run_eval(EvalFlags e) {
 struct RunFlags {
   CaptionFlags f;
   std::string checkpoint_path;
-  std::string input_files;           // run: comma-separated
-  std::vector<std::string> inputs;   // predict: positional
-  std::string checkpoint;            // predict: a checkpoint file instead of the latest
+  std::string input_files;          // run: comma-separated
+  std::vector<std::string> inputs;  // predict: positional
+  std::string checkpoint;           // predict: a checkpoint file instead of the latest
   bool json_out = false;
   int64_t batch_size = 16;
 };
@@ -509,7 +513,8 @@ void run_inference(RunFlags r) {
   std::vector<std::string> inputs = r.inputs;
   for (size_t start = 0; start < r.input_files.size();) {
     const size_t comma = r.input_files.find(',', start);
-    const std::string part = r.input_files.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const std::string part =
+        r.input_files.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (!part.empty()) inputs.push_back(part);
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -531,8 +536,7 @@ void run_inference(RunFlags r) {
                        const double p = std::exp(c.logprob);
                        if (r.json_out)
                          list.push_back({{"caption", sentence}, {"probability", p}, {"logprob", c.logprob}});
-                       else
-                         std::cout << fmt::format("  {}) {} (p={:.6f})\n", k, sentence, p);
+                       else std::cout << fmt::format("  {}) {} (p={:.6f})\n", k, sentence, p);
                      }
                      if (r.json_out) std::cout << json{{"file", files[i]}, {"captions", list}}.dump() << "\n";
                    }
@@ -544,41 +548,48 @@ void run_inference(RunFlags r) {
 
 TaskCommands caption_commands() {
   TaskCommands task{"caption", "Image captioning: im2txt's Show and Tell", {}};
-  task.verbs.push_back(make_verb<CaptionFlags>(
-      "train", "Train Show and Tell (encoder frozen, or fine-tuned with --train_inception)", add_train_flags, run_train));
-  task.verbs.push_back({"eval", "Perplexity, BLEU and CIDEr-D of each new checkpoint (evaluate.py)", [](FlagSet* c) {
-    auto e = std::make_shared<EvalFlags>();
-    c->add_option("--checkpoint_dir", e->watch.checkpoint_dir, "The train_dir to watch")->required();
-    c->add_option("--input_file_pattern", e->f.input_file_pattern, "Evaluation SequenceExample shards")->required();
-    c->add_flag("--run_once", e->watch.run_once, "Evaluate the latest checkpoint once and exit");
-    c->add_option("--eval_interval_secs", e->watch.poll_secs, "Seconds between looks for a new checkpoint")
-        ->capture_default_str();
-    c->add_option("--min_global_step", e->watch.min_global_step, "Do not evaluate checkpoints before this step")
-        ->capture_default_str();
-    c->add_option("--eval_timeout", e->watch.timeout_secs, "Stop after this many seconds without a new checkpoint")
-        ->capture_default_str();
-    c->add_option("--max_eval_retries", e->watch.max_eval_retries, "Retries of a failed evaluation (negative: always)")
-        ->capture_default_str();
-    add_common_flags(c, e->f);
-    return [e] { run_eval(*e); };
-  }});
+  task.verbs.push_back(
+      make_verb<CaptionFlags>("train", "Train Show and Tell (encoder frozen, or fine-tuned with --train_inception)",
+                              add_train_flags, run_train));
+  task.verbs.push_back(
+      {"eval", "Perplexity, BLEU and CIDEr-D of each new checkpoint (evaluate.py)", [](FlagSet* c) {
+         auto e = std::make_shared<EvalFlags>();
+         c->add_option("--checkpoint_dir", e->watch.checkpoint_dir, "The train_dir to watch")->required();
+         c->add_option("--input_file_pattern", e->f.input_file_pattern, "Evaluation SequenceExample shards")
+             ->required();
+         c->add_flag("--run_once", e->watch.run_once, "Evaluate the latest checkpoint once and exit");
+         c->add_option("--eval_interval_secs", e->watch.poll_secs, "Seconds between looks for a new checkpoint")
+             ->capture_default_str();
+         c->add_option("--min_global_step", e->watch.min_global_step, "Do not evaluate checkpoints before this step")
+             ->capture_default_str();
+         c->add_option("--eval_timeout", e->watch.timeout_secs, "Stop after this many seconds without a new checkpoint")
+             ->capture_default_str();
+         c->add_option("--max_eval_retries", e->watch.max_eval_retries,
+                       "Retries of a failed evaluation (negative: always)")
+             ->capture_default_str();
+         add_common_flags(c, e->f);
+         return [e] { run_eval(*e); };
+       }});
   task.verbs.push_back({"run", "Captions for images with beam search (run_inference.py)", [](FlagSet* c) {
-    auto r = std::make_shared<RunFlags>();
-    c->add_option("--checkpoint_path", r->checkpoint_path, "A train_dir (its latest checkpoint) or a checkpoint file")
-        ->required();
-    c->add_option("--input_files", r->input_files, "Images: comma-separated files, globs or directories")->required();
-    add_inference_flags(c, *r);
-    return [r] { run_inference(*r); };
-  }});
+                          auto r = std::make_shared<RunFlags>();
+                          c->add_option("--checkpoint_path", r->checkpoint_path,
+                                        "A train_dir (its latest checkpoint) or a checkpoint file")
+                              ->required();
+                          c->add_option("--input_files", r->input_files,
+                                        "Images: comma-separated files, globs or directories")
+                              ->required();
+                          add_inference_flags(c, *r);
+                          return [r] { run_inference(*r); };
+                        }});
   // The same with the other tasks' predict interface: --model_dir and positional inputs.
   task.verbs.push_back({"predict", "Beam-search captions for images (files, globs or directories)", [](FlagSet* c) {
-    auto r = std::make_shared<RunFlags>();
-    c->add_option("--model_dir", r->checkpoint_path, "The train_dir")->required();
-    c->add_option("--checkpoint", r->checkpoint, "A checkpoint file (default: the latest)");
-    c->add_option("inputs", r->inputs, "Images, globs or directories")->required();
-    add_inference_flags(c, *r);
-    return [r] { run_inference(*r); };
-  }});
+                          auto r = std::make_shared<RunFlags>();
+                          c->add_option("--model_dir", r->checkpoint_path, "The train_dir")->required();
+                          c->add_option("--checkpoint", r->checkpoint, "A checkpoint file (default: the latest)");
+                          c->add_option("inputs", r->inputs, "Images, globs or directories")->required();
+                          add_inference_flags(c, *r);
+                          return [r] { run_inference(*r); };
+                        }});
   return task;
 }
 

@@ -70,7 +70,8 @@ torch::Tensor ClassificationTask::l2_loss(bool single_op) const {
 }
 
 Loss ClassificationTask::loss(const Outputs& outputs, const data::Batch& batch, int64_t global_batch_size) {
-  auto logits = outputs_as<ImageModelOutputs>(outputs).logits.to(torch::kFloat);  // softmax in float32 even under autocast
+  auto logits =
+      outputs_as<ImageModelOutputs>(outputs).logits.to(torch::kFloat);  // softmax in float32 even under autocast
   auto ce = torch::nn::functional::cross_entropy(
       logits, batch.field("label"),
       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum).label_smoothing(config_.label_smoothing));
@@ -100,15 +101,14 @@ void ClassificationTask::train_metrics(const Outputs& outputs, const data::Batch
   add_training_loss(loss, sums);
 }
 
-void ClassificationTask::eval_step(const Outputs& outputs, const data::Batch& batch, const Loss&,
-                                   MetricSums* sums) {
+void ClassificationTask::eval_step(const Outputs& outputs, const data::Batch& batch, const Loss&, MetricSums* sums) {
   torch::NoGradGuard no_grad;
   const auto logits = outputs_as<ImageModelOutputs>(outputs).logits.to(torch::kFloat);
   const auto& labels = batch.field("label");
   sums->add("top_5_correct", add_accuracy(logits, labels, sums).any(1).sum());
   sums->add("cross_entropy_sum",
-            torch::nn::functional::cross_entropy(logits, labels,
-                                                 torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));
+            torch::nn::functional::cross_entropy(
+                logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));
 }
 
 std::map<std::string, double> ClassificationTask::compute_metrics(const MetricSums& s, bool training) const {

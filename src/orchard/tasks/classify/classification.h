@@ -3,8 +3,8 @@
 #pragma once
 
 #include "orchard/data/imagenet.h"
-#include "orchard/models/registry.h"
 #include "orchard/engine/task.h"
+#include "orchard/models/registry.h"
 #include "orchard/tasks/image_model.h"
 
 namespace orchard::tasks {

@@ -13,8 +13,9 @@
 #include "orchard/core/tfrecord.h"
 #include "orchard/data/preprocess.h"
 #include "orchard/data/tools.h"
+#include "orchard/engine/evaluator.h"
+#include "orchard/engine/trainer.h"
 #include "orchard/models/registry.h"
-#include "orchard/train/schedule.h"
 #include "orchard/tasks/classify/classification.h"
 #include "orchard/tasks/command_support.h"
 #include "orchard/tasks/image_commands.h"
@@ -23,8 +24,7 @@
 #include "orchard/train/checkpoint.h"
 #include "orchard/train/loss_scale.h"
 #include "orchard/train/runtime.h"
-#include "orchard/engine/evaluator.h"
-#include "orchard/engine/trainer.h"
+#include "orchard/train/schedule.h"
 
 namespace stdfs = std::filesystem;
 using nlohmann::json;
@@ -85,7 +85,7 @@ struct ClassifyFlags : RuntimeFlags {
   int64_t num_train_examples = 0;  // 0: count the train shards
   bool skip_corrupt_records = false;
   int shuffle_buffer = 10000;
-  int top_k = 5;  // predict
+  int top_k = 5;     // predict
   std::string mode;  // the Model Garden's: train | eval | train_and_eval ("": train_and_eval)
 };
 
@@ -123,8 +123,7 @@ void add_train_flags(FlagSet* c, ClassifyFlags& f) {
   add_runtime_flags(c, f);
   c->add_option("--loss_scale", f.loss_scale, "fp16 loss scale (number or 'dynamic')");
   c->add_option("--steps_per_loop", f.steps_per_loop, "Steps per host loop (0: one epoch)");
-  c->add_flag("--enable_checkpoint_and_export", f.run.enable_checkpoints,
-              "Checkpoint every 5 loops and at the end");
+  c->add_flag("--enable_checkpoint_and_export", f.run.enable_checkpoints, "Checkpoint every 5 loops and at the end");
   c->add_flag("--enable_tensorboard", f.run.enable_tensorboard, "Write TensorBoard event files");
   c->add_option("--log_steps", f.run.log_steps, "Log throughput every N steps")->capture_default_str();
   c->add_flag("--single_l2_loss_op", f.single_l2_loss_op, "One L2 op over all weights");
@@ -165,7 +164,8 @@ void add_train_flags(FlagSet* c, ClassifyFlags& f) {
       ->capture_default_str();
   c->add_option("--num_train_examples", f.num_train_examples, "Examples per epoch (0: count the shards)");
   c->add_option("--max_to_keep", f.run.max_to_keep, "Checkpoints to keep")->capture_default_str();
-  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs and the rest of a truncated shard (counted in stats)");
+  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records,
+              "Skip records with bad CRCs and the rest of a truncated shard (counted in stats)");
   c->add_option("--shuffle_buffer", f.shuffle_buffer, "Example shuffle buffer")->capture_default_str();
 }
 
@@ -258,8 +258,8 @@ void load_model_config(const std::string& model_dir, ClassifyFlags* f, const Fla
 // inside [0, 255]) and random labels, repeated; no decoding at all. The batch stays on the
 // training device (as TF's distributed synthetic input does), so GPU throughput counts no copies.
 engine::BatchSource synthetic_source(const data::SampleSpec& spec, int64_t batch_size, int64_t num_classes,
-                                    uint64_t seed, int64_t steps_per_epoch, int64_t start_epoch, int64_t start_batch,
-                                    const std::string& device) {
+                                     uint64_t seed, int64_t steps_per_epoch, int64_t start_epoch, int64_t start_batch,
+                                     const std::string& device) {
   torch::manual_seed(seed);
   std::vector<int64_t> shape = {batch_size};
   shape.insert(shape.end(), spec.image_shape.begin(), spec.image_shape.end());
@@ -299,7 +299,8 @@ int64_t total_train_steps(const ClassifyFlags& f, int64_t num_examples) {
 // eval summaries (--enable_tensorboard), until the checkpoint of the run's last step.
 void run_continuous_eval(ClassifyFlags f) {
   if (f.batch_size < 1) throw Error("--batch_size must be positive");
-  if (f.use_synthetic_data) throw Error("--mode " + f.mode + " evaluates the validation shards; not with --use_synthetic_data");
+  if (f.use_synthetic_data)
+    throw Error("--mode " + f.mode + " evaluates the validation shards; not with --use_synthetic_data");
   if (!dir_exists(f.data_dir)) throw Error("--data_dir " + f.data_dir + ": no such directory");
   train::configure_threads(f.num_threads);
   check_dir_can_be_written(f.model_dir);  // eval/ is made with the first summary
@@ -467,8 +468,9 @@ class ClassifyTrainer : public TrainDriver {
                    stats.eval.at("accuracy"), stats.eval.at("top_5_accuracy"), stats.eval.at("loss"),
                    stats.global_step);
     if (!f_.run.enable_checkpoints)
-      spdlog::warn("no weights were written: checkpoints are off, as in the seed (--enable_checkpoint_and_export "
-                   "writes them, then eval, predict and export can use the model)");
+      spdlog::warn(
+          "no weights were written: checkpoints are off, as in the seed (--enable_checkpoint_and_export "
+          "writes them, then eval, predict and export can use the model)");
   }
 
   ClassifyFlags f_;
@@ -501,9 +503,8 @@ struct ClassifyVerbs {
     if (predict) c->add_option("--top_k", f.top_k, "Classes to print per image")->capture_default_str();
   }
   static json eval_report(const std::map<std::string, double>& m) {  // the seed's names
-    return {{"accuracy_top_1", m.at("accuracy")},
-            {"top_5_accuracy", m.at("top_5_accuracy")},
-            {"eval_loss", m.at("loss")}};
+    return {
+        {"accuracy_top_1", m.at("accuracy")}, {"top_5_accuracy", m.at("top_5_accuracy")}, {"eval_loss", m.at("loss")}};
   }
   static void print_predictions(const Task& task, const std::vector<std::string>& files, const torch::Tensor& logits,
                                 const std::vector<std::string>& labels, const Flags& f, bool json_out) {
@@ -517,10 +518,8 @@ struct ClassifyVerbs {
         preds.push_back({{"label", name}, {"class_id", top[j].class_id}, {"probability", top[j].probability}});
         line += fmt::format(" {} ({:.3f}){}", name, top[j].probability, j + 1 < top.size() ? "," : "");
       }
-      if (json_out)
-        std::cout << json{{"file", files[i]}, {"predictions", preds}}.dump() << "\n";
-      else
-        std::cout << line << "\n";
+      if (json_out) std::cout << json{{"file", files[i]}, {"predictions", preds}}.dump() << "\n";
+      else std::cout << line << "\n";
     }
   }
 };
@@ -529,8 +528,8 @@ struct ClassifyVerbs {
 
 TaskCommands classify_commands() {
   TaskCommands task{"classify", "Image classification: the ResNet custom training loop", {}};
-  task.verbs.push_back(make_verb<ClassifyFlags>("train", "Train (and evaluate) a ResNet classifier",
-                                                add_train_flags, run_train));
+  task.verbs.push_back(
+      make_verb<ClassifyFlags>("train", "Train (and evaluate) a ResNet classifier", add_train_flags, run_train));
   add_image_inference_verbs<ClassifyVerbs>(&task,
                                            "Write the model for serving: ONNX (opset 10), logits or feature vector",
                                            "Top-k classes of images (files, globs or directories)");

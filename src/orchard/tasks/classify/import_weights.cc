@@ -53,16 +53,17 @@ void write_model_dir(const ImportFlags& f, tasks::ClassificationTask& task, cons
   train::CheckpointManager manager(f.out_dir);
   if (!manager.latest().empty()) throw Error(f.out_dir + " already holds checkpoints; import into an empty directory");
   const std::string path = manager.save(0, *task.module(), nullptr, task.signature());
-  const nlohmann::json config = {{"task", "classify"},
-                                 {"model", f.arch},
-                                 {"num_classes", task.config().model.num_classes},
-                                 {"width", 0},
-                                 {"zero_init_residual", false},
-                                 {"image_size", task.config().image_size},
-                                 {"data_format", "channels_first"},
-                                 {"augmentation", "resnet"},
-                                 {"imported_from", is_local_path(source) ? stdfs::absolute(local_path(source)).string() : source},
-                                 {"input_normalization", input_normalization}};
+  const nlohmann::json config = {
+      {"task", "classify"},
+      {"model", f.arch},
+      {"num_classes", task.config().model.num_classes},
+      {"width", 0},
+      {"zero_init_residual", false},
+      {"image_size", task.config().image_size},
+      {"data_format", "channels_first"},
+      {"augmentation", "resnet"},
+      {"imported_from", is_local_path(source) ? stdfs::absolute(local_path(source)).string() : source},
+      {"input_normalization", input_normalization}};
   atomic_write_file(join_path(f.out_dir, "config.json"), config.dump(2) + "\n");
   spdlog::info("imported {} ({} classes) into {}", f.arch, task.config().model.num_classes, path);
 }
@@ -119,8 +120,10 @@ void run_import_tf(ImportFlags f) {
     }
     if (found < wanted)
       throw Error(reader.prefix() + ": not a checkpoint of --arch " + f.arch + ": " + std::to_string(found) + " of " +
-                  std::to_string(wanted) + " of the model's variables (the classifier aside) are in it with their "
-                  "shape (" + join(examples, 3) + "; " + std::to_string(reader.variables().size()) +
+                  std::to_string(wanted) +
+                  " of the model's variables (the classifier aside) are in it with their "
+                  "shape (" +
+                  join(examples, 3) + "; " + std::to_string(reader.variables().size()) +
                   " variables in the checkpoint; 'orchard checkpoint inspect " + f.checkpoint + " --map " + f.arch +
                   "' shows the whole match)");
   }
@@ -205,28 +208,32 @@ void run_import(const ImportFlags& f) {
 }  // namespace
 
 Verb import_weights_command() {
-  return {"import-weights",
-          "Import a torchvision state dict (torch.save) or a TensorFlow checkpoint of a classifier as a model_dir",
-          [](FlagSet* c) {
-    auto f = std::make_shared<ImportFlags>();
-    c->add_option("--arch", f->arch,
-                  "resnet18..152, mobilenet_v2 or inception_v3 (torchvision's names); --format tf: resnet_v1_50/101/152, "
-                  "inception_v3, mobilenet_v2 (TF-Slim's; the last two become inception_v3_slim, mobilenet_v2_slim), "
-                  "resnet50_garden (Model Garden's Keras ResNet-50)")
-        ->required();
-    c->add_option("--format", f->format, "torch (a state dict) | tf (a TensorFlow checkpoint)")->capture_default_str();
-    c->add_option("--state_dict", f->state_dict, "--format torch: the file torch.save(model.state_dict(), FILE) wrote");
-    c->add_option("--checkpoint", f->checkpoint,
-                  "--format tf: the checkpoint (a prefix such as model.ckpt, one of its files, a directory)");
-    c->add_option("--out_dir", f->out_dir, "New model_dir: ckpt-0.pt, checkpoint, config.json")->required();
-    c->add_option("--num_classes", f->num_classes, "Classes (0: the rows of the classifier's weight)");
-    c->add_option("--image_size", f->image_size, "config.json's input size (0: 299 for inception_v3, else 224)");
-    c->add_option("--input_normalization", f->input_normalization,
-                  "ResNets, mobilenet_v2: torchvision (fold its mean/std input scaling into the first "
-                  "convolution, for Orchard's RGB-minus-means input) or none (weights as they are)")
-        ->capture_default_str();
-    return [f] { run_import(*f); };
-  }};
+  return {
+      "import-weights",
+      "Import a torchvision state dict (torch.save) or a TensorFlow checkpoint of a classifier as a model_dir",
+      [](FlagSet* c) {
+        auto f = std::make_shared<ImportFlags>();
+        c->add_option(
+             "--arch", f->arch,
+             "resnet18..152, mobilenet_v2 or inception_v3 (torchvision's names); --format tf: resnet_v1_50/101/152, "
+             "inception_v3, mobilenet_v2 (TF-Slim's; the last two become inception_v3_slim, mobilenet_v2_slim), "
+             "resnet50_garden (Model Garden's Keras ResNet-50)")
+            ->required();
+        c->add_option("--format", f->format, "torch (a state dict) | tf (a TensorFlow checkpoint)")
+            ->capture_default_str();
+        c->add_option("--state_dict", f->state_dict,
+                      "--format torch: the file torch.save(model.state_dict(), FILE) wrote");
+        c->add_option("--checkpoint", f->checkpoint,
+                      "--format tf: the checkpoint (a prefix such as model.ckpt, one of its files, a directory)");
+        c->add_option("--out_dir", f->out_dir, "New model_dir: ckpt-0.pt, checkpoint, config.json")->required();
+        c->add_option("--num_classes", f->num_classes, "Classes (0: the rows of the classifier's weight)");
+        c->add_option("--image_size", f->image_size, "config.json's input size (0: 299 for inception_v3, else 224)");
+        c->add_option("--input_normalization", f->input_normalization,
+                      "ResNets, mobilenet_v2: torchvision (fold its mean/std input scaling into the first "
+                      "convolution, for Orchard's RGB-minus-means input) or none (weights as they are)")
+            ->capture_default_str();
+        return [f] { run_import(*f); };
+      }};
 }
 
 }  // namespace orchard::tasks

@@ -13,25 +13,25 @@
 #include <set>
 #include <sstream>
 
-#include "orchard/engine/loop.h"
-#include "orchard/tasks/command_support.h"
-#include "orchard/tasks/registry.h"
-#include "orchard/tasks/train_driver.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
+#include "orchard/core/tf_checkpoint.h"
 #include "orchard/data/image.h"
-#include "orchard/detect/heads/box_classifier.h"
-#include "orchard/detect/metrics/coco_mask.h"
 #include "orchard/detect/config/config.h"
 #include "orchard/detect/config/label_map.h"
-#include "orchard/train/optimizers.h"
-#include "orchard/train/schedule.h"
+#include "orchard/detect/heads/box_classifier.h"
+#include "orchard/detect/metrics/coco_mask.h"
+#include "orchard/engine/loop.h"
+#include "orchard/tasks/command_support.h"
 #include "orchard/tasks/detect/detection.h"
 #include "orchard/tasks/detect/fine_tune.h"
 #include "orchard/tasks/detect/load_pipeline.h"
-#include "orchard/core/tf_checkpoint.h"
+#include "orchard/tasks/registry.h"
+#include "orchard/tasks/train_driver.h"
 #include "orchard/train/checkpoint.h"
+#include "orchard/train/optimizers.h"
 #include "orchard/train/runtime.h"
+#include "orchard/train/schedule.h"
 
 namespace stdfs = std::filesystem;
 using nlohmann::json;
@@ -44,7 +44,7 @@ struct DetectFlags : RuntimeFlags {
   // model_main.py
   std::string pipeline_config_path;
   std::string model_dir;
-  int64_t num_train_steps = 0;  // 0: train_config.num_steps
+  int64_t num_train_steps = 0;              // 0: train_config.num_steps
   int64_t sample_1_of_n_eval_examples = 0;  // 0: eval_input_reader.sample_1_of_n_examples (default 1)
   int64_t sample_1_of_n_eval_on_train_examples = 5;
   bool eval_training_data = false;
@@ -78,7 +78,7 @@ struct DetectFlags : RuntimeFlags {
   int64_t train_batch_size = 0;     // 0: train_config.batch_size
   std::string hparams_overrides;    // "load_pretrained=false"
   // export_inference_graph.py
-  std::string config_override;      // a TrainEvalPipelineConfig text proto merged over the config
+  std::string config_override;  // a TrainEvalPipelineConfig text proto merged over the config
 };
 
 void add_common_flags(FlagSet* c, DetectFlags& f) {
@@ -120,7 +120,8 @@ void add_train_flags(FlagSet* c, DetectFlags& f) {
   add_common_flags(c, f);
   add_eval_flags(c, f);
   c->add_flag("--clean", f.clean, "Remove Orchard's files from model_dir first");
-  c->add_flag("--strict_fine_tune", f.strict_fine_tune, "fine_tune_checkpoint variables absent or of another shape are an error, not skipped with a warning");
+  c->add_flag("--strict_fine_tune", f.strict_fine_tune,
+              "fine_tune_checkpoint variables absent or of another shape are an error, not skipped with a warning");
   c->add_option("--save_checkpoints_steps", f.run.checkpoint_every, "Checkpoint (and evaluate) every N steps")
       ->capture_default_str();
   c->add_option("--save_checkpoints_secs", f.run.checkpoint_every_secs,
@@ -159,12 +160,9 @@ bool load_pretrained(const std::string& overrides) {
     if (name != "load_pretrained")
       throw Error("--hparams_overrides: unknown hyperparameter '" + name +
                   "' (model_main's hparams have only load_pretrained; other settings go in the pipeline.config)");
-    if (value == "true" || value == "True" || value == "1")
-      load = true;
-    else if (value == "false" || value == "False" || value == "0")
-      load = false;
-    else
-      throw Error("--hparams_overrides: load_pretrained must be true or false, not '" + value + "'");
+    if (value == "true" || value == "True" || value == "1") load = true;
+    else if (value == "false" || value == "False" || value == "0") load = false;
+    else throw Error("--hparams_overrides: load_pretrained must be true or false, not '" + value + "'");
   }
   return load;
 }
@@ -176,8 +174,10 @@ using Loaded = DetectionPipeline;
 int64_t eval_batch_size(const tasks::DetectionConfig& config, int64_t requested, const char* flag) {
   const auto& keep = config.input.keep_aspect_ratio;
   if (!keep || keep->pad_to_max_dimension || requested <= 1) return requested;
-  spdlog::info("keep_aspect_ratio_resizer: images are evaluated one at a time, each at its own size ({} {} "
-               "applies to fixed-size inputs)", flag, requested);
+  spdlog::info(
+      "keep_aspect_ratio_resizer: images are evaluated one at a time, each at its own size ({} {} "
+      "applies to fixed-size inputs)",
+      flag, requested);
   return 1;
 }
 
@@ -194,9 +194,10 @@ Loaded load(const DetectFlags& f, const std::string& config_path) {
   Loaded l = load_detection_pipeline(config_path, o);
   l.config.input.max_image_pixels = f.max_image_pixels;
   if (l.pipeline.has_graph_rewriter())
-    spdlog::warn("{}: graph_rewriter (quantization-aware training) is ignored: Orchard trains and evaluates in float "
-                 "and exports float models (no fake-quantization, no quantized TFLite export); --strict refuses it",
-                 config_path);
+    spdlog::warn(
+        "{}: graph_rewriter (quantization-aware training) is ignored: Orchard trains and evaluates in float "
+        "and exports float models (no fake-quantization, no quantized TFLite export); --strict refuses it",
+        config_path);
   read_label_map(&l);
   return l;
 }
@@ -213,9 +214,9 @@ void fine_tune(tasks::DetectionTask& task, const std::string& checkpoint, const 
   const auto selection = tasks::fine_tune_selection(task, type, load_all);
   // Under --strict_fine_tune the variables that do not fit are collected, then refused with
   // all of them named (the partly restored model is dropped with the error).
-  const auto r = train::restore_part(checkpoint, "fine_tune_checkpoint", *task.module(), selection.skip,
-                                     selection.source_name, task.meta_architecture().tf_name_map(type),
-                                     selection.skip_unavailable);
+  const auto r =
+      train::restore_part(checkpoint, "fine_tune_checkpoint", *task.module(), selection.skip, selection.source_name,
+                          task.meta_architecture().tf_name_map(type), selection.skip_unavailable);
   const auto& path = r.path;
   const auto& restored = r.restored;
   const auto& skipped = r.skipped;
@@ -240,7 +241,8 @@ void fine_tune(tasks::DetectionTask& task, const std::string& checkpoint, const 
     throw Error("fine_tune_checkpoint " + path + ": " + std::to_string(unavailable.size()) +
                 " variables fine_tune_checkpoint_type " + type +
                 " restores are not in it with the model's shape (--strict_fine_tune; without it they are left as "
-                "initialised, as the OD API does):" + listed(" | "));
+                "initialised, as the OD API does):" +
+                listed(" | "));
   if (restored.empty())
     throw Error("fine_tune_checkpoint " + path + ": none of the model's variables is in it with its shape (" +
                 std::to_string(unavailable.size()) + " absent or of another shape; another model's checkpoint?); " +
@@ -282,7 +284,8 @@ data::PipelineOptions input_options(const pb::InputReader& reader, const std::st
                                     const std::string& field) {
   data::PipelineOptions o;
   std::string pattern;
-  for (const auto& file : detect::input_files(reader, config_path, field)) pattern += (pattern.empty() ? "" : ",") + file;
+  for (const auto& file : detect::input_files(reader, config_path, field))
+    pattern += (pattern.empty() ? "" : ",") + file;
   o.file_pattern = pattern;
   return o;
 }
@@ -370,9 +373,10 @@ class DetectTrainer : public TrainDriver {
     // false): so does Orchard, keeping it only where something uses it.
     if (tc.optimizer().has_use_moving_average() && tc.optimizer().use_moving_average() &&
         !l_.pipeline.eval_config().use_moving_averages())
-      spdlog::info("{}: train_config.optimizer.use_moving_average is true, eval_config.use_moving_averages false: "
-                   "evaluation and export use the trained weights (as the OD API's), so no average is kept",
-                   f_.pipeline_config_path);
+      spdlog::info(
+          "{}: train_config.optimizer.use_moving_average is true, eval_config.use_moving_averages false: "
+          "evaluation and export use the trained weights (as the OD API's), so no average is kept",
+          f_.pipeline_config_path);
     batch_size_ = tc.batch_size();
     if (f_.num_train_steps < 0)
       throw Error("--num_train_steps must not be negative, not " + std::to_string(f_.num_train_steps) +
@@ -396,10 +400,10 @@ class DetectTrainer : public TrainDriver {
     // may hold it more than once: each epoch of the pipeline reads it as often as one batch needs.
     in_.train.passes_per_epoch = (batch_size_ + num_examples_ - 1) / num_examples_;
     if (in_.train.passes_per_epoch > 1)
-      spdlog::warn("train_config.batch_size {} is larger than the {} training examples: the data set is repeated, "
-                   "each batch holds it {:.1f} times over (as the OD API's repeating input does)",
-                   batch_size_, num_examples_,
-                   static_cast<double>(batch_size_) / static_cast<double>(num_examples_));
+      spdlog::warn(
+          "train_config.batch_size {} is larger than the {} training examples: the data set is repeated, "
+          "each batch holds it {:.1f} times over (as the OD API's repeating input does)",
+          batch_size_, num_examples_, static_cast<double>(batch_size_) / static_cast<double>(num_examples_));
 
     in_.skip_eval = !(l_.pipeline.eval_input_reader_size() > 0 && !f_.skip_eval);
     if (!in_.skip_eval) {
@@ -465,9 +469,10 @@ class DetectTrainer : public TrainDriver {
 
   void log_start(const engine::TrainerOptions&) override {
     const auto& keep = l_.config.input.keep_aspect_ratio;
-    const std::string size = !keep ? fmt::format("{}x{}", l_.config.input.height, l_.config.input.width)
-                                   : fmt::format("shorter side {} (longer at most {}{})", keep->min_dimension,
-                                                 keep->max_dimension, keep->pad_to_max_dimension ? ", padded to it" : "");
+    const std::string size = !keep
+                                 ? fmt::format("{}x{}", l_.config.input.height, l_.config.input.width)
+                                 : fmt::format("shorter side {} (longer at most {}{})", keep->min_dimension,
+                                               keep->max_dimension, keep->pad_to_max_dimension ? ", padded to it" : "");
     spdlog::info("detect: {} at {}, batch {}, {} training examples, {} steps, {} threads",
                  task_->meta_architecture().describe(), size, batch_size_, num_examples_, total_, runtime().threads);
   }
@@ -509,8 +514,7 @@ void run_train(DetectFlags f) {
   if (!f.mode.empty() && f.mode != "train" && f.mode != "train_and_eval")
     throw Error("--mode must be train, eval or train_and_eval, not '" + f.mode + "'");
   if (!f.watch.checkpoint_dir.empty()) {
-    if (!f.mode.empty())
-      throw Error("--checkpoint_dir makes this an evaluation job; it contradicts --mode " + f.mode);
+    if (!f.mode.empty()) throw Error("--checkpoint_dir makes this an evaluation job; it contradicts --mode " + f.mode);
     return run_continuous_eval(f);
   }
   if (f.mode == "train") f.skip_eval = true;  // model_tpu_main: estimator.train only
@@ -586,61 +590,63 @@ void run_predict(DetectFlags f, const std::vector<std::string>& inputs, const st
   // Text: boxes as [xmin,ymin,xmax,ymax] in the original image's pixels, said on each line;
   // JSON: "box" normalised [ymin, xmin, ymax, xmax] (the OD API's detection_boxes), said in
   // "box_format".
-  for_each_image_batch(task, prepare, inputs, batch_size, [&](const at::Tensor& images,
-                                                              const std::vector<std::string>& files) {
-    const auto detections = task.postprocess(*forward(images, files), shape_of(files));
-    for (size_t i = 0; i < files.size(); ++i) {
-      const std::string encoded = read_file(files[i]);
-      const auto size = data::image_size(encoded, files[i], f.max_image_pixels);
-      const auto& d = detections[i];
-      json boxes = json::array();
-      std::vector<data::Box> drawn;
-      std::vector<std::string> labels;
-      std::vector<at::Tensor> masks;  // Mask R-CNN: [H, W] bool in the image's pixels
-      std::string line = files[i] + ": [xmin,ymin,xmax,ymax px]";
-      for (int64_t k = 0; k < d.scores.size(0); ++k) {
-        const double score = d.scores[k].item<double>();
-        if (score < min_score) continue;
-        const int64_t cls = d.classes[k].item<int64_t>();
-        const auto b = d.boxes[k];
-        const data::Box box{b[0].item<float>(), b[1].item<float>(), b[2].item<float>(), b[3].item<float>()};
-        const std::string name = l.label_map.display(static_cast<int>(cls));
-        json entry = {{"class_id", cls}, {"label", name}, {"score", score}, {"box", {box.ymin, box.xmin, box.ymax, box.xmax}}};
-        line += fmt::format(" {} {:.2f} [{:.0f},{:.0f},{:.0f},{:.0f}]", name, score, box.xmin * size.width,
-                            box.ymin * size.height, box.xmax * size.width, box.ymax * size.height);
-        if (d.masks.defined()) {
-          // The box's mask pasted into the image and thresholded at 0.5 (the OD API's
-          // detection_masks reframed), as a COCO RLE.
-          const auto mask =
-              detect::paste_box_masks(d.masks.narrow(0, k, 1), d.boxes.narrow(0, k, 1), size.height, size.width)[0] > 0.5f;
-          const auto bytes = mask.to(torch::kUInt8).contiguous();
-          const auto rle = detect::rle_encode(bytes.data_ptr<uint8_t>(), size.height, size.width);
-          entry["mask"] = {{"size", {size.height, size.width}}, {"counts", detect::rle_to_string(rle)}};
-          line += fmt::format(" mask {} px", detect::rle_area(rle));
-          masks.push_back(mask);
+  for_each_image_batch(
+      task, prepare, inputs, batch_size, [&](const at::Tensor& images, const std::vector<std::string>& files) {
+        const auto detections = task.postprocess(*forward(images, files), shape_of(files));
+        for (size_t i = 0; i < files.size(); ++i) {
+          const std::string encoded = read_file(files[i]);
+          const auto size = data::image_size(encoded, files[i], f.max_image_pixels);
+          const auto& d = detections[i];
+          json boxes = json::array();
+          std::vector<data::Box> drawn;
+          std::vector<std::string> labels;
+          std::vector<at::Tensor> masks;  // Mask R-CNN: [H, W] bool in the image's pixels
+          std::string line = files[i] + ": [xmin,ymin,xmax,ymax px]";
+          for (int64_t k = 0; k < d.scores.size(0); ++k) {
+            const double score = d.scores[k].item<double>();
+            if (score < min_score) continue;
+            const int64_t cls = d.classes[k].item<int64_t>();
+            const auto b = d.boxes[k];
+            const data::Box box{b[0].item<float>(), b[1].item<float>(), b[2].item<float>(), b[3].item<float>()};
+            const std::string name = l.label_map.display(static_cast<int>(cls));
+            json entry = {{"class_id", cls},
+                          {"label", name},
+                          {"score", score},
+                          {"box", {box.ymin, box.xmin, box.ymax, box.xmax}}};
+            line += fmt::format(" {} {:.2f} [{:.0f},{:.0f},{:.0f},{:.0f}]", name, score, box.xmin * size.width,
+                                box.ymin * size.height, box.xmax * size.width, box.ymax * size.height);
+            if (d.masks.defined()) {
+              // The box's mask pasted into the image and thresholded at 0.5 (the OD API's
+              // detection_masks reframed), as a COCO RLE.
+              const auto mask = detect::paste_box_masks(d.masks.narrow(0, k, 1), d.boxes.narrow(0, k, 1), size.height,
+                                                        size.width)[0] > 0.5f;
+              const auto bytes = mask.to(torch::kUInt8).contiguous();
+              const auto rle = detect::rle_encode(bytes.data_ptr<uint8_t>(), size.height, size.width);
+              entry["mask"] = {{"size", {size.height, size.width}}, {"counts", detect::rle_to_string(rle)}};
+              line += fmt::format(" mask {} px", detect::rle_area(rle));
+              masks.push_back(mask);
+            }
+            boxes.push_back(entry);
+            drawn.push_back(box);
+            labels.push_back(fmt::format("{} {:.2f}", name, score));
+          }
+          if (drawn.empty()) line += fmt::format(" (nothing above {})", min_score);
+          if (json_out)
+            std::cout << json{{"file", files[i]},
+                              {"image_size", {size.height, size.width}},
+                              {"box_format", "normalized [ymin, xmin, ymax, xmax]"},
+                              {"detections", boxes}}
+                             .dump()
+                      << "\n";
+          else std::cout << line << "\n";
+          if (!output_dir.empty()) {
+            auto image = data::decode_image(encoded, files[i], f.max_image_pixels);
+            for (const auto& mask : masks) tint(&image, mask, {255, 32, 32});
+            data::draw_boxes(&image, drawn, labels, {255, 32, 32});
+            atomic_write_file(drawn_path(files[i]), data::encode_png(image));
+          }
         }
-        boxes.push_back(entry);
-        drawn.push_back(box);
-        labels.push_back(fmt::format("{} {:.2f}", name, score));
-      }
-      if (drawn.empty()) line += fmt::format(" (nothing above {})", min_score);
-      if (json_out)
-        std::cout << json{{"file", files[i]},
-                          {"image_size", {size.height, size.width}},
-                          {"box_format", "normalized [ymin, xmin, ymax, xmax]"},
-                          {"detections", boxes}}
-                         .dump()
-                  << "\n";
-      else
-        std::cout << line << "\n";
-      if (!output_dir.empty()) {
-        auto image = data::decode_image(encoded, files[i], f.max_image_pixels);
-        for (const auto& mask : masks) tint(&image, mask, {255, 32, 32});
-        data::draw_boxes(&image, drawn, labels, {255, 32, 32});
-        atomic_write_file(drawn_path(files[i]), data::encode_png(image));
-      }
-    }
-  });
+      });
   std::cout.flush();
 }
 
@@ -652,104 +658,110 @@ TaskCommands detect_commands() {
                     {}};
   task.verbs.push_back(make_verb<DetectFlags>("train", "Train with evaluation at each checkpoint (model_main.py)",
                                               add_train_flags, run_train));
-  task.verbs.push_back({"eval", "Evaluate the checkpoints of a directory (model_main.py --checkpoint_dir)",
-                        [](FlagSet* c) {
-    auto f = std::make_shared<DetectFlags>();
-    c->add_option("--model_dir", f->model_dir, "Where eval/ events go (default: the checkpoint_dir)");
-    add_common_flags(c, *f);
-    add_eval_flags(c, *f);
-    return [f] {
-      if (f->watch.checkpoint_dir.empty()) {
-        if (f->model_dir.empty()) throw Error("--checkpoint_dir (or --model_dir) is required");
-        f->watch.checkpoint_dir = f->model_dir;
-      }
-      run_continuous_eval(*f);
-    };
-  }});
-  task.verbs.push_back({"export", "Write the inference model (export_inference_graph.py): a directory (weights, "
-                        "pipeline.config, label map), ONNX (opset 10) or a TensorFlow checkpoint", [](FlagSet* c) {
-    auto f = std::make_shared<DetectFlags>();
-    struct DetectExportFlags {
-      std::string out_dir, checkpoint, format = "dir", out, input_type = "image_tensor";
-      bool include_preprocessing = false;
-    };
-    auto e = std::make_shared<DetectExportFlags>();
-    c->add_option("--model_dir", f->model_dir, "Model directory (default: the directory of --trained_checkpoint_prefix)");
-    c->add_option("--checkpoint,--trained_checkpoint_prefix", e->checkpoint,
-                  "A checkpoint (default: model_dir's latest): ckpt-N.pt, or the OD API's prefix form "
-                  "model_dir/model.ckpt-N for the checkpoint of step N");
-    c->add_option("--pipeline_config_path", f->pipeline_config_path,
-                  "The pipeline.config (default: the one model_dir was trained with)");
-    c->add_option("--config_override", f->config_override,
-                  "A TrainEvalPipelineConfig text proto merged over the pipeline.config, as export_inference_graph.py");
-    c->add_option("--input_type", e->input_type,
-                  "export_inference_graph.py's input: image_tensor (decoded images; the only one a non-TensorFlow "
-                  "export takes)")
-        ->capture_default_str();
-    c->add_option("--format", e->format,
-                  "dir: the inference model directory (--output_directory); onnx: one ONNX file (--out) with the "
-                  "box decoding and score conversion, without NMS; tf: a TensorFlow checkpoint under the OD API's "
-                  "names (--out is its prefix, e.g. out/model.ckpt)")
-        ->capture_default_str();
-    c->add_option("--output_directory,--out_dir", e->out_dir, "Output directory (--format dir)");
-    c->add_option("--out", e->out, "Output file (--format onnx), checkpoint prefix (--format tf)");
-    c->add_flag("--include_preprocessing", e->include_preprocessing,
-                "--format onnx: the graph takes RGB values in [0, 255] and scales them to [-1, 1] itself");
-    return [f, e] {
-      if (e->format != "dir" && e->format != "onnx" && e->format != "tf")
-        throw Error("--format must be dir, onnx or tf, not '" + e->format + "'");
-      if (e->input_type == "encoded_image_string_tensor" || e->input_type == "tf_example")
-        throw Error("--input_type " + e->input_type +
-                    " is a TensorFlow graph input; Orchard's exports take decoded images (image_tensor), and "
-                    "`orchard detect predict` decodes image files itself");
-      if (e->input_type != "image_tensor")
-        throw Error("--input_type must be image_tensor, encoded_image_string_tensor or tf_example, not '" +
-                    e->input_type + "'");
-      if (e->format == "dir" && e->out_dir.empty()) throw Error("--format dir needs --output_directory");
-      if (e->format != "dir" && e->out.empty()) throw Error("--format " + e->format + " needs --out");
-      if (!e->checkpoint.empty()) e->checkpoint = train::resolve_checkpoint_prefix(e->checkpoint);
-      if (f->model_dir.empty()) {
-        if (e->checkpoint.empty()) throw Error("--model_dir or --trained_checkpoint_prefix is required");
-        f->model_dir = parent_path(e->checkpoint);
-        if (f->model_dir.empty()) f->model_dir = ".";
-      }
-      auto l = load_for_inference(*f);
-      tasks::DetectionTask task(l.config);
-      const int64_t step = engine::restore_for_inference(task, f->model_dir, e->checkpoint);
-      if (e->format == "tf")
-        return export_tf_checkpoint(*task.module(), task.meta_architecture().tf_name_map("detection"),
-                                    task.meta_architecture().name(), step, e->out);
-      if (e->format == "dir") {
-        const std::string path = e->checkpoint.empty() ? train::CheckpointManager(f->model_dir).latest() : e->checkpoint;
-        export_model(task, f->model_dir, e->out_dir, train::checkpoint_step(path), l);
-        return;
-      }
-      task.meta_architecture().export_onnx(e->out, e->include_preprocessing);
-    };
-  }});
-  task.verbs.push_back({"predict", "Boxes, classes and scores for images (files, globs or directories)",
-                        [](FlagSet* c) {
-    struct PredictFlags {
-      DetectFlags f;
-      std::vector<std::string> inputs;
-      std::string checkpoint, output_dir;
-      double min_score = 0.3;
-      bool json_out = false;
-      int64_t batch_size = 8;
-    };
-    auto p = std::make_shared<PredictFlags>();
-    c->add_option("--model_dir", p->f.model_dir, "Model directory (or an export directory)")->required();
-    c->add_option("inputs", p->inputs, "Images, globs or directories")->required();
-    c->add_option("--checkpoint", p->checkpoint, "A checkpoint file (default: the latest)");
-    c->add_option("--output_dir", p->output_dir, "Write an annotated PNG per input here");
-    c->add_option("--min_score", p->min_score, "Report detections scoring at least this")->capture_default_str();
-    c->add_flag("--json", p->json_out, "One JSON line per image");
-    c->add_option("--batch_size", p->batch_size, "Images per forward pass")->capture_default_str();
-    add_host_flags(c, p->f);
-    return [p] {
-      run_predict(p->f, p->inputs, p->checkpoint, p->output_dir, p->min_score, p->json_out, p->batch_size);
-    };
-  }});
+  task.verbs.push_back(
+      {"eval", "Evaluate the checkpoints of a directory (model_main.py --checkpoint_dir)", [](FlagSet* c) {
+         auto f = std::make_shared<DetectFlags>();
+         c->add_option("--model_dir", f->model_dir, "Where eval/ events go (default: the checkpoint_dir)");
+         add_common_flags(c, *f);
+         add_eval_flags(c, *f);
+         return [f] {
+           if (f->watch.checkpoint_dir.empty()) {
+             if (f->model_dir.empty()) throw Error("--checkpoint_dir (or --model_dir) is required");
+             f->watch.checkpoint_dir = f->model_dir;
+           }
+           run_continuous_eval(*f);
+         };
+       }});
+  task.verbs.push_back(
+      {"export",
+       "Write the inference model (export_inference_graph.py): a directory (weights, "
+       "pipeline.config, label map), ONNX (opset 10) or a TensorFlow checkpoint",
+       [](FlagSet* c) {
+         auto f = std::make_shared<DetectFlags>();
+         struct DetectExportFlags {
+           std::string out_dir, checkpoint, format = "dir", out, input_type = "image_tensor";
+           bool include_preprocessing = false;
+         };
+         auto e = std::make_shared<DetectExportFlags>();
+         c->add_option("--model_dir", f->model_dir,
+                       "Model directory (default: the directory of --trained_checkpoint_prefix)");
+         c->add_option("--checkpoint,--trained_checkpoint_prefix", e->checkpoint,
+                       "A checkpoint (default: model_dir's latest): ckpt-N.pt, or the OD API's prefix form "
+                       "model_dir/model.ckpt-N for the checkpoint of step N");
+         c->add_option("--pipeline_config_path", f->pipeline_config_path,
+                       "The pipeline.config (default: the one model_dir was trained with)");
+         c->add_option(
+             "--config_override", f->config_override,
+             "A TrainEvalPipelineConfig text proto merged over the pipeline.config, as export_inference_graph.py");
+         c->add_option("--input_type", e->input_type,
+                       "export_inference_graph.py's input: image_tensor (decoded images; the only one a non-TensorFlow "
+                       "export takes)")
+             ->capture_default_str();
+         c->add_option("--format", e->format,
+                       "dir: the inference model directory (--output_directory); onnx: one ONNX file (--out) with the "
+                       "box decoding and score conversion, without NMS; tf: a TensorFlow checkpoint under the OD API's "
+                       "names (--out is its prefix, e.g. out/model.ckpt)")
+             ->capture_default_str();
+         c->add_option("--output_directory,--out_dir", e->out_dir, "Output directory (--format dir)");
+         c->add_option("--out", e->out, "Output file (--format onnx), checkpoint prefix (--format tf)");
+         c->add_flag("--include_preprocessing", e->include_preprocessing,
+                     "--format onnx: the graph takes RGB values in [0, 255] and scales them to [-1, 1] itself");
+         return [f, e] {
+           if (e->format != "dir" && e->format != "onnx" && e->format != "tf")
+             throw Error("--format must be dir, onnx or tf, not '" + e->format + "'");
+           if (e->input_type == "encoded_image_string_tensor" || e->input_type == "tf_example")
+             throw Error("--input_type " + e->input_type +
+                         " is a TensorFlow graph input; Orchard's exports take decoded images (image_tensor), and "
+                         "`orchard detect predict` decodes image files itself");
+           if (e->input_type != "image_tensor")
+             throw Error("--input_type must be image_tensor, encoded_image_string_tensor or tf_example, not '" +
+                         e->input_type + "'");
+           if (e->format == "dir" && e->out_dir.empty()) throw Error("--format dir needs --output_directory");
+           if (e->format != "dir" && e->out.empty()) throw Error("--format " + e->format + " needs --out");
+           if (!e->checkpoint.empty()) e->checkpoint = train::resolve_checkpoint_prefix(e->checkpoint);
+           if (f->model_dir.empty()) {
+             if (e->checkpoint.empty()) throw Error("--model_dir or --trained_checkpoint_prefix is required");
+             f->model_dir = parent_path(e->checkpoint);
+             if (f->model_dir.empty()) f->model_dir = ".";
+           }
+           auto l = load_for_inference(*f);
+           tasks::DetectionTask task(l.config);
+           const int64_t step = engine::restore_for_inference(task, f->model_dir, e->checkpoint);
+           if (e->format == "tf")
+             return export_tf_checkpoint(*task.module(), task.meta_architecture().tf_name_map("detection"),
+                                         task.meta_architecture().name(), step, e->out);
+           if (e->format == "dir") {
+             const std::string path =
+                 e->checkpoint.empty() ? train::CheckpointManager(f->model_dir).latest() : e->checkpoint;
+             export_model(task, f->model_dir, e->out_dir, train::checkpoint_step(path), l);
+             return;
+           }
+           task.meta_architecture().export_onnx(e->out, e->include_preprocessing);
+         };
+       }});
+  task.verbs.push_back(
+      {"predict", "Boxes, classes and scores for images (files, globs or directories)", [](FlagSet* c) {
+         struct PredictFlags {
+           DetectFlags f;
+           std::vector<std::string> inputs;
+           std::string checkpoint, output_dir;
+           double min_score = 0.3;
+           bool json_out = false;
+           int64_t batch_size = 8;
+         };
+         auto p = std::make_shared<PredictFlags>();
+         c->add_option("--model_dir", p->f.model_dir, "Model directory (or an export directory)")->required();
+         c->add_option("inputs", p->inputs, "Images, globs or directories")->required();
+         c->add_option("--checkpoint", p->checkpoint, "A checkpoint file (default: the latest)");
+         c->add_option("--output_dir", p->output_dir, "Write an annotated PNG per input here");
+         c->add_option("--min_score", p->min_score, "Report detections scoring at least this")->capture_default_str();
+         c->add_flag("--json", p->json_out, "One JSON line per image");
+         c->add_option("--batch_size", p->batch_size, "Images per forward pass")->capture_default_str();
+         add_host_flags(c, p->f);
+         return [p] {
+           run_predict(p->f, p->inputs, p->checkpoint, p->output_dir, p->min_score, p->json_out, p->batch_size);
+         };
+       }});
   return task;
 }
 

@@ -169,8 +169,10 @@ DetectionTask::DetectionTask(const DetectionConfig& config) : config_(config) {
   if (!config_.model) throw Error("detection: no model configured (pipeline.config's model)");
   meta_ = config_.model->build(config_.num_classes, config_.input);
   if (has_metrics_set(config_, "coco_mask_metrics") && !meta_->predicts_masks())
-    throw Error("eval_config.metrics_set coco_mask_metrics needs a model that predicts instance masks (Mask R-CNN: "
-                "mask_rcnn_box_predictor.predict_instance_masks); " + meta_->name() + " predicts boxes only");
+    throw Error(
+        "eval_config.metrics_set coco_mask_metrics needs a model that predicts instance masks (Mask R-CNN: "
+        "mask_rcnn_box_predictor.predict_instance_masks); " +
+        meta_->name() + " predicts boxes only");
   for (auto& p : meta_->module()->parameters())
     if (p.dim() == 4) l2_params_.push_back(p);  // conv kernels: conv_hyperparams' l2_regularizer
 }
@@ -299,16 +301,14 @@ std::vector<ImageDetections> DetectionTask::postprocess(const Outputs& outputs, 
   return meta_->postprocess(outputs, input);
 }
 
-void DetectionTask::train_metrics(const Outputs&, const data::Batch& batch, const Loss& loss,
-                                  MetricSums* sums) const {
+void DetectionTask::train_metrics(const Outputs&, const data::Batch& batch, const Loss& loss, MetricSums* sums) const {
   sums->add("count", static_cast<double>(batch.size));
   add_training_loss(loss, sums);
   for (const auto& [name, value] : loss.terms)  // the meta-architecture's losses, as shares
     if (name.rfind("batch_", 0) != 0) sums->add("Loss/" + name, value);
 }
 
-void DetectionTask::eval_step(const Outputs& outputs, const data::Batch& batch, const Loss& loss,
-                              MetricSums* sums) {
+void DetectionTask::eval_step(const Outputs& outputs, const data::Batch& batch, const Loss& loss, MetricSums* sums) {
   torch::NoGradGuard no_grad;
   sums->add("count", static_cast<double>(batch.size));
   const double n = static_cast<double>(batch.size);
@@ -337,7 +337,8 @@ void DetectionTask::eval_step(const Outputs& outputs, const data::Batch& batch, 
   std::vector<EvalImageLabel> labels;
   for (int64_t i = 0; i < batch.size; ++i) {
     const int64_t key = ids[i].item<int64_t>();
-    const double h = static_cast<double>(sizes[i][0].item<int64_t>()), w = static_cast<double>(sizes[i][1].item<int64_t>());
+    const double h = static_cast<double>(sizes[i][0].item<int64_t>()),
+                 w = static_cast<double>(sizes[i][1].item<int64_t>());
     images.push_back({key});
     const int64_t count = counts[i].item<int64_t>();
     for (int64_t j = 0; j < count; ++j) {
@@ -400,7 +401,8 @@ void DetectionTask::eval_step(const Outputs& outputs, const data::Batch& batch, 
     both.pixels.resize(static_cast<size_t>(both.height) * both.width * 3);
     const size_t row = static_cast<size_t>(left.width) * 3;
     for (int y = 0; y < left.height; ++y) {
-      std::copy_n(left.pixels.data() + static_cast<size_t>(y) * row, row, both.pixels.data() + 2 * static_cast<size_t>(y) * row);
+      std::copy_n(left.pixels.data() + static_cast<size_t>(y) * row, row,
+                  both.pixels.data() + 2 * static_cast<size_t>(y) * row);
       std::copy_n(right.pixels.data() + static_cast<size_t>(y) * row, row,
                   both.pixels.data() + (2 * static_cast<size_t>(y) + 1) * row);
     }
@@ -416,13 +418,15 @@ void DetectionTask::eval_step(const Outputs& outputs, const data::Batch& batch, 
     // cut from the sample buffer to the resized image and resized back (nearest neighbour), the
     // detections' pasted from their boxes and thresholded at 0.5 (the OD API's eval_util).
     if (!batch.fields.count("masks"))
-      throw Error("eval_config.metrics_set coco_mask_metrics needs the evaluation records' instance masks: set "
-                  "load_instance_masks: true and mask_type: PNG_MASKS in eval_input_reader");
+      throw Error(
+          "eval_config.metrics_set coco_mask_metrics needs the evaluation records' instance masks: set "
+          "load_instance_masks: true and mask_type: PNG_MASKS in eval_input_reader");
     const auto gt_masks = batch.field("masks").to(torch::kCPU);
     std::vector<double> gt_runs, det_runs;
     for (int64_t i = 0; i < batch.size; ++i) {
       const int64_t h0 = sizes[i][0].item<int64_t>(), w0 = sizes[i][1].item<int64_t>();
-      int64_t h = shape.height > 0 ? shape.height : gt_masks.size(2), w = shape.height > 0 ? shape.width : gt_masks.size(3);
+      int64_t h = shape.height > 0 ? shape.height : gt_masks.size(2),
+              w = shape.height > 0 ? shape.width : gt_masks.size(3);
       if (!shape.image_sizes.empty()) std::tie(h, w) = shape.image_sizes[static_cast<size_t>(i)];
       const int64_t count = counts[i].item<int64_t>();
       if (count > 0) {
@@ -435,7 +439,8 @@ void DetectionTask::eval_step(const Outputs& outputs, const data::Batch& batch, 
       }
       const auto& d = detections[static_cast<size_t>(i)];
       const int64_t found = d.boxes.size(0);
-      if (found > 0 && !d.masks.defined()) throw Error("coco_mask_metrics: the model returned detections without masks");
+      if (found > 0 && !d.masks.defined())
+        throw Error("coco_mask_metrics: the model returned detections without masks");
       for (int64_t k0 = 0; k0 < found; k0 += 16) {  // a few full-size masks at a time
         const int64_t n = std::min<int64_t>(16, found - k0);
         const auto pasted = detect::paste_box_masks(d.masks.narrow(0, k0, n), d.boxes.narrow(0, k0, n), h0, w0);
@@ -504,9 +509,11 @@ std::map<std::string, double> DetectionTask::compute_metrics(const MetricSums& s
       }
       std::map<int64_t, std::string> names;
       if (config_.per_category_metrics)
-        for (size_t c = 0; c < config_.class_names.size(); ++c) names[static_cast<int64_t>(c + 1)] = config_.class_names[c];
+        for (size_t c = 0; c < config_.class_names.size(); ++c)
+          names[static_cast<int64_t>(c + 1)] = config_.class_names[c];
       const auto result = coco.evaluate();
-      for (const auto& [name, value] : config_.per_category_metrics ? result.named(names) : result.named()) m[name] = value;
+      for (const auto& [name, value] : config_.per_category_metrics ? result.named(names) : result.named())
+        m[name] = value;
       continue;
     }
     if (metrics_set == "coco_detection_metrics") {

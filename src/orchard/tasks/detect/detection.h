@@ -13,8 +13,8 @@
 
 #include "orchard/data/detection.h"
 #include "orchard/detect/builders/detection_config.h"
-#include "orchard/detect/ops/box_ops.h"
 #include "orchard/detect/meta_arch/meta_architecture.h"
+#include "orchard/detect/ops/box_ops.h"
 #include "orchard/engine/task.h"
 
 namespace orchard::tasks {

@@ -112,8 +112,7 @@ std::vector<std::string> depthwise_hint(const tf::CheckpointReader& checkpoint,
     const bool model_pointwise = model_shape[0] == 1 && model_shape[1] == 1;
     if (ckpt_pointwise && !model_pointwise && checkpoint.find(scope + "_depthwise/depthwise_weights"))
       separable.push_back(scope);
-    else if (!ckpt_pointwise && model_pointwise && model_separable.count(scope))
-      full.push_back(scope);
+    else if (!ckpt_pointwise && model_pointwise && model_separable.count(scope)) full.push_back(scope);
   }
   const auto field = [](const std::vector<std::string>& scopes) {
     const bool extractor = scopes.front().rfind("FeatureExtractor/", 0) == 0;

@@ -13,8 +13,8 @@ DetectionPipeline load_detection_pipeline(const std::string& config_path, const 
   p.pipeline = detect::load_pipeline_config(config_path, o.strict, nullptr, o.allow_unknown_fields);
   if (!o.config_override.empty()) {
     // export_inference_graph's text_format.Merge: singular fields replaced, repeated ones appended.
-    p.pipeline.MergeFrom(
-        detect::parse_pipeline_config(o.config_override, "--config_override", o.strict, nullptr, o.allow_unknown_fields));
+    p.pipeline.MergeFrom(detect::parse_pipeline_config(o.config_override, "--config_override", o.strict, nullptr,
+                                                       o.allow_unknown_fields));
     spdlog::info("{}: --config_override merged over it", config_path);
   }
   if (o.train_batch_size < 0) throw Error("--train_batch_size must be positive");

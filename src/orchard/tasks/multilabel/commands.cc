@@ -112,8 +112,9 @@ void add_train_flags(FlagSet* c, MultiLabelFlags& f) {
                 "Start from this checkpoint's backbone (a file or a model_dir; the classifier is re-initialised)");
   add_runtime_flags(c, f);
   c->add_option("--opt_momentum", f.opt_momentum, "SGD momentum")->capture_default_str();
-  c->add_option("--optimizer", f.optimizer,
-                "momentum (ML-Images': SGD with --opt_momentum) | adam (TF's defaults: beta1 0.9, beta2 0.999, eps 1e-8)")
+  c->add_option(
+       "--optimizer", f.optimizer,
+       "momentum (ML-Images': SGD with --opt_momentum) | adam (TF's defaults: beta1 0.9, beta2 0.999, eps 1e-8)")
       ->capture_default_str();
   c->add_option("--init", f.init,
                 "Weight initialisation when training from scratch: default (the model's own) | torchvision "
@@ -141,12 +142,14 @@ void add_train_flags(FlagSet* c, MultiLabelFlags& f) {
   c->add_option("--max_to_keep", f.run.max_to_keep, "Checkpoints to keep")->capture_default_str();
   c->add_option("--random_seed,--seed", f.random_seed, "Random seed (data order, augmentation, init, neg_select)")
       ->capture_default_str();
-  c->add_option("--pos_weight", f.pos_weight, "Weight of positive labels in the sigmoid cross entropy (ML-Images train.py: 12)")
+  c->add_option("--pos_weight", f.pos_weight,
+                "Weight of positive labels in the sigmoid cross entropy (ML-Images train.py: 12)")
       ->capture_default_str();
   c->add_option("--loss_balance", f.balance, "ml_images (per-class batch coefficients) | none")->capture_default_str();
   c->add_option("--stats_file", f.stats_file, "Write the run's stats JSON here");
   c->add_option("--profile_steps", f.profile_steps, "'first,last' steps to profile into a Chrome trace");
-  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records, "Skip records with bad CRCs and the rest of a truncated shard (counted in stats)");
+  c->add_flag("--skip_corrupt_records", f.skip_corrupt_records,
+              "Skip records with bad CRCs and the rest of a truncated shard (counted in stats)");
   add_model_flags(c, f);
 }
 
@@ -181,15 +184,31 @@ tasks::MultiLabelConfig task_config(const MultiLabelFlags& f) {
 }
 
 json config_json(const MultiLabelFlags& f, const tasks::MultiLabelConfig& c) {
-  return {{"task", "multilabel"},          {"model", c.model.arch},         {"class_num", c.model.num_classes},
-          {"width", c.model.width},        {"image_size", c.image_size},    {"data_format", f.data_format},
-          {"threshold", c.threshold},      {"weight_decay", c.weight_decay}, {"pos_weight", c.pos_weight},
-          {"loss_balance", f.balance},     {"mask_thres", c.mask_thres},    {"neg_select", c.neg_select},
-          {"data_dir", f.data_dir},        {"batch_size", f.batch_size},    {"lr", f.lr},
-          {"lr_decay_step", f.lr_decay_step}, {"warmup_step", f.warmup_step}, {"lr_warmup", f.lr_warmup},
-          {"warmup_decay_step", f.warmup_decay_step}, {"warmup_decay_factor", f.warmup_decay_factor},
-          {"max_iter", f.run.total_steps},        {"random_seed", f.random_seed},  {"dtype", f.dtype},
-          {"optimizer", f.optimizer},      {"init", f.init},
+  return {{"task", "multilabel"},
+          {"model", c.model.arch},
+          {"class_num", c.model.num_classes},
+          {"width", c.model.width},
+          {"image_size", c.image_size},
+          {"data_format", f.data_format},
+          {"threshold", c.threshold},
+          {"weight_decay", c.weight_decay},
+          {"pos_weight", c.pos_weight},
+          {"loss_balance", f.balance},
+          {"mask_thres", c.mask_thres},
+          {"neg_select", c.neg_select},
+          {"data_dir", f.data_dir},
+          {"batch_size", f.batch_size},
+          {"lr", f.lr},
+          {"lr_decay_step", f.lr_decay_step},
+          {"warmup_step", f.warmup_step},
+          {"lr_warmup", f.lr_warmup},
+          {"warmup_decay_step", f.warmup_decay_step},
+          {"warmup_decay_factor", f.warmup_decay_factor},
+          {"max_iter", f.run.total_steps},
+          {"random_seed", f.random_seed},
+          {"dtype", f.dtype},
+          {"optimizer", f.optimizer},
+          {"init", f.init},
           {"depth_multiplier", c.model.depth_multiplier}};
 }
 
@@ -308,8 +327,8 @@ class MultiLabelTrainer : public TrainDriver {
   void finish(const train::RunStats& stats) override {
     if (stats.eval.count("mAP"))
       spdlog::info("final: mAP {:.4f}, accuracy {:.4f}, precision {:.4f}, recall {:.4f}, F1 {:.4f} at step {}",
-                   stats.eval.at("mAP"), stats.eval.at("accuracy"), stats.eval.at("precision"),
-                   stats.eval.at("recall"), stats.eval.at("f1"), stats.global_step);
+                   stats.eval.at("mAP"), stats.eval.at("accuracy"), stats.eval.at("precision"), stats.eval.at("recall"),
+                   stats.eval.at("f1"), stats.global_step);
     spdlog::info("model_dir: {}", f_.model_dir);
   }
 
@@ -336,9 +355,9 @@ struct MultiLabelVerbs {
   static MultiLabelConfig config(const Flags& f) { return task_config(f); }
   static std::string validation_files(const Flags& f) { return shard_pattern(f.data_dir, false); }
   static void add_inference_flags(FlagSet* c, Flags& f, bool predict) {
-    c->add_option("--threshold", f.threshold,
-                  predict ? "Probability threshold (default: the model's)"
-                          : "Probability threshold for precision / recall / F1");
+    c->add_option(
+        "--threshold", f.threshold,
+        predict ? "Probability threshold (default: the model's)" : "Probability threshold for precision / recall / F1");
   }
   static json eval_report(const std::map<std::string, double>& metrics) { return metrics; }
   static void print_predictions(const Task& task, const std::vector<std::string>& files, const torch::Tensor& logits,
@@ -353,10 +372,8 @@ struct MultiLabelVerbs {
         line += fmt::format(" {} ({:.3f})", name, p.probability);
       }
       if (labels.empty()) line += " (no label above " + fmt::format("{}", f.threshold) + ")";
-      if (json_out)
-        std::cout << json{{"file", files[i]}, {"labels", labels}}.dump() << "\n";
-      else
-        std::cout << line << "\n";
+      if (json_out) std::cout << json{{"file", files[i]}, {"labels", labels}}.dump() << "\n";
+      else std::cout << line << "\n";
     }
   }
 };
@@ -365,8 +382,8 @@ struct MultiLabelVerbs {
 
 TaskCommands multilabel_commands() {
   TaskCommands task{"multilabel", "Multi-label tagging: the Tencent ML-Images trainer", {}};
-  task.verbs.push_back(make_verb<MultiLabelFlags>("train", "Train (and evaluate) a multi-label ResNet",
-                                                  add_train_flags, run_train));
+  task.verbs.push_back(
+      make_verb<MultiLabelFlags>("train", "Train (and evaluate) a multi-label ResNet", add_train_flags, run_train));
   add_image_inference_verbs<MultiLabelVerbs>(
       &task, "Write the model for serving: ONNX (opset 10), logits (apply a sigmoid) or feature vector",
       "Labels above the threshold for images (files, globs or directories)");

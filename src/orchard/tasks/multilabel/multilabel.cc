@@ -174,16 +174,16 @@ void MultiLabelTask::eval_step(const Outputs& task_outputs, const data::Batch& b
 std::map<std::string, double> MultiLabelTask::compute_metrics(const MetricSums& s, bool training) const {
   const double count = std::max(1.0, s.get("count"));
   if (training)
-    return {{"loss", training_loss(s)},
-            {"cross_entropy", training_data_loss(s)},
-            {"accuracy", s.get("correct") / count}};
+    return {
+        {"loss", training_loss(s)}, {"cross_entropy", training_data_loss(s)}, {"accuracy", s.get("correct") / count}};
   const double tp = s.get("true_positives"), fp = s.get("false_positives"), fn = s.get("false_negatives");
   const double precision = tp + fp > 0 ? tp / (tp + fp) : 0, recall = tp + fn > 0 ? tp / (tp + fn) : 0;
-  std::map<std::string, double> m = {{"loss", s.get("cross_entropy_sum") / count},
-                                     {"accuracy", s.get("correct") / count},
-                                     {"precision", precision},
-                                     {"recall", recall},
-                                     {"f1", precision + recall > 0 ? 2 * precision * recall / (precision + recall) : 0}};
+  std::map<std::string, double> m = {
+      {"loss", s.get("cross_entropy_sum") / count},
+      {"accuracy", s.get("correct") / count},
+      {"precision", precision},
+      {"recall", recall},
+      {"f1", precision + recall > 0 ? 2 * precision * recall / (precision + recall) : 0}};
   if (s.tensor("ap_positives").defined()) {
     const auto ap = average_precision_from_histograms(s.tensor("ap_positives"), s.tensor("ap_negatives"));
     const auto valid = ap.isnan().logical_not();

@@ -6,8 +6,8 @@
 
 #include "orchard/data/pipeline.h"
 #include "orchard/data/preprocess.h"
-#include "orchard/models/registry.h"
 #include "orchard/engine/task.h"
+#include "orchard/models/registry.h"
 #include "orchard/tasks/image_model.h"
 
 namespace orchard::tasks {
