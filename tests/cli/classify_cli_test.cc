@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -28,6 +29,7 @@
 #include "orchard/core/event_writer.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
+#include "orchard/core/thread_pool.h"
 #include "orchard/data/example.h"
 #include "orchard/data/image.h"
 #include "orchard/data/tools.h"
@@ -549,6 +551,81 @@ TEST_F(ClassifyErrors, AbslFlagHabitsAndTheEndOfRunSummary) {
 
   expect_error(args(root_->file("m_absl2"), {"--flagfile", root_->file("no_such_flags.txt")}),
                {"--flagfile", root_->file("no_such_flags.txt")});
+}
+
+// A cgroup with a CPU quota of one CPU (issue 57): created here where the test may (root, a
+// writable cgroup file system with the cpu controller; otherwise skipped with the reason), the
+// run started inside it starts one intra-op thread and says why. OMP_NUM_THREADS is unset for it,
+// and --num_threads 0 asks for the default.
+TEST_F(ClassifyErrors, ACgroupQuotaOfOneCpuStartsOneIntraOpThread) {
+  if (available_cores() < 2) GTEST_SKIP() << "one core here: a one-CPU quota changes nothing";
+  // The cpu controller's hierarchy: cgroup v1's cpu mount, else cgroup v2 with cpu enabled.
+  std::string mount, version;
+  {
+    std::ifstream in("/proc/self/mountinfo");
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::vector<std::string> w;
+      for (std::string x; f >> x;) w.push_back(x);
+      const auto dash = std::find(w.begin(), w.end(), "-");
+      if (w.size() < 5 || dash == w.end() || dash + 3 >= w.end()) continue;
+      const std::string type = *(dash + 1), opts = "," + *(dash + 3) + ",";
+      if (type == "cgroup" && contains(opts, ",cpu,")) {
+        mount = w[4];
+        version = "v1";
+        break;
+      }
+      if (type == "cgroup2" && mount.empty() && contains(test::read_bytes(w[4] + "/cgroup.subtree_control"), "cpu")) {
+        mount = w[4];
+        version = "v2";
+      }
+    }
+  }
+  if (mount.empty()) GTEST_SKIP() << "no cgroup file system with the cpu controller here";
+  const std::string group = mount + "/orchard-test-" + std::to_string(::getpid());
+  std::error_code ec;
+  if (!stdfs::create_directory(group, ec) || ec)
+    GTEST_SKIP() << "cannot create a cgroup at " << group << ": " << ec.message();
+  struct Remove {
+    std::string dir;
+    ~Remove() { ::rmdir(dir.c_str()); }
+  } remove{group};
+  const auto write = [&](const std::string& file, const std::string& value) {
+    std::ofstream out(group + "/" + file);
+    out << value << "\n";
+    out.flush();
+    return static_cast<bool>(out);
+  };
+  const bool limited = version == "v1" ? write("cpu.cfs_period_us", "100000") && write("cpu.cfs_quota_us", "100000")
+                                       : write("cpu.max", "100000 100000");
+  if (!limited) GTEST_SKIP() << "cannot set a CPU quota on " << group;
+
+  // sh joins the cgroup, then becomes orchard.
+  std::vector<std::string> argv_s = {"/bin/sh", "-c", "echo $$ > '" + group + "/cgroup.procs' && exec \"$0\" \"$@\"",
+                                     ORCHARD_BIN};
+  for (const auto& a : args(root_->file("m_quota"), {"--num_threads", "0"})) argv_s.push_back(a);
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e; ++e)
+    if (std::string(*e).rfind("OMP_NUM_THREADS=", 0) != 0) env_s.push_back(*e);
+  std::vector<char*> env;
+  for (auto& e : env_s) env.push_back(e.data());
+  env.push_back(nullptr);
+  const std::string out = root_->file("quota.out"), err = root_->file("quota.err");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), env.data()), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  const auto r = wait_for(pid, out, err);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "threads: 1 intra-op (the cgroup CPU quota, 1 CPUs rounded down")) << r.err;
+  EXPECT_TRUE(contains(r.err, group)) << r.err;
 }
 
 // A missing validation split is found before a model is built (it was found after training

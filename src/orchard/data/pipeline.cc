@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "orchard/core/cpu_quota.h"
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
 #include "orchard/core/filesystem.h"
@@ -416,7 +417,7 @@ Pipeline::Pipeline(PipelineOptions options, SampleSpec spec, ParseFn parse) : im
   m.files = expand_file_pattern(m.opt.file_pattern);
   for (auto d : m.spec.image_shape) m.image_numel *= d;
   m.pool =
-      std::make_unique<ThreadPool>(m.opt.num_threads > 0 ? m.opt.num_threads : available_cores(), m.opt.thread_nice);
+      std::make_unique<ThreadPool>(m.opt.num_threads > 0 ? m.opt.num_threads : cpu_budget().threads, m.opt.thread_nice);
   m.producer = std::thread([this] { impl_->produce(); });
 }
 

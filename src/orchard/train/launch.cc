@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "orchard/core/cpu_quota.h"
 #include "orchard/core/error.h"
 #include "orchard/core/thread_pool.h"
 
@@ -63,7 +64,7 @@ int launch_workers(const LaunchOptions& f) {
   if (f.nproc_per_node < 1 || f.nnodes < 1 || f.node_rank < 0 || f.node_rank >= f.nnodes)
     throw Error("orchard launch: need --nproc_per_node >= 1 and 0 <= --node_rank < --nnodes");
   const char* omp = std::getenv("OMP_NUM_THREADS");
-  const int threads = omp ? std::max(1, std::atoi(omp)) : std::max(1, available_cores() / f.nproc_per_node);
+  const int threads = omp ? std::max(1, std::atoi(omp)) : std::max(1, cpu_budget().threads / f.nproc_per_node);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, nullptr);

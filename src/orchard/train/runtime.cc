@@ -2,10 +2,13 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
+#include <spdlog/spdlog.h>
 #include <torch/version.h>
 
 #include <cstdlib>
+#include <string>
 
+#include "orchard/core/cpu_quota.h"
 #include "orchard/core/error.h"
 #include "orchard/core/thread_pool.h"
 
@@ -16,11 +19,25 @@
 namespace orchard::train {
 
 int configure_threads(int num_threads) {
-  int n = num_threads > 0 ? num_threads : available_cores();
-  // orchard launch (like torchrun) gives each process its share of the cores this way.
-  if (const char* omp = std::getenv("OMP_NUM_THREADS"); num_threads <= 0 && omp && std::atoi(omp) > 0)
+  int n = 0;
+  std::string reason;
+  if (num_threads > 0) {
+    n = num_threads;
+    reason = "--num_threads";
+  } else if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp && std::atoi(omp) > 0) {
+    // The user's, or orchard launch's (like torchrun's) share of the cores for each process.
     n = std::atoi(omp);
+    reason = std::string("OMP_NUM_THREADS=") + omp;
+  } else {
+    n = cpu_budget().threads;  // the affinity mask and the cgroup CPU quota
+    reason = cpu_budget().reason;
+  }
   at::set_num_threads(n);
+  static bool logged = false;
+  if (!logged) {
+    logged = true;
+    spdlog::info("threads: {} intra-op ({})", n, reason);
+  }
   return n;
 }
 

@@ -9,8 +9,10 @@ struct Device;
 
 namespace orchard::train {
 
-// Sets libtorch's intra-op threads (0 = all cores; libtorch starts at 1 on some builds).
-// Returns the number set.
+// Sets libtorch's intra-op threads: `num_threads` when > 0, else OMP_NUM_THREADS when set (the
+// user's, or orchard launch's share per process), else cpu_budget() (the affinity mask and the
+// cgroup CPU quota). Logs the number and where it came from once ("threads: 1 intra-op (the cgroup
+// CPU quota, ...)"). Returns the number set.
 int configure_threads(int num_threads);
 
 // Scoped mixed-precision autocast for dtype "fp32" (no-op), "bf16" or "fp16".

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Training throughput on a shared CPU (issue 57): the same `classify train` (synthetic data,
+# resnet18_small width 16 at 32 px, batch 128) alone, beside a single-threaded busy loop, and
+# beside a second copy of itself; the same for PyTorch-Python eager (bench/peer_train.py) as the
+# peer. Prints images/s of each and the ratio to the run alone.
+#
+#   bash bench/shared_cpu.sh                       # build/orchard, 2 threads, 40 steps
+#   STEPS=60 THREADS=2 bash bench/shared_cpu.sh
+#   VARIANTS="default GOMP_SPINCOUNT=0" bash bench/shared_cpu.sh   # Orchard under other settings
+#
+# The busy loop is one process spinning on one core: on N cores it takes s = 1/(THREADS+1) of
+# the CPU when the scheduler shares it fairly by thread, so the goal of issue 57 is
+# images/s beside it >= (1 - s) x 0.8 of the run alone.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ORCHARD=${ORCHARD:-$ROOT/build/orchard}
+THREADS=${THREADS:-2}
+STEPS=${STEPS:-40}
+VARIANTS=${VARIANTS:-default}
+PEER=${PEER:-1}
+PY=/usr/bin/python3
+WORK=$(mktemp -d)
+busy_pid=""
+trap '[ -n "$busy_pid" ] && kill "$busy_pid" 2>/dev/null; rm -rf "$WORK"' EXIT
+warm=5
+
+orchard_run() {  # name env... -> images/s of the steps after the warm-up
+  local name=$1
+  shift
+  env "$@" "$ORCHARD" classify train --use_synthetic_data --model resnet18_small --width 16 --image_size 32 \
+    --batch_size 128 --num_classes 10 --train_steps $((warm + STEPS)) --log_steps "$warm" \
+    --steps_per_loop $((warm + STEPS)) --num_threads "$THREADS" --model_dir "$WORK/$name" --clean \
+    --stats_file "$WORK/$name.json" >"$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log" >&2; exit 1; }
+  "$PY" -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))["avg_exp_per_second"])' "$WORK/$name.json"
+}
+
+peer_run() {
+  "$PY" "$ROOT/bench/peer_train.py" --model resnet18_small --width 16 --image_size 32 --batch_size 128 \
+    --num_classes 10 --steps "$STEPS" --warmup "$warm" --threads "$THREADS" |
+    "$PY" -c 'import json,sys; print("%.1f" % json.loads(sys.stdin.read())["images_per_second"])'
+}
+
+start_busy() {
+  "$PY" -c 'while True: pass' &
+  busy_pid=$!
+}
+stop_busy() {
+  kill "$busy_pid" 2>/dev/null || true
+  wait "$busy_pid" 2>/dev/null || true
+  busy_pid=""
+}
+
+ratio() { "$PY" -c "import sys; print('%.2f' % (float(sys.argv[2]) / float(sys.argv[1])))" "$1" "$2"; }
+
+echo "| run | alone img/s | beside a busy loop img/s (ratio) | beside a second copy img/s (ratio) |"
+echo "|---|---|---|---|"
+for variant in $VARIANTS; do
+  envs=()
+  [ "$variant" != default ] && envs=("$variant")
+  alone=$(orchard_run "alone" "${envs[@]}")
+  start_busy
+  busy=$(orchard_run "busy" "${envs[@]}")
+  stop_busy
+  # Two copies at once: the first one's rate (both run the same steps).
+  orchard_run "pair_b" "${envs[@]}" >"$WORK/pair_b.rate" &
+  pair_pid=$!
+  pair=$(orchard_run "pair_a" "${envs[@]}")
+  wait "$pair_pid"
+  echo "| Orchard ($variant) | $alone | $busy ($(ratio "$alone" "$busy")) | $pair ($(ratio "$alone" "$pair")) |"
+done
+if [ "$PEER" = 1 ]; then
+  alone=$(peer_run)
+  start_busy
+  busy=$(peer_run)
+  stop_busy
+  peer_run >"$WORK/peer_b.rate" &
+  pair_pid=$!
+  pair=$(peer_run)
+  wait "$pair_pid"
+  echo "| PyTorch $("$PY" -c 'import torch; print(torch.__version__)') eager | $alone | $busy ($(ratio "$alone" "$busy")) | $pair ($(ratio "$alone" "$pair")) |"
+fi
