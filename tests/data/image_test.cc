@@ -344,7 +344,9 @@ TEST(Image, HeadersClaimingHugeImagesAreDataErrorsBeforeAllocation) {
   const long rss_before = peak_rss_mib();
   const std::string png = claiming(encode_png(gradient(8, 8)), 37837, 37837);
   const std::string jpeg = claiming(encode_jpeg(gradient(16, 16)), 65500, 65500);
-  for (const auto& [name, bytes, size] : {std::tuple{"png", png, "37837x37837"}, {"jpeg", jpeg, "65500x65500"}}) {
+  for (const auto& claim : {std::tuple{"png", png, "37837x37837"}, {"jpeg", jpeg, "65500x65500"}}) {
+    // Named copies, not a structured binding: clang 14 (the sanitizer build) cannot capture one.
+    const std::string name = std::get<0>(claim), bytes = std::get<1>(claim), size = std::get<2>(claim);
     SCOPED_TRACE(name);
     EXPECT_EQ(image_size(bytes, "x", int64_t{1} << 40).width, std::stoi(size));  // the header is read as written
     test::expect_data_error([&] { image_size(bytes, "f.tfrecord: record 7"); },

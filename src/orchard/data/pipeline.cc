@@ -124,7 +124,9 @@ struct Pipeline::Impl {
   std::mutex mu;
   std::condition_variable cv_push, cv_pop;
   std::deque<std::shared_ptr<BatchJob>> queue;
-  bool stop = false;
+  // Set (under mu, so that push's wait sees it) on destruction; the readers poll it without
+  // the lock between records.
+  std::atomic<bool> stop{false};
   // Set on the first error that ends the pipeline and on destruction: parse work still queued
   // then returns at once instead of decoding images nobody will see.
   std::atomic<bool> cancelled{false};
