@@ -14,6 +14,7 @@
 #include "orchard/detect/meta_arch/ssd.h"
 #include "orchard/proto/object_detection/pipeline.pb.h"
 #include "orchard/tasks/detect/detection.h"
+#include "orchard/tasks/detect/fine_tune.h"
 
 namespace orchard::tasks {
 namespace {
@@ -300,6 +301,53 @@ TEST(MetaArchitectures, FasterRcnnTrainsAndDetectsThroughTheTask) {
 // hard_example_miner: every one of the 12 proposals reaches the second stage (no sampling; the
 // outputs hold 12 slots per image) and the loss sums the mined ones (hand-worked in
 // detect/box_classifier_test.cc); gradients reach the box classifier.
+// fine_tune_checkpoint_type "classification" restores what the meta-architecture's feature
+// extractor says the ImageNet classifier has: SSD's base network (by its TF-Slim names without the
+// FeatureExtractor/ scope), Faster R-CNN's first- and second-stage extractor layers (resnet_v1_50/...,
+// block4 included), never the RPN or the box predictor. (Faster R-CNN restored nothing before: the
+// selection looked for SSD's "backbone." prefix.)
+TEST(MetaArchitectures, ClassificationFineTuneRestoresTheFeatureExtractorOfEither) {
+  const auto restored = [](DetectionTask& task) {
+    const auto selection = fine_tune_selection(task, "classification", /*load_all=*/false);
+    const auto tf = task.meta_architecture().tf_name_map("classification");
+    std::map<std::string, std::string> names;  // parameter -> TF name
+    for (const auto& p : task.module()->named_parameters()) {
+      if (selection.skip(p.key())) continue;
+      const auto n = tf(p.key());
+      names[p.key()] = n ? n->name : "(none)";
+    }
+    return names;
+  };
+  auto frcnn = small_task(kSmallFasterRcnn);
+  const auto two_stage = restored(*frcnn);
+  ASSERT_FALSE(two_stage.empty());
+  bool block4 = false;
+  for (const auto& [name, tf] : two_stage) {
+    EXPECT_TRUE(name.rfind("first_stage_extractor.", 0) == 0 || name.rfind("second_stage_extractor.", 0) == 0) << name;
+    EXPECT_EQ(tf.rfind("resnet_v1_50/", 0), 0u) << name << " -> " << tf;
+    block4 = block4 || tf.rfind("resnet_v1_50/block4/", 0) == 0;
+  }
+  EXPECT_TRUE(block4);
+  EXPECT_GT(two_stage.size(), 100u);  // ResNet-50's convolutions and batch norms
+  for (const auto& p : frcnn->module()->named_parameters()) {
+    if (p.key().rfind("rpn_", 0) == 0 || p.key().rfind("box_encoding", 0) == 0 ||
+        p.key().rfind("class_logits", 0) == 0) {
+      EXPECT_FALSE(two_stage.count(p.key())) << p.key();
+    }
+  }
+
+  torch::manual_seed(0);
+  DetectionTask ssd(detection_config(detect::load_pipeline_config(kCoco, /*strict=*/false), /*channels_last=*/false));
+  const auto one_stage = restored(ssd);
+  ASSERT_FALSE(one_stage.empty());
+  const auto selection = fine_tune_selection(ssd, "classification", false);
+  for (const auto& [name, tf] : one_stage) {
+    EXPECT_EQ(name.rfind("backbone.", 0), 0u) << name;
+    EXPECT_EQ(tf.rfind("MobilenetV2/", 0), 0u) << name << " -> " << tf;
+    EXPECT_EQ(selection.source_name(name), name.substr(std::string("backbone.").size()));
+  }
+}
+
 TEST(MetaArchitectures, FasterRcnnHardExampleMinerTakesEveryProposal) {
   std::string text = kSmallFasterRcnn;
   const std::string sampled = "second_stage_batch_size: 8";

@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace orchard::detect::feature_extractors {
@@ -72,6 +73,13 @@ std::string join_names(const std::vector<std::string>& names) {
   std::string s;
   for (size_t i = 0; i < names.size(); ++i) s += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
   return s;
+}
+
+std::vector<FeatureMap> SsdFeatureExtractor::feature_maps(std::vector<torch::Tensor> tensors) const {
+  std::vector<FeatureMap> maps;
+  for (size_t i = 0; i < std::min(tensors.size(), channels_.size()); ++i)
+    maps.push_back({std::move(tensors[i]), endpoints_[i].stride, channels_[i]});
+  return maps;
 }
 
 std::vector<std::pair<int64_t, int64_t>> SsdFeatureExtractor::feature_map_sizes(int64_t height, int64_t width) const {

@@ -100,6 +100,9 @@ class SsdFeatureExtractor {
   virtual bool restored_by_classification(const std::string& /*name*/) const { return true; }
 
  protected:
+  // `tensors` (the base network's maps, finest first; any beyond endpoints() dropped) with the
+  // endpoints' strides and channels: what extract returns.
+  std::vector<FeatureMap> feature_maps(std::vector<torch::Tensor> tensors) const;
   // Implementations fill these in their constructor.
   std::vector<Endpoint> endpoints_;
   std::vector<int64_t> channels_;

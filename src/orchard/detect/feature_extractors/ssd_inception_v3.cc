@@ -38,11 +38,7 @@ class InceptionV3Extractor : public SsdFeatureExtractor {
   }
   std::shared_ptr<torch::nn::Module> module() const override { return net_.ptr(); }
   std::vector<FeatureMap> extract(const torch::Tensor& images) override {
-    auto tensors = net_->mixed_5d_6e_7c(images);
-    std::vector<FeatureMap> maps;
-    for (size_t i = 0; i < std::min(tensors.size(), channels_.size()); ++i)
-      maps.push_back({std::move(tensors[i]), endpoints_[i].stride, channels_[i]});
-    return maps;
+    return feature_maps(net_->mixed_5d_6e_7c(images));
   }
   std::vector<std::pair<int64_t, int64_t>> feature_map_sizes(int64_t height, int64_t width) const override {
     // Mixed_5d, then (x - 3) / 2 + 1 twice (Mixed_6a, Mixed_7a): 300 -> 35, 17, 8.

@@ -27,11 +27,7 @@ class MobileDetExtractor : public SsdFeatureExtractor {
   }
   std::shared_ptr<torch::nn::Module> module() const override { return net_.ptr(); }
   std::vector<FeatureMap> extract(const torch::Tensor& images) override {
-    auto tensors = net_->forward(images);  // C4, C5
-    std::vector<FeatureMap> maps;
-    for (size_t i = 0; i < std::min(tensors.size(), channels_.size()); ++i)
-      maps.push_back({std::move(tensors[i]), endpoints_[i].stride, channels_[i]});
-    return maps;
+    return feature_maps(net_->forward(images));  // C4, C5
   }
   std::optional<models::TfName> tf_name(const std::string& name, const std::string& scope) const override {
     return net_->tf_name(name, scope);

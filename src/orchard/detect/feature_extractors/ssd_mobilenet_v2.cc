@@ -28,11 +28,7 @@ class MobileNetV2Extractor : public SsdFeatureExtractor {
   }
   std::shared_ptr<torch::nn::Module> module() const override { return net_.ptr(); }
   std::vector<FeatureMap> extract(const torch::Tensor& images) override {
-    std::vector<FeatureMap> maps;
-    auto tensors = net_->endpoints(images, wanted_);
-    for (size_t i = 0; i < tensors.size(); ++i)
-      maps.push_back({std::move(tensors[i]), endpoints_[i].stride, channels_[i]});
-    return maps;
+    return feature_maps(net_->endpoints(images, wanted_));
   }
   std::optional<models::TfName> tf_name(const std::string& name, const std::string& scope) const override {
     return models::mobilenet_v2_tf_name(name, scope);

@@ -529,6 +529,17 @@ bool FasterRcnnMetaArchitecture::is_prediction_head_parameter(const std::string&
   return model_->is_prediction_head_parameter(name);
 }
 
+// The extractor's first- and second-stage layers that the classifier has (e.g. resnet_v1_50's
+// blocks 1-3 and block4); not the RPN, the box predictor or the mask head.
+bool FasterRcnnMetaArchitecture::restored_by_classification(const std::string& name) const {
+  for (const bool first_stage : {true, false}) {
+    const std::string prefix = first_stage ? "first_stage_extractor." : "second_stage_extractor.";
+    if (name.rfind(prefix, 0) == 0)
+      return model_->feature_extractor().restored_by_classification(name.substr(prefix.size()), first_stage);
+  }
+  return false;
+}
+
 models::TfNameMap FasterRcnnMetaArchitecture::tf_name_map(const std::string& checkpoint_type) const {
   const bool classification = checkpoint_type == "classification";
   const detect::FasterRcnnModel model = model_;

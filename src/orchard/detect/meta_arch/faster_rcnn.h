@@ -88,6 +88,7 @@ class FasterRcnnMetaArchitecture : public MetaArchitecture {
   bool predicts_masks() const override { return config_.model.predict_instance_masks; }
   std::vector<detect::Detections> postprocess(const Outputs& outputs, const InputShape& input) const override;
   bool is_prediction_head_parameter(const std::string& name) const override;
+  bool restored_by_classification(const std::string& name) const override;
   models::TfNameMap tf_name_map(const std::string& checkpoint_type) const override;
   std::map<std::string, std::string> signature() const override;
   std::string describe() const override;

@@ -71,6 +71,12 @@ class MetaArchitecture {
   virtual std::vector<detect::Detections> postprocess(const Outputs& outputs, const InputShape& input) const = 0;
   // What fine_tune_checkpoint_type "detection" leaves out (re-initialised): the class and box heads.
   virtual bool is_prediction_head_parameter(const std::string& name) const = 0;
+  // What fine_tune_checkpoint_type "classification" restores: the feature extractor's variables
+  // that the ImageNet classifier has (its restored_by_classification), nothing of the heads.
+  virtual bool restored_by_classification(const std::string& name) const = 0;
+  // The name of a restored variable in an Orchard checkpoint of the classifier (.pt; a TF-Slim
+  // checkpoint goes through tf_name_map("classification")).
+  virtual std::string classification_source_name(const std::string& name) const { return name; }
   // The TensorFlow names of the model's variables for a fine_tune_checkpoint_type: the OD API's
   // own checkpoints ("detection", "full"), a TF-Slim classification checkpoint of the backbone
   // ("classification"). An empty function where the architecture has no map.

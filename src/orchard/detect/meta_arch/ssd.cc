@@ -241,6 +241,17 @@ at::Tensor SsdMetaArchitecture::anchors(int64_t height, int64_t width) const {
 
 std::shared_ptr<torch::nn::Module> SsdMetaArchitecture::module() { return model_.ptr(); }
 
+// The base network's parameters (SsdModel's "backbone." module), as the extractor says.
+bool SsdMetaArchitecture::restored_by_classification(const std::string& name) const {
+  const std::string prefix = "backbone.";
+  return name.rfind(prefix, 0) == 0 &&
+         model_->feature_extractor().restored_by_classification(name.substr(prefix.size()));
+}
+
+std::string SsdMetaArchitecture::classification_source_name(const std::string& name) const {
+  return name.substr(std::string("backbone.").size());
+}
+
 models::TfNameMap SsdMetaArchitecture::tf_name_map(const std::string& checkpoint_type) const {
   // The OD API restores a classification checkpoint into the feature extractor by its names
   // without the "FeatureExtractor/" scope (TF-Slim's MobilenetV2/..., MobilenetV1/...).

@@ -53,6 +53,8 @@ class SsdMetaArchitecture : public MetaArchitecture {
                                          const std::vector<at::Tensor>& gt_classes) override;
   std::vector<detect::Detections> postprocess(const Outputs& outputs, const InputShape& input) const override;
   bool is_prediction_head_parameter(const std::string& name) const override;
+  bool restored_by_classification(const std::string& name) const override;
+  std::string classification_source_name(const std::string& name) const override;
   models::TfNameMap tf_name_map(const std::string& checkpoint_type) const override;
   std::map<std::string, std::string> signature() const override;
   std::string describe() const override;

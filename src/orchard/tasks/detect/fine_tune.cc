@@ -21,8 +21,11 @@ std::string fine_tune_checkpoint_type(const pb::TrainConfig& config) {
 FineTuneSelection fine_tune_selection(const DetectionTask& task, const std::string& type, bool load_all) {
   FineTuneSelection s;
   if (type == "classification") {
-    s.skip = [](const std::string& name) { return name.rfind("backbone.", 0) != 0; };
-    s.source_name = [](const std::string& name) { return name.substr(std::string("backbone.").size()); };
+    // The meta-architecture's feature extractor says which (SSD's base network; Faster R-CNN's
+    // first- and second-stage extractor layers).
+    const MetaArchitecture* meta = &task.meta_architecture();
+    s.skip = [meta](const std::string& name) { return !meta->restored_by_classification(name); };
+    s.source_name = [meta](const std::string& name) { return meta->classification_source_name(name); };
     s.why = "not part of the classification backbone";
   } else if (type == "detection" && load_all) {
     // load_all_detection_checkpoint_vars: every variable, the heads too, where it fits.
