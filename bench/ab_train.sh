@@ -9,6 +9,7 @@
 #                                                             #   faster_rcnn caption
 # One warm-up pair first (not counted). Two threads per run (--num_threads 2, OMP_NUM_THREADS=2).
 set -euo pipefail
+set -f  # the commands below are word-split, never globbed (the caption run passes a file pattern)
 a_bin=$1
 b_bin=$2
 pairs=${3:-5}
