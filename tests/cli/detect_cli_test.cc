@@ -1140,9 +1140,26 @@ TEST(TwoStageShapes, MaskRcnnLearnsPredictsAndExports) {
   // A TensorFlow checkpoint under the OD API's names; ONNX is refused with the reason.
   r = run({"detect", "export", "--model_dir", model, "--format", "tf", "--out", root.file("tf/model.ckpt")}, root);
   ASSERT_EQ(r.rc, 0) << r.err;
-  r = run({"checkpoint", "inspect", root.file("tf"), "--pipeline_config_path", cfg}, root);
+  // Against the config as a detection fine-tune would read it: every variable is there.
+  const std::string detection_cfg = root.file("mask_rcnn_detection.config");
+  atomic_write_file(detection_cfg,
+                    replace(text, "train_config {", "train_config {\n  fine_tune_checkpoint_type: \"detection\""));
+  r = run({"checkpoint", "inspect", root.file("tf"), "--pipeline_config_path", detection_cfg}, root);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "0 missing, 0 with another shape")) << r.out;
+  EXPECT_TRUE(contains(r.out, "fine_tune_checkpoint_type detection")) << r.out;
+  for (const char* name : {"FirstStageFeatureExtractor/resnet_v1_50/block3/unit_6/bottleneck_v1/conv3/weights",
+                           "SecondStageFeatureExtractor/resnet_v1_50/block4/unit_1/bottleneck_v1/shortcut/weights"})
+    EXPECT_TRUE(contains(r.out, name)) << name;
+  // The config itself (no fine_tune_checkpoint_type, not from_detection_checkpoint: a
+  // classification fine-tune, as the OD API reads it) wants both stages' extractor layers under
+  // TF-Slim's ImageNet names, which a detection checkpoint does not have.
+  const auto as_classification = run({"checkpoint", "inspect", root.file("tf"), "--pipeline_config_path", cfg}, root);
+  ASSERT_EQ(as_classification.rc, 0) << as_classification.err;
+  for (const char* name : {"<- resnet_v1_50/block3/unit_6/bottleneck_v1/conv3/weights",
+                           "<- resnet_v1_50/block4/unit_1/bottleneck_v1/shortcut/weights"})
+    EXPECT_TRUE(contains(as_classification.out, name)) << name << "\n" << as_classification.out;
+  EXPECT_TRUE(contains(as_classification.out, "MISSING")) << as_classification.out;
   for (const char* name :
        {"FirstStageFeatureExtractor/resnet_v1_50/block3/unit_6/bottleneck_v1/conv3/weights",
         "SecondStageFeatureExtractor/resnet_v1_50/block4/unit_1/bottleneck_v1/shortcut/weights",
