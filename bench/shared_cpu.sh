@@ -6,7 +6,8 @@
 #
 #   bash bench/shared_cpu.sh                       # build/orchard, 2 threads, 40 steps
 #   STEPS=60 THREADS=2 bash bench/shared_cpu.sh
-#   VARIANTS="default GOMP_SPINCOUNT=0" bash bench/shared_cpu.sh   # Orchard under other settings
+#   VARIANTS="default GOMP_SPINCOUNT=300000 OMP_WAIT_POLICY=PASSIVE" bash bench/shared_cpu.sh  # other settings
+#   ORCHARD=/tmp/orchard-before LABEL=before PEER=0 bash bench/shared_cpu.sh   # another binary
 #
 # The busy loop is one process spinning on one core: on N cores it takes s = 1/(THREADS+1) of
 # the CPU when the scheduler shares it fairly by thread, so the goal of issue 57 is
@@ -17,6 +18,7 @@ ORCHARD=${ORCHARD:-$ROOT/build/orchard}
 THREADS=${THREADS:-2}
 STEPS=${STEPS:-40}
 VARIANTS=${VARIANTS:-default}
+LABEL=${LABEL:-}
 PEER=${PEER:-1}
 PY=/usr/bin/python3
 WORK=$(mktemp -d)
@@ -66,7 +68,7 @@ for variant in $VARIANTS; do
   pair_pid=$!
   pair=$(orchard_run "pair_a" "${envs[@]}")
   wait "$pair_pid"
-  echo "| Orchard ($variant) | $alone | $busy ($(ratio "$alone" "$busy")) | $pair ($(ratio "$alone" "$pair")) |"
+  echo "| Orchard${LABEL:+ $LABEL} ($variant) | $alone | $busy ($(ratio "$alone" "$busy")) | $pair ($(ratio "$alone" "$pair")) |"
 done
 if [ "$PEER" = 1 ]; then
   alone=$(peer_run)

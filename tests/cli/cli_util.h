@@ -24,8 +24,28 @@ struct RunResult {
   std::string out, err;
 };
 
-// Starts ORCHARD_BIN with `args`, stdout/stderr to files; returns the pid.
-inline pid_t spawn(const std::vector<std::string>& args, const std::string& out_path, const std::string& err_path) {
+// This process's environment with the variables named in `unset` (by name) taken out and the
+// "NAME=value" entries of `set` added, for spawn().
+inline std::vector<std::string> environment_with(const std::vector<std::string>& set,
+                                                 const std::vector<std::string>& unset = {}) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e, name = entry.substr(0, entry.find('='));
+    const auto named = [&](const std::string& v) { return v == name || v.substr(0, v.find('=')) == name; };
+    if (std::none_of(unset.begin(), unset.end(), named) && std::none_of(set.begin(), set.end(), named))
+      env.push_back(entry);
+  }
+  env.insert(env.end(), set.begin(), set.end());
+  return env;
+}
+
+// Starts ORCHARD_BIN with `args`, stdout/stderr to files; returns the pid. `env`: the child's
+// environment (environment_with()), this process's when empty.
+inline pid_t spawn(const std::vector<std::string>& args, const std::string& out_path, const std::string& err_path,
+                   std::vector<std::string> env_s = {}) {
+  std::vector<char*> env;
+  for (auto& e : env_s) env.push_back(e.data());
+  env.push_back(nullptr);
   std::vector<std::string> argv_s = {ORCHARD_BIN};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -36,7 +56,7 @@ inline pid_t spawn(const std::vector<std::string>& args, const std::string& out_
   posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), env_s.empty() ? environ : env.data());
   posix_spawn_file_actions_destroy(&fa);
   EXPECT_EQ(rc, 0) << "cannot start " << ORCHARD_BIN;
   return pid;
@@ -55,11 +75,12 @@ inline RunResult wait_for(pid_t pid, const std::string& out_path, const std::str
 }
 
 // Runs orchard to completion. Logs go to files in `scratch`.
-inline RunResult run(const std::vector<std::string>& args, const test::TempDir& scratch) {
+inline RunResult run(const std::vector<std::string>& args, const test::TempDir& scratch,
+                     std::vector<std::string> env = {}) {
   static int n = 0;
   const std::string out = scratch.file("run" + std::to_string(n) + ".out");
   const std::string err = scratch.file("run" + std::to_string(n++) + ".err");
-  return wait_for(spawn(args, out, err), out, err);
+  return wait_for(spawn(args, out, err, std::move(env)), out, err);
 }
 
 inline std::string joined(const std::vector<std::string>& args) {

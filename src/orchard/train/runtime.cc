@@ -36,9 +36,22 @@ int configure_threads(int num_threads) {
   static bool logged = false;
   if (!logged) {
     logged = true;
-    spdlog::info("threads: {} intra-op ({})", n, reason);
+    spdlog::info("threads: {} intra-op ({}); OpenMP waits: {}", n, reason, omp_wait_policy());
   }
   return n;
+}
+
+std::string omp_wait_policy() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  const char* ours = std::getenv("ORCHARD_GOMP_SPINCOUNT");
+  if (policy == nullptr && spin != nullptr && ours != nullptr && std::string(spin) == ours)
+    return std::string("spin ") + spin + " then sleep (Orchard's default; OMP_WAIT_POLICY or GOMP_SPINCOUNT to change)";
+  std::string set;
+  if (policy != nullptr) set = std::string("OMP_WAIT_POLICY=") + policy;
+  if (spin != nullptr) set += (set.empty() ? "" : " ") + std::string("GOMP_SPINCOUNT=") + spin;
+  if (!set.empty()) return set + " (the environment)";
+  return "libgomp's default";
 }
 
 void check_dtype(const std::string& dtype, bool cuda) {

@@ -15,6 +15,11 @@ namespace orchard::train {
 // CPU quota, ...)"). Returns the number set.
 int configure_threads(int num_threads);
 
+// How OpenMP threads wait, for the start-up log: "spin 10000 then sleep (Orchard's default ...)"
+// (cli/omp_wait.cc sets it before libgomp starts unless the user set OMP_WAIT_POLICY or
+// GOMP_SPINCOUNT), "OMP_WAIT_POLICY=PASSIVE (the environment)", or libgomp's own default.
+std::string omp_wait_policy();
+
 // Scoped mixed-precision autocast for dtype "fp32" (no-op), "bf16" or "fp16".
 class AutocastGuard {
  public:
