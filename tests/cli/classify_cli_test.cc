@@ -635,8 +635,8 @@ TEST_F(ClassifyErrors, OpenMpThreadsSpinABoundedWhileUnlessTheUserChose) {
   auto r = run(args(root_->file("m_wait"), {"--train_steps", "1"}), *root_,
                environment_with({"OMP_DISPLAY_ENV=VERBOSE"}, ours));
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_TRUE(contains(r.out + r.err, "GOMP_SPINCOUNT = '10000'")) << r.out << r.err;
-  EXPECT_TRUE(contains(r.err, "OpenMP waits: spin 10000 then sleep (Orchard's default")) << r.err;
+  EXPECT_TRUE(contains(r.out + r.err, "GOMP_SPINCOUNT = '1000'")) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "OpenMP waits: spin 1000 then sleep (Orchard's default")) << r.err;
 
   r = run(args(root_->file("m_wait2"), {"--train_steps", "1"}), *root_,
           environment_with({"OMP_DISPLAY_ENV=VERBOSE", "GOMP_SPINCOUNT=777"}, ours));
@@ -646,7 +646,7 @@ TEST_F(ClassifyErrors, OpenMpThreadsSpinABoundedWhileUnlessTheUserChose) {
 
   r = run({"--help"}, *root_, environment_with({"OMP_DISPLAY_ENV=VERBOSE", "OMP_WAIT_POLICY=ACTIVE"}, ours));
   EXPECT_TRUE(contains(r.out + r.err, "OMP_WAIT_POLICY = 'ACTIVE'")) << r.out << r.err;
-  EXPECT_FALSE(contains(r.out + r.err, "GOMP_SPINCOUNT = '10000'")) << r.out << r.err;
+  EXPECT_FALSE(contains(r.out + r.err, "GOMP_SPINCOUNT = '1000'")) << r.out << r.err;
 }
 
 // A missing validation split is found before a model is built (it was found after training

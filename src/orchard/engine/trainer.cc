@@ -73,6 +73,7 @@ struct Trainer::Impl {
     if (average) h.push_back(std::make_shared<MovingAverageHook>(*average));
     if (opt.profile_start >= 0)
       h.push_back(std::make_shared<ProfilerHook>(opt.model_dir, opt.profile_start, opt.profile_end));
+    if (opt.adaptive_threads > 0) h.push_back(std::make_shared<ThreadGovernorHook>(opt.adaptive_threads));
     h.push_back(std::make_shared<LogHook>(opt.log_steps, opt.distributed.get(), task.data_loss_name()));
     h.push_back(std::make_shared<TrainSummaryHook>(task, schedule, opt.distributed.get()));
     if (opt.enable_checkpoints) {

@@ -53,6 +53,9 @@ struct TrainerOptions {
   std::string dtype = "fp32";
   std::string loss_scale = "dynamic";  // fp16 only: "dynamic" or a fixed number
   std::string device = "cpu";
+  // > 0: the intra-op threads follow the CPU this process gets, between 1 and this many
+  // (ThreadGovernorHook); 0: they stay as configured.
+  int adaptive_threads = 0;
   // Called once after restore, before training (e.g. to log the configuration).
   std::function<void(int64_t step)> on_start;
   // Data parallelism: gradients averaged over the group, metrics summed over it; only rank 0

@@ -38,7 +38,9 @@ TrainRuntime start_training(const RuntimeFlags& f, int64_t global_batch_size, co
   rt.dist = join_cluster(f.distribution_strategy, global_batch_size, f.collective_timeout, rt.cuda);
   rt.chief = !rt.dist || rt.dist->is_chief();
   if (rt.dist && f.sync_bn) rt.dist->enable_sync_batch_norm();
-  rt.threads = train::configure_threads(f.num_threads);
+  const auto threads = train::configure_threads(f.num_threads);
+  rt.threads = threads.count;
+  rt.threads_adaptive = !threads.user_set;
   if (clean && rt.chief) clean_model_dir(model_dir);
   if (rt.dist) rt.dist->barrier();  // nobody restores from a model_dir being cleaned
   const bool existed = !is_local_path(model_dir) || dir_exists(model_dir);
@@ -65,6 +67,7 @@ engine::TrainerOptions trainer_options(engine::TrainerOptions o, const RuntimeFl
   o.dtype = f.dtype;
   o.device = train_device(rt.cuda, rt.dist.get());
   o.distributed = rt.dist;
+  o.adaptive_threads = rt.threads_adaptive && !rt.cuda ? rt.threads : 0;
   return o;
 }
 

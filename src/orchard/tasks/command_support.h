@@ -53,6 +53,7 @@ struct TrainRuntime {
   std::shared_ptr<train::Distributed> dist;
   bool chief = true;
   int threads = 0;
+  bool threads_adaptive = false;  // Orchard chose the count: it follows the CPU the run gets
   // Removes model_dir when the last copy of this runtime goes, if start_training created it
   // and it is still empty: a run that fails before writing anything leaves no empty folder.
   std::shared_ptr<const void> created_model_dir;

@@ -18,9 +18,10 @@
 
 namespace orchard::train {
 
-int configure_threads(int num_threads) {
+ThreadCount configure_threads(int num_threads) {
   int n = 0;
   std::string reason;
+  const bool user_set = num_threads > 0 || (std::getenv("OMP_NUM_THREADS") && std::atoi(std::getenv("OMP_NUM_THREADS")) > 0);
   if (num_threads > 0) {
     n = num_threads;
     reason = "--num_threads";
@@ -36,9 +37,10 @@ int configure_threads(int num_threads) {
   static bool logged = false;
   if (!logged) {
     logged = true;
-    spdlog::info("threads: {} intra-op ({}); OpenMP waits: {}", n, reason, omp_wait_policy());
+    spdlog::info("threads: {} intra-op ({}{}); OpenMP waits: {}", n, reason,
+                 user_set ? "" : "; fewer while another process holds the CPU", omp_wait_policy());
   }
-  return n;
+  return {n, user_set};
 }
 
 std::string omp_wait_policy() {

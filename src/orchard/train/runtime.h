@@ -12,10 +12,15 @@ namespace orchard::train {
 // Sets libtorch's intra-op threads: `num_threads` when > 0, else OMP_NUM_THREADS when set (the
 // user's, or orchard launch's share per process), else cpu_budget() (the affinity mask and the
 // cgroup CPU quota). Logs the number and where it came from once ("threads: 1 intra-op (the cgroup
-// CPU quota, ...)"). Returns the number set.
-int configure_threads(int num_threads);
+// CPU quota, ...)"). Returns the number set, and whether the user set it (--num_threads,
+// OMP_NUM_THREADS) rather than Orchard (the CPU budget).
+struct ThreadCount {
+  int count = 1;
+  bool user_set = false;
+};
+ThreadCount configure_threads(int num_threads);
 
-// How OpenMP threads wait, for the start-up log: "spin 10000 then sleep (Orchard's default ...)"
+// How OpenMP threads wait, for the start-up log: "spin 1000 then sleep (Orchard's default ...)"
 // (cli/omp_wait.cc sets it before libgomp starts unless the user set OMP_WAIT_POLICY or
 // GOMP_SPINCOUNT), "OMP_WAIT_POLICY=PASSIVE (the environment)", or libgomp's own default.
 std::string omp_wait_policy();

@@ -123,6 +123,23 @@ class ProfilerHook : public Hook {
   std::unique_ptr<Impl> impl_;
 };
 
+// Shared CPUs (issue 57): every `window_secs` of steps, the share of time the compute threads
+// waited for a CPU another process held (core/cpu_contention.h) sets the intra-op threads between
+// 1 and `max_threads` (ThreadGovernor). Only for a thread count Orchard chose (the CPU budget): a
+// user's --num_threads or OMP_NUM_THREADS stays as given.
+class ThreadGovernorHook : public Hook {
+ public:
+  ThreadGovernorHook(int max_threads, double window_secs = 1.0);
+  ~ThreadGovernorHook() override;
+  void before_train(TrainState& state) override;
+  void after_step(TrainState& state) override;
+  void after_train(TrainState& state) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // Updates an exponential moving average of the weights after each applied step.
 class MovingAverageHook : public Hook {
  public:
