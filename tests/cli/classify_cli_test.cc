@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -626,27 +627,43 @@ TEST_F(ClassifyErrors, ACgroupQuotaOfOneCpuStartsOneIntraOpThread) {
   EXPECT_TRUE(contains(r.err, group)) << r.err;
 }
 
-// OpenMP's idle threads spin a bounded while, then sleep (issue 57): the orchard executable sets
-// GOMP_SPINCOUNT before libgomp reads its environment, which libgomp's own OMP_DISPLAY_ENV report
-// shows (it prints what the runtime took, not what the environment says later); the start-up log
-// says so. A user's GOMP_SPINCOUNT or OMP_WAIT_POLICY is left as it is.
-TEST_F(ClassifyErrors, OpenMpThreadsSpinABoundedWhileUnlessTheUserChose) {
-  const std::vector<std::string> ours = {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "ORCHARD_GOMP_SPINCOUNT"};
-  auto r = run(args(root_->file("m_wait"), {"--train_steps", "1"}), *root_,
-               environment_with({"OMP_DISPLAY_ENV=VERBOSE"}, ours));
+// Shared CPUs (issue 57): a run whose thread count Orchard chose lowers it while other threads
+// hold the cores (here: one spinning thread per core in this test process), and says so; a count
+// the user gave stays. The log names how OpenMP waits (the user's OMP_WAIT_POLICY or
+// GOMP_SPINCOUNT, else libgomp's default).
+TEST_F(ClassifyErrors, ThreadsFollowTheCpuTheRunGetsUnlessTheUserSetThem) {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> competitors;
+  for (int i = 0; i < std::max(1, available_cores()); ++i)
+    competitors.emplace_back([&] {
+      while (!stop) {
+      }
+    });
+  struct Join {
+    std::atomic<bool>& stop;
+    std::vector<std::thread>& threads;
+    ~Join() {
+      stop = true;
+      for (auto& t : threads) t.join();
+    }
+  } join{stop, competitors};
+  // A few seconds of steps: the governor looks every second.
+  auto a = args(root_->file("m_gov"), {"--train_steps", "150", "--train_epochs", "100", "--steps_per_loop", "150"});
+  *(std::find(a.begin(), a.end(), "--num_threads") + 1) = "0";  // Orchard's choice
+  auto r = run(a, *root_, environment_with({}, {"OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT"}));
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_TRUE(contains(r.out + r.err, "GOMP_SPINCOUNT = '1000'")) << r.out << r.err;
-  EXPECT_TRUE(contains(r.err, "OpenMP waits: spin 1000 then sleep (Orchard's default")) << r.err;
+  EXPECT_TRUE(contains(r.err, "fewer while another process holds the CPU); OpenMP waits: libgomp's default")) << r.err;
+  if (available_cores() >= 2) {
+    EXPECT_TRUE(contains(r.err, "intra-op (the compute threads waited")) << r.err;
+  }
 
-  r = run(args(root_->file("m_wait2"), {"--train_steps", "1"}), *root_,
-          environment_with({"OMP_DISPLAY_ENV=VERBOSE", "GOMP_SPINCOUNT=777"}, ours));
+  auto fixed = args(root_->file("m_gov_fixed"));
+  *(std::find(fixed.begin(), fixed.end(), "--num_threads") + 1) = "2";
+  r = run(fixed, *root_, environment_with({"GOMP_SPINCOUNT=777"}, {"OMP_WAIT_POLICY"}));
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_TRUE(contains(r.out + r.err, "GOMP_SPINCOUNT = '777'")) << r.out << r.err;
-  EXPECT_TRUE(contains(r.err, "OpenMP waits: GOMP_SPINCOUNT=777 (the environment)")) << r.err;
-
-  r = run({"--help"}, *root_, environment_with({"OMP_DISPLAY_ENV=VERBOSE", "OMP_WAIT_POLICY=ACTIVE"}, ours));
-  EXPECT_TRUE(contains(r.out + r.err, "OMP_WAIT_POLICY = 'ACTIVE'")) << r.out << r.err;
-  EXPECT_FALSE(contains(r.out + r.err, "GOMP_SPINCOUNT = '1000'")) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "threads: 2 intra-op (--num_threads); OpenMP waits: GOMP_SPINCOUNT=777 (the environment)"))
+      << r.err;
+  EXPECT_FALSE(contains(r.err, "the compute threads waited")) << r.err;
 }
 
 // A missing validation split is found before a model is built (it was found after training

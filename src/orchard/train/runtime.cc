@@ -44,16 +44,10 @@ ThreadCount configure_threads(int num_threads) {
 }
 
 std::string omp_wait_policy() {
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  const char* spin = std::getenv("GOMP_SPINCOUNT");
-  const char* ours = std::getenv("ORCHARD_GOMP_SPINCOUNT");
-  if (policy == nullptr && spin != nullptr && ours != nullptr && std::string(spin) == ours)
-    return std::string("spin ") + spin + " then sleep (Orchard's default; OMP_WAIT_POLICY or GOMP_SPINCOUNT to change)";
   std::string set;
-  if (policy != nullptr) set = std::string("OMP_WAIT_POLICY=") + policy;
-  if (spin != nullptr) set += (set.empty() ? "" : " ") + std::string("GOMP_SPINCOUNT=") + spin;
-  if (!set.empty()) return set + " (the environment)";
-  return "libgomp's default";
+  for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"})
+    if (const char* v = std::getenv(name)) set += (set.empty() ? "" : " ") + std::string(name) + "=" + v;
+  return set.empty() ? "libgomp's default (spin 300000 rounds, then sleep)" : set + " (the environment)";
 }
 
 void check_dtype(const std::string& dtype, bool cuda) {

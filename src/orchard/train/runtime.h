@@ -20,9 +20,10 @@ struct ThreadCount {
 };
 ThreadCount configure_threads(int num_threads);
 
-// How OpenMP threads wait, for the start-up log: "spin 1000 then sleep (Orchard's default ...)"
-// (cli/omp_wait.cc sets it before libgomp starts unless the user set OMP_WAIT_POLICY or
-// GOMP_SPINCOUNT), "OMP_WAIT_POLICY=PASSIVE (the environment)", or libgomp's own default.
+// How OpenMP threads wait, for the start-up log: "OMP_WAIT_POLICY=PASSIVE (the environment)", or
+// libgomp's default (spin, then sleep). Orchard leaves the policy to libgomp: with the thread
+// count following the CPU a run gets (engine ThreadGovernorHook), a bounded spin gained nothing
+// beside a competitor and cost 4-7% alone (bench/README.md "Shared CPUs").
 std::string omp_wait_policy();
 
 // Scoped mixed-precision autocast for dtype "fp32" (no-op), "bf16" or "fp16".
