@@ -661,7 +661,8 @@ TEST_F(ClassifyErrors, ThreadsFollowTheCpuTheRunGetsUnlessTheUserSetThem) {
   *(std::find(fixed.begin(), fixed.end(), "--num_threads") + 1) = "2";
   r = run(fixed, *root_, environment_with({"GOMP_SPINCOUNT=777"}, {"OMP_WAIT_POLICY"}));
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_TRUE(contains(r.err, "threads: 2 intra-op (--num_threads); OpenMP waits: GOMP_SPINCOUNT=777 (the environment)"))
+  EXPECT_TRUE(
+      contains(r.err, "threads: 2 intra-op (--num_threads); OpenMP waits: GOMP_SPINCOUNT=777 (the environment)"))
       << r.err;
   EXPECT_FALSE(contains(r.err, "the compute threads waited")) << r.err;
 }

@@ -58,7 +58,14 @@ TEST(CpuContention, ReadsThisProcessesThreads) {
   const auto before = compute_thread_times();
   if (!before) GTEST_SKIP() << "this kernel keeps no per-thread scheduler statistics";
   std::atomic<bool> stop{false};
-  std::thread a([&] { while (!stop) {} }), b([&] { while (!stop) {} });
+  std::thread a([&] {
+    while (!stop) {
+    }
+  }),
+      b([&] {
+        while (!stop) {
+        }
+      });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const auto during = compute_thread_times();
   stop = true;
@@ -71,9 +78,9 @@ TEST(CpuContention, ReadsThisProcessesThreads) {
 TEST(ThreadGovernor, KeepsTheCoresTheThreadsReallyGot) {
   ThreadGovernor g(2);
   EXPECT_EQ(g.threads(), 2);
-  EXPECT_EQ(g.observe(0.02), 2);   // alone: noise
-  EXPECT_EQ(g.observe(0.24), 2);   // 2 x 0.76 rounds to 2
-  EXPECT_EQ(g.observe(0.33), 1);   // beside one busy loop on two cores: 2 x 2/3 -> 1
+  EXPECT_EQ(g.observe(0.02), 2);  // alone: noise
+  EXPECT_EQ(g.observe(0.24), 2);  // 2 x 0.76 rounds to 2
+  EXPECT_EQ(g.observe(0.33), 1);  // beside one busy loop on two cores: 2 x 2/3 -> 1
   ThreadGovernor big(16);
   EXPECT_EQ(big.observe(1.0 / 17), 15);  // 16 threads beside one busy loop on 16 cores
   EXPECT_EQ(big.observe(0.5), 8);        // then beside a second 8-thread job

@@ -21,7 +21,8 @@ namespace orchard::train {
 ThreadCount configure_threads(int num_threads) {
   int n = 0;
   std::string reason;
-  const bool user_set = num_threads > 0 || (std::getenv("OMP_NUM_THREADS") && std::atoi(std::getenv("OMP_NUM_THREADS")) > 0);
+  const bool user_set =
+      num_threads > 0 || (std::getenv("OMP_NUM_THREADS") && std::atoi(std::getenv("OMP_NUM_THREADS")) > 0);
   if (num_threads > 0) {
     n = num_threads;
     reason = "--num_threads";

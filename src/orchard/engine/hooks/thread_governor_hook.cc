@@ -45,10 +45,11 @@ void ThreadGovernorHook::after_step(TrainState&) {
     const bool news = after < m.logged || (after == m.governor.max_threads() && m.logged != after);
     const auto level = news ? spdlog::level::info : spdlog::level::debug;
     if (after < before)
-      spdlog::log(level, "threads: {} intra-op (the compute threads waited {:.0f}% of the time for a CPU another "
-                  "process held)", after, 100 * waited);
-    else
-      spdlog::log(level, "threads: {} intra-op (trying one more: the CPU looks free)", after);
+      spdlog::log(level,
+                  "threads: {} intra-op (the compute threads waited {:.0f}% of the time for a CPU another "
+                  "process held)",
+                  after, 100 * waited);
+    else spdlog::log(level, "threads: {} intra-op (trying one more: the CPU looks free)", after);
     if (news) m.logged = after;
   }
   // The next window starts after the reading (and after a change, with the new count).
