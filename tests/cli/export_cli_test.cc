@@ -1,6 +1,7 @@
 // `orchard classify|multilabel export --format onnx`: OpenCV's DNN module (Debian's libopencv-dnn-dev, an
 // ONNX consumer Orchard does not share code with) loads each exported file and must reproduce
 // Orchard's own outputs for the same input.
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <opencv2/dnn.hpp>
@@ -13,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,7 @@
 #include "orchard/export/onnx_export.h"
 #include "orchard/models/image_model.h"
 #include "orchard/models/registry.h"
+#include "orchard/proto/tensorflow/graph.pb.h"
 #include "orchard/tasks/classify/classification.h"
 #include "orchard/tasks/detect/detection.h"
 #include "orchard/tasks/multilabel/multilabel.h"
@@ -160,6 +163,215 @@ INSTANTIATE_TEST_SUITE_P(
                       ExportCase{"classify", "mobilenet_v2_slim", 64}),
     [](const auto& info) { return info.param.task + "_" + info.param.arch; });
 
+// `classify|multilabel export --format frozen_graph | saved_model`: TensorFlow's serving
+// formats. OpenCV's TensorFlow importer (cv::dnn::readNetFromTensorflow, which shares no code
+// with Orchard) runs the frozen graphs and must reproduce Orchard's outputs; the SavedModel
+// must hold the same graph under the "serve" tag, with its signature's tensors in it; and
+// every node must be a TensorFlow op with that op's attrs (TensorFlow's op registry, written
+// out below for the ops the exporter uses).
+
+// Op -> (inputs, or -1 for ConcatV2's N + 1; the attrs it takes: name -> kind; the attrs it
+// needs, those without a default in TensorFlow's op registry).
+struct TfOp {
+  int inputs;
+  std::map<std::string, char> attrs;  // t type, i int, b bool, s string, l list(int), h shape, v tensor
+  std::vector<std::string> required;
+};
+const std::map<std::string, TfOp>& tf_ops() {
+  static const std::map<std::string, TfOp> ops = {
+      {"Placeholder", {0, {{"dtype", 't'}, {"shape", 'h'}}, {"dtype"}}},
+      {"Const", {0, {{"dtype", 't'}, {"value", 'v'}}, {"dtype", "value"}}},
+      {"Conv2D",
+       {2,
+        {{"T", 't'},
+         {"strides", 'l'},
+         {"use_cudnn_on_gpu", 'b'},
+         {"padding", 's'},
+         {"explicit_paddings", 'l'},
+         {"data_format", 's'},
+         {"dilations", 'l'}},
+        {"T", "strides", "padding"}}},
+      {"DepthwiseConv2dNative",
+       {2,
+        {{"T", 't'},
+         {"strides", 'l'},
+         {"padding", 's'},
+         {"explicit_paddings", 'l'},
+         {"data_format", 's'},
+         {"dilations", 'l'}},
+        {"T", "strides", "padding"}}},
+      {"BiasAdd", {2, {{"T", 't'}, {"data_format", 's'}}, {"T"}}},
+      {"Relu", {1, {{"T", 't'}}, {"T"}}},
+      {"Relu6", {1, {{"T", 't'}}, {"T"}}},
+      {"Softmax", {1, {{"T", 't'}}, {"T"}}},
+      {"Sigmoid", {1, {{"T", 't'}}, {"T"}}},
+      {"AddV2", {2, {{"T", 't'}}, {"T"}}},
+      {"ConcatV2", {-1, {{"N", 'i'}, {"T", 't'}, {"Tidx", 't'}}, {"N", "T"}}},
+      {"MaxPool",
+       {1,
+        {{"T", 't'},
+         {"ksize", 'l'},
+         {"strides", 'l'},
+         {"padding", 's'},
+         {"explicit_paddings", 'l'},
+         {"data_format", 's'}},
+        {"ksize", "strides", "padding"}}},
+      {"AvgPool",
+       {1,
+        {{"T", 't'}, {"ksize", 'l'}, {"strides", 'l'}, {"padding", 's'}, {"data_format", 's'}},
+        {"T", "ksize", "strides", "padding"}}},
+      {"Mean", {2, {{"keep_dims", 'b'}, {"T", 't'}, {"Tidx", 't'}}, {"T"}}},
+      {"MatMul", {2, {{"transpose_a", 'b'}, {"transpose_b", 'b'}, {"T", 't'}}, {"T"}}},
+      {"Pad", {2, {{"T", 't'}, {"Tpaddings", 't'}}, {"T"}}},
+  };
+  return ops;
+}
+
+char attr_kind(const tensorflow::AttrValue& v) {
+  switch (v.value_case()) {
+    case tensorflow::AttrValue::kType: return 't';
+    case tensorflow::AttrValue::kI: return 'i';
+    case tensorflow::AttrValue::kB: return 'b';
+    case tensorflow::AttrValue::kS: return 's';
+    case tensorflow::AttrValue::kList: return 'l';
+    case tensorflow::AttrValue::kShape: return 'h';
+    case tensorflow::AttrValue::kTensor: return 'v';
+    default: return '?';
+  }
+}
+
+// Every node a known op with that op's inputs and attrs; inputs name earlier nodes; names unique.
+void expect_valid_tf_graph(const tensorflow::GraphDef& graph) {
+  std::set<std::string> seen;
+  for (const auto& n : graph.node()) {
+    SCOPED_TRACE(n.name() + " (" + n.op() + ")");
+    auto op = tf_ops().find(n.op());
+    ASSERT_NE(op, tf_ops().end()) << "not an op the exporter's table knows";
+    const int inputs = op->second.inputs < 0 ? static_cast<int>(n.attr().at("N").i()) + 1 : op->second.inputs;
+    EXPECT_EQ(n.input_size(), inputs);
+    for (const auto& in : n.input()) EXPECT_TRUE(seen.count(in)) << in << " is not an earlier node";
+    for (const auto& [name, value] : n.attr()) {
+      auto a = op->second.attrs.find(name);
+      ASSERT_NE(a, op->second.attrs.end()) << name << " is not an attr of " << n.op();
+      EXPECT_EQ(attr_kind(value), a->second) << name;
+    }
+    for (const auto& r : op->second.required) EXPECT_TRUE(n.attr().count(r)) << "no " << r;
+    EXPECT_TRUE(seen.insert(n.name()).second) << "two nodes of this name";
+  }
+}
+
+// `layer`: OpenCV's name for the output. Its importer fuses a BiasAdd into the MatMul before it
+// and names the layer after the MatMul node ("logits/MatMul" computes TensorFlow's "logits").
+torch::Tensor opencv_tf_forward(const std::string& pb, const torch::Tensor& nchw, const std::string& layer) {
+  cv::dnn::Net net = cv::dnn::readNetFromTensorflow(pb);
+  std::vector<int> sizes(nchw.sizes().begin(), nchw.sizes().end());
+  cv::Mat blob(static_cast<int>(sizes.size()), sizes.data(), CV_32F, nchw.contiguous().data_ptr<float>());
+  net.setInput(blob);  // OpenCV's TensorFlow importer takes NCHW blobs for NHWC graphs
+  cv::Mat out = net.forward(layer);
+  return torch::from_blob(out.ptr<float>(), {static_cast<int64_t>(out.total())}, torch::kFloat)
+      .clone()
+      .view({nchw.size(0), -1});
+}
+
+tensorflow::GraphDef read_graph(const std::string& path) {
+  tensorflow::GraphDef graph;
+  EXPECT_TRUE(graph.ParseFromString(read_file(path))) << path;
+  return graph;
+}
+
+class ExportTf : public ::testing::TestWithParam<ExportCase> {};
+
+TEST_P(ExportTf, OpenCvRunsTheFrozenGraphAndTheSavedModelHoldsIt) {
+  const auto& [task, arch, size] = GetParam();
+  test::TempDir root;
+  const std::string dir = root.file("model");
+  auto module = write_model_dir(dir, task, arch, size);
+  auto& model = dynamic_cast<models::ImageModelImpl&>(*module);
+  auto run = [&](std::vector<std::string> args) {
+    std::vector<std::string> command = {task, "export", "--model_dir", dir};
+    command.insert(command.end(), args.begin(), args.end());
+    auto r = cli::run(command, root);
+    EXPECT_EQ(r.rc, 0) << r.err;
+  };
+  run({"--format", "frozen_graph", "--out", root.file("m.pb")});
+  run({"--format", "frozen_graph", "--out", root.file("f.pb"), "--feature_vector"});
+  run({"--format", "frozen_graph", "--out", root.file("p.pb"), "--include_preprocessing"});
+  run({"--format", "saved_model", "--out", root.file("saved"), "--include_preprocessing"});
+
+  torch::manual_seed(5);
+  const auto x = torch::randn({2, 3, size, size}) * input_scale(arch);
+  torch::NoGradGuard no_grad;
+  const auto logits = model.forward(x), features = model.features(x);
+  const auto tol = [](const torch::Tensor& t) { return 1e-4 * std::max(1.0, t.abs().max().item<double>()); };
+  const double dl = max_diff(opencv_tf_forward(root.file("m.pb"), x, "logits/MatMul"), logits);
+  const double df = max_diff(opencv_tf_forward(root.file("f.pb"), x, "features"), features);
+  const auto probs = task == "classify" ? torch::softmax(logits, 1) : torch::sigmoid(logits);
+  const double dpr = max_diff(opencv_tf_forward(root.file("m.pb"), x, "probs"), probs);
+  std::cout << arch << ": max |OpenCV (TensorFlow graph) - Orchard| logits " << dl << ", features " << df << ", probs "
+            << dpr << "\n";
+  EXPECT_LE(dl, tol(logits));
+  EXPECT_LE(df, tol(features));
+  EXPECT_LE(dpr, tol(logits));  // softmax and sigmoid move less than their inputs
+
+  const auto rgb = torch::randint(0, 256, {2, 3, size, size}).to(torch::kFloat);
+  const auto scaled =
+      models::takes_unit_range_inputs(arch)
+          ? rgb * data::kInceptionScale - 1.0f
+          : rgb - torch::tensor({data::kChannelMeans[0], data::kChannelMeans[1], data::kChannelMeans[2]})
+                      .view({1, 3, 1, 1});
+  const auto expected = model.forward(scaled);
+  const double dp = max_diff(opencv_tf_forward(root.file("p.pb"), rgb, "logits/MatMul"), expected);
+  std::cout << arch << " with preprocessing: " << dp << "\n";
+  EXPECT_LE(dp, tol(expected));
+
+  for (const char* file : {"m.pb", "f.pb", "p.pb"}) {
+    SCOPED_TRACE(file);
+    expect_valid_tf_graph(read_graph(root.file(file)));
+  }
+  // The SavedModel: the frozen graph OpenCV ran (p.pb), field for field, under "serve", and a
+  // serving_default signature whose tensors are in it; variables/ is there (empty).
+  tensorflow::SavedModel saved;
+  ASSERT_TRUE(saved.ParseFromString(read_file(root.file("saved/saved_model.pb"))));
+  EXPECT_TRUE(std::filesystem::is_directory(root.file("saved/variables")));
+  EXPECT_EQ(saved.saved_model_schema_version(), 1);
+  ASSERT_EQ(saved.meta_graphs_size(), 1);
+  const auto& meta = saved.meta_graphs(0);
+  ASSERT_EQ(meta.meta_info_def().tags_size(), 1);
+  EXPECT_EQ(meta.meta_info_def().tags(0), "serve");
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(meta.graph_def(), read_graph(root.file("p.pb"))));
+  const auto& signature = meta.signature_def().at("serving_default");
+  EXPECT_EQ(signature.method_name(), "tensorflow/serving/predict");
+  std::set<std::string> nodes;
+  for (const auto& n : meta.graph_def().node()) nodes.insert(n.name());
+  EXPECT_EQ(signature.inputs().at("inputs").name(), "images:0");
+  EXPECT_EQ(signature.inputs().at("inputs").tensor_shape().dim(1).size(), size);
+  for (const char* output : {"logits", "probs"}) {
+    ASSERT_TRUE(signature.outputs().count(output)) << output;
+    const auto& info = signature.outputs().at(output);
+    EXPECT_EQ(info.name(), std::string(output) + ":0");
+    EXPECT_TRUE(nodes.count(output));
+    EXPECT_EQ(info.dtype(), tensorflow::DT_FLOAT);
+    EXPECT_EQ(info.tensor_shape().dim(1).size(), logits.size(1));
+  }
+  // A second export into the same folder is refused, the first left whole.
+  auto r = cli::run({task, "export", "--model_dir", dir, "--format", "saved_model", "--out", root.file("saved")}, root);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("a SavedModel is already there"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(root.file("saved/saved_model.pb")).size(), saved.ByteSizeLong());
+}
+
+// resnet50 (the ImageNet stem: 7x7/2 and 3x3/2 convs and the max pool padded as torch pads,
+// which TensorFlow's 'SAME' does not: explicit Pad nodes), a multi-label tagger (sigmoid
+// probabilities), Inception-v3 (torchvision's pools counting their padding, concatenations),
+// TF-Slim's Inception-v3 and MobileNetV2 ('SAME' pools and depthwise convolutions).
+INSTANTIATE_TEST_SUITE_P(ImageModels, ExportTf,
+                         ::testing::Values(ExportCase{"classify", "resnet50", 64},
+                                           ExportCase{"multilabel", "resnet_tiny", 32},
+                                           ExportCase{"classify", "inception_v3", 75},
+                                           ExportCase{"classify", "inception_v3_slim", 75},
+                                           ExportCase{"classify", "mobilenet_v2_slim", 64}),
+                         [](const auto& info) { return info.param.task + "_" + info.param.arch; });
+
 // `detect export --format onnx`: the SSD (backbone endpoints, extra layers with TF 'SAME'
 // stride-2 convs padded asymmetrically, 3x3 heads; square and non-square inputs) plus score conversion and box decoding
 // against the anchors, checked against DetectionTask's own forward, decode_boxes and score
@@ -279,7 +491,7 @@ TEST(ExportOnnxErrors, FormatAndArchitecture) {
   auto r =
       cli::run({"classify", "export", "--model_dir", dir, "--out", root.file("m.tflite"), "--format", "tflite"}, root);
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.err.find("--format must be onnx"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--format must be onnx, frozen_graph, saved_model or tf"), std::string::npos) << r.err;
   r = cli::run({"classify", "export", "--model_dir", root.file("missing"), "--out", root.file("m.onnx")}, root);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("config.json"), std::string::npos) << r.err;

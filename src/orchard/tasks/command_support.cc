@@ -18,6 +18,7 @@
 #include "orchard/engine/interrupted.h"
 #include "orchard/engine/task.h"
 #include "orchard/export/onnx_export.h"
+#include "orchard/export/tf_graph_export.h"
 #include "orchard/models/image_model.h"
 #include "orchard/models/registry.h"
 #include "orchard/models/tf_weights.h"
@@ -412,9 +413,14 @@ void for_each_image_batch(
 void add_export_flags(FlagSet* c, ExportFlags& f) {
   c->add_option("--model_dir", f.model_dir, "Model directory")->required();
   c->add_option("--checkpoint", f.checkpoint, "A checkpoint file (default: the latest)");
-  c->add_option("--format", f.format, "onnx | tf (a TensorFlow checkpoint under TF-Slim's names)")
+  c->add_option("--format", f.format,
+                "onnx | frozen_graph (a TensorFlow GraphDef) | saved_model (a TensorFlow SavedModel folder) | tf (a "
+                "TensorFlow checkpoint under TF-Slim's names)")
       ->capture_default_str();
-  c->add_option("--out", f.out, "Output file (--format tf: the checkpoint prefix, e.g. out/model.ckpt)")->required();
+  c->add_option("--out", f.out,
+                "Output file (--format saved_model: the folder; --format tf: the checkpoint prefix, e.g. "
+                "out/model.ckpt)")
+      ->required();
   c->add_flag("--feature_vector", f.feature_vector,
               "Output the pooled features instead of the logits (the TF-Hub feature-vector export)");
   c->add_flag("--include_preprocessing", f.include_preprocessing,
@@ -440,23 +446,46 @@ void export_tf_checkpoint(torch::nn::Module& model, const models::TfNameMap& map
 }
 
 void export_image_model(torch::nn::Module& model, const std::string& arch, const data::PreprocessOptions& preprocess,
-                        const ExportFlags& f, int64_t step) {
+                        const ExportFlags& f, int64_t step, const std::string& probabilities) {
   if (f.format == "tf") return export_tf_checkpoint(model, models::tf_name_map(arch), arch, step, f.out);
-  if (f.format != "onnx") throw Error("--format must be onnx or tf, not '" + f.format + "'");
+  if (f.format != "onnx" && f.format != "frozen_graph" && f.format != "saved_model")
+    throw Error("--format must be onnx, frozen_graph, saved_model or tf, not '" + f.format + "'");
   auto* image_model = dynamic_cast<models::ImageModelImpl*>(&model);
-  if (!image_model) throw Error("ONNX export does not support " + arch);
+  if (!image_model) throw Error("export does not support " + arch);
   model.eval();
-  exporting::OnnxExportOptions o;
+  const std::string input = f.include_preprocessing ? "RGB in [0, 255]" : "preprocessed as for eval";
+  const std::string output = f.feature_vector ? "features" : "logits";
+  if (f.format == "onnx") {
+    exporting::OnnxExportOptions o;
+    o.image_size = preprocess.image_size;
+    o.feature_vector = f.feature_vector;
+    o.include_preprocessing = f.include_preprocessing;
+    o.scale = preprocess.scale;
+    o.offset = preprocess.offset;
+    exporting::export_onnx(*image_model, o, f.out);
+    spdlog::info("wrote {} (ONNX opset {}, input 'images' [batch, 3, {}, {}] {}, output '{}')", f.out,
+                 exporting::kOnnxOpset, o.image_size, o.image_size, input, output);
+    return;
+  }
+  exporting::TfGraphExportOptions o;
   o.image_size = preprocess.image_size;
   o.feature_vector = f.feature_vector;
   o.include_preprocessing = f.include_preprocessing;
   o.scale = preprocess.scale;
   o.offset = preprocess.offset;
-  exporting::export_onnx(*image_model, o, f.out);
-  spdlog::info("wrote {} (ONNX opset {}, input 'images' [batch, 3, {}, {}] {}, output '{}')", f.out,
-               exporting::kOnnxOpset, o.image_size, o.image_size,
-               f.include_preprocessing ? "RGB in [0, 255]" : "preprocessed as for eval",
-               f.feature_vector ? "features" : "logits");
+  o.probabilities = probabilities;
+  const std::string outputs = f.feature_vector ? "'features'" : "'logits', 'probs' (" + probabilities + ")";
+  if (f.format == "frozen_graph") {
+    exporting::export_frozen_graph(*image_model, o, f.out);
+    spdlog::info("wrote {} (TensorFlow frozen graph, NHWC: input 'images' [batch, {}, {}, 3] {}, outputs {})", f.out,
+                 o.image_size, o.image_size, input, outputs);
+  } else {
+    exporting::export_saved_model(*image_model, o, f.out);
+    spdlog::info(
+        "wrote {}/saved_model.pb (TensorFlow SavedModel, tag 'serve', signature 'serving_default': input 'inputs' "
+        "[batch, {}, {}, 3] {}, outputs {})",
+        f.out, o.image_size, o.image_size, input, outputs);
+  }
 }
 
 bool torchvision_init_flag(const std::string& init) {

@@ -186,10 +186,12 @@ struct ExportFlags {
   bool include_preprocessing = false;
 };
 void add_export_flags(FlagSet* c, ExportFlags& f);
-// --format onnx: an ONNX file; --format tf: a TensorFlow V2 checkpoint under TF-Slim's names
-// (--out is its prefix, e.g. out/model.ckpt-STEP).
+// --format onnx: an ONNX file; frozen_graph: a TensorFlow GraphDef file; saved_model: a
+// SavedModel folder (docs/deploy.md); tf: a TensorFlow V2 checkpoint under TF-Slim's names (--out
+// is its prefix, e.g. out/model.ckpt-STEP). `probabilities` (softmax | sigmoid): the TensorFlow
+// graphs' "probs" output beside the logits.
 void export_image_model(torch::nn::Module& model, const std::string& arch, const data::PreprocessOptions& preprocess,
-                        const ExportFlags& f, int64_t step);
+                        const ExportFlags& f, int64_t step, const std::string& probabilities);
 // The model's variables as a TensorFlow V2 checkpoint `prefix` (.index, .data-00000-of-00001)
 // under `map`'s names, with global_step; `what` names the model in messages.
 void export_tf_checkpoint(torch::nn::Module& model, const models::TfNameMap& map, const std::string& what, int64_t step,

@@ -93,7 +93,7 @@ void add_image_inference_verbs(TaskCommands* commands, const std::string& export
                                  in.checkpoint = e->checkpoint;
                                  auto [task, step] = restore(in, no_flag_given, true);
                                  export_image_model(*task->module(), task->config().model.arch,
-                                                    task->preprocess_options(), *e, step);
+                                                    task->preprocess_options(), *e, step, Traits::kProbabilities);
                                };
                              }});
   commands->verbs.push_back(

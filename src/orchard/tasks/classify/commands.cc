@@ -493,6 +493,7 @@ void run_train(ClassifyFlags f) {
 struct ClassifyVerbs {
   using Flags = ClassifyFlags;
   using Task = ClassificationTask;
+  static constexpr const char* kProbabilities = "softmax";  // the exported graphs' "probs"
   static void inference_defaults(Flags&, bool) {}
   static void load(const std::string& model_dir, Flags* f, const FlagGiven& given) {
     load_model_config(model_dir, f, given);

@@ -345,6 +345,7 @@ void run_train(MultiLabelFlags f) { MultiLabelTrainer(std::move(f)).run(); }
 struct MultiLabelVerbs {
   using Flags = MultiLabelFlags;
   using Task = MultiLabelTask;
+  static constexpr const char* kProbabilities = "sigmoid";  // the exported graphs' "probs"
   static void inference_defaults(Flags& f, bool predict) {
     f.data_dir.clear();  // the training run's, from config.json
     f.batch_size = predict ? 32 : 64;

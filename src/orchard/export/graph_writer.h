@@ -1,0 +1,54 @@
+// The layers Orchard's exported graphs are made of, one interface for every graph format: each
+// model is walked once (model_graphs.h) into a GraphWriter, and each format implements the
+// writer (ONNX in NCHW, onnx_export.cc; TensorFlow GraphDef in NHWC, tf_graph_export.cc).
+//
+// Tensors are named by strings the writer returns. A walk speaks PyTorch's terms: feature maps
+// [N, C, H, W], convolution weights [out, in / groups, kh, kw], explicit paddings; a writer
+// translates (TensorFlow: HWIO filters, 'SAME' / 'VALID' where they are the same arithmetic).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace at {
+class Tensor;
+}
+
+namespace orchard::exporting {
+
+using Pads = std::array<int64_t, 4>;  // top, left, bottom, right
+
+struct ConvSpec {
+  std::array<int64_t, 2> kernel{1, 1}, stride{1, 1}, dilation{1, 1};
+  int64_t groups = 1;
+};
+
+class GraphWriter {
+ public:
+  virtual ~GraphWriter() = default;
+
+  // A convolution of x zero-padded by `pads`, plus `bias` [out].
+  virtual std::string conv(const std::string& name, const ConvSpec& spec, const at::Tensor& weight,
+                           const at::Tensor& bias, const std::string& x, const Pads& pads) = 0;
+  virtual std::string relu(const std::string& x) = 0;
+  virtual std::string relu6(const std::string& x) = 0;
+  virtual std::string add(const std::string& name, const std::string& a, const std::string& b) = 0;
+  virtual std::string concat_channels(const std::string& name, const std::vector<std::string>& inputs) = 0;
+  // kernel x kernel max pool, `pad` on every side (padding never wins, as torch's).
+  // `nonnegative`: x >= 0 (after a ReLU), so that zero padding never wins either.
+  virtual std::string max_pool(const std::string& name, const std::string& x, int64_t kernel, int64_t stride,
+                               int64_t pad, bool nonnegative) = 0;
+  // kernel x kernel stride-1 average pool, `pad` on every side; the padding counted in the
+  // border averages (torch's count_include_pad) or left out (TensorFlow's).
+  virtual std::string avg_pool(const std::string& name, const std::string& x, int64_t kernel, int64_t pad,
+                               bool count_include_pad) = 0;
+  // [N, C, H, W] -> [N, C], the mean over H and W.
+  virtual std::string global_avg_pool(const std::string& name, const std::string& x) = 0;
+  // [N, in] -> [N, out]: x weight^T + bias, weight [out, in] (torch::nn::Linear's).
+  virtual std::string dense(const std::string& name, const std::string& x, const at::Tensor& weight,
+                            const at::Tensor& bias) = 0;
+};
+
+}  // namespace orchard::exporting

@@ -1,0 +1,260 @@
+#include "orchard/export/model_graphs.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <map>
+#include <variant>
+
+#include "orchard/layers/conv_norm_activation.h"
+#include "orchard/models/inception_v3.h"
+#include "orchard/models/mobilenet_v1.h"
+#include "orchard/models/resnet.h"
+
+namespace orchard::exporting {
+
+ConvSpec conv_spec(const torch::nn::detail::ConvNdOptions<2>& o) {
+  ConvSpec s;
+  for (int d = 0; d < 2; ++d) {
+    s.kernel[d] = (*o.kernel_size())[d];
+    s.stride[d] = (*o.stride())[d];
+    s.dilation[d] = (*o.dilation())[d];
+  }
+  s.groups = o.groups();
+  return s;
+}
+
+Pads symmetric_pads(const std::string& name, const torch::nn::detail::ConvNdOptions<2>& o) {
+  // libtorch 1.13's padding is a c10::variant, 2.x's a std::variant: the unqualified call
+  // finds c10::get_if by argument-dependent lookup on the former, std::get_if on the latter.
+  using std::get_if;
+  const auto* pad = get_if<torch::ExpandingArray<2>>(&o.padding());
+  if (!pad) throw Error("export: " + name + " uses string padding");
+  return {(**pad)[0], (**pad)[1], (**pad)[0], (**pad)[1]};
+}
+
+Pads same_pads(int64_t h, int64_t w, const torch::nn::detail::ConvNdOptions<2>& o) {
+  Pads pads{};
+  const int64_t in[2] = {h, w};
+  for (int d = 0; d < 2; ++d) {
+    const int64_t s = (*o.stride())[d], k = ((*o.kernel_size())[d] - 1) * (*o.dilation())[d] + 1;
+    const int64_t total = std::max<int64_t>(((in[d] + s - 1) / s - 1) * s + k - in[d], 0);
+    pads[d] = total / 2;
+    pads[d + 2] = total - total / 2;
+  }
+  return pads;
+}
+
+std::pair<int64_t, int64_t> conv_output_size(int64_t h, int64_t w, const torch::nn::detail::ConvNdOptions<2>& o,
+                                             const Pads& pads) {
+  const auto s = conv_spec(o);
+  return {(h + pads[0] + pads[2] - (s.kernel[0] - 1) * s.dilation[0] - 1) / s.stride[0] + 1,
+          (w + pads[1] + pads[3] - (s.kernel[1] - 1) * s.dilation[1] - 1) / s.stride[1] + 1};
+}
+
+std::string conv_bn(GraphWriter& g, const std::string& name, torch::nn::Conv2dImpl& c, torch::nn::BatchNorm2dImpl& bn,
+                    const std::string& x, const Pads& pads) {
+  if (c.options.bias()) throw Error("export: " + name + " is not a bias-free convolution");
+  // In double, so that the folded weights are the nearest floats to the exact products.
+  const auto inv_std = torch::rsqrt(bn.running_var.to(torch::kDouble) + bn.options.eps());
+  const auto scale = bn.weight.to(torch::kDouble) * inv_std;
+  const auto w = c.weight.to(torch::kDouble) * scale.view({-1, 1, 1, 1});
+  const auto b = bn.bias.to(torch::kDouble) - bn.running_mean.to(torch::kDouble) * scale;
+  return g.conv(name, conv_spec(c.options), w, b, x, pads);
+}
+
+std::string conv_bn_relu6(GraphWriter& g, const ModuleIndex& modules, const std::string& name, const std::string& x,
+                          int64_t& h, int64_t& w) {
+  auto& cna = modules.get<layers::ConvNormActivationImpl>(name);
+  const auto& o = cna.conv->options;
+  const Pads pads = cna.options.tf_same_padding() ? same_pads(h, w, o) : symmetric_pads(name, o);
+  std::tie(h, w) = conv_output_size(h, w, o, pads);
+  return g.relu6(conv_bn(g, name, *cna.conv, *cna.bn, x, pads));
+}
+
+std::vector<std::string> mobilenet_v1_features(GraphWriter& g, const ModuleIndex& modules, const std::string& prefix,
+                                               const std::string& input, int64_t height, int64_t width,
+                                               const std::vector<int64_t>& layers) {
+  const int64_t deepest = layers.empty() ? 0 : *std::max_element(layers.begin(), layers.end());
+  std::vector<std::string> outputs;
+  std::string x = input;
+  for (int64_t i = 0; i <= deepest; ++i) {  // features.0, then features.N.{0: depthwise, 1: pointwise}
+    const std::string layer = prefix + "features." + std::to_string(i);
+    if (i == 0) {
+      x = conv_bn_relu6(g, modules, layer, x, height, width);
+    } else {
+      x = conv_bn_relu6(g, modules, layer + ".0", x, height, width);
+      x = conv_bn_relu6(g, modules, layer + ".1", x, height, width);
+    }
+    outputs.push_back(x);
+  }
+  std::vector<std::string> result;
+  for (int64_t l : layers) result.push_back(outputs.at(static_cast<size_t>(l)));
+  return result;
+}
+
+// features.0 (conv-BN-ReLU6), the inverted residuals (conv.{0: expansion, if any; next:
+// depthwise; then the projection conv and its BN}, with the residual where stride 1 keeps the
+// channels), the last 1x1 conv-BN-ReLU6.
+std::vector<std::string> mobilenet_v2_features(GraphWriter& g, const ModuleIndex& modules, const std::string& prefix,
+                                               const std::string& input, int64_t height, int64_t width,
+                                               const std::vector<models::MobileNetV2Endpoint>& wanted) {
+  int64_t h_in = height, w_in = width;
+  auto cbr6 = [&](const std::string& p, const std::string& x) { return conv_bn_relu6(g, modules, p, x, h_in, w_in); };
+  int64_t deepest = 0;
+  for (const auto& e : wanted) deepest = std::max(deepest, e.index);
+  std::map<std::pair<int64_t, bool>, std::string> outputs;
+  std::string x = outputs[{0, false}] = cbr6(prefix + "features.0", input);
+  for (int64_t i = 1; i <= deepest; ++i) {
+    const std::string block = prefix + "features." + std::to_string(i);
+    if (!modules.has(block + ".conv")) {  // the last 1x1 conv
+      x = outputs[{i, false}] = cbr6(block, x);
+      continue;
+    }
+    const std::string p = block + ".conv.";
+    const bool expansion = modules.has(p + "3");  // conv.0 expand, .1 depthwise, .2 project, .3 BN
+    std::string h = x;
+    int c = 0;
+    if (expansion) h = outputs[{i, true}] = cbr6(p + std::to_string(c++), h);
+    auto& depthwise = modules.get<layers::ConvNormActivationImpl>(p + std::to_string(c));
+    h = cbr6(p + std::to_string(c++), h);
+    auto& project = modules.get<torch::nn::Conv2dImpl>(p + std::to_string(c));
+    h = conv_bn(g, p + std::to_string(c), project, modules.get<torch::nn::BatchNorm2dImpl>(p + std::to_string(c + 1)),
+                h, Pads{});
+    const int64_t in = expansion ? modules.get<layers::ConvNormActivationImpl>(p + "0").options.in_channels()
+                                 : depthwise.options.in_channels();
+    if (depthwise.options.stride() == 1 && in == project.options.out_channels()) h = g.add(p + "add", h, x);
+    x = outputs[{i, false}] = h;
+  }
+  std::vector<std::string> result;
+  for (const auto& e : wanted) {
+    auto it = outputs.find({e.index, e.expansion_output});
+    if (it == outputs.end())
+      throw Error("export: MobileNetV2 has no such endpoint (features." + std::to_string(e.index) +
+                  (e.expansion_output ? " expansion)" : ")"));
+    result.push_back(it->second);
+  }
+  return result;
+}
+
+namespace {
+
+// ResNet body: conv1 .. layer4, returning the last feature map.
+std::string resnet_body(GraphWriter& g, models::ResNetImpl& model, const std::string& input) {
+  if (model.options().layout != models::ResNetLayout::kTorchvision)
+    throw Error("export: ResNets with TensorFlow's layout (resnet_v1_*, resnet50_garden) are not exported yet");
+  const ModuleIndex modules(model);
+  auto cbn = [&](const std::string& conv, const std::string& bn, const std::string& x) {
+    auto& c = modules.get<torch::nn::Conv2dImpl>(conv);
+    return conv_bn(g, conv, c, modules.get<torch::nn::BatchNorm2dImpl>(bn), x, symmetric_pads(conv, c.options));
+  };
+  std::string x = g.relu(cbn("conv1", "bn1", input));
+  if (!model.options().small_input) x = g.max_pool("maxpool", x, 3, 2, 1, /*nonnegative=*/true);
+  for (int l = 1; l <= 4; ++l) {
+    for (int i = 0; modules.has("layer" + std::to_string(l) + "." + std::to_string(i)); ++i) {
+      const std::string p = "layer" + std::to_string(l) + "." + std::to_string(i) + ".";
+      std::string out = cbn(p + "conv2", p + "bn2", g.relu(cbn(p + "conv1", p + "bn1", x)));
+      if (modules.has(p + "conv3")) out = cbn(p + "conv3", p + "bn3", g.relu(out));  // bottleneck
+      const std::string identity = modules.has(p + "downsample") ? cbn(p + "downsample.0", p + "downsample.1", x) : x;
+      x = g.relu(g.add(p + "add", out, identity));
+    }
+  }
+  return x;
+}
+
+// Inception-v3 body (torchvision's module names): the stem, Mixed_5b .. Mixed_7c. The blocks'
+// classes live in inception_v3.cc; their structure is walked here by name.
+class InceptionWriter {
+ public:
+  InceptionWriter(GraphWriter& g, models::InceptionV3Impl& model)
+      : g_(g), modules_(model), exclude_pad_(model.options().tf_avg_pool) {}
+
+  std::string body(const std::string& input) {
+    std::string x = chain("", {"Conv2d_1a_3x3", "Conv2d_2a_3x3", "Conv2d_2b_3x3"}, input);
+    x = g_.max_pool("maxpool1", x, 3, 2, 0, true);
+    x = g_.max_pool("maxpool2", chain("", {"Conv2d_3b_1x1", "Conv2d_4a_3x3"}, x), 3, 2, 0, true);
+    for (const char* name : {"Mixed_5b", "Mixed_5c", "Mixed_5d"}) x = block_a(name, x);
+    x = block_b("Mixed_6a", x);
+    for (const char* name : {"Mixed_6b", "Mixed_6c", "Mixed_6d", "Mixed_6e"}) x = block_c(name, x);
+    x = block_d("Mixed_7a", x);
+    for (const char* name : {"Mixed_7b", "Mixed_7c"}) x = block_e(name, x);
+    return x;
+  }
+
+ private:
+  // BasicConv2d `name`: conv -> batch norm (folded) -> ReLU.
+  std::string basic(const std::string& name, const std::string& x) {
+    auto& c = modules_.get<torch::nn::Conv2dImpl>(name + ".conv");
+    return g_.relu(conv_bn(g_, name, c, modules_.get<torch::nn::BatchNorm2dImpl>(name + ".bn"), x,
+                           symmetric_pads(name, c.options)));
+  }
+  std::string chain(const std::string& block, const std::vector<std::string>& names, std::string x) {
+    for (const auto& n : names) x = basic(block.empty() ? n : block + "." + n, x);
+    return x;
+  }
+  // TF-Slim's pools leave the padding out of the border averages, torchvision's count it.
+  std::string avg_pool(const std::string& block, const std::string& x) {
+    return g_.avg_pool(block + ".avg_pool", x, 3, 1, !exclude_pad_);
+  }
+  std::string block_a(const std::string& b, const std::string& x) {
+    return g_.concat_channels(b, {chain(b, {"branch1x1"}, x), chain(b, {"branch5x5_1", "branch5x5_2"}, x),
+                                  chain(b, {"branch3x3dbl_1", "branch3x3dbl_2", "branch3x3dbl_3"}, x),
+                                  chain(b, {"branch_pool"}, avg_pool(b, x))});
+  }
+  std::string block_b(const std::string& b, const std::string& x) {
+    return g_.concat_channels(
+        b, {chain(b, {"branch3x3"}, x), chain(b, {"branch3x3dbl_1", "branch3x3dbl_2", "branch3x3dbl_3"}, x),
+            g_.max_pool(b + ".max_pool", x, 3, 2, 0, true)});
+  }
+  std::string block_c(const std::string& b, const std::string& x) {
+    return g_.concat_channels(
+        b, {chain(b, {"branch1x1"}, x), chain(b, {"branch7x7_1", "branch7x7_2", "branch7x7_3"}, x),
+            chain(b, {"branch7x7dbl_1", "branch7x7dbl_2", "branch7x7dbl_3", "branch7x7dbl_4", "branch7x7dbl_5"}, x),
+            chain(b, {"branch_pool"}, avg_pool(b, x))});
+  }
+  std::string block_d(const std::string& b, const std::string& x) {
+    return g_.concat_channels(b, {chain(b, {"branch3x3_1", "branch3x3_2"}, x),
+                                  chain(b, {"branch7x7x3_1", "branch7x7x3_2", "branch7x7x3_3", "branch7x7x3_4"}, x),
+                                  g_.max_pool(b + ".max_pool", x, 3, 2, 0, true)});
+  }
+  std::string block_e(const std::string& b, const std::string& x) {
+    const std::string b3 = chain(b, {"branch3x3_1"}, x);
+    const std::string b3dbl = chain(b, {"branch3x3dbl_1", "branch3x3dbl_2"}, x);
+    return g_.concat_channels(b, {chain(b, {"branch1x1"}, x), chain(b, {"branch3x3_2a"}, b3),
+                                  chain(b, {"branch3x3_2b"}, b3), chain(b, {"branch3x3dbl_3a"}, b3dbl),
+                                  chain(b, {"branch3x3dbl_3b"}, b3dbl), chain(b, {"branch_pool"}, avg_pool(b, x))});
+  }
+  GraphWriter& g_;
+  ModuleIndex modules_;
+  bool exclude_pad_;
+};
+
+}  // namespace
+
+int64_t image_model_graph(GraphWriter& g, models::ImageModelImpl& model, const std::string& input, int64_t image_size,
+                          bool feature_vector) {
+  std::string x;
+  if (auto* resnet = dynamic_cast<models::ResNetImpl*>(&model)) {
+    x = resnet_body(g, *resnet, input);
+  } else if (auto* inception = dynamic_cast<models::InceptionV3Impl*>(&model)) {
+    if (inception->options().transform_input) throw Error("export: Inception-v3 with transform_input");
+    x = InceptionWriter(g, *inception).body(input);
+  } else if (auto* mobilenet = dynamic_cast<models::MobileNetV2Impl*>(&model)) {
+    if (!mobilenet->options().include_top) throw Error("export: MobileNetV2 without its classifier");
+    const ModuleIndex modules(*mobilenet);
+    int64_t last = 1;
+    while (modules.has("features." + std::to_string(last + 1))) ++last;
+    x = mobilenet_v2_features(g, modules, "", input, image_size, image_size, {models::MobileNetV2Endpoint{last, false}})
+            .front();
+  } else {
+    throw Error("export supports the ResNets, MobileNetV2 and Inception-v3");
+  }
+  const ModuleIndex modules(model);
+  auto& fc = modules.get<torch::nn::LinearImpl>(modules.has("fc") ? "fc" : "classifier.1");
+  x = g.global_avg_pool(feature_vector ? "features" : "pooled", x);
+  if (feature_vector) return fc.weight.size(1);
+  g.dense("logits", x, fc.weight, fc.bias);  // (dropout before fc is the identity at inference)
+  return fc.weight.size(0);
+}
+
+}  // namespace orchard::exporting

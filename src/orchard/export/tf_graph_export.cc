@@ -1,0 +1,351 @@
+#include "orchard/export/tf_graph_export.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <set>
+#include <utility>
+
+#include "orchard/core/error.h"
+#include "orchard/core/files.h"
+#include "orchard/export/model_graphs.h"
+#include "orchard/proto/tensorflow/graph.pb.h"
+
+namespace orchard::exporting {
+namespace {
+
+using tensorflow::AttrValue;
+using tensorflow::NodeDef;
+
+// The GraphDef version the graph declares: later than every op used here (AddV2 the newest).
+constexpr int kGraphDefProducer = 134;
+
+// TF 'SAME' padding of a window (kernel, stride, dilation) over h x w: output ceil(in / stride),
+// the odd pixel after.
+Pads tf_same_pads(int64_t h, int64_t w, const ConvSpec& s) {
+  Pads pads{};
+  const int64_t in[2] = {h, w};
+  for (int d = 0; d < 2; ++d) {
+    const int64_t k = (s.kernel[d] - 1) * s.dilation[d] + 1;
+    const int64_t total = std::max<int64_t>(((in[d] + s.stride[d] - 1) / s.stride[d] - 1) * s.stride[d] + k - in[d], 0);
+    pads[d] = total / 2;
+    pads[d + 2] = total - total / 2;
+  }
+  return pads;
+}
+
+// GraphWriter for TensorFlow: NHWC, HWIO filters ([kh, kw, in, multiplier] for depthwise ones),
+// every op with its attrs as TensorFlow's op registry names them. It keeps each tensor's shape,
+// since 'SAME' depends on the input size.
+class TfGraphWriter : public GraphWriter {
+ public:
+  explicit TfGraphWriter(tensorflow::GraphDef* graph) : graph_(graph) {
+    graph_->mutable_versions()->set_producer(kGraphDefProducer);
+  }
+
+  std::string placeholder(const std::string& name, int64_t h, int64_t w, int64_t c) {
+    auto* n = node("Placeholder", name, {});
+    (*n->mutable_attr())["dtype"].set_type(tensorflow::DT_FLOAT);
+    auto* shape = (*n->mutable_attr())["shape"].mutable_shape();
+    for (int64_t d : {int64_t{-1}, h, w, c}) shape->add_dim()->set_size(d);
+    shapes_[name] = {h, w, c};
+    return name;
+  }
+
+  std::string conv(const std::string& name, const ConvSpec& s, const at::Tensor& weight, const at::Tensor& bias,
+                   const std::string& x, const Pads& pads) override {
+    const Shape in = shape(x);
+    const int64_t out_channels = weight.size(0);
+    const bool depthwise = s.groups > 1 && s.groups == in.c && weight.size(1) == 1;
+    if (s.groups != 1 && !depthwise)
+      throw Error("TensorFlow export: " + name + " is a grouped convolution (" + std::to_string(s.groups) +
+                  " groups), which TensorFlow has no standard op for");
+    auto [input, padding] = padded(name, x, in, s, pads);
+    const auto w = depthwise
+                       ? weight.reshape({in.c, out_channels / in.c, s.kernel[0], s.kernel[1]}).permute({2, 3, 0, 1})
+                       : weight.permute({2, 3, 1, 0});
+    auto* n = node(depthwise ? "DepthwiseConv2dNative" : "Conv2D", name + (depthwise ? "/depthwise" : "/Conv2D"),
+                   {input, constant(name + "/weights", w)});
+    type(n, "T");
+    ints(n, "strides", {1, s.stride[0], s.stride[1], 1});
+    ints(n, "dilations", {1, s.dilation[0], s.dilation[1], 1});
+    string(n, "padding", padding);
+    string(n, "data_format", "NHWC");
+    if (!depthwise) (*n->mutable_attr())["use_cudnn_on_gpu"].set_b(true);
+    auto* b = node("BiasAdd", name, {n->name(), constant(name + "/biases", bias)});
+    type(b, "T");
+    string(b, "data_format", "NHWC");
+    shapes_[name] = {output_size(in.h, padding == "SAME", pads[0] + pads[2], s, 0),
+                     output_size(in.w, padding == "SAME", pads[1] + pads[3], s, 1), out_channels};
+    return name;
+  }
+
+  std::string relu(const std::string& x) override { return unary("Relu", x + "/Relu", x); }
+  std::string relu6(const std::string& x) override { return unary("Relu6", x + "/Relu6", x); }
+
+  std::string add(const std::string& name, const std::string& a, const std::string& b) override {
+    type(node("AddV2", name, {a, b}), "T");
+    shapes_[name] = shape(a);
+    return name;
+  }
+
+  std::string concat_channels(const std::string& name, const std::vector<std::string>& inputs) override {
+    std::vector<std::string> in = inputs;
+    Shape out = shape(inputs.front());
+    out.c = 0;
+    for (const auto& i : inputs) out.c += shape(i).c;
+    in.push_back(int32s(name + "/axis", {3}, {}));
+    auto* n = node("ConcatV2", name, in);
+    (*n->mutable_attr())["N"].set_i(static_cast<int64_t>(inputs.size()));
+    type(n, "T");
+    (*n->mutable_attr())["Tidx"].set_type(tensorflow::DT_INT32);
+    shapes_[name] = out;
+    return name;
+  }
+
+  // Padding TensorFlow's 'SAME' does not give is a zero Pad, which never wins on x >= 0 (PadV2
+  // with -inf would serve any x, but OpenCV's importer has no PadV2).
+  std::string max_pool(const std::string& name, const std::string& x, int64_t kernel, int64_t stride, int64_t pad,
+                       bool nonnegative) override {
+    return pool("MaxPool", name, x, kernel, stride, pad, nonnegative);
+  }
+
+  // TensorFlow's 'SAME' average leaves the padding out. torch's count_include_pad is the same
+  // sum over the zero-padded window divided by k * k always: a depthwise convolution with weights
+  // 1 / (k * k) (a zero Pad before a 'VALID' AvgPool would say the same, but OpenCV's importer
+  // merges the Pad into the pool and then leaves it out of the averages).
+  std::string avg_pool(const std::string& name, const std::string& x, int64_t kernel, int64_t pad,
+                       bool count_include_pad) override {
+    if (count_include_pad) {
+      const int64_t channels = shape(x).c;
+      ConvSpec s;
+      s.kernel = {kernel, kernel};
+      s.groups = channels;
+      return conv(name, s, torch::full({channels, 1, kernel, kernel}, 1.0 / static_cast<double>(kernel * kernel)),
+                  torch::zeros({channels}), x, Pads{pad, pad, pad, pad});
+    }
+    ConvSpec s;
+    s.kernel = {kernel, kernel};
+    if (tf_same_pads(shape(x).h, shape(x).w, s) != Pads{pad, pad, pad, pad})
+      throw Error("TensorFlow export: " + name + " averages without its padding where TF's 'SAME' would pad otherwise");
+    return pool("AvgPool", name, x, kernel, 1, pad, true);
+  }
+
+  std::string global_avg_pool(const std::string& name, const std::string& x) override {
+    auto* n = node("Mean", name, {x, int32s(name + "/reduction_indices", {1, 2}, {2})});
+    type(n, "T");
+    (*n->mutable_attr())["Tidx"].set_type(tensorflow::DT_INT32);
+    (*n->mutable_attr())["keep_dims"].set_b(false);
+    shapes_[name] = {0, 0, shape(x).c};
+    return name;
+  }
+
+  std::string dense(const std::string& name, const std::string& x, const at::Tensor& weight,
+                    const at::Tensor& bias) override {
+    auto* m = node("MatMul", name + "/MatMul", {x, constant(name + "/weights", weight.t())});
+    type(m, "T");
+    (*m->mutable_attr())["transpose_a"].set_b(false);
+    (*m->mutable_attr())["transpose_b"].set_b(false);
+    auto* b = node("BiasAdd", name, {m->name(), constant(name + "/biases", bias)});
+    type(b, "T");
+    string(b, "data_format", "NHWC");
+    shapes_[name] = {0, 0, weight.size(0)};
+    return name;
+  }
+
+  std::string unary(const std::string& op, const std::string& name, const std::string& x) {
+    type(node(op, name, {x}), "T");
+    shapes_[name] = shape(x);
+    return name;
+  }
+
+ private:
+  struct Shape {
+    int64_t h = 0, w = 0, c = 0;  // [N, h, w, c]; h = w = 0: [N, c]
+  };
+
+  const Shape& shape(const std::string& x) const {
+    auto it = shapes_.find(x);
+    if (it == shapes_.end()) throw Error("TensorFlow export: no tensor " + x + " in the graph");
+    return it->second;
+  }
+
+  static int64_t output_size(int64_t in, bool same, int64_t padding, const ConvSpec& s, int d) {
+    if (same) return (in + s.stride[d] - 1) / s.stride[d];
+    return (in + padding - (s.kernel[d] - 1) * s.dilation[d] - 1) / s.stride[d] + 1;
+  }
+
+  // The input and the padding attr for a window with explicit zero `pads`: 'SAME' or 'VALID'
+  // where TensorFlow's arithmetic is the same, else an explicit Pad and 'VALID'.
+  std::pair<std::string, std::string> padded(const std::string& name, const std::string& x, const Shape& in,
+                                             const ConvSpec& s, const Pads& pads) {
+    if (pads == Pads{}) return {x, "VALID"};
+    if (pads == tf_same_pads(in.h, in.w, s)) return {x, "SAME"};
+    const std::string paddings = int32s(name + "/paddings",
+                                        {0, 0, static_cast<int32_t>(pads[0]), static_cast<int32_t>(pads[2]),
+                                         static_cast<int32_t>(pads[1]), static_cast<int32_t>(pads[3]), 0, 0},
+                                        {4, 2});
+    auto* n = node("Pad", name + "/Pad", {x, paddings});
+    type(n, "T");
+    (*n->mutable_attr())["Tpaddings"].set_type(tensorflow::DT_INT32);
+    shapes_[n->name()] = {in.h + pads[0] + pads[2], in.w + pads[1] + pads[3], in.c};
+    return {n->name(), "VALID"};
+  }
+
+  // `zero_pad_ok`: explicit padding may be zeros.
+  std::string pool(const std::string& op, const std::string& name, const std::string& x, int64_t kernel, int64_t stride,
+                   int64_t pad, bool zero_pad_ok) {
+    const Shape in = shape(x);
+    ConvSpec s;
+    s.kernel = {kernel, kernel};
+    s.stride = {stride, stride};
+    // TensorFlow's 'SAME' pools never let the padding win (max) nor count it (average).
+    const Pads pads{pad, pad, pad, pad};
+    const bool same = pads == tf_same_pads(in.h, in.w, s);
+    if (!same && pad > 0 && !zero_pad_ok)
+      throw Error("TensorFlow export: " + name +
+                  " max-pools a map that may be negative with padding TF's 'SAME' does not give");
+    auto [input, padding] = same ? std::pair{x, std::string("SAME")} : padded(name, x, in, s, pads);
+    auto* n = node(op, name, {input});
+    type(n, "T");
+    ints(n, "ksize", {1, kernel, kernel, 1});
+    ints(n, "strides", {1, stride, stride, 1});
+    string(n, "padding", padding);
+    string(n, "data_format", "NHWC");
+    shapes_[name] = {output_size(in.h, padding == "SAME", 2 * pad, s, 0),
+                     output_size(in.w, padding == "SAME", 2 * pad, s, 1), in.c};
+    return name;
+  }
+
+  NodeDef* node(const std::string& op, const std::string& name, const std::vector<std::string>& inputs) {
+    if (!names_.insert(name).second) throw Error("TensorFlow export: two nodes named " + name);
+    auto* n = graph_->add_node();
+    n->set_op(op);
+    n->set_name(name);
+    for (const auto& i : inputs) n->add_input(i);
+    return n;
+  }
+
+  // A float Const (little-endian tensor_content).
+  std::string constant(const std::string& name, const at::Tensor& value) {
+    const auto t = value.detach().to(torch::kCPU, torch::kFloat).contiguous();
+    auto* n = node("Const", name, {});
+    (*n->mutable_attr())["dtype"].set_type(tensorflow::DT_FLOAT);
+    auto* tensor = (*n->mutable_attr())["value"].mutable_tensor();
+    tensor->set_dtype(tensorflow::DT_FLOAT);
+    for (int64_t d : t.sizes()) tensor->mutable_tensor_shape()->add_dim()->set_size(d);
+    tensor->set_tensor_content(
+        std::string(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()) * sizeof(float)));
+    return name;
+  }
+
+  // An int32 Const of `shape` ({}: a vector of the values' length).
+  std::string int32s(const std::string& name, const std::vector<int32_t>& values, const std::vector<int64_t>& shape) {
+    auto* n = node("Const", name, {});
+    (*n->mutable_attr())["dtype"].set_type(tensorflow::DT_INT32);
+    auto* tensor = (*n->mutable_attr())["value"].mutable_tensor();
+    tensor->set_dtype(tensorflow::DT_INT32);
+    auto* dims = tensor->mutable_tensor_shape();
+    if (shape.empty() && values.size() != 1) dims->add_dim()->set_size(static_cast<int64_t>(values.size()));
+    for (int64_t d : shape) dims->add_dim()->set_size(d);
+    for (int32_t v : values) tensor->add_int_val(v);
+    return name;
+  }
+
+  static void type(NodeDef* n, const std::string& attr) { (*n->mutable_attr())[attr].set_type(tensorflow::DT_FLOAT); }
+  static void string(NodeDef* n, const std::string& attr, const std::string& value) {
+    (*n->mutable_attr())[attr].set_s(value);
+  }
+  static void ints(NodeDef* n, const std::string& attr, const std::vector<int64_t>& values) {
+    auto* list = (*n->mutable_attr())[attr].mutable_list();
+    for (int64_t v : values) list->add_i(v);
+  }
+
+  tensorflow::GraphDef* graph_;
+  std::map<std::string, Shape> shapes_;
+  std::set<std::string> names_;
+};
+
+struct ImageGraph {
+  tensorflow::GraphDef graph;
+  std::string output;
+  int64_t width = 0;
+};
+
+ImageGraph image_graph(models::ImageModelImpl& model, const TfGraphExportOptions& options) {
+  if (!options.probabilities.empty() && options.probabilities != "softmax" && options.probabilities != "sigmoid")
+    throw Error("TensorFlow export: probabilities must be softmax, sigmoid or empty, not '" + options.probabilities +
+                "'");
+  torch::NoGradGuard no_grad;
+  model.eval();
+  ImageGraph result;
+  TfGraphWriter g(&result.graph);
+  std::string input = g.placeholder("images", options.image_size, options.image_size, 3);
+  if (options.include_preprocessing) {  // pixel * scale - offset[c]: a 1x1 depthwise convolution
+    ConvSpec per_channel;
+    per_channel.groups = 3;
+    input = g.conv("preprocess", per_channel, torch::full({3, 1, 1, 1}, options.scale),
+                   -torch::tensor({options.offset[0], options.offset[1], options.offset[2]}), input, Pads{});
+  }
+  result.width = image_model_graph(g, model, input, options.image_size, options.feature_vector);
+  result.output = options.feature_vector ? "features" : "logits";
+  if (!options.feature_vector && !options.probabilities.empty())
+    g.unary(options.probabilities == "softmax" ? "Softmax" : "Sigmoid", "probs", "logits");
+  return result;
+}
+
+// Map entries (attrs, signatures) in key order, so that an export is the same bytes every time.
+std::string serialize(const google::protobuf::MessageLite& message) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream out(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&out);
+    coded.SetSerializationDeterministic(true);
+    if (!message.SerializeToCodedStream(&coded)) throw Error("TensorFlow export: cannot serialise the graph");
+  }
+  return bytes;
+}
+
+tensorflow::TensorInfo tensor_info(const std::string& node, const std::vector<int64_t>& dims) {
+  tensorflow::TensorInfo info;
+  info.set_name(node + ":0");
+  info.set_dtype(tensorflow::DT_FLOAT);
+  for (int64_t d : dims) info.mutable_tensor_shape()->add_dim()->set_size(d);
+  return info;
+}
+
+}  // namespace
+
+std::string tf_graph_def(models::ImageModelImpl& model, const TfGraphExportOptions& options) {
+  return serialize(image_graph(model, options).graph);
+}
+
+void export_frozen_graph(models::ImageModelImpl& model, const TfGraphExportOptions& options, const std::string& path) {
+  atomic_write_file(path, tf_graph_def(model, options));
+}
+
+void export_saved_model(models::ImageModelImpl& model, const TfGraphExportOptions& options, const std::string& dir) {
+  const std::string pb = join_path(dir, "saved_model.pb");
+  if (file_exists(pb)) throw Error(pb + ": a SavedModel is already there");
+  ImageGraph g = image_graph(model, options);
+  tensorflow::SavedModel saved;
+  saved.set_saved_model_schema_version(1);
+  auto* meta = saved.add_meta_graphs();
+  meta->mutable_meta_info_def()->add_tags("serve");
+  meta->mutable_meta_info_def()->set_meta_graph_version("orchard");
+  *meta->mutable_graph_def() = std::move(g.graph);
+  auto& signature = (*meta->mutable_signature_def())["serving_default"];
+  signature.set_method_name("tensorflow/serving/predict");
+  (*signature.mutable_inputs())["inputs"] = tensor_info("images", {-1, options.image_size, options.image_size, 3});
+  (*signature.mutable_outputs())[g.output] = tensor_info(g.output, {-1, g.width});
+  if (!options.feature_vector && !options.probabilities.empty())
+    (*signature.mutable_outputs())["probs"] = tensor_info("probs", {-1, g.width});
+  const std::string bytes = serialize(saved);
+  ensure_writable_dir(dir);
+  ensure_writable_dir(join_path(dir, "variables"));  // empty: the weights are constants in the graph
+  atomic_write_file(pb, bytes);
+}
+
+}  // namespace orchard::exporting
