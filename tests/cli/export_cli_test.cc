@@ -154,13 +154,16 @@ TEST_P(ExportOnnx, OpenCvReproducesLogitsAndFeatures) {
 // bottlenecks and projection shortcuts; a multi-label tagger (its model_dir holds the class
 // counters too); Inception-v3 at its smallest input (all five block types, both pools);
 // MobileNetV2 (depthwise convolutions, ReLU6, inverted residuals); TF-Slim's Inception-v3
-// (pools without their padding) and MobileNetV2 ('SAME' strided convolutions, odd pixel after).
+// (pools without their padding) and MobileNetV2 ('SAME' strided convolutions, odd pixel after);
+// the Model Garden's ResNet-50 ('SAME' strided 3x3 convs and stem max-pool) and TF-Slim's
+// resnet_v1_50 (strides in each stage's last unit, subsampled shortcuts).
 INSTANTIATE_TEST_SUITE_P(
     ImageModels, ExportOnnx,
     ::testing::Values(ExportCase{"classify", "resnet_tiny", 32}, ExportCase{"classify", "resnet50", 64},
                       ExportCase{"multilabel", "resnet_tiny", 32}, ExportCase{"classify", "inception_v3", 75},
                       ExportCase{"classify", "mobilenet_v2", 64}, ExportCase{"classify", "inception_v3_slim", 75},
-                      ExportCase{"classify", "mobilenet_v2_slim", 64}),
+                      ExportCase{"classify", "mobilenet_v2_slim", 64}, ExportCase{"classify", "resnet50_garden", 64},
+                      ExportCase{"classify", "resnet_v1_50", 64}),
     [](const auto& info) { return info.param.task + "_" + info.param.arch; });
 
 // `classify|multilabel export --format frozen_graph | saved_model`: TensorFlow's serving
@@ -363,14 +366,14 @@ TEST_P(ExportTf, OpenCvRunsTheFrozenGraphAndTheSavedModelHoldsIt) {
 // resnet50 (the ImageNet stem: 7x7/2 and 3x3/2 convs and the max pool padded as torch pads,
 // which TensorFlow's 'SAME' does not: explicit Pad nodes), a multi-label tagger (sigmoid
 // probabilities), Inception-v3 (torchvision's pools counting their padding, concatenations),
-// TF-Slim's Inception-v3 and MobileNetV2 ('SAME' pools and depthwise convolutions).
-INSTANTIATE_TEST_SUITE_P(ImageModels, ExportTf,
-                         ::testing::Values(ExportCase{"classify", "resnet50", 64},
-                                           ExportCase{"multilabel", "resnet_tiny", 32},
-                                           ExportCase{"classify", "inception_v3", 75},
-                                           ExportCase{"classify", "inception_v3_slim", 75},
-                                           ExportCase{"classify", "mobilenet_v2_slim", 64}),
-                         [](const auto& info) { return info.param.task + "_" + info.param.arch; });
+// TF-Slim's Inception-v3 and MobileNetV2 ('SAME' pools and depthwise convolutions), the Model
+// Garden's ResNet-50 ('SAME' strided convolutions and stem max-pool: no Pad nodes).
+INSTANTIATE_TEST_SUITE_P(
+    ImageModels, ExportTf,
+    ::testing::Values(ExportCase{"classify", "resnet50", 64}, ExportCase{"multilabel", "resnet_tiny", 32},
+                      ExportCase{"classify", "inception_v3", 75}, ExportCase{"classify", "inception_v3_slim", 75},
+                      ExportCase{"classify", "mobilenet_v2_slim", 64}, ExportCase{"classify", "resnet50_garden", 64}),
+    [](const auto& info) { return info.param.task + "_" + info.param.arch; });
 
 // `detect export --format onnx`: the SSD (backbone endpoints, extra layers with TF 'SAME'
 // stride-2 convs padded asymmetrically, 3x3 heads; square and non-square inputs) plus score conversion and box decoding

@@ -36,10 +36,10 @@ class GraphWriter {
   virtual std::string relu6(const std::string& x) = 0;
   virtual std::string add(const std::string& name, const std::string& a, const std::string& b) = 0;
   virtual std::string concat_channels(const std::string& name, const std::vector<std::string>& inputs) = 0;
-  // kernel x kernel max pool, `pad` on every side (padding never wins, as torch's).
+  // kernel x kernel max pool of x padded by `pads` (padding never wins, as torch's).
   // `nonnegative`: x >= 0 (after a ReLU), so that zero padding never wins either.
   virtual std::string max_pool(const std::string& name, const std::string& x, int64_t kernel, int64_t stride,
-                               int64_t pad, bool nonnegative) = 0;
+                               const Pads& pads, bool nonnegative) = 0;
   // kernel x kernel stride-1 average pool, `pad` on every side; the padding counted in the
   // border averages (torch's count_include_pad) or left out (TensorFlow's).
   virtual std::string avg_pool(const std::string& name, const std::string& x, int64_t kernel, int64_t pad,

@@ -33,23 +33,30 @@ Pads symmetric_pads(const std::string& name, const torch::nn::detail::ConvNdOpti
   return {(**pad)[0], (**pad)[1], (**pad)[0], (**pad)[1]};
 }
 
-Pads same_pads(int64_t h, int64_t w, const torch::nn::detail::ConvNdOptions<2>& o) {
+Pads same_pads(int64_t h, int64_t w, const ConvSpec& s) {
   Pads pads{};
   const int64_t in[2] = {h, w};
   for (int d = 0; d < 2; ++d) {
-    const int64_t s = (*o.stride())[d], k = ((*o.kernel_size())[d] - 1) * (*o.dilation())[d] + 1;
-    const int64_t total = std::max<int64_t>(((in[d] + s - 1) / s - 1) * s + k - in[d], 0);
+    const int64_t k = (s.kernel[d] - 1) * s.dilation[d] + 1;
+    const int64_t total = std::max<int64_t>(((in[d] + s.stride[d] - 1) / s.stride[d] - 1) * s.stride[d] + k - in[d], 0);
     pads[d] = total / 2;
     pads[d + 2] = total - total / 2;
   }
   return pads;
 }
 
-std::pair<int64_t, int64_t> conv_output_size(int64_t h, int64_t w, const torch::nn::detail::ConvNdOptions<2>& o,
-                                             const Pads& pads) {
-  const auto s = conv_spec(o);
+Pads same_pads(int64_t h, int64_t w, const torch::nn::detail::ConvNdOptions<2>& o) {
+  return same_pads(h, w, conv_spec(o));
+}
+
+std::pair<int64_t, int64_t> conv_output_size(int64_t h, int64_t w, const ConvSpec& s, const Pads& pads) {
   return {(h + pads[0] + pads[2] - (s.kernel[0] - 1) * s.dilation[0] - 1) / s.stride[0] + 1,
           (w + pads[1] + pads[3] - (s.kernel[1] - 1) * s.dilation[1] - 1) / s.stride[1] + 1};
+}
+
+std::pair<int64_t, int64_t> conv_output_size(int64_t h, int64_t w, const torch::nn::detail::ConvNdOptions<2>& o,
+                                             const Pads& pads) {
+  return conv_output_size(h, w, conv_spec(o), pads);
 }
 
 std::string conv_bn(GraphWriter& g, const std::string& name, torch::nn::Conv2dImpl& c, torch::nn::BatchNorm2dImpl& bn,
@@ -139,24 +146,48 @@ std::vector<std::string> mobilenet_v2_features(GraphWriter& g, const ModuleIndex
 
 namespace {
 
-// ResNet body: conv1 .. layer4, returning the last feature map.
-std::string resnet_body(GraphWriter& g, models::ResNetImpl& model, const std::string& input) {
-  if (model.options().layout != models::ResNetLayout::kTorchvision)
-    throw Error("export: ResNets with TensorFlow's layout (resnet_v1_*, resnet50_garden) are not exported yet");
+// ResNet body on an h x w input: conv1 .. layer4, returning the last feature map. The three
+// layouts (models::ResNetLayout) differ in where blocks stride and how they pad: torchvision's
+// symmetric padding; the Model Garden's Keras ResNet-50 with TF 'SAME' strided 3x3 convs and
+// stem max-pool; TF-Slim's stride in each stage's last unit, whose shortcut subsamples
+// (x[::2, ::2], a 1x1 max pool of stride 2), and the stem max-pool 'SAME'.
+std::string resnet_body(GraphWriter& g, models::ResNetImpl& model, const std::string& input, int64_t h, int64_t w) {
+  const auto layout = model.options().layout;
   const ModuleIndex modules(model);
-  auto cbn = [&](const std::string& conv, const std::string& bn, const std::string& x) {
+  // conv `conv` and BN `bn` on x, an h x w map (then the output's size), TF 'SAME' or its own padding.
+  auto cbn = [&](const std::string& conv, const std::string& bn, const std::string& x, int64_t& fh, int64_t& fw,
+                 bool same) {
     auto& c = modules.get<torch::nn::Conv2dImpl>(conv);
-    return conv_bn(g, conv, c, modules.get<torch::nn::BatchNorm2dImpl>(bn), x, symmetric_pads(conv, c.options));
+    const Pads pads = same ? same_pads(fh, fw, c.options) : symmetric_pads(conv, c.options);
+    std::tie(fh, fw) = conv_output_size(fh, fw, c.options, pads);
+    return conv_bn(g, conv, c, modules.get<torch::nn::BatchNorm2dImpl>(bn), x, pads);
   };
-  std::string x = g.relu(cbn("conv1", "bn1", input));
-  if (!model.options().small_input) x = g.max_pool("maxpool", x, 3, 2, 1, /*nonnegative=*/true);
+  std::string x = g.relu(cbn("conv1", "bn1", input, h, w, false));
+  if (layout != models::ResNetLayout::kTorchvision || !model.options().small_input) {
+    ConvSpec pool;
+    pool.kernel = {3, 3};
+    pool.stride = {2, 2};
+    const Pads pads = layout == models::ResNetLayout::kTorchvision ? Pads{1, 1, 1, 1} : same_pads(h, w, pool);
+    x = g.max_pool("maxpool", x, 3, 2, pads, /*nonnegative=*/true);
+    std::tie(h, w) = conv_output_size(h, w, pool, pads);
+  }
   for (int l = 1; l <= 4; ++l) {
     for (int i = 0; modules.has("layer" + std::to_string(l) + "." + std::to_string(i)); ++i) {
       const std::string p = "layer" + std::to_string(l) + "." + std::to_string(i) + ".";
-      std::string out = cbn(p + "conv2", p + "bn2", g.relu(cbn(p + "conv1", p + "bn1", x)));
-      if (modules.has(p + "conv3")) out = cbn(p + "conv3", p + "bn3", g.relu(out));  // bottleneck
-      const std::string identity = modules.has(p + "downsample") ? cbn(p + "downsample.0", p + "downsample.1", x) : x;
+      const bool bottleneck = modules.has(p + "conv3");
+      const int64_t stride =
+          (*modules.get<torch::nn::Conv2dImpl>(p + (bottleneck ? "conv2" : "conv1")).options.stride())[0];
+      int64_t oh = h, ow = w;
+      std::string out = g.relu(cbn(p + "conv1", p + "bn1", x, oh, ow, false));
+      out = cbn(p + "conv2", p + "bn2", out, oh, ow, layout == models::ResNetLayout::kKeras && stride > 1);
+      if (bottleneck) out = cbn(p + "conv3", p + "bn3", g.relu(out), oh, ow, false);
+      int64_t sh = h, sw = w;
+      const std::string identity = modules.has(p + "downsample")
+                                       ? cbn(p + "downsample.0", p + "downsample.1", x, sh, sw, false)
+                                   : stride > 1 ? g.max_pool(p + "subsample", x, 1, stride, Pads{}, false)
+                                                : x;
       x = g.relu(g.add(p + "add", out, identity));
+      h = oh, w = ow;
     }
   }
   return x;
@@ -171,8 +202,8 @@ class InceptionWriter {
 
   std::string body(const std::string& input) {
     std::string x = chain("", {"Conv2d_1a_3x3", "Conv2d_2a_3x3", "Conv2d_2b_3x3"}, input);
-    x = g_.max_pool("maxpool1", x, 3, 2, 0, true);
-    x = g_.max_pool("maxpool2", chain("", {"Conv2d_3b_1x1", "Conv2d_4a_3x3"}, x), 3, 2, 0, true);
+    x = g_.max_pool("maxpool1", x, 3, 2, Pads{}, true);
+    x = g_.max_pool("maxpool2", chain("", {"Conv2d_3b_1x1", "Conv2d_4a_3x3"}, x), 3, 2, Pads{}, true);
     for (const char* name : {"Mixed_5b", "Mixed_5c", "Mixed_5d"}) x = block_a(name, x);
     x = block_b("Mixed_6a", x);
     for (const char* name : {"Mixed_6b", "Mixed_6c", "Mixed_6d", "Mixed_6e"}) x = block_c(name, x);
@@ -204,7 +235,7 @@ class InceptionWriter {
   std::string block_b(const std::string& b, const std::string& x) {
     return g_.concat_channels(
         b, {chain(b, {"branch3x3"}, x), chain(b, {"branch3x3dbl_1", "branch3x3dbl_2", "branch3x3dbl_3"}, x),
-            g_.max_pool(b + ".max_pool", x, 3, 2, 0, true)});
+            g_.max_pool(b + ".max_pool", x, 3, 2, Pads{}, true)});
   }
   std::string block_c(const std::string& b, const std::string& x) {
     return g_.concat_channels(
@@ -215,7 +246,7 @@ class InceptionWriter {
   std::string block_d(const std::string& b, const std::string& x) {
     return g_.concat_channels(b, {chain(b, {"branch3x3_1", "branch3x3_2"}, x),
                                   chain(b, {"branch7x7x3_1", "branch7x7x3_2", "branch7x7x3_3", "branch7x7x3_4"}, x),
-                                  g_.max_pool(b + ".max_pool", x, 3, 2, 0, true)});
+                                  g_.max_pool(b + ".max_pool", x, 3, 2, Pads{}, true)});
   }
   std::string block_e(const std::string& b, const std::string& x) {
     const std::string b3 = chain(b, {"branch3x3_1"}, x);
@@ -235,7 +266,7 @@ int64_t image_model_graph(GraphWriter& g, models::ImageModelImpl& model, const s
                           bool feature_vector) {
   std::string x;
   if (auto* resnet = dynamic_cast<models::ResNetImpl*>(&model)) {
-    x = resnet_body(g, *resnet, input);
+    x = resnet_body(g, *resnet, input, image_size, image_size);
   } else if (auto* inception = dynamic_cast<models::InceptionV3Impl*>(&model)) {
     if (inception->options().transform_input) throw Error("export: Inception-v3 with transform_input");
     x = InceptionWriter(g, *inception).body(input);

@@ -43,10 +43,12 @@ class ModuleIndex {
 ConvSpec conv_spec(const torch::nn::detail::ConvNdOptions<2>& o);
 // The module's own (symmetric, numeric) padding; string padding is an Error naming `name`.
 Pads symmetric_pads(const std::string& name, const torch::nn::detail::ConvNdOptions<2>& o);
-// TF 'SAME' padding of `o` over an input of h x w, as layers::conv2d_tf_same pads: the odd
-// pixel after.
+// TF 'SAME' padding of a window over an input of h x w, as layers::conv2d_tf_same pads: output
+// ceil(in / stride), the odd pixel after.
+Pads same_pads(int64_t h, int64_t w, const ConvSpec& s);
 Pads same_pads(int64_t h, int64_t w, const torch::nn::detail::ConvNdOptions<2>& o);
-// The output size of `o` over h x w padded by `pads`.
+// The output size of a window over h x w padded by `pads`.
+std::pair<int64_t, int64_t> conv_output_size(int64_t h, int64_t w, const ConvSpec& s, const Pads& pads);
 std::pair<int64_t, int64_t> conv_output_size(int64_t h, int64_t w, const torch::nn::detail::ConvNdOptions<2>& o,
                                              const Pads& pads);
 

@@ -98,18 +98,18 @@ class OnnxWriter : public GraphWriter {
     integer(node("Concat", inputs, name), "axis", 1);
     return name;
   }
-  std::string max_pool(const std::string& name, const std::string& x, int64_t kernel, int64_t stride, int64_t pad,
+  std::string max_pool(const std::string& name, const std::string& x, int64_t kernel, int64_t stride, const Pads& pads,
                        bool /*nonnegative*/) override {
-    return pool("MaxPool", name, x, kernel, stride, pad);
+    return pool("MaxPool", name, x, kernel, stride, pads);
   }
   // torch's count_include_pad: an explicit zero Pad and an unpadded AveragePool, which every
   // consumer reads the same (OpenCV 4.6 ignores count_include_pad); TensorFlow's: AveragePool's
   // own count_include_pad 0 (OpenCV's importer pads that way for any producer but PyTorch).
   std::string avg_pool(const std::string& name, const std::string& x, int64_t kernel, int64_t pad,
                        bool count_include_pad) override {
-    if (!count_include_pad) return pool("AveragePool", name, x, kernel, 1, pad);
+    if (!count_include_pad) return pool("AveragePool", name, x, kernel, 1, {pad, pad, pad, pad});
     ints(node("Pad", {x}, name + ".pad"), "pads", {0, 0, pad, pad, 0, 0, pad, pad});  // mode constant, value 0
-    return pool("AveragePool", name, name + ".pad", kernel, 1, 0);
+    return pool("AveragePool", name, name + ".pad", kernel, 1, Pads{});
   }
   std::string global_avg_pool(const std::string& name, const std::string& x) override {
     node("GlobalAveragePool", {x}, name + ".pool");
@@ -124,11 +124,11 @@ class OnnxWriter : public GraphWriter {
 
  private:
   std::string pool(const std::string& op, const std::string& name, const std::string& x, int64_t kernel, int64_t stride,
-                   int64_t pad) {
+                   const Pads& pads) {
     auto* n = node(op, {x}, name);
     ints(n, "kernel_shape", {kernel, kernel});
     ints(n, "strides", {stride, stride});
-    ints(n, "pads", {pad, pad, pad, pad});
+    ints(n, "pads", {pads[0], pads[1], pads[2], pads[3]});
     return name;
   }
 

@@ -22,20 +22,6 @@ using tensorflow::NodeDef;
 // The GraphDef version the graph declares: later than every op used here (AddV2 the newest).
 constexpr int kGraphDefProducer = 134;
 
-// TF 'SAME' padding of a window (kernel, stride, dilation) over h x w: output ceil(in / stride),
-// the odd pixel after.
-Pads tf_same_pads(int64_t h, int64_t w, const ConvSpec& s) {
-  Pads pads{};
-  const int64_t in[2] = {h, w};
-  for (int d = 0; d < 2; ++d) {
-    const int64_t k = (s.kernel[d] - 1) * s.dilation[d] + 1;
-    const int64_t total = std::max<int64_t>(((in[d] + s.stride[d] - 1) / s.stride[d] - 1) * s.stride[d] + k - in[d], 0);
-    pads[d] = total / 2;
-    pads[d + 2] = total - total / 2;
-  }
-  return pads;
-}
-
 // GraphWriter for TensorFlow: NHWC, HWIO filters ([kh, kw, in, multiplier] for depthwise ones),
 // every op with its attrs as TensorFlow's op registry names them. It keeps each tensor's shape,
 // since 'SAME' depends on the input size.
@@ -77,8 +63,8 @@ class TfGraphWriter : public GraphWriter {
     auto* b = node("BiasAdd", name, {n->name(), constant(name + "/biases", bias)});
     type(b, "T");
     string(b, "data_format", "NHWC");
-    shapes_[name] = {output_size(in.h, padding == "SAME", pads[0] + pads[2], s, 0),
-                     output_size(in.w, padding == "SAME", pads[1] + pads[3], s, 1), out_channels};
+    const auto [out_h, out_w] = conv_output_size(in.h, in.w, s, pads);  // 'SAME' or explicit: the same size
+    shapes_[name] = {out_h, out_w, out_channels};
     return name;
   }
 
@@ -107,9 +93,9 @@ class TfGraphWriter : public GraphWriter {
 
   // Padding TensorFlow's 'SAME' does not give is a zero Pad, which never wins on x >= 0 (PadV2
   // with -inf would serve any x, but OpenCV's importer has no PadV2).
-  std::string max_pool(const std::string& name, const std::string& x, int64_t kernel, int64_t stride, int64_t pad,
+  std::string max_pool(const std::string& name, const std::string& x, int64_t kernel, int64_t stride, const Pads& pads,
                        bool nonnegative) override {
-    return pool("MaxPool", name, x, kernel, stride, pad, nonnegative);
+    return pool("MaxPool", name, x, kernel, stride, pads, nonnegative);
   }
 
   // TensorFlow's 'SAME' average leaves the padding out. torch's count_include_pad is the same
@@ -128,9 +114,9 @@ class TfGraphWriter : public GraphWriter {
     }
     ConvSpec s;
     s.kernel = {kernel, kernel};
-    if (tf_same_pads(shape(x).h, shape(x).w, s) != Pads{pad, pad, pad, pad})
+    if (same_pads(shape(x).h, shape(x).w, s) != Pads{pad, pad, pad, pad})
       throw Error("TensorFlow export: " + name + " averages without its padding where TF's 'SAME' would pad otherwise");
-    return pool("AvgPool", name, x, kernel, 1, pad, true);
+    return pool("AvgPool", name, x, kernel, 1, Pads{pad, pad, pad, pad}, true);
   }
 
   std::string global_avg_pool(const std::string& name, const std::string& x) override {
@@ -172,17 +158,12 @@ class TfGraphWriter : public GraphWriter {
     return it->second;
   }
 
-  static int64_t output_size(int64_t in, bool same, int64_t padding, const ConvSpec& s, int d) {
-    if (same) return (in + s.stride[d] - 1) / s.stride[d];
-    return (in + padding - (s.kernel[d] - 1) * s.dilation[d] - 1) / s.stride[d] + 1;
-  }
-
   // The input and the padding attr for a window with explicit zero `pads`: 'SAME' or 'VALID'
   // where TensorFlow's arithmetic is the same, else an explicit Pad and 'VALID'.
   std::pair<std::string, std::string> padded(const std::string& name, const std::string& x, const Shape& in,
                                              const ConvSpec& s, const Pads& pads) {
     if (pads == Pads{}) return {x, "VALID"};
-    if (pads == tf_same_pads(in.h, in.w, s)) return {x, "SAME"};
+    if (pads == same_pads(in.h, in.w, s)) return {x, "SAME"};
     const std::string paddings = int32s(name + "/paddings",
                                         {0, 0, static_cast<int32_t>(pads[0]), static_cast<int32_t>(pads[2]),
                                          static_cast<int32_t>(pads[1]), static_cast<int32_t>(pads[3]), 0, 0},
@@ -196,15 +177,14 @@ class TfGraphWriter : public GraphWriter {
 
   // `zero_pad_ok`: explicit padding may be zeros.
   std::string pool(const std::string& op, const std::string& name, const std::string& x, int64_t kernel, int64_t stride,
-                   int64_t pad, bool zero_pad_ok) {
+                   const Pads& pads, bool zero_pad_ok) {
     const Shape in = shape(x);
     ConvSpec s;
     s.kernel = {kernel, kernel};
     s.stride = {stride, stride};
     // TensorFlow's 'SAME' pools never let the padding win (max) nor count it (average).
-    const Pads pads{pad, pad, pad, pad};
-    const bool same = pads == tf_same_pads(in.h, in.w, s);
-    if (!same && pad > 0 && !zero_pad_ok)
+    const bool same = pads == same_pads(in.h, in.w, s);
+    if (!same && pads != Pads{} && !zero_pad_ok)
       throw Error("TensorFlow export: " + name +
                   " max-pools a map that may be negative with padding TF's 'SAME' does not give");
     auto [input, padding] = same ? std::pair{x, std::string("SAME")} : padded(name, x, in, s, pads);
@@ -214,8 +194,8 @@ class TfGraphWriter : public GraphWriter {
     ints(n, "strides", {1, stride, stride, 1});
     string(n, "padding", padding);
     string(n, "data_format", "NHWC");
-    shapes_[name] = {output_size(in.h, padding == "SAME", 2 * pad, s, 0),
-                     output_size(in.w, padding == "SAME", 2 * pad, s, 1), in.c};
+    const auto [h, w] = conv_output_size(in.h, in.w, s, pads);
+    shapes_[name] = {h, w, in.c};
     return name;
   }
 
