@@ -5,6 +5,7 @@
 //   ClassifyErrors.*  bad input: a non-zero exit and a message naming what and where.
 // CTest runs the two suites as separate tests so they overlap on two cores.
 #include <fcntl.h>
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
@@ -36,6 +37,7 @@
 #include "orchard/data/tools.h"
 #include "orchard/models/registry.h"
 #include "orchard/proto/event.pb.h"
+#include "orchard/proto/tensorflow/graph.pb.h"
 #include "orchard/train/checkpoint.h"
 
 namespace orchard::cli {
@@ -180,6 +182,27 @@ TEST_F(ClassifyTrain, ModelDirLayout) {
   EXPECT_EQ(config.at("num_classes"), 10);  // from labels.txt
   EXPECT_EQ(config.at("image_size"), 28);
   EXPECT_EQ(data::read_labels(model_a_ + "/labels.txt"), data::kFashionMnistClasses);
+}
+
+// --enable_checkpoint_and_export ends as the Model Garden's trainer does: model_dir/saved_model,
+// the graph `classify export --format frozen_graph` writes from the last checkpoint (the same
+// weights), with the serving signature.
+TEST_F(ClassifyTrain, SavedModelAtTheEnd) {
+  tensorflow::SavedModel saved;
+  ASSERT_TRUE(saved.ParseFromString(read_file(model_a_ + "/saved_model/saved_model.pb")));
+  EXPECT_TRUE(stdfs::is_directory(model_a_ + "/saved_model/variables"));
+  ASSERT_EQ(saved.meta_graphs_size(), 1);
+  const auto& signature = saved.meta_graphs(0).signature_def().at("serving_default");
+  EXPECT_EQ(signature.inputs().at("inputs").name(), "images:0");
+  EXPECT_EQ(signature.outputs().at("logits").tensor_shape().dim(1).size(), 10);
+  EXPECT_EQ(signature.outputs().at("probs").name(), "probs:0");
+  TempDir out;
+  auto r = run({"classify", "export", "--model_dir", model_a_, "--format", "frozen_graph", "--out", out.file("m.pb")},
+               out);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  tensorflow::GraphDef frozen;
+  ASSERT_TRUE(frozen.ParseFromString(read_file(out.file("m.pb"))));
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(saved.meta_graphs(0).graph_def(), frozen));
 }
 
 TEST_F(ClassifyTrain, TensorBoardEventFiles) {

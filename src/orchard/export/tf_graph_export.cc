@@ -306,9 +306,10 @@ void export_frozen_graph(models::ImageModelImpl& model, const TfGraphExportOptio
   atomic_write_file(path, tf_graph_def(model, options));
 }
 
-void export_saved_model(models::ImageModelImpl& model, const TfGraphExportOptions& options, const std::string& dir) {
+void export_saved_model(models::ImageModelImpl& model, const TfGraphExportOptions& options, const std::string& dir,
+                        bool replace) {
   const std::string pb = join_path(dir, "saved_model.pb");
-  if (file_exists(pb)) throw Error(pb + ": a SavedModel is already there");
+  if (!replace && file_exists(pb)) throw Error(pb + ": a SavedModel is already there");
   ImageGraph g = image_graph(model, options);
   tensorflow::SavedModel saved;
   saved.set_saved_model_schema_version(1);

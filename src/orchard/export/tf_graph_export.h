@@ -40,7 +40,8 @@ void export_frozen_graph(models::ImageModelImpl& model, const TfGraphExportOptio
 // Writes `dir`/saved_model.pb (last, atomically) and `dir`/variables/. Signature
 // "serving_default" (method tensorflow/serving/predict): input "inputs" = images:0, outputs
 // "logits" (or "features") and, with probabilities, "probs". An Error if dir already holds a
-// saved_model.pb.
-void export_saved_model(models::ImageModelImpl& model, const TfGraphExportOptions& options, const std::string& dir);
+// saved_model.pb, unless `replace`.
+void export_saved_model(models::ImageModelImpl& model, const TfGraphExportOptions& options, const std::string& dir,
+                        bool replace = false);
 
 }  // namespace orchard::exporting

@@ -15,6 +15,7 @@
 #include "orchard/data/tools.h"
 #include "orchard/engine/evaluator.h"
 #include "orchard/engine/trainer.h"
+#include "orchard/export/tf_graph_export.h"
 #include "orchard/models/registry.h"
 #include "orchard/tasks/classify/classification.h"
 #include "orchard/tasks/command_support.h"
@@ -471,6 +472,27 @@ class ClassifyTrainer : public TrainDriver {
       spdlog::warn(
           "no weights were written: checkpoints are off, as in the seed (--enable_checkpoint_and_export "
           "writes them, then eval, predict and export can use the model)");
+    else if (runtime().chief)
+      export_saved_model();
+  }
+
+  // --enable_checkpoint_and_export ends as the Model Garden's trainer does: the trained model as a
+  // SavedModel in model_dir/saved_model (its model.save), replaced by each run that finishes.
+  void export_saved_model() {
+    const std::string dir = join_path(f_.model_dir, "saved_model");
+    auto* model = dynamic_cast<models::ImageModelImpl*>(task_->module().get());
+    if (!model) return;
+    exporting::TfGraphExportOptions o;
+    o.image_size = tcfg_.image_size;
+    o.probabilities = "softmax";
+    try {
+      exporting::export_saved_model(*model, o, dir, /*replace=*/true);
+      spdlog::info("wrote {}/saved_model.pb (TensorFlow SavedModel: input 'inputs' [batch, {}, {}, 3] preprocessed, "
+                   "outputs 'logits' and 'probs'; docs/deploy.md)",
+                   dir, o.image_size, o.image_size);
+    } catch (const Error& e) {  // the checkpoints are written; the run has succeeded
+      spdlog::warn("no SavedModel was written: {}", e.what());
+    }
   }
 
   ClassifyFlags f_;
