@@ -197,8 +197,8 @@ TEST_F(ClassifyTrain, SavedModelAtTheEnd) {
   EXPECT_EQ(signature.outputs().at("logits").tensor_shape().dim(1).size(), 10);
   EXPECT_EQ(signature.outputs().at("probs").name(), "probs:0");
   TempDir out;
-  auto r = run({"classify", "export", "--model_dir", model_a_, "--format", "frozen_graph", "--out", out.file("m.pb")},
-               out);
+  auto r =
+      run({"classify", "export", "--model_dir", model_a_, "--format", "frozen_graph", "--out", out.file("m.pb")}, out);
   ASSERT_EQ(r.rc, 0) << r.err;
   tensorflow::GraphDef frozen;
   ASSERT_TRUE(frozen.ParseFromString(read_file(out.file("m.pb"))));

@@ -361,6 +361,24 @@ TEST_P(ExportTf, OpenCvRunsTheFrozenGraphAndTheSavedModelHoldsIt) {
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("a SavedModel is already there"), std::string::npos) << r.err;
   EXPECT_EQ(read_file(root.file("saved/saved_model.pb")).size(), saved.ByteSizeLong());
+
+  // --format tfhub (the Model Garden's tfhub_export.py): classification/ and feature_vector/,
+  // RGB in [0, 1] in.
+  if (arch != "resnet50_garden") return;
+  run({"--format", "tfhub", "--out", root.file("hub")});
+  for (const std::string module : {"classification", "feature_vector"}) {
+    tensorflow::SavedModel hub;
+    ASSERT_TRUE(hub.ParseFromString(read_file(root.file("hub/" + module + "/saved_model.pb")))) << module;
+    std::string graph;
+    hub.meta_graphs(0).graph_def().SerializeToString(&graph);
+    atomic_write_file(root.file(module + ".pb"), graph);
+  }
+  const double dh = max_diff(opencv_tf_forward(root.file("classification.pb"), rgb / 255, "logits/MatMul"), expected);
+  const double dhf =
+      max_diff(opencv_tf_forward(root.file("feature_vector.pb"), rgb / 255, "features"), model.features(scaled));
+  std::cout << arch << " TF Hub modules: logits " << dh << ", features " << dhf << "\n";
+  EXPECT_LE(dh, tol(expected));
+  EXPECT_LE(dhf, tol(model.features(scaled)));
 }
 
 // resnet50 (the ImageNet stem: 7x7/2 and 3x3/2 convs and the max pool padded as torch pads,
@@ -494,7 +512,7 @@ TEST(ExportOnnxErrors, FormatAndArchitecture) {
   auto r =
       cli::run({"classify", "export", "--model_dir", dir, "--out", root.file("m.tflite"), "--format", "tflite"}, root);
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.err.find("--format must be onnx, frozen_graph, saved_model or tf"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--format must be onnx, frozen_graph, saved_model, tfhub or tf"), std::string::npos) << r.err;
   r = cli::run({"classify", "export", "--model_dir", root.file("missing"), "--out", root.file("m.onnx")}, root);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("config.json"), std::string::npos) << r.err;

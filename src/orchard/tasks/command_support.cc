@@ -414,11 +414,12 @@ void add_export_flags(FlagSet* c, ExportFlags& f) {
   c->add_option("--model_dir", f.model_dir, "Model directory")->required();
   c->add_option("--checkpoint", f.checkpoint, "A checkpoint file (default: the latest)");
   c->add_option("--format", f.format,
-                "onnx | frozen_graph (a TensorFlow GraphDef) | saved_model (a TensorFlow SavedModel folder) | tf (a "
-                "TensorFlow checkpoint under TF-Slim's names)")
+                "onnx | frozen_graph (a TensorFlow GraphDef) | saved_model (a TensorFlow SavedModel folder) | tfhub "
+                "(TF Hub's classification/ and feature_vector/ SavedModels, RGB in [0, 1]) | tf (a TensorFlow "
+                "checkpoint under TF-Slim's names)")
       ->capture_default_str();
   c->add_option("--out", f.out,
-                "Output file (--format saved_model: the folder; --format tf: the checkpoint prefix, e.g. "
+                "Output file (--format saved_model, tfhub: the folder; --format tf: the checkpoint prefix, e.g. "
                 "out/model.ckpt)")
       ->required();
   c->add_flag("--feature_vector", f.feature_vector,
@@ -448,8 +449,8 @@ void export_tf_checkpoint(torch::nn::Module& model, const models::TfNameMap& map
 void export_image_model(torch::nn::Module& model, const std::string& arch, const data::PreprocessOptions& preprocess,
                         const ExportFlags& f, int64_t step, const std::string& probabilities) {
   if (f.format == "tf") return export_tf_checkpoint(model, models::tf_name_map(arch), arch, step, f.out);
-  if (f.format != "onnx" && f.format != "frozen_graph" && f.format != "saved_model")
-    throw Error("--format must be onnx, frozen_graph, saved_model or tf, not '" + f.format + "'");
+  if (f.format != "onnx" && f.format != "frozen_graph" && f.format != "saved_model" && f.format != "tfhub")
+    throw Error("--format must be onnx, frozen_graph, saved_model, tfhub or tf, not '" + f.format + "'");
   auto* image_model = dynamic_cast<models::ImageModelImpl*>(&model);
   if (!image_model) throw Error("export does not support " + arch);
   model.eval();
@@ -475,6 +476,20 @@ void export_image_model(torch::nn::Module& model, const std::string& arch, const
   o.offset = preprocess.offset;
   o.probabilities = probabilities;
   const std::string outputs = f.feature_vector ? "'features'" : "'logits', 'probs' (" + probabilities + ")";
+  if (f.format == "tfhub") {
+    // As the Model Garden's tfhub_export.py: the model with its input scaling (rescale_inputs),
+    // taking RGB in [0, 1] as TF Hub's image modules do, whole and up to the pooled features.
+    o.include_preprocessing = true;
+    o.scale = preprocess.scale * 255.0f;
+    exporting::export_saved_model(*image_model, o, join_path(f.out, "classification"));
+    o.feature_vector = true;
+    exporting::export_saved_model(*image_model, o, join_path(f.out, "feature_vector"));
+    spdlog::info(
+        "wrote {0}/classification and {0}/feature_vector (TF Hub image modules as TensorFlow SavedModels: input "
+        "'inputs' [batch, {1}, {1}, 3] RGB in [0, 1], outputs 'logits' and 'probs' / 'features')",
+        f.out, o.image_size);
+    return;
+  }
   if (f.format == "frozen_graph") {
     exporting::export_frozen_graph(*image_model, o, f.out);
     spdlog::info("wrote {} (TensorFlow frozen graph, NHWC: input 'images' [batch, {}, {}, 3] {}, outputs {})", f.out,

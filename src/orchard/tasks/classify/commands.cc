@@ -472,8 +472,7 @@ class ClassifyTrainer : public TrainDriver {
       spdlog::warn(
           "no weights were written: checkpoints are off, as in the seed (--enable_checkpoint_and_export "
           "writes them, then eval, predict and export can use the model)");
-    else if (runtime().chief)
-      export_saved_model();
+    else if (runtime().chief) export_saved_model();
   }
 
   // --enable_checkpoint_and_export ends as the Model Garden's trainer does: the trained model as a
@@ -487,9 +486,10 @@ class ClassifyTrainer : public TrainDriver {
     o.probabilities = "softmax";
     try {
       exporting::export_saved_model(*model, o, dir, /*replace=*/true);
-      spdlog::info("wrote {}/saved_model.pb (TensorFlow SavedModel: input 'inputs' [batch, {}, {}, 3] preprocessed, "
-                   "outputs 'logits' and 'probs'; docs/deploy.md)",
-                   dir, o.image_size, o.image_size);
+      spdlog::info(
+          "wrote {}/saved_model.pb (TensorFlow SavedModel: input 'inputs' [batch, {}, {}, 3] preprocessed, "
+          "outputs 'logits' and 'probs'; docs/deploy.md)",
+          dir, o.image_size, o.image_size);
     } catch (const Error& e) {  // the checkpoints are written; the run has succeeded
       spdlog::warn("no SavedModel was written: {}", e.what());
     }
