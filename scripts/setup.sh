@@ -18,6 +18,7 @@ ORCHARD_PACKAGES=(
   libopencv-imgproc-dev libopencv-core-dev
   libonnx-dev                         # the onnx.proto schema for ONNX export
   libopencv-dnn-dev                   # the tests load exported ONNX files with OpenCV's DNN module
+  python3-opencv                      # runs OpenCV's tf_text_graph_ssd.py on exported SSD frozen graphs
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libcurl4-openssl-dev                # object storage: HTTP (core/http, core/s3_client)
   libssl-dev                          # SigV4 signing; SHA-256 of the images data voc / pets write (image/key/sha256)

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -226,6 +228,14 @@ const std::map<std::string, TfOp>& tf_ops() {
       {"Mean", {2, {{"keep_dims", 'b'}, {"T", 't'}, {"Tidx", 't'}}, {"T"}}},
       {"MatMul", {2, {{"transpose_a", 'b'}, {"transpose_b", 'b'}, {"T", 't'}}, {"T"}}},
       {"Pad", {2, {{"T", 't'}, {"Tpaddings", 't'}}, {"T"}}},
+      {"Cast", {1, {{"SrcT", 't'}, {"DstT", 't'}, {"Truncate", 'b'}}, {"SrcT", "DstT"}}},
+      {"ResizeBilinear", {2, {{"T", 't'}, {"align_corners", 'b'}, {"half_pixel_centers", 'b'}}, {"T"}}},
+      {"Mul", {2, {{"T", 't'}}, {"T"}}},
+      {"Sub", {2, {{"T", 't'}}, {"T"}}},
+      {"Exp", {1, {{"T", 't'}}, {"T"}}},
+      {"Identity", {1, {{"T", 't'}}, {"T"}}},
+      {"Reshape", {2, {{"T", 't'}, {"Tshape", 't'}}, {"T"}}},
+      {"Split", {2, {{"num_split", 'i'}, {"T", 't'}}, {"num_split", "T"}}},
   };
   return ops;
 }
@@ -252,7 +262,8 @@ void expect_valid_tf_graph(const tensorflow::GraphDef& graph) {
     ASSERT_NE(op, tf_ops().end()) << "not an op the exporter's table knows";
     const int inputs = op->second.inputs < 0 ? static_cast<int>(n.attr().at("N").i()) + 1 : op->second.inputs;
     EXPECT_EQ(n.input_size(), inputs);
-    for (const auto& in : n.input()) EXPECT_TRUE(seen.count(in)) << in << " is not an earlier node";
+    for (const auto& in : n.input())  // "node" or "node:k"
+      EXPECT_TRUE(seen.count(in.substr(0, in.find(':')))) << in << " is not an earlier node";
     for (const auto& [name, value] : n.attr()) {
       auto a = op->second.attrs.find(name);
       ASSERT_NE(a, op->second.attrs.end()) << name << " is not an attr of " << n.op();
@@ -280,6 +291,55 @@ tensorflow::GraphDef read_graph(const std::string& path) {
   tensorflow::GraphDef graph;
   EXPECT_TRUE(graph.ParseFromString(read_file(path))) << path;
   return graph;
+}
+
+// The float and int32 constants of a GraphDef, and the few ops of the detection graph's
+// Postprocessor (Split, Mul, AddV2, Sub, Exp, ConcatV2, Sigmoid, Softmax, Identity), evaluated in
+// graph order for the nodes `wanted` selects, with TensorFlow's broadcasting and axes.
+void evaluate_tf_nodes(const tensorflow::GraphDef& graph, std::map<std::string, torch::Tensor>& values,
+                       const std::function<bool(const std::string&)>& wanted) {
+  for (const auto& n : graph.node()) {
+    if (n.op() == "Const") {
+      const auto& t = n.attr().at("value").tensor();
+      std::vector<int64_t> shape;
+      for (const auto& d : t.tensor_shape().dim()) shape.push_back(d.size());
+      if (t.dtype() == tensorflow::DT_FLOAT) {
+        std::vector<float> v(t.tensor_content().size() / 4);
+        std::memcpy(v.data(), t.tensor_content().data(), t.tensor_content().size());
+        values[n.name()] = torch::tensor(v).view(shape);
+      } else {
+        values[n.name()] = torch::tensor(std::vector<int64_t>(t.int_val().begin(), t.int_val().end())).view(shape);
+      }
+      continue;
+    }
+    if (!wanted(n.name())) continue;
+    auto in = [&](int i) { return values.at(n.input(i)); };
+    const std::string& op = n.op();
+    if (op == "Split") {
+      const auto parts = in(1).chunk(n.attr().at("num_split").i(), in(0).item<int64_t>());
+      for (size_t k = 0; k < parts.size(); ++k) values[n.name() + (k ? ":" + std::to_string(k) : "")] = parts[k];
+    } else if (op == "Mul") {
+      values[n.name()] = in(0) * in(1);
+    } else if (op == "AddV2") {
+      values[n.name()] = in(0) + in(1);
+    } else if (op == "Sub") {
+      values[n.name()] = in(0) - in(1);
+    } else if (op == "Exp") {
+      values[n.name()] = in(0).exp();
+    } else if (op == "Sigmoid") {
+      values[n.name()] = in(0).sigmoid();
+    } else if (op == "Softmax") {
+      values[n.name()] = in(0).softmax(-1);
+    } else if (op == "Identity") {
+      values[n.name()] = in(0);
+    } else if (op == "ConcatV2") {
+      std::vector<torch::Tensor> parts;
+      for (int i = 0; i + 1 < n.input_size(); ++i) parts.push_back(in(i));
+      values[n.name()] = torch::cat(parts, in(n.input_size() - 1).item<int64_t>());
+    } else {
+      ADD_FAILURE() << n.name() << ": the test evaluates no " << op;
+    }
+  }
 }
 
 class ExportTf : public ::testing::TestWithParam<ExportCase> {};
@@ -486,6 +546,61 @@ TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
     EXPECT_LE(db, 1e-4);
     EXPECT_LE(ds, 1e-4);
   }
+  // --format frozen_graph: the OD API's layout (image_tensor uint8 in, the preprocessing in the
+  // graph, BoxPredictor_i heads, concat / concat_1, the Postprocessor's decoding).
+  r = cli::run({"detect", "export", "--model_dir", dir, "--format", "frozen_graph", "--out", root.file("d.pb")}, root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto graph = read_graph(root.file("d.pb"));
+  expect_valid_tf_graph(graph);
+  {
+    // The score conversion and box decoding, evaluated node by node from the graph (OpenCV's
+    // importer does not run an OD API graph's Postprocessor; its script below replaces it) on
+    // Orchard's own head outputs: Orchard's scores and decoded boxes.
+    std::map<std::string, torch::Tensor> values = {{"concat", out.narrow(2, 0, 4)},
+                                                   {"concat_1", out.narrow(2, 4, out.size(2) - 4)}};
+    evaluate_tf_nodes(graph, values, [](const std::string& name) {
+      return name.rfind("Postprocessor/", 0) == 0 || name.rfind("raw_detection_", 0) == 0;
+    });
+    const double db = max_diff(values.at("raw_detection_boxes"), boxes);
+    const double ds = max_diff(values.at("raw_detection_scores"), scores);
+    std::cout << converter << " " << height << "x" << width << " frozen graph's Postprocessor: boxes " << db
+              << ", scores " << ds << "\n";
+    EXPECT_LE(db, 1e-5);
+    EXPECT_LE(ds, 1e-6);
+  }
+
+  // OpenCV's own tf_text_graph_ssd.py (tests/third_party/opencv, run by Debian's python3-opencv)
+  // reads the frozen graph as an OD API graph (image_tensor, the Preprocessor, the
+  // BoxPredictor_i heads) and the pipeline.config; OpenCV then runs the graph with its own prior
+  // boxes, decoding and NMS (its DetectionOutput): its detections must be Orchard's. The
+  // script's priors and sigmoid hold for square inputs with SIGMOID scores only.
+  if (height == width && converter == "SIGMOID") {
+    const std::string command = std::string("cd ") + OPENCV_SAMPLES_DIR +
+                                " && /usr/bin/python3 tf_text_graph_ssd.py --input " + root.file("d.pb") +
+                                " --output " + root.file("d.pbtxt") + " --config " + dir + "/pipeline.config > " +
+                                root.file("script.log") + " 2>&1";
+    ASSERT_EQ(std::system(command.c_str()), 0) << read_file(root.file("script.log"));
+    cv::dnn::Net net = cv::dnn::readNetFromTensorflow(root.file("d.pb"), root.file("d.pbtxt"));
+    const auto one = rgb.narrow(0, 0, 1).contiguous();
+    std::vector<int> sizes(one.sizes().begin(), one.sizes().end());
+    net.setInput(cv::Mat(4, sizes.data(), CV_32F, one.data_ptr<float>()));
+    const cv::Mat out = net.forward();  // [1, 1, N, 7]: image, class, score, xmin, ymin, xmax, ymax
+    const auto opencv = torch::from_blob(const_cast<float*>(out.ptr<float>()), {out.size[2], 7}, torch::kFloat).clone();
+    const auto expected =
+        detect::multiclass_nms(boxes[0], scores[0].narrow(1, 1, scores.size(2) - 1), ssd.config().nms);
+    const int64_t k = expected.scores.size(0);
+    ASSERT_EQ(opencv.size(0), k);
+    for (int64_t i = 0; i < k; ++i) {
+      SCOPED_TRACE("detection " + std::to_string(i));
+      EXPECT_EQ(opencv[i][1].item<int64_t>(), expected.classes[i].item<int64_t>());
+      EXPECT_NEAR(opencv[i][2].item<double>(), expected.scores[i].item<double>(), 1e-4);
+      // OpenCV's corners (x, y) unclipped; Orchard's (y, x) clipped to the image.
+      const auto corners = opencv[i].narrow(0, 3, 4).index({torch::tensor({1, 0, 3, 2})}).clamp(0, 1);
+      EXPECT_LE((corners - expected.boxes[i]).abs().max().item<double>(), 1e-4);
+    }
+    std::cout << "tf_text_graph_ssd.py: OpenCV's " << k << " detections are Orchard's\n";
+  }
+
   // The decoded boxes are what predict feeds NMS: different codes must give different boxes.
   EXPECT_GT(
       (boxes - detect::decode_boxes(torch::zeros_like(out.narrow(2, 0, 4)), ssd.anchors(), ssd.config().loss.coder))
@@ -521,7 +636,7 @@ TEST(ExportOnnxErrors, FormatAndArchitecture) {
   EXPECT_NE(r.err.find("--format onnx needs --out"), std::string::npos) << r.err;
   r = cli::run({"detect", "export", "--model_dir", dir, "--format", "tflite", "--out", root.file("d.tflite")}, root);
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.err.find("--format must be dir, onnx or tf"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--format must be dir, onnx, frozen_graph or tf"), std::string::npos) << r.err;
 }
 
 // Feature extractors the ONNX graph writer does not know are refused by name, never written as

@@ -6,6 +6,7 @@
 #include <map>
 #include <variant>
 
+#include "orchard/detect/meta_arch/ssd_model.h"
 #include "orchard/layers/conv_norm_activation.h"
 #include "orchard/models/inception_v3.h"
 #include "orchard/models/mobilenet_v1.h"
@@ -286,6 +287,56 @@ int64_t image_model_graph(GraphWriter& g, models::ImageModelImpl& model, const s
   if (feature_vector) return fc.weight.size(1);
   g.dense("logits", x, fc.weight, fc.bias);  // (dropout before fc is the identity at inference)
   return fc.weight.size(0);
+}
+
+void check_ssd_exportable(detect::SsdModelImpl& model, int64_t height, int64_t width,
+                          const std::string& score_converter, const std::string& format) {
+  if (score_converter != "SIGMOID" && score_converter != "SOFTMAX" && score_converter != "IDENTITY_WITH_LOGITS")
+    throw Error(format + " export: unknown score_converter '" + score_converter + "'");
+  const auto& mo = model.options();
+  if (mo.box_code_size != 4) throw Error(format + " export: the box coder needs box_code_size 4");
+  if (mo.pad_to_multiple > 1 && (height % mo.pad_to_multiple || width % mo.pad_to_multiple))
+    throw Error(format + " export: the input " + std::to_string(height) + "x" + std::to_string(width) +
+                " is not a multiple of feature_extractor.pad_to_multiple " + std::to_string(mo.pad_to_multiple));
+  if (mo.fpn.enabled || mo.weight_shared || mo.ppn || mo.mnasfpn ||
+      (mo.feature_extractor != "ssd_mobilenet_v1" && mo.feature_extractor != "ssd_mobilenet_v2"))
+    throw Error(format + " export of " + mo.feature_extractor +
+                (mo.fpn.enabled ? "_fpn"
+                 : mo.ppn       ? "_ppn"
+                 : mo.mnasfpn   ? "_mnasfpn"
+                                : "") +
+                (mo.weight_shared ? " with the weight-shared box predictor" : "") +
+                " is not implemented yet (ssd_mobilenet_v1 and ssd_mobilenet_v2 with convolutional_box_predictor are); "
+                "`detect export --format tf` writes the model as a TensorFlow checkpoint");
+}
+
+std::vector<std::string> ssd_feature_maps(GraphWriter& g, detect::SsdModelImpl& model, const std::string& input,
+                                          int64_t height, int64_t width) {
+  const ModuleIndex modules(model);
+  const auto& mo = model.options();
+  const auto sizes = model.feature_map_sizes(height, width);
+  const size_t n = mo.anchors_per_location.size();
+  // The backbone's endpoints (named in the base network's own terms, by its TF-Slim scope).
+  const std::string& base = model.layout().scope;
+  std::vector<int64_t> v1_layers;
+  std::vector<models::MobileNetV2Endpoint> v2_endpoints;
+  for (const auto& e : model.feature_extractor().endpoints()) {
+    if (base == "MobilenetV1") v1_layers.push_back(models::parse_mobilenet_v1_endpoint(e.name));
+    else v2_endpoints.push_back(models::parse_mobilenet_v2_endpoint(e.name));
+  }
+  std::vector<std::string> maps =
+      base == "MobilenetV1" ? mobilenet_v1_features(g, modules, "backbone.", input, height, width, v1_layers)
+                            : mobilenet_v2_features(g, modules, "backbone.", input, height, width, v2_endpoints);
+  // The extra layers: TF 'SAME' stride-2 convs, padded for the size each one sees.
+  for (size_t k = 0; maps.size() < n; ++k) {
+    const std::string layer = "extras." + std::to_string(k);
+    auto [h, w] = sizes[maps.size() - 1];
+    std::string x = maps.back();
+    for (int j = 0; modules.has(layer + "." + std::to_string(j)); ++j)
+      x = conv_bn_relu6(g, modules, layer + "." + std::to_string(j), x, h, w);
+    maps.push_back(x);
+  }
+  return maps;
 }
 
 }  // namespace orchard::exporting

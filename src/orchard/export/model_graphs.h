@@ -19,6 +19,10 @@
 #include "orchard/models/image_model.h"
 #include "orchard/models/mobilenet_v2.h"
 
+namespace orchard::detect {
+class SsdModelImpl;
+}
+
 namespace orchard::exporting {
 
 // A model's modules by their dotted path.
@@ -79,5 +83,15 @@ std::vector<std::string> mobilenet_v2_features(GraphWriter& g, const ModuleIndex
 // "features" [N, C] or "logits" [N, classes]; returns its width.
 int64_t image_model_graph(GraphWriter& g, models::ImageModelImpl& model, const std::string& input, int64_t image_size,
                           bool feature_vector);
+
+// The SSDs with a graph here (ssd_mobilenet_v1/v2, convolutional_box_predictor): an Error naming
+// what is not, `format` ("ONNX", "TensorFlow") in the message.
+void check_ssd_exportable(detect::SsdModelImpl& model, int64_t height, int64_t width,
+                          const std::string& score_converter, const std::string& format);
+
+// The SSD's feature maps on a height x width input, in the anchor generator's order: the
+// backbone's endpoints, then the extra layers.
+std::vector<std::string> ssd_feature_maps(GraphWriter& g, detect::SsdModelImpl& model, const std::string& input,
+                                          int64_t height, int64_t width);
 
 }  // namespace orchard::exporting

@@ -189,57 +189,18 @@ void export_onnx(models::ImageModelImpl& model, const OnnxExportOptions& options
 void export_detection_onnx(detect::SsdModelImpl& model, const at::Tensor& anchors, const DetectionOnnxOptions& options,
                            const std::string& path) {
   torch::NoGradGuard no_grad;
-  if (options.score_converter != "SIGMOID" && options.score_converter != "SOFTMAX" &&
-      options.score_converter != "IDENTITY_WITH_LOGITS")
-    throw Error("ONNX export: unknown score_converter '" + options.score_converter + "'");
+  check_ssd_exportable(model, options.height, options.width, options.score_converter, "ONNX");
   const auto& mo = model.options();
-  if (mo.box_code_size != 4) throw Error("ONNX export: the box coder needs box_code_size 4");
-  if (mo.pad_to_multiple > 1 && (options.height % mo.pad_to_multiple || options.width % mo.pad_to_multiple))
-    throw Error("ONNX export: the input " + std::to_string(options.height) + "x" + std::to_string(options.width) +
-                " is not a multiple of feature_extractor.pad_to_multiple " + std::to_string(mo.pad_to_multiple));
-  // The base networks with an ONNX graph here, by the feature extractor's TF-Slim scope (its
-  // endpoints name the maps in the base network's own terms).
-  const std::string& base = model.layout().scope;
-  if (mo.fpn.enabled || mo.weight_shared || mo.ppn || mo.mnasfpn ||
-      (mo.feature_extractor != "ssd_mobilenet_v1" && mo.feature_extractor != "ssd_mobilenet_v2"))
-    throw Error("ONNX export of " + mo.feature_extractor +
-                (mo.fpn.enabled ? "_fpn"
-                 : mo.ppn       ? "_ppn"
-                 : mo.mnasfpn   ? "_mnasfpn"
-                                : "") +
-                (mo.weight_shared ? " with the weight-shared box predictor" : "") +
-                " is not implemented yet (ssd_mobilenet_v1 and ssd_mobilenet_v2 with convolutional_box_predictor are); "
-                "`detect export --format tf` writes the model as a TensorFlow checkpoint");
   onnx::ModelProto proto;
   auto* graph = proto.mutable_graph();
   graph->set_name(mo.feature_extractor);
   OnnxWriter g(graph);
-  std::string x = begin_model(proto, g, options.height, options.width, options.include_preprocessing, options.scale,
-                              options.offset);
+  const std::string input = begin_model(proto, g, options.height, options.width, options.include_preprocessing,
+                                        options.scale, options.offset);
   const ModuleIndex modules(model);
   const auto sizes = model.feature_map_sizes(options.height, options.width);
   const size_t n = mo.anchors_per_location.size();
-
-  // Feature maps: the backbone's endpoints, then the extra layers (TF 'SAME' stride-2 convs,
-  // padded for the size each one sees).
-  std::vector<int64_t> v1_layers;
-  std::vector<models::MobileNetV2Endpoint> v2_endpoints;
-  for (const auto& e : model.feature_extractor().endpoints()) {
-    if (base == "MobilenetV1") v1_layers.push_back(models::parse_mobilenet_v1_endpoint(e.name));
-    else v2_endpoints.push_back(models::parse_mobilenet_v2_endpoint(e.name));
-  }
-  std::vector<std::string> maps =
-      base == "MobilenetV1"
-          ? mobilenet_v1_features(g, modules, "backbone.", x, options.height, options.width, v1_layers)
-          : mobilenet_v2_features(g, modules, "backbone.", x, options.height, options.width, v2_endpoints);
-  for (size_t k = 0; maps.size() < n; ++k) {
-    const std::string layer = "extras." + std::to_string(k);
-    auto [h, w] = sizes[maps.size() - 1];
-    x = maps.back();
-    for (int j = 0; modules.has(layer + "." + std::to_string(j)); ++j)
-      x = conv_bn_relu6(g, modules, layer + "." + std::to_string(j), x, h, w);
-    maps.push_back(x);
-  }
+  const std::vector<std::string> maps = ssd_feature_maps(g, model, input, options.height, options.width);
 
   // Heads: [B, a * code, h, w] -> [B, h, w, a * code] -> [B, h * w * a, code], concatenated
   // over the feature maps in the anchor generator's order.

@@ -10,7 +10,9 @@
 
 #include "orchard/core/error.h"
 #include "orchard/core/files.h"
+#include "orchard/detect/meta_arch/ssd_model.h"
 #include "orchard/export/model_graphs.h"
+#include "orchard/layers/conv_norm_activation.h"
 #include "orchard/proto/tensorflow/graph.pb.h"
 
 namespace orchard::exporting {
@@ -60,12 +62,12 @@ class TfGraphWriter : public GraphWriter {
     string(n, "padding", padding);
     string(n, "data_format", "NHWC");
     if (!depthwise) (*n->mutable_attr())["use_cudnn_on_gpu"].set_b(true);
-    auto* b = node("BiasAdd", name, {n->name(), constant(name + "/biases", bias)});
+    auto* b = node("BiasAdd", name + "/BiasAdd", {n->name(), constant(name + "/biases", bias)});
     type(b, "T");
     string(b, "data_format", "NHWC");
     const auto [out_h, out_w] = conv_output_size(in.h, in.w, s, pads);  // 'SAME' or explicit: the same size
-    shapes_[name] = {out_h, out_w, out_channels};
-    return name;
+    shapes_[b->name()] = {out_h, out_w, out_channels};
+    return b->name();
   }
 
   std::string relu(const std::string& x) override { return unary("Relu", x + "/Relu", x); }
@@ -199,6 +201,10 @@ class TfGraphWriter : public GraphWriter {
     return name;
   }
 
+ public:
+  // The raw node and constant calls, for the graphs' own ops (the detector's decoding).
+  void set_shape(const std::string& name, int64_t h, int64_t w, int64_t c) { shapes_[name] = {h, w, c}; }
+
   NodeDef* node(const std::string& op, const std::string& name, const std::vector<std::string>& inputs) {
     if (!names_.insert(name).second) throw Error("TensorFlow export: two nodes named " + name);
     auto* n = graph_->add_node();
@@ -243,6 +249,7 @@ class TfGraphWriter : public GraphWriter {
     for (int64_t v : values) list->add_i(v);
   }
 
+ private:
   tensorflow::GraphDef* graph_;
   std::map<std::string, Shape> shapes_;
   std::set<std::string> names_;
@@ -296,7 +303,143 @@ tensorflow::TensorInfo tensor_info(const std::string& node, const std::vector<in
   return info;
 }
 
+// A scalar or [n] float Const.
+std::string floats(TfGraphWriter& g, const std::string& name, const std::vector<float>& values) {
+  return g.constant(name, values.size() == 1 ? torch::tensor(values[0]) : torch::tensor(values));
+}
+
+NodeDef* typed(NodeDef* n) {
+  (*n->mutable_attr())["T"].set_type(tensorflow::DT_FLOAT);
+  return n;
+}
+
 }  // namespace
+
+void export_detection_frozen_graph(detect::SsdModelImpl& model, const at::Tensor& anchors,
+                                   const DetectionGraphOptions& options, const std::string& path) {
+  torch::NoGradGuard no_grad;
+  check_ssd_exportable(model, options.height, options.width, options.score_converter, "TensorFlow");
+  model.eval();
+  const auto& mo = model.options();
+  tensorflow::GraphDef graph;
+  TfGraphWriter g(&graph);
+
+  // export_inference_graph.py's image_tensor: uint8 [batch, height, width, 3], any size; cast,
+  // resized to the fixed_shape_resizer's size, scaled as the feature extractor's preprocess.
+  auto* input = g.node("Placeholder", "image_tensor", {});
+  (*input->mutable_attr())["dtype"].set_type(tensorflow::DT_UINT8);
+  for (int64_t d : {int64_t{-1}, int64_t{-1}, int64_t{-1}, int64_t{3}})
+    (*input->mutable_attr())["shape"].mutable_shape()->add_dim()->set_size(d);
+  auto* cast = g.node("Cast", "ToFloat", {"image_tensor"});
+  (*cast->mutable_attr())["SrcT"].set_type(tensorflow::DT_UINT8);
+  (*cast->mutable_attr())["DstT"].set_type(tensorflow::DT_FLOAT);
+  (*cast->mutable_attr())["Truncate"].set_b(false);
+  auto* resize = typed(
+      g.node("ResizeBilinear", "Preprocessor/ResizeBilinear",
+             {"ToFloat", g.int32s("Preprocessor/ResizeBilinear/size",
+                                  {static_cast<int32_t>(options.height), static_cast<int32_t>(options.width)}, {})}));
+  (*resize->mutable_attr())["align_corners"].set_b(false);
+  (*resize->mutable_attr())["half_pixel_centers"].set_b(false);
+  typed(g.node("Mul", "Preprocessor/mul",
+               {"Preprocessor/ResizeBilinear", floats(g, "Preprocessor/mul/y", {options.scale})}));
+  const bool one_offset = options.offset[0] == options.offset[1] && options.offset[1] == options.offset[2];
+  typed(g.node(
+      "Sub", "Preprocessor/sub",
+      {"Preprocessor/mul", floats(g, "Preprocessor/sub/y",
+                                  one_offset ? std::vector<float>{options.offset[0]}
+                                             : std::vector<float>(options.offset.begin(), options.offset.end()))}));
+  g.set_shape("Preprocessor/sub", options.height, options.width, 3);
+
+  const auto maps = ssd_feature_maps(g, model, "Preprocessor/sub", options.height, options.width);
+  const ModuleIndex modules(model);
+  const auto sizes = model.feature_map_sizes(options.height, options.width);
+
+  // The convolutional box predictor, by the OD API's names: BoxPredictor_i/BoxEncodingPredictor
+  // and BoxPredictor_i/ClassPredictor (SSDLite: a depthwise conv + BN + ReLU6 first), each
+  // reshaped to [batch, h * w * anchors, code] and concatenated over the maps ("concat", "concat_1").
+  int64_t num_anchors = 0;
+  std::vector<std::string> boxes, classes;
+  for (size_t i = 0; i < maps.size(); ++i) {
+    const auto [h, w] = sizes[i];
+    const int64_t a = h * w * mo.anchors_per_location[i];
+    num_anchors += a;
+    const std::string scope = "BoxPredictor_" + std::to_string(i) + "/";
+    for (auto [head, predictor, outputs] : {std::tuple{"box_heads.", "BoxEncodingPredictor", &boxes},
+                                            std::tuple{"class_heads.", "ClassPredictor", &classes}}) {
+      std::string in = maps[i];
+      const std::string depthwise =
+          std::string(head == std::string("box_heads.") ? "box_depthwise." : "class_depthwise.") + std::to_string(i);
+      if (modules.has(depthwise)) {
+        auto& cna = modules.get<layers::ConvNormActivationImpl>(depthwise);
+        in = g.relu6(
+            conv_bn(g, scope + predictor + "_depthwise", *cna.conv, *cna.bn, in, same_pads(h, w, cna.conv->options)));
+      }
+      auto& conv = modules.get<torch::nn::Conv2dImpl>(head + std::to_string(i));
+      const int64_t code = conv.options.out_channels() / mo.anchors_per_location[i];
+      const std::string out =
+          g.conv(scope + predictor, conv_spec(conv.options), conv.weight, conv.bias, in, same_pads(h, w, conv.options));
+      const std::string reshape = scope + (outputs == &boxes ? "Reshape" : "Reshape_1");
+      auto* r = typed(
+          g.node("Reshape", reshape,
+                 {out, g.int32s(reshape + "/shape", {-1, static_cast<int32_t>(a), static_cast<int32_t>(code)}, {})}));
+      (*r->mutable_attr())["Tshape"].set_type(tensorflow::DT_INT32);
+      outputs->push_back(reshape);
+    }
+  }
+  auto concat = [&](const std::string& name, std::vector<std::string> inputs, int32_t axis) {
+    const size_t n = inputs.size();
+    inputs.push_back(g.int32s(name + "/axis", {axis}, {}));
+    auto* c = typed(g.node("ConcatV2", name, inputs));
+    (*c->mutable_attr())["N"].set_i(static_cast<int64_t>(n));
+    (*c->mutable_attr())["Tidx"].set_type(tensorflow::DT_INT32);
+    return name;
+  };
+  auto identity = [&](const std::string& name, const std::string& x) {
+    typed(g.node("Identity", name, {x}));
+    return name;
+  };
+  concat("concat", boxes, 1);
+  concat("concat_1", classes, 1);
+
+  // Score conversion, then the FasterRcnnBoxCoder decoding against the anchors
+  // (ymin, xmin, ymax, xmax), with [A, 2] constants:
+  //   (yc, xc) = (ty, tx) * (ha / y_scale, wa / x_scale) + (yc_a, xc_a)
+  //   (h, w) / 2 = exp((th, tw) / (height_scale, width_scale)) * (ha, wa) / 2
+  std::string scores = "concat_1";
+  if (options.score_converter == "SIGMOID")
+    scores = typed(g.node("Sigmoid", "Postprocessor/convert_scores", {scores}))->name();
+  if (options.score_converter == "SOFTMAX")
+    scores = typed(g.node("Softmax", "Postprocessor/convert_scores", {scores}))->name();
+  identity("raw_detection_scores", scores);
+
+  const auto an = anchors.to(torch::kCPU, torch::kFloat).contiguous();
+  if (an.dim() != 2 || an.size(0) != num_anchors || an.size(1) != 4)
+    throw Error("TensorFlow export: " + std::to_string(num_anchors) + " anchors expected for " +
+                std::to_string(options.height) + "x" + std::to_string(options.width) + " input");
+  const auto ha = an.select(1, 2) - an.select(1, 0), wa = an.select(1, 3) - an.select(1, 1);
+  const auto yc = an.select(1, 0) + ha / 2, xc = an.select(1, 1) + wa / 2;
+  const auto& sc = options.box_coder_scales;
+  const std::string d = "Postprocessor/Decode/";
+  auto* split = typed(g.node("Split", d + "split", {g.int32s(d + "split/axis", {2}, {}), "concat"}));
+  (*split->mutable_attr())["num_split"].set_i(2);
+  auto binary = [&](const std::string& op, const std::string& name, const std::string& a, const std::string& b) {
+    return typed(g.node(op, d + name, {a, b}))->name();
+  };
+  const std::string center = binary("AddV2", "center",
+                                    binary("Mul", "center_scaled", d + "split",
+                                           g.constant(d + "center_scale", torch::stack({ha / sc[0], wa / sc[1]}, 1))),
+                                    g.constant(d + "anchor_centers", torch::stack({yc, xc}, 1)));
+  const std::string log_size =
+      binary("Mul", "log_size", d + "split:1",
+             g.constant(d + "size_scale",
+                        torch::stack({torch::full_like(ha, 1 / sc[2]), torch::full_like(wa, 1 / sc[3])}, 1)));
+  typed(g.node("Exp", d + "size_ratio", {log_size}));
+  const std::string half = binary("Mul", "half_size", d + "size_ratio",
+                                  g.constant(d + "anchor_half_sizes", torch::stack({ha / 2, wa / 2}, 1)));
+  const std::string lo = binary("Sub", "min", center, half), hi = binary("AddV2", "max", center, half);
+  identity("raw_detection_boxes", concat(d + "concat", {lo, hi}, 2));
+  atomic_write_file(path, serialize(graph));
+}
 
 std::string tf_graph_def(models::ImageModelImpl& model, const TfGraphExportOptions& options) {
   return serialize(image_graph(model, options).graph);

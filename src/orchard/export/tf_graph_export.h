@@ -17,6 +17,13 @@
 
 #include "orchard/models/image_model.h"
 
+namespace at {
+class Tensor;
+}
+namespace orchard::detect {
+class SsdModelImpl;
+}
+
 namespace orchard::exporting {
 
 struct TfGraphExportOptions {
@@ -43,5 +50,23 @@ void export_frozen_graph(models::ImageModelImpl& model, const TfGraphExportOptio
 // saved_model.pb, unless `replace`.
 void export_saved_model(models::ImageModelImpl& model, const TfGraphExportOptions& options, const std::string& dir,
                         bool replace = false);
+
+// The SSD detector (ssd_mobilenet_v1/v2, convolutional box predictor) as the OD API's
+// export_inference_graph.py lays out its frozen graph, up to the non-max suppression:
+//   image_tensor  uint8 [batch, h, w, 3] -> ToFloat -> Preprocessor/ResizeBilinear (to height x
+//                 width) -> Preprocessor/mul, Preprocessor/sub (to the feature extractor's range)
+//   the feature maps, BoxPredictor_i/{BoxEncodingPredictor,ClassPredictor}/BiasAdd,
+//   concat / concat_1 (box encodings, class logits over all anchors),
+//   raw_detection_boxes  [batch, A, 4]  decoded (ymin, xmin, ymax, xmax), normalised, not clipped
+//   raw_detection_scores [batch, A, classes + 1]  the score converter's output.
+struct DetectionGraphOptions {
+  int64_t height = 300, width = 300;  // the fixed_shape_resizer's size, which the anchors are for
+  float scale = 2.0f / 255.0f;        // pixel * scale - offset[c]
+  std::array<float, 3> offset = {1, 1, 1};
+  std::string score_converter = "SIGMOID";                 // SIGMOID | SOFTMAX | IDENTITY_WITH_LOGITS
+  std::array<float, 4> box_coder_scales = {10, 10, 5, 5};  // y, x, height, width
+};
+void export_detection_frozen_graph(detect::SsdModelImpl& model, const at::Tensor& anchors,
+                                   const DetectionGraphOptions& options, const std::string& path);
 
 }  // namespace orchard::exporting

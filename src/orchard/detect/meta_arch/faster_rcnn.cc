@@ -565,10 +565,10 @@ std::string FasterRcnnMetaArchitecture::describe() const {
                          : std::string());
 }
 
-void FasterRcnnMetaArchitecture::export_onnx(const std::string&, bool) {
-  throw Error(
-      "ONNX export of faster_rcnn is not implemented: its second stage crops a data-dependent number of "
-      "proposals (export the TensorFlow checkpoint, or use an SSD config for ONNX)");
+void FasterRcnnMetaArchitecture::export_graph(const std::string& format, const std::string&, bool) {
+  throw Error(std::string(format == "onnx" ? "ONNX" : "TensorFlow graph") +
+              " export of faster_rcnn is not implemented: its second stage crops a data-dependent number of "
+              "proposals (export the TensorFlow checkpoint, or use an SSD config)");
 }
 
 // model.faster_rcnn: what FasterRcnnMetaArchitecture builds (detect/config's checks of the

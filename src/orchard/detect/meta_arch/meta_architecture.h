@@ -85,9 +85,10 @@ class MetaArchitecture {
   virtual std::map<std::string, std::string> signature() const = 0;
   // For the start-up log line, e.g. "ssd_mobilenet_v2 (3 classes, 1917 anchors)".
   virtual std::string describe() const = 0;
-  // The restored model as one ONNX file (`include_preprocessing`: the graph takes RGB in
-  // [0, 255]); an orchard::Error where the architecture has no ONNX export.
-  virtual void export_onnx(const std::string& path, bool include_preprocessing) = 0;
+  // The restored model as one graph file: `format` "onnx" (`include_preprocessing`: the graph
+  // takes RGB in [0, 255]) or "frozen_graph" (a TensorFlow GraphDef as the OD API's exporter lays
+  // it out, docs/deploy.md); an orchard::Error where the architecture has no such export.
+  virtual void export_graph(const std::string& format, const std::string& path, bool include_preprocessing) = 0;
 };
 
 // A meta-architecture's configuration, parsed from its pipeline.config message.

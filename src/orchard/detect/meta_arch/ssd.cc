@@ -10,6 +10,7 @@
 #include "orchard/detect/config/config.h"
 #include "orchard/detect/feature_extractors/registry.h"
 #include "orchard/export/onnx_export.h"
+#include "orchard/export/tf_graph_export.h"
 #include "orchard/proto/object_detection/pipeline.pb.h"
 
 namespace orchard::tasks {
@@ -333,19 +334,34 @@ std::string SsdMetaArchitecture::describe() const {
   return fmt::format("{} ({} classes, {} anchors)", name(), config_.model.num_classes, anchors_.size(0));
 }
 
-void SsdMetaArchitecture::export_onnx(const std::string& path, bool include_preprocessing) {
+void SsdMetaArchitecture::export_graph(const std::string& format, const std::string& path, bool include_preprocessing) {
   if (input_.keep_aspect_ratio && !input_.keep_aspect_ratio->pad_to_max_dimension)
-    throw Error(
-        "ONNX export needs a fixed input size: keep_aspect_ratio_resizer without pad_to_max_dimension runs "
-        "each image at its own size, with anchors of that size (export the TensorFlow checkpoint instead, or "
-        "set pad_to_max_dimension: true)");
+    throw Error(std::string(format == "onnx" ? "ONNX" : "TensorFlow graph") +
+                " export needs a fixed input size: keep_aspect_ratio_resizer without pad_to_max_dimension runs "
+                "each image at its own size, with anchors of that size (export the TensorFlow checkpoint instead, or "
+                "set pad_to_max_dimension: true)");
   model_->eval();
+  const auto& coder = config_.loss.coder;
+  if (format == "frozen_graph") {
+    exporting::DetectionGraphOptions o;
+    o.height = input_.height;
+    o.width = input_.width;
+    o.score_converter = config_.score_converter;
+    o.box_coder_scales = {coder.y_scale, coder.x_scale, coder.height_scale, coder.width_scale};
+    exporting::export_detection_frozen_graph(*model_, anchors_, o, path);
+    spdlog::info(
+        "wrote {} (TensorFlow frozen graph as export_inference_graph.py lays it out: input 'image_tensor' uint8 "
+        "[batch, h, w, 3], resized to {}x{}; outputs 'raw_detection_boxes' [batch, {}, 4], 'raw_detection_scores' "
+        "[batch, {}, {}] ({}); no NMS yet)",
+        path, o.height, o.width, anchors_.size(0), anchors_.size(0), config_.model.num_classes + 1,
+        config_.score_converter);
+    return;
+  }
   exporting::DetectionOnnxOptions o;
   o.height = input_.height;
   o.width = input_.width;
   o.include_preprocessing = include_preprocessing;
   o.score_converter = config_.score_converter;
-  const auto& coder = config_.loss.coder;
   o.box_coder_scales = {coder.y_scale, coder.x_scale, coder.height_scale, coder.width_scale};
   exporting::export_detection_onnx(*model_, anchors_, o, path);
   spdlog::info(

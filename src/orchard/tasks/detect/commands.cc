@@ -699,16 +699,17 @@ TaskCommands detect_commands() {
              ->capture_default_str();
          c->add_option("--format", e->format,
                        "dir: the inference model directory (--output_directory); onnx: one ONNX file (--out) with the "
-                       "box decoding and score conversion, without NMS; tf: a TensorFlow checkpoint under the OD API's "
-                       "names (--out is its prefix, e.g. out/model.ckpt)")
+                       "box decoding and score conversion, without NMS; frozen_graph: a TensorFlow GraphDef (--out) "
+                       "laid out as export_inference_graph.py's, up to NMS; tf: a TensorFlow checkpoint under the OD "
+                       "API's names (--out is its prefix, e.g. out/model.ckpt)")
              ->capture_default_str();
          c->add_option("--output_directory,--out_dir", e->out_dir, "Output directory (--format dir)");
          c->add_option("--out", e->out, "Output file (--format onnx), checkpoint prefix (--format tf)");
          c->add_flag("--include_preprocessing", e->include_preprocessing,
                      "--format onnx: the graph takes RGB values in [0, 255] and scales them to [-1, 1] itself");
          return [f, e] {
-           if (e->format != "dir" && e->format != "onnx" && e->format != "tf")
-             throw Error("--format must be dir, onnx or tf, not '" + e->format + "'");
+           if (e->format != "dir" && e->format != "onnx" && e->format != "frozen_graph" && e->format != "tf")
+             throw Error("--format must be dir, onnx, frozen_graph or tf, not '" + e->format + "'");
            if (e->input_type == "encoded_image_string_tensor" || e->input_type == "tf_example")
              throw Error("--input_type " + e->input_type +
                          " is a TensorFlow graph input; Orchard's exports take decoded images (image_tensor), and "
@@ -736,7 +737,7 @@ TaskCommands detect_commands() {
              export_model(task, f->model_dir, e->out_dir, train::checkpoint_step(path), l);
              return;
            }
-           task.meta_architecture().export_onnx(e->out, e->include_preprocessing);
+           task.meta_architecture().export_graph(e->format, e->out, e->include_preprocessing);
          };
        }});
   task.verbs.push_back(
