@@ -313,6 +313,151 @@ NodeDef* typed(NodeDef* n) {
   return n;
 }
 
+// An attr of type `t` (DT_INT32, DT_FLOAT, ...).
+void type_attr(NodeDef* n, const std::string& attr, tensorflow::DataType t) { (*n->mutable_attr())[attr].set_type(t); }
+
+// The OD API's post_processing for one image (batch 1), in TensorFlow's own ops, as
+// multiclass_non_max_suppression computes it (detect::multiclass_nms): per class c (column c of
+// the scores, 1..classes), NonMaxSuppressionV3 with the score threshold, the IoU threshold and
+// max_detections_per_class; all classes' boxes clipped to the image, those left without area
+// dropped, the best max_total_detections by score (TopKV2: ties to the lower class, then NMS
+// order), padded with zeros to max_total_detections. Outputs detection_boxes [1, max_total, 4],
+// detection_scores [1, max_total], detection_classes [1, max_total] (1-based, float) and
+// num_detections [1] (float), the OD API's names.
+void nms_outputs(TfGraphWriter& g, const std::string& boxes, const std::string& scores, int64_t classes,
+                 const DetectionGraphOptions& o) {
+  const std::string p = "Postprocessor/BatchMultiClassNonMaxSuppression/";
+  auto op = [&](const std::string& type, const std::string& name, const std::vector<std::string>& inputs) {
+    return g.node(type, p + name, inputs);
+  };
+  auto i32 = [&](const std::string& name, std::vector<int32_t> v) { return g.int32s(p + name, v, {}); };
+  auto squeeze = [&](const std::string& name, const std::string& x) {
+    auto* n = typed(op("Squeeze", name, {x}));
+    (*n->mutable_attr())["squeeze_dims"].mutable_list()->add_i(0);
+    return n->name();
+  };
+  auto gather = [&](const std::string& name, const std::string& params, const std::string& indices,
+                    tensorflow::DataType params_type, const std::string& axis) {
+    auto* n = op("GatherV2", name, {params, indices, axis});
+    type_attr(n, "Tparams", params_type);
+    type_attr(n, "Tindices", tensorflow::DT_INT32);
+    type_attr(n, "Taxis", tensorflow::DT_INT32);
+    (*n->mutable_attr())["batch_dims"].set_i(0);
+    return n->name();
+  };
+  auto concat = [&](const std::string& name, std::vector<std::string> inputs, tensorflow::DataType t) {
+    const size_t n = inputs.size();
+    inputs.push_back(i32(name + "/axis", {0}));
+    auto* c = op("ConcatV2", name, inputs);
+    (*c->mutable_attr())["N"].set_i(static_cast<int64_t>(n));
+    type_attr(c, "T", t);
+    type_attr(c, "Tidx", tensorflow::DT_INT32);
+    return c->name();
+  };
+  auto binary = [&](const std::string& type, const std::string& name, const std::string& a, const std::string& b,
+                    tensorflow::DataType t = tensorflow::DT_FLOAT) {
+    auto* n = op(type, name, {a, b});
+    type_attr(n, "T", t);
+    return n->name();
+  };
+  const std::string boxes2d = squeeze("boxes", boxes), scores2d = squeeze("scores", scores);
+  const std::string zero = i32("zero", {0}), one = i32("one", {1});
+  const std::string max_per_class = i32("max_detections_per_class", {static_cast<int32_t>(o.max_detections_per_class)});
+  const std::string iou = floats(g, p + "iou_threshold", {o.iou_threshold});
+  const std::string score_threshold = floats(g, p + "score_threshold", {o.score_threshold});
+  std::vector<std::string> all_boxes, all_scores, all_classes;
+  for (int64_t c = 1; c <= classes; ++c) {
+    const std::string k = "class_" + std::to_string(c) + "/";
+    const std::string sc =
+        gather(k + "scores", scores2d, i32(k + "column", {static_cast<int32_t>(c)}), tensorflow::DT_FLOAT, one);
+    auto* nms =
+        op("NonMaxSuppressionV3", k + "NonMaxSuppressionV3", {boxes2d, sc, max_per_class, iou, score_threshold});
+    type_attr(nms, "T", tensorflow::DT_FLOAT);
+    all_boxes.push_back(gather(k + "boxes", boxes2d, nms->name(), tensorflow::DT_FLOAT, zero));
+    all_scores.push_back(gather(k + "kept_scores", sc, nms->name(), tensorflow::DT_FLOAT, zero));
+    auto* shape = op("Shape", k + "Shape", {nms->name()});
+    type_attr(shape, "T", tensorflow::DT_INT32);
+    type_attr(shape, "out_type", tensorflow::DT_INT32);
+    auto* fill = op("Fill", k + "classes", {shape->name(), floats(g, p + k + "class", {static_cast<float>(c)})});
+    type_attr(fill, "T", tensorflow::DT_FLOAT);
+    type_attr(fill, "index_type", tensorflow::DT_INT32);
+    all_classes.push_back(fill->name());
+  }
+  // Clipped to the image; boxes left without area dropped.
+  const std::string clipped =
+      binary("Minimum", "clip/min",
+             binary("Maximum", "clip/max", concat("concat_boxes", all_boxes, tensorflow::DT_FLOAT),
+                    floats(g, p + "clip/zero", {0.0f})),
+             floats(g, p + "clip/one", {1.0f}));
+  auto* split = typed(op("Split", "area/split", {one, clipped}));
+  (*split->mutable_attr())["num_split"].set_i(4);
+  const std::string area = binary("Mul", "area", binary("Sub", "area/height", split->name() + ":2", split->name()),
+                                  binary("Sub", "area/width", split->name() + ":3", split->name() + ":1"));
+  auto* area_flat = op("Reshape", "area/flat", {area, i32("area/flat/shape", {-1})});  // [n, 1] -> [n]
+  type_attr(area_flat, "T", tensorflow::DT_FLOAT);
+  type_attr(area_flat, "Tshape", tensorflow::DT_INT32);
+  const std::string positive =
+      binary("Greater", "area/positive", area_flat->name(), floats(g, p + "area/zero", {0.0f}));
+  auto* where = op("Where", "area/where", {positive});
+  type_attr(where, "T", tensorflow::DT_BOOL);
+  auto* cast_where = op("Cast", "area/indices", {where->name()});
+  type_attr(cast_where, "SrcT", tensorflow::DT_INT64);
+  type_attr(cast_where, "DstT", tensorflow::DT_INT32);
+  (*cast_where->mutable_attr())["Truncate"].set_b(false);
+  auto* flat = op("Reshape", "area/kept", {cast_where->name(), i32("area/kept/shape", {-1})});
+  type_attr(flat, "T", tensorflow::DT_INT32);
+  type_attr(flat, "Tshape", tensorflow::DT_INT32);
+  const std::string kept_boxes = gather("kept_boxes", clipped, flat->name(), tensorflow::DT_FLOAT, zero);
+  const std::string kept_scores = gather("kept_scores", concat("concat_scores", all_scores, tensorflow::DT_FLOAT),
+                                         flat->name(), tensorflow::DT_FLOAT, zero);
+  const std::string kept_classes = gather("kept_classes", concat("concat_classes", all_classes, tensorflow::DT_FLOAT),
+                                          flat->name(), tensorflow::DT_FLOAT, zero);
+  // The best max_total_detections.
+  auto* size = op("Size", "count", {kept_scores});
+  type_attr(size, "T", tensorflow::DT_FLOAT);
+  type_attr(size, "out_type", tensorflow::DT_INT32);
+  const std::string max_total = i32("max_total_detections", {static_cast<int32_t>(o.max_total_detections)});
+  const std::string k = binary("Minimum", "num", size->name(), max_total, tensorflow::DT_INT32);
+  auto* top = op("TopKV2", "TopKV2", {kept_scores, k});
+  type_attr(top, "T", tensorflow::DT_FLOAT);
+  (*top->mutable_attr())["sorted"].set_b(true);
+  const std::string order = top->name() + ":1";
+  // Padded to max_total_detections, a batch of one.
+  const std::string missing = binary("Sub", "missing", max_total, k, tensorflow::DT_INT32);
+  auto pack = [&](const std::string& name, const std::vector<std::string>& inputs) {
+    auto* n = op("Pack", name, inputs);
+    (*n->mutable_attr())["N"].set_i(static_cast<int64_t>(inputs.size()));
+    type_attr(n, "T", tensorflow::DT_INT32);
+    (*n->mutable_attr())["axis"].set_i(0);
+    return n->name();
+  };
+  const std::string pad_rows = pack("pad_rows", {zero, missing});
+  auto output = [&](const std::string& name, const std::string& values, bool rows_of_four) {
+    std::string x = gather(name + "/sorted", values, order, tensorflow::DT_FLOAT, zero);
+    const std::string paddings = rows_of_four
+                                     ? pack(name + "/paddings", {pad_rows, pack(name + "/no_padding", {zero, zero})})
+                                     : pack(name + "/paddings", {pad_rows});
+    auto* pad = op("Pad", name + "/Pad", {x, paddings});
+    type_attr(pad, "T", tensorflow::DT_FLOAT);
+    type_attr(pad, "Tpaddings", tensorflow::DT_INT32);
+    auto* expand = op("ExpandDims", name + "/ExpandDims", {pad->name(), zero});
+    type_attr(expand, "T", tensorflow::DT_FLOAT);
+    type_attr(expand, "Tdim", tensorflow::DT_INT32);
+    typed(g.node("Identity", name, {expand->name()}));
+  };
+  output("detection_boxes", kept_boxes, true);
+  output("detection_scores", kept_scores, false);
+  output("detection_classes", kept_classes, false);
+  auto* count = op("Cast", "num_detections/Cast", {k});
+  type_attr(count, "SrcT", tensorflow::DT_INT32);
+  type_attr(count, "DstT", tensorflow::DT_FLOAT);
+  (*count->mutable_attr())["Truncate"].set_b(false);
+  auto* expand = op("ExpandDims", "num_detections/ExpandDims", {count->name(), zero});
+  type_attr(expand, "T", tensorflow::DT_FLOAT);
+  type_attr(expand, "Tdim", tensorflow::DT_INT32);
+  typed(g.node("Identity", "num_detections", {expand->name()}));
+}
+
 }  // namespace
 
 void export_detection_frozen_graph(detect::SsdModelImpl& model, const at::Tensor& anchors,
@@ -324,11 +469,11 @@ void export_detection_frozen_graph(detect::SsdModelImpl& model, const at::Tensor
   tensorflow::GraphDef graph;
   TfGraphWriter g(&graph);
 
-  // export_inference_graph.py's image_tensor: uint8 [batch, height, width, 3], any size; cast,
+  // export_inference_graph.py's image_tensor: uint8 [1, height, width, 3], any size; cast,
   // resized to the fixed_shape_resizer's size, scaled as the feature extractor's preprocess.
   auto* input = g.node("Placeholder", "image_tensor", {});
   (*input->mutable_attr())["dtype"].set_type(tensorflow::DT_UINT8);
-  for (int64_t d : {int64_t{-1}, int64_t{-1}, int64_t{-1}, int64_t{3}})
+  for (int64_t d : {int64_t{1}, int64_t{-1}, int64_t{-1}, int64_t{3}})  // one image: the NMS is per image
     (*input->mutable_attr())["shape"].mutable_shape()->add_dim()->set_size(d);
   auto* cast = g.node("Cast", "ToFloat", {"image_tensor"});
   (*cast->mutable_attr())["SrcT"].set_type(tensorflow::DT_UINT8);
@@ -438,6 +583,7 @@ void export_detection_frozen_graph(detect::SsdModelImpl& model, const at::Tensor
                                   g.constant(d + "anchor_half_sizes", torch::stack({ha / 2, wa / 2}, 1)));
   const std::string lo = binary("Sub", "min", center, half), hi = binary("AddV2", "max", center, half);
   identity("raw_detection_boxes", concat(d + "concat", {lo, hi}, 2));
+  nms_outputs(g, "raw_detection_boxes", "raw_detection_scores", mo.num_classes, options);
   atomic_write_file(path, serialize(graph));
 }
 

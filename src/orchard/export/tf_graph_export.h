@@ -52,19 +52,24 @@ void export_saved_model(models::ImageModelImpl& model, const TfGraphExportOption
                         bool replace = false);
 
 // The SSD detector (ssd_mobilenet_v1/v2, convolutional box predictor) as the OD API's
-// export_inference_graph.py lays out its frozen graph, up to the non-max suppression:
+// export_inference_graph.py lays out its frozen graph:
 //   image_tensor  uint8 [batch, h, w, 3] -> ToFloat -> Preprocessor/ResizeBilinear (to height x
 //                 width) -> Preprocessor/mul, Preprocessor/sub (to the feature extractor's range)
 //   the feature maps, BoxPredictor_i/{BoxEncodingPredictor,ClassPredictor}/BiasAdd,
 //   concat / concat_1 (box encodings, class logits over all anchors),
 //   raw_detection_boxes  [batch, A, 4]  decoded (ymin, xmin, ymax, xmax), normalised, not clipped
-//   raw_detection_scores [batch, A, classes + 1]  the score converter's output.
+//   raw_detection_scores [batch, A, classes + 1]  the score converter's output,
+// then the non-max suppression for a batch of one (nms_outputs in the .cc): detection_boxes,
+// detection_scores, detection_classes, num_detections.
 struct DetectionGraphOptions {
   int64_t height = 300, width = 300;  // the fixed_shape_resizer's size, which the anchors are for
   float scale = 2.0f / 255.0f;        // pixel * scale - offset[c]
   std::array<float, 3> offset = {1, 1, 1};
   std::string score_converter = "SIGMOID";                 // SIGMOID | SOFTMAX | IDENTITY_WITH_LOGITS
   std::array<float, 4> box_coder_scales = {10, 10, 5, 5};  // y, x, height, width
+  // post_processing.batch_non_max_suppression
+  float score_threshold = 1e-8f, iou_threshold = 0.6f;
+  int64_t max_detections_per_class = 100, max_total_detections = 100;
 };
 void export_detection_frozen_graph(detect::SsdModelImpl& model, const at::Tensor& anchors,
                                    const DetectionGraphOptions& options, const std::string& path);

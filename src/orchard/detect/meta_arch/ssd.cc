@@ -348,13 +348,22 @@ void SsdMetaArchitecture::export_graph(const std::string& format, const std::str
     o.width = input_.width;
     o.score_converter = config_.score_converter;
     o.box_coder_scales = {coder.y_scale, coder.x_scale, coder.height_scale, coder.width_scale};
+    const auto& nms = config_.nms;
+    if (!nms.clip || nms.change_coordinate_frame || nms.max_detections_per_class <= 0 || nms.max_total_detections <= 0)
+      throw Error(
+          "TensorFlow graph export: post_processing with unlimited detections or without clipping is not "
+          "written yet");
+    o.score_threshold = nms.score_threshold;
+    o.iou_threshold = nms.iou_threshold;
+    o.max_detections_per_class = nms.max_detections_per_class;
+    o.max_total_detections = nms.max_total_detections;
     exporting::export_detection_frozen_graph(*model_, anchors_, o, path);
     spdlog::info(
         "wrote {} (TensorFlow frozen graph as export_inference_graph.py lays it out: input 'image_tensor' uint8 "
-        "[batch, h, w, 3], resized to {}x{}; outputs 'raw_detection_boxes' [batch, {}, 4], 'raw_detection_scores' "
-        "[batch, {}, {}] ({}); no NMS yet)",
-        path, o.height, o.width, anchors_.size(0), anchors_.size(0), config_.model.num_classes + 1,
-        config_.score_converter);
+        "[1, h, w, 3], resized to {}x{}; outputs 'detection_boxes', 'detection_scores', 'detection_classes' "
+        "[1, {}], 'num_detections', and 'raw_detection_boxes' [1, {}, 4], 'raw_detection_scores' [1, {}, {}] ({}))",
+        path, o.height, o.width, o.max_total_detections, anchors_.size(0), anchors_.size(0),
+        config_.model.num_classes + 1, config_.score_converter);
     return;
   }
   exporting::DetectionOnnxOptions o;
