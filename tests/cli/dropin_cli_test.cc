@@ -14,6 +14,7 @@
 #include "cli/cli_util.h"
 #include "core/test_util.h"
 #include "orchard/core/files.h"
+#include "orchard/proto/tensorflow/graph.pb.h"
 
 namespace orchard::cli {
 namespace {
@@ -156,6 +157,17 @@ TEST_F(DropIn, ExportInferenceGraphFlags) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(stdfs::exists(stdfs::path(out) / "ckpt-2.pt")) << r.err;
   EXPECT_TRUE(contains(read_file((stdfs::path(out) / "pipeline.config").string()), "num_examples: 7"));
+  // export_inference_graph.py's TensorFlow files (docs/deploy.md; the graph itself is checked in
+  // export_cli_test.cc).
+  for (const char* name : {"frozen_inference_graph.pb", "saved_model/saved_model.pb", "model.ckpt.index",
+                           "model.ckpt.data-00000-of-00001"})
+    EXPECT_TRUE(stdfs::exists(stdfs::path(out) / name)) << name << "\n" << r.err;
+  tensorflow::SavedModel saved;
+  ASSERT_TRUE(saved.ParseFromString(read_file((stdfs::path(out) / "saved_model/saved_model.pb").string())));
+  const auto& signature = saved.meta_graphs(0).signature_def().at("serving_default");
+  EXPECT_EQ(signature.inputs().at("inputs").name(), "image_tensor:0");
+  for (const char* output : {"detection_boxes", "detection_scores", "detection_classes", "num_detections"})
+    EXPECT_EQ(signature.outputs().at(output).name(), std::string(output) + ":0");
   EXPECT_FALSE(contains(r.err, "use_moving_average")) << "the training-only note on an export: " << r.err;
 
   r = run({"detect", "export", "--trained_checkpoint_prefix", m + "/model.ckpt-9", "--output_directory", out}, *root_);

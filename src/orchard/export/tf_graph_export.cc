@@ -295,10 +295,11 @@ std::string serialize(const google::protobuf::MessageLite& message) {
   return bytes;
 }
 
-tensorflow::TensorInfo tensor_info(const std::string& node, const std::vector<int64_t>& dims) {
+tensorflow::TensorInfo tensor_info(const std::string& node, const std::vector<int64_t>& dims,
+                                   tensorflow::DataType dtype = tensorflow::DT_FLOAT) {
   tensorflow::TensorInfo info;
   info.set_name(node + ":0");
-  info.set_dtype(tensorflow::DT_FLOAT);
+  info.set_dtype(dtype);
   for (int64_t d : dims) info.mutable_tensor_shape()->add_dim()->set_size(d);
   return info;
 }
@@ -461,7 +462,8 @@ void nms_outputs(TfGraphWriter& g, const std::string& boxes, const std::string& 
 }  // namespace
 
 void export_detection_frozen_graph(detect::SsdModelImpl& model, const at::Tensor& anchors,
-                                   const DetectionGraphOptions& options, const std::string& path) {
+                                   const DetectionGraphOptions& options, const std::string& path,
+                                   const std::string& saved_model_dir) {
   torch::NoGradGuard no_grad;
   check_ssd_exportable(model, options.height, options.width, options.score_converter, "TensorFlow");
   model.eval();
@@ -584,7 +586,32 @@ void export_detection_frozen_graph(detect::SsdModelImpl& model, const at::Tensor
   const std::string lo = binary("Sub", "min", center, half), hi = binary("AddV2", "max", center, half);
   identity("raw_detection_boxes", concat(d + "concat", {lo, hi}, 2));
   nms_outputs(g, "raw_detection_boxes", "raw_detection_scores", mo.num_classes, options);
-  atomic_write_file(path, serialize(graph));
+  if (!path.empty()) atomic_write_file(path, serialize(graph));
+  if (saved_model_dir.empty()) return;
+  // export_inference_graph.py's saved_model/: the frozen graph under "serve", signature
+  // serving_default with input "inputs" (image_tensor) and the detection outputs.
+  const std::string pb = join_path(saved_model_dir, "saved_model.pb");
+  tensorflow::SavedModel saved;
+  saved.set_saved_model_schema_version(1);
+  auto* meta = saved.add_meta_graphs();
+  meta->mutable_meta_info_def()->add_tags("serve");
+  meta->mutable_meta_info_def()->set_meta_graph_version("orchard");
+  *meta->mutable_graph_def() = graph;
+  auto& signature = (*meta->mutable_signature_def())["serving_default"];
+  signature.set_method_name("tensorflow/serving/predict");
+  (*signature.mutable_inputs())["inputs"] = tensor_info("image_tensor", {1, -1, -1, 3}, tensorflow::DT_UINT8);
+  const int64_t total = options.max_total_detections, anchors_count = anchors.size(0);
+  auto& outputs = *signature.mutable_outputs();
+  outputs["detection_boxes"] = tensor_info("detection_boxes", {1, total, 4});
+  outputs["detection_scores"] = tensor_info("detection_scores", {1, total});
+  outputs["detection_classes"] = tensor_info("detection_classes", {1, total});
+  outputs["num_detections"] = tensor_info("num_detections", {1});
+  outputs["raw_detection_boxes"] = tensor_info("raw_detection_boxes", {1, anchors_count, 4});
+  outputs["raw_detection_scores"] = tensor_info("raw_detection_scores", {1, anchors_count, mo.num_classes + 1});
+  const std::string bytes = serialize(saved);
+  ensure_writable_dir(saved_model_dir);
+  ensure_writable_dir(join_path(saved_model_dir, "variables"));
+  atomic_write_file(pb, bytes);
 }
 
 std::string tf_graph_def(models::ImageModelImpl& model, const TfGraphExportOptions& options) {

@@ -71,7 +71,12 @@ struct DetectionGraphOptions {
   float score_threshold = 1e-8f, iou_threshold = 0.6f;
   int64_t max_detections_per_class = 100, max_total_detections = 100;
 };
+// Writes the graph to `path` and, unless saved_model_dir is empty, as a SavedModel there (tag
+// "serve", signature serving_default: input "inputs" = image_tensor:0, outputs detection_boxes,
+// detection_scores, detection_classes, num_detections, raw_detection_boxes, raw_detection_scores,
+// as export_inference_graph.py's saved_model/). Either may be empty.
 void export_detection_frozen_graph(detect::SsdModelImpl& model, const at::Tensor& anchors,
-                                   const DetectionGraphOptions& options, const std::string& path);
+                                   const DetectionGraphOptions& options, const std::string& path,
+                                   const std::string& saved_model_dir = "");
 
 }  // namespace orchard::exporting

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "orchard/core/error.h"
+#include "orchard/core/files.h"
 #include "orchard/detect/config/config.h"
 #include "orchard/detect/feature_extractors/registry.h"
 #include "orchard/export/onnx_export.h"
@@ -342,7 +343,7 @@ void SsdMetaArchitecture::export_graph(const std::string& format, const std::str
                 "set pad_to_max_dimension: true)");
   model_->eval();
   const auto& coder = config_.loss.coder;
-  if (format == "frozen_graph") {
+  if (format == "frozen_graph" || format == "inference_graph") {
     exporting::DetectionGraphOptions o;
     o.height = input_.height;
     o.width = input_.width;
@@ -357,6 +358,12 @@ void SsdMetaArchitecture::export_graph(const std::string& format, const std::str
     o.iou_threshold = nms.iou_threshold;
     o.max_detections_per_class = nms.max_detections_per_class;
     o.max_total_detections = nms.max_total_detections;
+    if (format == "inference_graph") {  // export_inference_graph.py's files in the directory `path`
+      exporting::export_detection_frozen_graph(*model_, anchors_, o, join_path(path, "frozen_inference_graph.pb"),
+                                               join_path(path, "saved_model"));
+      spdlog::info("wrote {0}/frozen_inference_graph.pb and {0}/saved_model (TensorFlow; docs/deploy.md)", path);
+      return;
+    }
     exporting::export_detection_frozen_graph(*model_, anchors_, o, path);
     spdlog::info(
         "wrote {} (TensorFlow frozen graph as export_inference_graph.py lays it out: input 'image_tensor' uint8 "

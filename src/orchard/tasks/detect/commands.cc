@@ -353,6 +353,19 @@ void export_model(tasks::DetectionTask& task, const std::string& model_dir, cons
   atomic_write_file(join_path(out_dir, "label_map.pbtxt"), detect::label_map_to_text(l.label_map));
   const std::string cfg = join_path(model_dir, "config.json");
   if (file_exists(cfg)) atomic_write_file(join_path(out_dir, "config.json"), read_file(cfg));
+  // export_inference_graph.py's TensorFlow files: model.ckpt (the OD API's variable names) and,
+  // where the architecture has a graph, frozen_inference_graph.pb and saved_model/.
+  try {
+    export_tf_checkpoint(*task.module(), task.meta_architecture().tf_name_map("detection"),
+                         task.meta_architecture().name(), step, join_path(out_dir, "model.ckpt"));
+  } catch (const Error& e) {
+    spdlog::info("no model.ckpt: {}", e.what());
+  }
+  try {
+    task.meta_architecture().export_graph("inference_graph", out_dir, false);
+  } catch (const Error& e) {
+    spdlog::info("no frozen_inference_graph.pb / saved_model: {}", e.what());
+  }
   spdlog::info("exported the inference model to {}", out_dir);
 }
 
