@@ -147,6 +147,11 @@ TEST_F(DropIn, ExportInferenceGraphFlags) {
   const std::string m = root_->file("export_model");
   auto r = detect_train(m, {"--skip_eval"});
   ASSERT_EQ(r.rc, 0) << r.err;
+  // model_main's end-of-training Servo export: export/Servo/<timestamp>/saved_model.pb.
+  ASSERT_TRUE(stdfs::is_directory(m + "/export/Servo")) << r.err;
+  const auto servo = stdfs::directory_iterator(m + "/export/Servo")->path();
+  EXPECT_TRUE(stdfs::exists(servo / "saved_model.pb")) << servo;
+  EXPECT_TRUE(stdfs::is_directory(servo / "variables")) << servo;
   const std::string out = root_->file("exported");
   // use_moving_average unset (the proto default, true): a note for training, not for an export.
   const std::string cfg = write_config("no_average.config", replaced(text_, "    use_moving_average: false\n", ""));

@@ -88,8 +88,8 @@ class MetaArchitecture {
   // The restored model as one graph file: `format` "onnx" (`include_preprocessing`: the graph
   // takes RGB in [0, 255]) or "frozen_graph" (a TensorFlow GraphDef as the OD API's exporter lays
   // it out, docs/deploy.md), or "inference_graph": `path` a directory that receives
-  // frozen_inference_graph.pb and saved_model/. An orchard::Error where the architecture has no
-  // such export.
+  // frozen_inference_graph.pb and saved_model/, or "saved_model": `path` the SavedModel folder. An
+  // orchard::Error where the architecture has no such export.
   virtual void export_graph(const std::string& format, const std::string& path, bool include_preprocessing) = 0;
 };
 

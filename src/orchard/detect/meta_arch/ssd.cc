@@ -343,7 +343,7 @@ void SsdMetaArchitecture::export_graph(const std::string& format, const std::str
                 "set pad_to_max_dimension: true)");
   model_->eval();
   const auto& coder = config_.loss.coder;
-  if (format == "frozen_graph" || format == "inference_graph") {
+  if (format == "frozen_graph" || format == "inference_graph" || format == "saved_model") {
     exporting::DetectionGraphOptions o;
     o.height = input_.height;
     o.width = input_.width;
@@ -358,6 +358,11 @@ void SsdMetaArchitecture::export_graph(const std::string& format, const std::str
     o.iou_threshold = nms.iou_threshold;
     o.max_detections_per_class = nms.max_detections_per_class;
     o.max_total_detections = nms.max_total_detections;
+    if (format == "saved_model") {  // the SavedModel folder `path` alone
+      exporting::export_detection_frozen_graph(*model_, anchors_, o, "", path);
+      spdlog::info("wrote {}/saved_model.pb (TensorFlow SavedModel; docs/deploy.md)", path);
+      return;
+    }
     if (format == "inference_graph") {  // export_inference_graph.py's files in the directory `path`
       exporting::export_detection_frozen_graph(*model_, anchors_, o, join_path(path, "frozen_inference_graph.pb"),
                                                join_path(path, "saved_model"));

@@ -491,10 +491,20 @@ class DetectTrainer : public TrainDriver {
   }
 
   void finish(const train::RunStats& stats) override {
-    if (runtime().chief)
+    if (runtime().chief) {
       export_model(*task_, f_.model_dir,
                    join_path(join_path(f_.model_dir, "export"), std::to_string(stats.global_step)), stats.global_step,
                    l_);
+      // model_main's FinalExporter("Servo"): a serving SavedModel in export/Servo/<timestamp>.
+      const auto seconds =
+          std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+      try {
+        task_->meta_architecture().export_graph(
+            "saved_model", join_path(join_path(f_.model_dir, "export/Servo"), std::to_string(seconds)), false);
+      } catch (const Error& e) {
+        spdlog::info("no export/Servo SavedModel: {}", e.what());
+      }
+    }
     if (stats.eval.count("DetectionBoxes_Precision/mAP"))
       spdlog::info("final: mAP {:.4f}, mAP@.50IOU {:.4f}, AR@100 {:.4f} at step {}",
                    stats.eval.at("DetectionBoxes_Precision/mAP"), stats.eval.at("DetectionBoxes_Precision/mAP@.50IOU"),
