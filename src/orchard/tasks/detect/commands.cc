@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <map>
