@@ -304,6 +304,28 @@ tensorflow::TensorInfo tensor_info(const std::string& node, const std::vector<in
   return info;
 }
 
+// A SavedModel folder as the OD API's exporter writes its frozen ones: saved_model.pb (written
+// last, atomically) with `graph` under the "serve" tag and a serving_default signature
+// (tensorflow/serving/predict), and an empty variables/ (the weights are constants in the graph).
+void write_saved_model(const std::string& dir, tensorflow::GraphDef graph,
+                       const std::map<std::string, tensorflow::TensorInfo>& inputs,
+                       const std::map<std::string, tensorflow::TensorInfo>& outputs) {
+  tensorflow::SavedModel saved;
+  saved.set_saved_model_schema_version(1);
+  auto* meta = saved.add_meta_graphs();
+  meta->mutable_meta_info_def()->add_tags("serve");
+  meta->mutable_meta_info_def()->set_meta_graph_version("orchard");
+  *meta->mutable_graph_def() = std::move(graph);
+  auto& signature = (*meta->mutable_signature_def())["serving_default"];
+  signature.set_method_name("tensorflow/serving/predict");
+  signature.mutable_inputs()->insert(inputs.begin(), inputs.end());
+  signature.mutable_outputs()->insert(outputs.begin(), outputs.end());
+  const std::string bytes = serialize(saved);
+  ensure_writable_dir(dir);
+  ensure_writable_dir(join_path(dir, "variables"));
+  atomic_write_file(join_path(dir, "saved_model.pb"), bytes);
+}
+
 // A scalar or [n] float Const.
 std::string floats(TfGraphWriter& g, const std::string& name, const std::vector<float>& values) {
   return g.constant(name, values.size() == 1 ? torch::tensor(values[0]) : torch::tensor(values));
@@ -588,30 +610,17 @@ void export_detection_frozen_graph(detect::SsdModelImpl& model, const at::Tensor
   nms_outputs(g, "raw_detection_boxes", "raw_detection_scores", mo.num_classes, options);
   if (!path.empty()) atomic_write_file(path, serialize(graph));
   if (saved_model_dir.empty()) return;
-  // export_inference_graph.py's saved_model/: the frozen graph under "serve", signature
-  // serving_default with input "inputs" (image_tensor) and the detection outputs.
-  const std::string pb = join_path(saved_model_dir, "saved_model.pb");
-  tensorflow::SavedModel saved;
-  saved.set_saved_model_schema_version(1);
-  auto* meta = saved.add_meta_graphs();
-  meta->mutable_meta_info_def()->add_tags("serve");
-  meta->mutable_meta_info_def()->set_meta_graph_version("orchard");
-  *meta->mutable_graph_def() = graph;
-  auto& signature = (*meta->mutable_signature_def())["serving_default"];
-  signature.set_method_name("tensorflow/serving/predict");
-  (*signature.mutable_inputs())["inputs"] = tensor_info("image_tensor", {1, -1, -1, 3}, tensorflow::DT_UINT8);
+  // export_inference_graph.py's saved_model/: input "inputs" (image_tensor), the detection outputs.
   const int64_t total = options.max_total_detections, anchors_count = anchors.size(0);
-  auto& outputs = *signature.mutable_outputs();
-  outputs["detection_boxes"] = tensor_info("detection_boxes", {1, total, 4});
-  outputs["detection_scores"] = tensor_info("detection_scores", {1, total});
-  outputs["detection_classes"] = tensor_info("detection_classes", {1, total});
-  outputs["num_detections"] = tensor_info("num_detections", {1});
-  outputs["raw_detection_boxes"] = tensor_info("raw_detection_boxes", {1, anchors_count, 4});
-  outputs["raw_detection_scores"] = tensor_info("raw_detection_scores", {1, anchors_count, mo.num_classes + 1});
-  const std::string bytes = serialize(saved);
-  ensure_writable_dir(saved_model_dir);
-  ensure_writable_dir(join_path(saved_model_dir, "variables"));
-  atomic_write_file(pb, bytes);
+  write_saved_model(
+      saved_model_dir, std::move(graph),
+      {{"inputs", tensor_info("image_tensor", {1, -1, -1, 3}, tensorflow::DT_UINT8)}},
+      {{"detection_boxes", tensor_info("detection_boxes", {1, total, 4})},
+       {"detection_scores", tensor_info("detection_scores", {1, total})},
+       {"detection_classes", tensor_info("detection_classes", {1, total})},
+       {"num_detections", tensor_info("num_detections", {1})},
+       {"raw_detection_boxes", tensor_info("raw_detection_boxes", {1, anchors_count, 4})},
+       {"raw_detection_scores", tensor_info("raw_detection_scores", {1, anchors_count, mo.num_classes + 1})}});
 }
 
 std::string tf_graph_def(models::ImageModelImpl& model, const TfGraphExportOptions& options) {
@@ -627,22 +636,10 @@ void export_saved_model(models::ImageModelImpl& model, const TfGraphExportOption
   const std::string pb = join_path(dir, "saved_model.pb");
   if (!replace && file_exists(pb)) throw Error(pb + ": a SavedModel is already there");
   ImageGraph g = image_graph(model, options);
-  tensorflow::SavedModel saved;
-  saved.set_saved_model_schema_version(1);
-  auto* meta = saved.add_meta_graphs();
-  meta->mutable_meta_info_def()->add_tags("serve");
-  meta->mutable_meta_info_def()->set_meta_graph_version("orchard");
-  *meta->mutable_graph_def() = std::move(g.graph);
-  auto& signature = (*meta->mutable_signature_def())["serving_default"];
-  signature.set_method_name("tensorflow/serving/predict");
-  (*signature.mutable_inputs())["inputs"] = tensor_info("images", {-1, options.image_size, options.image_size, 3});
-  (*signature.mutable_outputs())[g.output] = tensor_info(g.output, {-1, g.width});
-  if (!options.feature_vector && !options.probabilities.empty())
-    (*signature.mutable_outputs())["probs"] = tensor_info("probs", {-1, g.width});
-  const std::string bytes = serialize(saved);
-  ensure_writable_dir(dir);
-  ensure_writable_dir(join_path(dir, "variables"));  // empty: the weights are constants in the graph
-  atomic_write_file(pb, bytes);
+  std::map<std::string, tensorflow::TensorInfo> outputs = {{g.output, tensor_info(g.output, {-1, g.width})}};
+  if (!options.feature_vector && !options.probabilities.empty()) outputs["probs"] = tensor_info("probs", {-1, g.width});
+  write_saved_model(dir, std::move(g.graph),
+                    {{"inputs", tensor_info("images", {-1, options.image_size, options.image_size, 3})}}, outputs);
 }
 
 }  // namespace orchard::exporting
