@@ -19,6 +19,8 @@ ORCHARD_PACKAGES=(
   libonnx-dev                         # the onnx.proto schema for ONNX export
   libopencv-dnn-dev                   # the tests load exported ONNX files with OpenCV's DNN module
   python3-opencv                      # runs OpenCV's tf_text_graph_ssd.py on exported SSD frozen graphs
+  flatbuffers-compiler libflatbuffers-dev  # TFLite export: flatc compiles TensorFlow's schema.fbs
+  python3-pyarmnn libarmnn-cpuref-backend22  # the tests run exported .tflite files in Arm NN
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libcurl4-openssl-dev                # object storage: HTTP (core/http, core/s3_client)
   libssl-dev                          # SigV4 signing; SHA-256 of the images data voc / pets write (image/key/sha256)

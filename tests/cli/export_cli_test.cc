@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cli/cli_util.h"
+#include "cli/export_models.h"
 #include "core/test_util.h"
 #include "orchard/core/files.h"
 #include "orchard/data/preprocess.h"
@@ -38,12 +39,8 @@
 #include "orchard/train/checkpoint.h"
 
 namespace orchard {
-namespace {
+namespace test {
 
-double input_scale(const std::string& arch);
-
-// A `task` (classify | multilabel) model_dir holding `arch` with random weights and batch-norm
-// statistics; returns its model (the task's module).
 std::shared_ptr<torch::nn::Module> write_model_dir(const std::string& dir, const std::string& task,
                                                    const std::string& arch, int image_size) {
   models::ModelConfig c;
@@ -86,8 +83,13 @@ std::shared_ptr<torch::nn::Module> write_model_dir(const std::string& dir, const
   return module;
 }
 
-// The spread of the preprocessed input: RGB minus the means for the ResNets, [-1, 1] for Inception.
 double input_scale(const std::string& arch) { return models::takes_unit_range_inputs(arch) ? 1.0 : 50.0; }
+
+}  // namespace test
+namespace {
+
+using test::input_scale;
+using test::write_model_dir;
 
 torch::Tensor opencv_forward(const std::string& onnx, const torch::Tensor& x) {
   cv::dnn::Net net = cv::dnn::readNetFromONNX(onnx);
@@ -651,6 +653,63 @@ TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
     EXPECT_LE(dd, 1e-5);
   }
 
+  // --format tflite, as export_tflite_ssd_graph.py + the TFLite converter write it, run in Arm NN
+  // (its TfLite parser and reference backend, which implements TFLite_Detection_PostProcess):
+  // without the op, the head outputs after the score converter; with it, the op's fast
+  // (class-agnostic) and regular (per-class) NMS on boxes decoded by Arm NN against the anchors
+  // the file carries: Orchard's decoding and NMS on its own outputs give the same detections.
+  {
+    auto tflite = [&](const std::string& file, std::vector<std::string> args) {
+      std::vector<std::string> command = {"detect", "export", "--model_dir", dir, "--format", "tflite", "--out", file};
+      command.insert(command.end(), args.begin(), args.end());
+      auto t = cli::run(command, root);
+      EXPECT_EQ(t.rc, 0) << t.err;
+    };
+    tflite(root.file("raw.tflite"), {"--add_postprocessing_op", "false"});
+    tflite(root.file("fast.tflite"), {});
+    tflite(root.file("regular.tflite"), {"--use_regular_nms", "true", "--max_detections", "15"});
+    const auto input = x.narrow(0, 0, 1).permute({0, 2, 3, 1}).contiguous();  // normalized_input_image_tensor
+    const auto raw = test::run_tflite_in_armnn(root.file("raw.tflite"), input, root.path());
+    ASSERT_EQ(raw.size(), 2u);
+    const auto encodings = out.narrow(0, 0, 1).narrow(2, 0, 4);
+    const double de = max_diff(raw[0], encodings), encodings_scale = encodings.abs().max().item<double>();
+    const double dc = max_diff(raw[1], scores.narrow(0, 0, 1));
+    const auto candidates = scores[0].narrow(1, 1, scores.size(2) - 1);
+    const auto& nms = ssd.config().nms;
+    for (const bool regular : {false, true}) {
+      SCOPED_TRACE(regular ? "regular NMS" : "fast NMS");
+      const auto got =
+          test::run_tflite_in_armnn(root.file(regular ? "regular.tflite" : "fast.tflite"), input, root.path());
+      ASSERT_EQ(got.size(), 4u);  // boxes, classes, scores, num_detections
+      torch::Tensor want_boxes, want_classes, want_scores;
+      if (regular) {
+        detect::BatchNmsOptions o = nms;
+        o.clip = false;
+        o.max_detections_per_class = 100;  // --detections_per_class's default
+        o.max_total_detections = 15;
+        const auto d = detect::multiclass_nms(boxes[0], candidates, o);
+        want_boxes = d.boxes, want_classes = d.classes - 1, want_scores = d.scores;
+      } else {  // each anchor's best class, one class-agnostic NMS, the best 10
+        const auto [best, cls] = candidates.max(1);
+        const auto keep = detect::nms(boxes[0], best, nms.iou_threshold, 10, nms.score_threshold);
+        want_boxes = boxes[0].index_select(0, keep), want_classes = cls.index_select(0, keep),
+        want_scores = best.index_select(0, keep);
+      }
+      const int64_t k = want_scores.size(0);
+      ASSERT_EQ(got[3].item<float>(), static_cast<float>(k));
+      const double dbox = max_diff(got[0][0].narrow(0, 0, k), want_boxes);
+      EXPECT_TRUE(got[1][0].narrow(0, 0, k).equal(want_classes.to(torch::kFloat))) << got[1] << want_classes;
+      const double dscore = max_diff(got[2][0].narrow(0, 0, k), want_scores);
+      std::cout << converter << " " << height << "x" << width << " TFLite in Arm NN: box encodings " << de << " (up to "
+                << encodings_scale << "), class predictions " << dc << "; " << (regular ? "regular" : "fast")
+                << " NMS: " << k << " detections, boxes " << dbox << ", scores " << dscore << "\n";
+      EXPECT_LE(dbox, 1e-4);
+      EXPECT_LE(dscore, 1e-4);
+    }
+    EXPECT_LE(de, 1e-4 * std::max(1.0, encodings_scale));  // float32 sums in another order
+    EXPECT_LE(dc, 1e-4);
+  }
+
   // OpenCV's own tf_text_graph_ssd.py (tests/third_party/opencv, run by Debian's python3-opencv)
   // reads the frozen graph as an OD API graph (image_tensor, the Preprocessor, the
   // BoxPredictor_i heads) and the pipeline.config; OpenCV then runs the graph with its own prior
@@ -708,19 +767,19 @@ TEST(ExportOnnxErrors, FormatAndArchitecture) {
   test::TempDir root;
   const std::string dir = root.file("model");
   write_model_dir(dir, "classify", "resnet_tiny", 32);
-  auto r =
-      cli::run({"classify", "export", "--model_dir", dir, "--out", root.file("m.tflite"), "--format", "tflite"}, root);
+  auto r = cli::run({"classify", "export", "--model_dir", dir, "--out", root.file("m.pt"), "--format", "pt"}, root);
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.err.find("--format must be onnx, frozen_graph, saved_model, tfhub or tf"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--format must be onnx, frozen_graph, saved_model, tfhub, tflite or tf"), std::string::npos)
+      << r.err;
   r = cli::run({"classify", "export", "--model_dir", root.file("missing"), "--out", root.file("m.onnx")}, root);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("config.json"), std::string::npos) << r.err;
   r = cli::run({"detect", "export", "--model_dir", dir, "--format", "onnx"}, root);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("--format onnx needs --out"), std::string::npos) << r.err;
-  r = cli::run({"detect", "export", "--model_dir", dir, "--format", "tflite", "--out", root.file("d.tflite")}, root);
+  r = cli::run({"detect", "export", "--model_dir", dir, "--format", "pt", "--out", root.file("d.pt")}, root);
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.err.find("--format must be dir, onnx, frozen_graph or tf"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--format must be dir, onnx, frozen_graph, tflite or tf"), std::string::npos) << r.err;
 }
 
 // Feature extractors the ONNX graph writer does not know are refused by name, never written as

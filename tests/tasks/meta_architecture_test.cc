@@ -224,9 +224,8 @@ TEST(MetaArchitectures, FasterRcnnResnet50CocoBuildsThroughTheTask) {
                                                        {"features_stride", "16"},
                                                        {"anchors_per_location", "12"}};
   EXPECT_EQ(task.signature(), expected);
-  EXPECT_EQ(
-      error_of([&] { frcnn.export_graph("onnx", "/tmp/never.onnx", false); }).rfind("ONNX export of faster_rcnn", 0),
-      0u);
+  EXPECT_EQ(error_of([&] { frcnn.export_graph("onnx", "/tmp/never.onnx", {}); }).rfind("ONNX export of faster_rcnn", 0),
+            0u);
 }
 
 // One training step and one inference of a small Faster R-CNN through the task: the four

@@ -19,6 +19,7 @@
 #include "orchard/engine/task.h"
 #include "orchard/export/onnx_export.h"
 #include "orchard/export/tf_graph_export.h"
+#include "orchard/export/tflite_export.h"
 #include "orchard/models/image_model.h"
 #include "orchard/models/registry.h"
 #include "orchard/models/tf_weights.h"
@@ -415,8 +416,8 @@ void add_export_flags(FlagSet* c, ExportFlags& f) {
   c->add_option("--checkpoint", f.checkpoint, "A checkpoint file (default: the latest)");
   c->add_option("--format", f.format,
                 "onnx | frozen_graph (a TensorFlow GraphDef) | saved_model (a TensorFlow SavedModel folder) | tfhub "
-                "(TF Hub's classification/ and feature_vector/ SavedModels, RGB in [0, 1]) | tf (a TensorFlow "
-                "checkpoint under TF-Slim's names)")
+                "(TF Hub's classification/ and feature_vector/ SavedModels, RGB in [0, 1]) | tflite (TensorFlow Lite, "
+                "batch 1) | tf (a TensorFlow checkpoint under TF-Slim's names)")
       ->capture_default_str();
   c->add_option("--out", f.out,
                 "Output file (--format saved_model, tfhub: the folder; --format tf: the checkpoint prefix, e.g. "
@@ -449,8 +450,9 @@ void export_tf_checkpoint(torch::nn::Module& model, const models::TfNameMap& map
 void export_image_model(torch::nn::Module& model, const std::string& arch, const data::PreprocessOptions& preprocess,
                         const ExportFlags& f, int64_t step, const std::string& probabilities) {
   if (f.format == "tf") return export_tf_checkpoint(model, models::tf_name_map(arch), arch, step, f.out);
-  if (f.format != "onnx" && f.format != "frozen_graph" && f.format != "saved_model" && f.format != "tfhub")
-    throw Error("--format must be onnx, frozen_graph, saved_model, tfhub or tf, not '" + f.format + "'");
+  if (f.format != "onnx" && f.format != "frozen_graph" && f.format != "saved_model" && f.format != "tfhub" &&
+      f.format != "tflite")
+    throw Error("--format must be onnx, frozen_graph, saved_model, tfhub, tflite or tf, not '" + f.format + "'");
   auto* image_model = dynamic_cast<models::ImageModelImpl*>(&model);
   if (!image_model) throw Error("export does not support " + arch);
   model.eval();
@@ -488,6 +490,12 @@ void export_image_model(torch::nn::Module& model, const std::string& arch, const
         "wrote {0}/classification and {0}/feature_vector (TF Hub image modules as TensorFlow SavedModels: input "
         "'inputs' [batch, {1}, {1}, 3] RGB in [0, 1], outputs 'logits' and 'probs' / 'features')",
         f.out, o.image_size);
+    return;
+  }
+  if (f.format == "tflite") {
+    exporting::export_tflite(*image_model, o, f.out);
+    spdlog::info("wrote {} (TensorFlow Lite: input 'images' float [1, {}, {}, 3] {}, outputs {})", f.out, o.image_size,
+                 o.image_size, input, outputs);
     return;
   }
   if (f.format == "frozen_graph") {

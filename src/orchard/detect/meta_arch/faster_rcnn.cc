@@ -565,8 +565,11 @@ std::string FasterRcnnMetaArchitecture::describe() const {
                          : std::string());
 }
 
-void FasterRcnnMetaArchitecture::export_graph(const std::string& format, const std::string&, bool) {
-  throw Error(std::string(format == "onnx" ? "ONNX" : "TensorFlow graph") +
+void FasterRcnnMetaArchitecture::export_graph(const std::string& format, const std::string&,
+                                              const GraphExportOptions&) {
+  throw Error(std::string(format == "onnx"     ? "ONNX"
+                          : format == "tflite" ? "TFLite"
+                                               : "TensorFlow graph") +
               " export of faster_rcnn is not implemented: its second stage crops a data-dependent number of "
               "proposals (export the TensorFlow checkpoint, or use an SSD config)");
 }

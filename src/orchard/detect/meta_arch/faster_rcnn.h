@@ -92,7 +92,7 @@ class FasterRcnnMetaArchitecture : public MetaArchitecture {
   models::TfNameMap tf_name_map(const std::string& checkpoint_type) const override;
   std::map<std::string, std::string> signature() const override;
   std::string describe() const override;
-  void export_graph(const std::string& format, const std::string& path, bool include_preprocessing) override;
+  void export_graph(const std::string& format, const std::string& path, const GraphExportOptions& options) override;
 
   detect::FasterRcnnModel& model() { return model_; }
   // The grid anchors [A, 4] (input pixels) of a height x width input, generated once per size.

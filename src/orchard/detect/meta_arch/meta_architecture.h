@@ -39,6 +39,15 @@ struct InputShape {
   std::vector<std::pair<int64_t, int64_t>> image_sizes;
 };
 
+// What an export_graph call may set beyond the format.
+struct GraphExportOptions {
+  bool include_preprocessing = false;  // onnx: the graph takes RGB in [0, 255]
+  // tflite: export_tflite_ssd_graph.py's flags.
+  bool add_postprocessing_op = true;
+  int64_t max_detections = 10, max_classes_per_detection = 1, detections_per_class = 100;
+  bool use_regular_nms = false;
+};
+
 class MetaArchitecture {
  public:
   virtual ~MetaArchitecture() = default;
@@ -85,12 +94,12 @@ class MetaArchitecture {
   virtual std::map<std::string, std::string> signature() const = 0;
   // For the start-up log line, e.g. "ssd_mobilenet_v2 (3 classes, 1917 anchors)".
   virtual std::string describe() const = 0;
-  // The restored model as one graph file: `format` "onnx" (`include_preprocessing`: the graph
-  // takes RGB in [0, 255]) or "frozen_graph" (a TensorFlow GraphDef as the OD API's exporter lays
-  // it out, docs/deploy.md), or "inference_graph": `path` a directory that receives
+  // The restored model as one graph file: `format` "onnx", "frozen_graph" (a TensorFlow GraphDef
+  // as the OD API's exporter lays it out, docs/deploy.md), "tflite" (as export_tflite_ssd_graph.py
+  // + the TFLite converter), or "inference_graph": `path` a directory that receives
   // frozen_inference_graph.pb and saved_model/, or "saved_model": `path` the SavedModel folder. An
   // orchard::Error where the architecture has no such export.
-  virtual void export_graph(const std::string& format, const std::string& path, bool include_preprocessing) = 0;
+  virtual void export_graph(const std::string& format, const std::string& path, const GraphExportOptions& options) = 0;
 };
 
 // A meta-architecture's configuration, parsed from its pipeline.config message.

@@ -12,6 +12,7 @@
 #include "orchard/detect/feature_extractors/registry.h"
 #include "orchard/export/onnx_export.h"
 #include "orchard/export/tf_graph_export.h"
+#include "orchard/export/tflite_export.h"
 #include "orchard/proto/object_detection/pipeline.pb.h"
 
 namespace orchard::tasks {
@@ -335,14 +336,46 @@ std::string SsdMetaArchitecture::describe() const {
   return fmt::format("{} ({} classes, {} anchors)", name(), config_.model.num_classes, anchors_.size(0));
 }
 
-void SsdMetaArchitecture::export_graph(const std::string& format, const std::string& path, bool include_preprocessing) {
+void SsdMetaArchitecture::export_graph(const std::string& format, const std::string& path,
+                                       const GraphExportOptions& options) {
   if (input_.keep_aspect_ratio && !input_.keep_aspect_ratio->pad_to_max_dimension)
-    throw Error(std::string(format == "onnx" ? "ONNX" : "TensorFlow graph") +
+    throw Error(std::string(format == "onnx"     ? "ONNX"
+                            : format == "tflite" ? "TFLite"
+                                                 : "TensorFlow graph") +
                 " export needs a fixed input size: keep_aspect_ratio_resizer without pad_to_max_dimension runs "
                 "each image at its own size, with anchors of that size (export the TensorFlow checkpoint instead, or "
                 "set pad_to_max_dimension: true)");
   model_->eval();
   const auto& coder = config_.loss.coder;
+  if (format == "tflite") {
+    // export_tflite_ssd_graph.py: the pipeline's NMS thresholds, the script's own detection counts.
+    exporting::TfliteDetectionOptions o;
+    o.height = input_.height;
+    o.width = input_.width;
+    o.score_converter = config_.score_converter;
+    o.box_coder_scales = {coder.y_scale, coder.x_scale, coder.height_scale, coder.width_scale};
+    o.add_postprocessing_op = options.add_postprocessing_op;
+    o.max_detections = options.max_detections;
+    o.max_classes_per_detection = options.max_classes_per_detection;
+    o.detections_per_class = options.detections_per_class;
+    o.use_regular_nms = options.use_regular_nms;
+    o.nms_score_threshold = config_.nms.score_threshold;
+    o.nms_iou_threshold = config_.nms.iou_threshold;
+    exporting::export_tflite_ssd(*model_, anchors_, o, path);
+    if (o.add_postprocessing_op)
+      spdlog::info(
+          "wrote {} (TFLite as export_tflite_ssd_graph.py + the converter: input 'normalized_input_image_tensor' "
+          "float [1, {}, {}, 3] scaled to [-1, 1]; TFLite_Detection_PostProcess: boxes [1, {}, 4], classes, scores, "
+          "num_detections; {} NMS)",
+          path, o.height, o.width, o.max_detections, o.use_regular_nms ? "regular" : "fast");
+    else
+      spdlog::info(
+          "wrote {} (TFLite: input 'normalized_input_image_tensor' float [1, {}, {}, 3] scaled to [-1, 1]; outputs "
+          "'raw_outputs/box_encodings' [1, {}, 4], 'raw_outputs/class_predictions' [1, {}, {}] ({}))",
+          path, o.height, o.width, anchors_.size(0), anchors_.size(0), config_.model.num_classes + 1,
+          config_.score_converter);
+    return;
+  }
   if (format == "frozen_graph" || format == "inference_graph" || format == "saved_model") {
     exporting::DetectionGraphOptions o;
     o.height = input_.height;
@@ -381,7 +414,7 @@ void SsdMetaArchitecture::export_graph(const std::string& format, const std::str
   exporting::DetectionOnnxOptions o;
   o.height = input_.height;
   o.width = input_.width;
-  o.include_preprocessing = include_preprocessing;
+  o.include_preprocessing = options.include_preprocessing;
   o.score_converter = config_.score_converter;
   o.box_coder_scales = {coder.y_scale, coder.x_scale, coder.height_scale, coder.width_scale};
   exporting::export_detection_onnx(*model_, anchors_, o, path);

@@ -58,7 +58,7 @@ class SsdMetaArchitecture : public MetaArchitecture {
   models::TfNameMap tf_name_map(const std::string& checkpoint_type) const override;
   std::map<std::string, std::string> signature() const override;
   std::string describe() const override;
-  void export_graph(const std::string& format, const std::string& path, bool include_preprocessing) override;
+  void export_graph(const std::string& format, const std::string& path, const GraphExportOptions& options) override;
 
   const SsdConfig& config() const { return config_; }
   detect::SsdModel& model() { return model_; }

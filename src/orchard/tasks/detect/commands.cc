@@ -363,7 +363,7 @@ void export_model(tasks::DetectionTask& task, const std::string& model_dir, cons
     spdlog::info("no model.ckpt: {}", e.what());
   }
   try {
-    task.meta_architecture().export_graph("inference_graph", out_dir, false);
+    task.meta_architecture().export_graph("inference_graph", out_dir, {});
   } catch (const Error& e) {
     spdlog::info("no frozen_inference_graph.pb / saved_model: {}", e.what());
   }
@@ -501,7 +501,7 @@ class DetectTrainer : public TrainDriver {
           std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
       try {
         task_->meta_architecture().export_graph(
-            "saved_model", join_path(join_path(f_.model_dir, "export/Servo"), std::to_string(seconds)), false);
+            "saved_model", join_path(join_path(f_.model_dir, "export/Servo"), std::to_string(seconds)), {});
       } catch (const Error& e) {
         spdlog::info("no export/Servo SavedModel: {}", e.what());
       }
@@ -704,7 +704,7 @@ TaskCommands detect_commands() {
          auto f = std::make_shared<DetectFlags>();
          struct DetectExportFlags {
            std::string out_dir, checkpoint, format = "dir", out, input_type = "image_tensor";
-           bool include_preprocessing = false;
+           tasks::GraphExportOptions graph;
          };
          auto e = std::make_shared<DetectExportFlags>();
          c->add_option("--model_dir", f->model_dir,
@@ -725,15 +725,33 @@ TaskCommands detect_commands() {
                        "dir: the inference model directory (--output_directory); onnx: one ONNX file (--out) with the "
                        "box decoding and score conversion, without NMS; frozen_graph: a TensorFlow GraphDef (--out) "
                        "laid out as export_inference_graph.py's, up to NMS; tf: a TensorFlow checkpoint under the OD "
-                       "API's names (--out is its prefix, e.g. out/model.ckpt)")
+                       "API's names (--out is its prefix, e.g. out/model.ckpt); tflite: a TFLite file (--out) as "
+                       "export_tflite_ssd_graph.py + the TFLite converter write it")
              ->capture_default_str();
          c->add_option("--output_directory,--out_dir", e->out_dir, "Output directory (--format dir)");
          c->add_option("--out", e->out, "Output file (--format onnx), checkpoint prefix (--format tf)");
-         c->add_flag("--include_preprocessing", e->include_preprocessing,
+         c->add_flag("--include_preprocessing", e->graph.include_preprocessing,
                      "--format onnx: the graph takes RGB values in [0, 255] and scales them to [-1, 1] itself");
+         // export_tflite_ssd_graph.py's flags.
+         c->add_option("--add_postprocessing_op", e->graph.add_postprocessing_op,
+                       "--format tflite: end in the TFLite_Detection_PostProcess op (false: the raw box encodings and "
+                       "class scores)")
+             ->capture_default_str();
+         c->add_option("--max_detections", e->graph.max_detections, "--format tflite: detections per image")
+             ->capture_default_str();
+         c->add_option("--max_classes_per_detection", e->graph.max_classes_per_detection,
+                       "--format tflite: classes per detection (fast NMS)")
+             ->capture_default_str();
+         c->add_option("--detections_per_class", e->graph.detections_per_class,
+                       "--format tflite: detections per class (regular NMS)")
+             ->capture_default_str();
+         c->add_option("--use_regular_nms", e->graph.use_regular_nms,
+                       "--format tflite: per-class NMS (slower) instead of the fast class-agnostic one")
+             ->capture_default_str();
          return [f, e] {
-           if (e->format != "dir" && e->format != "onnx" && e->format != "frozen_graph" && e->format != "tf")
-             throw Error("--format must be dir, onnx, frozen_graph or tf, not '" + e->format + "'");
+           if (e->format != "dir" && e->format != "onnx" && e->format != "frozen_graph" && e->format != "tf" &&
+               e->format != "tflite")
+             throw Error("--format must be dir, onnx, frozen_graph, tflite or tf, not '" + e->format + "'");
            if (e->input_type == "encoded_image_string_tensor" || e->input_type == "tf_example")
              throw Error("--input_type " + e->input_type +
                          " is a TensorFlow graph input; Orchard's exports take decoded images (image_tensor), and "
@@ -761,7 +779,7 @@ TaskCommands detect_commands() {
              export_model(task, f->model_dir, e->out_dir, train::checkpoint_step(path), l);
              return;
            }
-           task.meta_architecture().export_graph(e->format, e->out, e->include_preprocessing);
+           task.meta_architecture().export_graph(e->format, e->out, e->graph);
          };
        }});
   task.verbs.push_back(

@@ -1,0 +1,35 @@
+// Models with random weights for the export tests (export_cli_test.cc, export_tflite_test.cc).
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace orchard::test {
+
+// A `task` (classify | multilabel) model_dir holding `arch` with random weights and batch-norm
+// statistics (those of one batch of inputs of input_scale(arch)); returns its model (the task's
+// module), in eval mode.
+std::shared_ptr<torch::nn::Module> write_model_dir(const std::string& dir, const std::string& task,
+                                                   const std::string& arch, int image_size);
+
+// The spread of the preprocessed input: RGB minus the means for the ResNets, [-1, 1] for Inception.
+double input_scale(const std::string& arch);
+
+}  // namespace orchard::test
+
+namespace at {
+class Tensor;
+}
+
+namespace orchard::test {
+
+// Runs a .tflite file in Arm NN (tests/cli/armnn_tflite.py: its TfLite parser and reference CPU
+// backend, Debian's python3-pyarmnn) on `input` (its one input tensor's values, float or uint8,
+// the graph's shape), in the folder `work`; returns the outputs in the graph's order, as float.
+std::vector<at::Tensor> run_tflite_in_armnn(const std::string& tflite, const at::Tensor& input,
+                                            const std::string& work);
+
+}  // namespace orchard::test
