@@ -12,6 +12,7 @@
 #include "orchard/layers/batch_norm.h"
 #include "orchard/layers/conv_norm_activation.h"
 #include "orchard/layers/depth.h"
+#include "orchard/layers/fake_quant.h"
 #include "orchard/layers/squeeze_excite.h"
 #include "orchard/layers/tf_same.h"
 
@@ -181,6 +182,103 @@ TEST(BatchNorm, OverrideRunsOnlyInTraining) {
   bn->train();
   batch_norm(*bn, x);
   EXPECT_EQ(calls, 1);
+}
+
+// TensorFlow's FakeQuantWithMinMaxVars, worked by hand. [-1, 3] on 8 bits: scale 4 / 255, zero
+// point 1 / scale = 63.75 rounded to 64, so the nudged range is [-64, 191] * 4 / 255 and 0 is on
+// the grid.
+TEST(FakeQuant, NudgedRangeAndGrid) {
+  const auto r = nudge_range(-1.0f, 3.0f, 8, /*narrow_range=*/false);
+  EXPECT_EQ(r.zero_point, 64);
+  EXPECT_FLOAT_EQ(r.scale, 4.0f / 255.0f);
+  EXPECT_FLOAT_EQ(r.min, -64.0f * 4.0f / 255.0f);
+  EXPECT_FLOAT_EQ(r.max, 191.0f * 4.0f / 255.0f);
+  // Weights (narrow range, grid 1..255): [-0.5, 1] has scale 1.5 / 254, zero point
+  // 1 + 0.5 / scale = 85.67 -> 86, nudged range [(1 - 86), (255 - 86)] * scale.
+  const auto w = nudge_range(-0.5f, 1.0f, 8, /*narrow_range=*/true);
+  EXPECT_EQ(w.quant_min, 1);
+  EXPECT_EQ(w.zero_point, 86);
+  EXPECT_FLOAT_EQ(w.min, -85.0f * 1.5f / 254.0f);
+  EXPECT_FLOAT_EQ(w.max, 169.0f * 1.5f / 254.0f);
+
+  // Values clamp to the nudged range and snap to the grid (floor(v + 0.5)): -0.5 is 32.125 steps
+  // above the minimum -> 32; 0.3 is 83.125 -> 83; 0 stays 0. The straight-through gradient is 1
+  // inside the range and 0 outside.
+  auto x = torch::tensor({-2.0f, -0.5f, 0.0f, 0.3f, 4.0f}).requires_grad_(true);
+  const auto y = fake_quantize(x, r);
+  const float step = 4.0f / 255.0f;
+  const auto expected = torch::tensor({r.min, r.min + 32 * step, 0.0f, r.min + 83 * step, r.max});
+  EXPECT_TRUE(torch::allclose(y, expected, 0, 1e-6)) << y;
+  y.sum().backward();
+  EXPECT_TRUE(x.grad().equal(torch::tensor({0.0f, 1.0f, 1.0f, 1.0f, 0.0f}))) << x.grad();
+}
+
+// Activations: zero-debiased moving averages of each batch's range (decay 0.999); the first
+// batch's range is taken whole. Before `delay` training passes values through; evaluation
+// always quantizes.
+TEST(FakeQuant, MovingAverageRangeAndDelay) {
+  auto control = std::make_shared<QuantizationControl>();
+  FakeQuant q(control, /*weights=*/false);
+  q->train();
+  const auto first = torch::tensor({-2.0f, 0.5f, 4.0f});
+  EXPECT_TRUE(q->forward(first).equal(first));     // not active yet: unchanged
+  EXPECT_NEAR(q->min.item<float>(), -2.0f, 1e-4);  // float32's 1 - 0.999
+  EXPECT_NEAR(q->max.item<float>(), 4.0f, 1e-4);
+  control->active = true;
+  q->forward(torch::tensor({-1.0f, 2.0f}));
+  // biased = 0.999 * 0.001 * v1 + 0.001 * v2, divided by 1 - 0.999^2 (in float32, as TF's
+  // variables: 1 - 0.999^2 keeps 4 digits).
+  const double debias = 1 - 0.999 * 0.999;
+  EXPECT_NEAR(q->min.item<double>(), (0.999 * 0.001 * -2 + 0.001 * -1) / debias, 3e-4);
+  EXPECT_NEAR(q->max.item<double>(), (0.999 * 0.001 * 4 + 0.001 * 2) / debias, 3e-4);
+  const auto range = q->range();
+  q->eval();
+  control->active = false;
+  const auto y = q->forward(torch::tensor({0.3f, 10.0f}));
+  EXPECT_NEAR(y[1].item<float>(), range.max, 1e-6);  // clamped
+  EXPECT_NE(y[0].item<float>(), 0.3f);               // snapped
+  EXPECT_NEAR(y[0].item<float>(), 0.3f, range.scale / 2 + 1e-6);
+  EXPECT_NEAR(q->max.item<double>(), (0.999 * 0.001 * 4 + 0.001 * 2) / debias, 3e-4);  // evaluation keeps it
+}
+
+// ConvNormActivation under quantization, evaluated: the batch norm folded into the weights,
+// the folded weights on their own (narrow) grid, the output on the activation grid.
+TEST(FakeQuant, ConvNormActivationFoldsThenQuantizes) {
+  torch::manual_seed(0);
+  ConvNormActivation layer(ConvNormActivationOptions(3, 4, 3));
+  {
+    torch::NoGradGuard no_grad;
+    layer->bn->weight.uniform_(0.5, 1.5);
+    layer->bn->bias.uniform_(-0.2, 0.2);
+    layer->bn->running_mean.uniform_(-0.1, 0.1);
+    layer->bn->running_var.uniform_(0.5, 2.0);
+  }
+  auto control = std::make_shared<QuantizationControl>();
+  layer->enable_quantization(control);
+  ASSERT_TRUE(layer->weights_quant);
+  const auto x = torch::randn({2, 3, 8, 8});
+  layer->train();
+  control->active = true;
+  layer->forward(x);  // sets the activation range
+  layer->eval();
+  torch::NoGradGuard no_grad;
+  const auto y = layer->forward(x);
+
+  const auto& bn = *layer->bn;
+  const auto s = bn.weight / torch::sqrt(bn.running_var + bn.options.eps());
+  const auto folded = layer->conv->weight * s.view({-1, 1, 1, 1});
+  const auto wr =
+      nudge_range(std::min(0.0f, folded.min().item<float>()), std::max(0.0f, folded.max().item<float>()), 8, true);
+  const auto qw = torch::floor((folded.clamp(wr.min, wr.max) - wr.min) / wr.scale + 0.5) * wr.scale + wr.min;
+  auto expected = torch::nn::functional::conv2d(x, qw, torch::nn::functional::Conv2dFuncOptions().padding(1)) +
+                  (bn.bias - bn.running_mean * s).view({1, -1, 1, 1});
+  expected = torch::clamp(expected, 0, 6);  // ReLU6
+  const auto ar = layer->act_quant->range();
+  expected = torch::floor((expected.clamp(ar.min, ar.max) - ar.min) / ar.scale + 0.5) * ar.scale + ar.min;
+  EXPECT_LE((y - expected).abs().max().item<double>(), 1e-5);
+  // Every output on the activation grid.
+  const auto steps = (y - ar.min) / ar.scale;
+  EXPECT_LE((steps - steps.round()).abs().max().item<double>(), 1e-3);
 }
 
 }  // namespace

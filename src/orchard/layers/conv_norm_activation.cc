@@ -19,8 +19,16 @@ ConvNormActivationImpl::ConvNormActivationImpl(const ConvNormActivationOptions& 
 }
 
 torch::Tensor ConvNormActivationImpl::forward(const torch::Tensor& x) {
+  if (weights_quant)
+    return act_quant->forward(
+        activate(options.activation(), quantized_conv_bn(*conv, *bn, *weights_quant, x, options.tf_same_padding())));
   auto y = options.tf_same_padding() ? conv2d_tf_same(*conv, x) : conv->forward(x);
   return activate(options.activation(), batch_norm(*bn, y));
+}
+
+void ConvNormActivationImpl::enable_quantization(const std::shared_ptr<QuantizationControl>& control) {
+  weights_quant = register_module("weights_quant", FakeQuant(control, /*weights=*/true));
+  act_quant = register_module("act_quant", FakeQuant(control, /*weights=*/false));
 }
 
 }  // namespace orchard::layers

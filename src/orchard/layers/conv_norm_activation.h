@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "orchard/layers/activation.h"
+#include "orchard/layers/fake_quant.h"
 
 namespace orchard::layers {
 
@@ -32,14 +33,18 @@ struct ConvNormActivationOptions {
 
 // Input and output [N, C, H, W]. Children "0" (the convolution) and "1" (the batch norm), so
 // torchvision's state-dict names import; the batch norm runs through layers::batch_norm.
-class ConvNormActivationImpl : public torch::nn::Module {
+class ConvNormActivationImpl : public torch::nn::Module, public Quantizable {
  public:
   explicit ConvNormActivationImpl(const ConvNormActivationOptions& options);
   torch::Tensor forward(const torch::Tensor& x);
+  // Quantization-aware training (layers/fake_quant.h): the batch norm folded into quantized
+  // weights ("weights_quant"), the output quantized ("act_quant").
+  void enable_quantization(const std::shared_ptr<QuantizationControl>& control) override;
 
   ConvNormActivationOptions options;
   torch::nn::Conv2d conv{nullptr};
   torch::nn::BatchNorm2d bn{nullptr};
+  FakeQuant weights_quant{nullptr}, act_quant{nullptr};
 };
 TORCH_MODULE(ConvNormActivation);
 

@@ -11,8 +11,9 @@ namespace orchard::layers {
 
 namespace F = torch::nn::functional;
 
-torch::Tensor conv2d_tf_same(torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
+torch::Tensor conv2d_tf_same(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, const torch::Tensor& weight) {
   const auto& o = conv.options;
+  const auto& w = weight.defined() ? weight : conv.weight;
   int64_t begin[2], end[2];
   bool stride_past_input = false;
   for (int d = 0; d < 2; ++d) {
@@ -30,8 +31,8 @@ torch::Tensor conv2d_tf_same(torch::nn::Conv2dImpl& conv, const torch::Tensor& x
   // returns a weight gradient that varies from call to call and is sometimes NaN. Padding
   // the input first gives the same result and a correct gradient.
   if (begin[0] == end[0] && begin[1] == end[1] && !stride_past_input)
-    return F::conv2d(x, conv.weight, options.padding(torch::ExpandingArray<2>({begin[0], begin[1]})));
-  return F::conv2d(F::pad(x, F::PadFuncOptions({begin[1], end[1], begin[0], end[0]})), conv.weight, options);
+    return F::conv2d(x, w, options.padding(torch::ExpandingArray<2>({begin[0], begin[1]})));
+  return F::conv2d(F::pad(x, F::PadFuncOptions({begin[1], end[1], begin[0], end[0]})), w, options);
 }
 
 torch::Tensor max_pool2d_tf_same(const torch::Tensor& x, int64_t kernel, int64_t stride, double pad_value) {

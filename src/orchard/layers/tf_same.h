@@ -17,8 +17,9 @@ class Conv2dImpl;
 namespace orchard::layers {
 
 // `conv` on x padded as TF's 'SAME' (its stride and dilation honoured). `conv` must have been
-// built with padding 0; its bias, if any, is added.
-at::Tensor conv2d_tf_same(torch::nn::Conv2dImpl& conv, const at::Tensor& x);
+// built with padding 0; its bias, if any, is added. `weight`, where defined, replaces conv's
+// (quantization-aware training's folded, fake-quantized weights).
+at::Tensor conv2d_tf_same(torch::nn::Conv2dImpl& conv, const at::Tensor& x, const at::Tensor& weight = {});
 
 // A kernel x kernel max pool with TF's 'SAME' padding. The padding holds `pad_value`: -inf
 // (the default) never wins; 0 does the same on inputs known to be >= 0 (after a ReLU), as the

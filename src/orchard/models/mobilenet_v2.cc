@@ -41,7 +41,7 @@ constexpr int64_t kNumFeatures = 19;  // conv + 17 blocks + conv
 // residual when shapes allow. Children under "conv" are numbered as torchvision's
 // (conv.0 expand, conv.1 depthwise, conv.2 project, conv.3 its BN; without expansion
 // everything shifts down by one).
-class InvertedResidualImpl : public torch::nn::Module {
+class InvertedResidualImpl : public torch::nn::Module, public layers::Quantizable {
  public:
   InvertedResidualImpl(int64_t in, int64_t out, int64_t stride, int64_t hidden, const MobileNetV2Options& o)
       : residual_(stride == 1 && in == out) {
@@ -69,13 +69,25 @@ class InvertedResidualImpl : public torch::nn::Module {
   torch::Tensor expand(const torch::Tensor& x) { return has_expansion() ? expand_->forward(x) : x; }
   // The block's output given its input x and expand(x).
   torch::Tensor finish(const torch::Tensor& x, const torch::Tensor& expanded) {
+    if (weights_quant_) {  // quantization-aware training: the linear projection, then the sum
+      auto y = act_quant_->forward(
+          layers::quantized_conv_bn(*project_, *project_bn_, *weights_quant_, depthwise_->forward(expanded), false));
+      return residual_ ? add_quant_->forward(y + x) : y;
+    }
     auto y = batch_norm(*project_bn_, project_->forward(depthwise_->forward(expanded)));
     return residual_ ? y + x : y;
+  }
+  // The projection's quantizers ("weights_quant", "act_quant") and the residual sum's ("add_quant").
+  void enable_quantization(const std::shared_ptr<layers::QuantizationControl>& control) override {
+    weights_quant_ = register_module("weights_quant", layers::FakeQuant(control, true));
+    act_quant_ = register_module("act_quant", layers::FakeQuant(control, false));
+    if (residual_) add_quant_ = register_module("add_quant", layers::FakeQuant(control, false));
   }
   torch::Tensor forward(const torch::Tensor& x) { return finish(x, expand(x)); }
 
  private:
   bool residual_;
+  layers::FakeQuant weights_quant_{nullptr}, act_quant_{nullptr}, add_quant_{nullptr};
   torch::nn::ModuleList conv_{nullptr};
   ConvNormActivation expand_{nullptr};
   ConvNormActivation depthwise_{nullptr};

@@ -29,6 +29,7 @@ namespace odp = object_detection::protos;
 // unimplemented; edit these tables as the implementation grows. This one holds the messages every
 // model shares; each `model` case's fields are in its own file (model_messages.h).
 const char* const kImplemented[] = {
+    "graph_rewriter.quantization",  // quantization-aware training (SSD MobileNet V1 / V2; others refuse it)
     "train_config.batch_size",
     "train_config.data_augmentation_options.random_horizontal_flip",
     "train_config.data_augmentation_options.ssd_random_crop",

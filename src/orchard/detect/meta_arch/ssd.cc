@@ -50,6 +50,10 @@ ParsedModel parse_ssd(const object_detection::protos::TrainEvalPipelineConfig& p
     c.model.fpn.additional_layer_depth = fe.fpn().additional_layer_depth();
   }
   c.model.feature_extractor = type;
+  if (pipeline.has_graph_rewriter() && pipeline.graph_rewriter().has_quantization()) {
+    const auto& q = pipeline.graph_rewriter().quantization();
+    c.quantization = layers::QuantizationOptions{q.delay(), q.weight_bits(), q.activation_bits(), q.symmetric()};
+  }
   c.model.depth_multiplier = fe.depth_multiplier();
   c.model.min_depth = fe.min_depth();
   c.model.use_depthwise = fe.use_depthwise();
@@ -223,6 +227,13 @@ SsdMetaArchitecture::SsdMetaArchitecture(const SsdConfig& config, int64_t num_cl
                   " (the OD API's FPN configs use multiscale_anchor_generator with the same levels)");
     config_.model.anchors_per_location = detect::anchors_per_location(config_.anchors);
     model_ = build_model(config_.model);
+  }
+  if (config_.quantization) {
+    try {
+      model_->enable_quantization(*config_.quantization);
+    } catch (const std::invalid_argument& e) {
+      throw Error(e.what());
+    }
   }
   anchors_ = generate_anchors(h, w);
 }

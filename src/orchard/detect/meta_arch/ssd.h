@@ -29,6 +29,8 @@ struct SsdConfig : MetaArchitectureConfig {
   detect::SsdLossOptions loss;
   detect::BatchNmsOptions nms;
   std::string score_converter = "SIGMOID";  // IDENTITY_WITH_LOGITS | SIGMOID | SOFTMAX
+  // graph_rewriter { quantization { ... } }: quantization-aware training.
+  std::optional<layers::QuantizationOptions> quantization;
 
   std::unique_ptr<MetaArchitecture> build(int64_t num_classes, const data::DetectionInputOptions& input) const override;
 };

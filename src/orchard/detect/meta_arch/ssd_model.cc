@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <stdexcept>
 
 #include "orchard/detect/feature_extractors/registry.h"
@@ -253,6 +254,49 @@ void SsdModelImpl::init_extra_layers_(double stddev) {
 
 std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name, const std::string& backbone_scope) const {
   const auto bad = [&] { return std::invalid_argument("not an SSD MobileNet variable: '" + name + "'"); };
+  // The quantizers' ranges, as contrib.quantize names them: "<layer scope>/weights_quant/min",
+  // ".../act_quant/max", the moving averages' ".../act_quant/min/biased" and ".../min/local_step".
+  if (name == "quantization_step") return std::nullopt;  // TF's global_step
+  for (const std::string kind : {"weights_quant", "act_quant", "add_quant"}) {
+    const size_t at = name.find("." + kind + ".");
+    if (at == std::string::npos) continue;
+    const std::string layer = name.substr(0, at), field = name.substr(at + kind.size() + 2);
+    static const std::map<std::string, std::string> fields = {{"min", "min"},
+                                                              {"max", "max"},
+                                                              {"min_biased", "min/biased"},
+                                                              {"max_biased", "max/biased"},
+                                                              {"min_local_step", "min/local_step"},
+                                                              {"max_local_step", "max/local_step"}};
+    if (!fields.count(field)) throw bad();
+    // The layer's scope: its convolution's variable name less the variable.
+    std::string scope;
+    int i = -1;
+    if (std::sscanf(layer.c_str(), "box_heads_quant.%d", &i) == 1 ||
+        std::sscanf(layer.c_str(), "class_heads_quant.%d", &i) == 1) {
+      scope = "BoxPredictor_" + std::to_string(i) +
+              (layer.rfind("box", 0) == 0 ? "/BoxEncodingPredictor" : "/ClassPredictor");
+    } else {
+      std::optional<models::TfName> conv;
+      if (kind == "add_quant") {  // the inverted residual block's own scope
+        conv = tf_name(layer + ".conv.1.0.weight", backbone_scope);
+        scope = conv->name.substr(0, conv->name.rfind('/'));  // <block>/depthwise
+      } else {
+        for (const std::string child : {".0.weight", ".conv.2.weight", ".conv.1.weight"}) {
+          try {
+            conv = tf_name(layer + child, backbone_scope);
+          } catch (const std::exception&) {
+            continue;
+          }
+          if (conv && (child == ".0.weight" || conv->name.find("/project/") != std::string::npos)) break;
+          conv.reset();
+        }
+        if (!conv) throw bad();
+        scope = conv->name;
+      }
+      scope = scope.substr(0, scope.rfind('/'));
+    }
+    return models::TfName{scope + "/" + kind + "/" + fields.at(field)};
+  }
   const std::string feature_extractor_scope = "FeatureExtractor/" + this->backbone_scope();
   if (name.rfind("backbone.", 0) == 0) {
     const std::string scope = backbone_scope.empty() ? feature_extractor_scope : backbone_scope;
@@ -362,7 +406,53 @@ std::vector<torch::Tensor> SsdModelImpl::feature_maps(const torch::Tensor& input
   return maps;
 }
 
+namespace {
+
+// A box predictor head: its convolution, with quantized weights and output under quantization.
+torch::Tensor head(torch::nn::ModuleList& heads, torch::nn::ModuleList& quantizers, size_t i, const torch::Tensor& x) {
+  auto& conv = *heads[i]->as<torch::nn::Conv2d>();
+  if (!quantizers) return conv2d_tf_same(conv, x);
+  auto& q = *quantizers[i];
+  auto& weights = *q.named_children()["weights_quant"]->as<layers::FakeQuant>();
+  return q.named_children()["act_quant"]->as<layers::FakeQuant>()->forward(
+      layers::quantized_conv(conv, weights, x, /*tf_same_padding=*/true));
+}
+
+}  // namespace
+
+void SsdModelImpl::enable_quantization(const layers::QuantizationOptions& options) {
+  const std::string base = layout_.scope;
+  std::string missing;
+  if (base != "MobilenetV1" && base != "MobilenetV2") missing = "the " + base + " base";
+  else if (fpn_ || mnasfpn_ || bottom_up_) missing = "FPN / MnasFPN feature maps";
+  else if (predictor_) missing = "the weight-shared box predictor";
+  else if (options_.use_depthwise) missing = "depthwise extra layers";
+  if (!missing.empty())
+    throw std::invalid_argument("graph_rewriter quantization: quantization-aware training of " + missing +
+                                " is not implemented yet (ssd_mobilenet_v1 / v2 with the convolutional box predictor "
+                                "are; docs/deploy.md)");
+  if (options.weight_bits < 2 || options.weight_bits > 8 || options.activation_bits < 2 || options.activation_bits > 8)
+    throw std::invalid_argument("graph_rewriter quantization: weight_bits and activation_bits must be 2..8");
+  quantization_ = std::make_shared<layers::QuantizationControl>();
+  quantization_->options = options;
+  layers::enable_quantization(*this, quantization_);
+  quantization_step_ = register_buffer("quantization_step", torch::zeros({}, torch::kLong));
+  box_heads_quant_ = register_module("box_heads_quant", torch::nn::ModuleList());
+  class_heads_quant_ = register_module("class_heads_quant", torch::nn::ModuleList());
+  for (auto* list : {&box_heads_quant_, &class_heads_quant_})
+    for (size_t i = 0; i < box_heads_->size(); ++i) {
+      auto q = std::make_shared<torch::nn::Module>();
+      q->register_module("weights_quant", layers::FakeQuant(quantization_, true));
+      q->register_module("act_quant", layers::FakeQuant(quantization_, false));
+      (*list)->push_back(q);
+    }
+}
+
 torch::Tensor SsdModelImpl::forward(const torch::Tensor& images) {
+  if (quantization_ && is_training()) {  // quantizing from training step `delay` on
+    quantization_->active = quantization_step_.item<int64_t>() >= quantization_->options.delay;
+    quantization_step_.add_(1);
+  }
   const auto maps = feature_maps(images);
   if (predictor_) return predictor_->forward(maps);
   const int64_t batch = images.size(0);
@@ -371,14 +461,14 @@ torch::Tensor SsdModelImpl::forward(const torch::Tensor& images) {
     // [B, A * code, H, W] -> [B, H, W, A * code] -> [B, H * W * A, code].
     const auto box_in =
         options_.depthwise_heads ? box_depthwise_[i]->as<ConvNormActivationImpl>()->forward(maps[i]) : maps[i];
-    const auto box = conv2d_tf_same(*box_heads_[i]->as<torch::nn::Conv2d>(), box_in);
+    const auto box = head(box_heads_, box_heads_quant_, i, box_in);
     const int64_t anchors = maps[i].size(2) * maps[i].size(3) * options_.anchors_per_location[i];
     boxes.push_back(box.permute({0, 2, 3, 1}).reshape({batch, anchors, options_.box_code_size}));
     auto x = maps[i];
     if (options_.use_dropout)
       x = F::dropout(x, F::DropoutFuncOptions().p(1 - options_.dropout_keep_probability).training(is_training()));
     if (options_.depthwise_heads) x = class_depthwise_[i]->as<ConvNormActivationImpl>()->forward(x);
-    const auto cls = conv2d_tf_same(*class_heads_[i]->as<torch::nn::Conv2d>(), x);
+    const auto cls = head(class_heads_, class_heads_quant_, i, x);
     classes.push_back(cls.permute({0, 2, 3, 1}).reshape({batch, anchors, options_.num_classes + 1}));
   }
   return torch::cat({torch::cat(boxes, 1), torch::cat(classes, 1)}, 2);

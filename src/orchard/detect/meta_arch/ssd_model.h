@@ -208,6 +208,14 @@ class SsdModelImpl : public torch::nn::Module {
   // `backbone_scope` empty: "FeatureExtractor/" + backbone_scope().
   std::optional<models::TfName> tf_name(const std::string& name, const std::string& backbone_scope = "") const;
 
+  // Quantization-aware training (graph_rewriter.quantization; layers/fake_quant.h): every
+  // convolution's weights and output and every residual sum quantized, the heads' too
+  // ("box_heads_quant.<i>", "class_heads_quant.<i>"). An Error for the models it is not written
+  // for yet (FPN, PPN, MnasFPN, the weight-shared predictor, bases other than MobileNet V1 / V2).
+  void enable_quantization(const layers::QuantizationOptions& options);
+  // The quantizers' state: null without quantization. The task sets `active` each step.
+  const std::shared_ptr<layers::QuantizationControl>& quantization() const { return quantization_; }
+
  private:
   void init_extra_layers_(double stddev);
 
@@ -224,6 +232,9 @@ class SsdModelImpl : public torch::nn::Module {
   FpnTopDown fpn_{nullptr};
   torch::nn::ModuleList bottom_up_{nullptr};  // FPN levels above 5
   WeightSharedPredictor predictor_{nullptr};
+  std::shared_ptr<layers::QuantizationControl> quantization_;
+  torch::nn::ModuleList box_heads_quant_{nullptr}, class_heads_quant_{nullptr};
+  torch::Tensor quantization_step_;  // training forward passes since quantization was enabled
 };
 TORCH_MODULE(SsdModel);
 

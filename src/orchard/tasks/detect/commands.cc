@@ -194,11 +194,13 @@ Loaded load(const DetectFlags& f, const std::string& config_path) {
   o.channels_last = f.data_format == "channels_last";
   Loaded l = load_detection_pipeline(config_path, o);
   l.config.input.max_image_pixels = f.max_image_pixels;
-  if (l.pipeline.has_graph_rewriter())
-    spdlog::warn(
-        "{}: graph_rewriter (quantization-aware training) is ignored: Orchard trains and evaluates in float "
-        "and exports float models (no fake-quantization, no quantized TFLite export); --strict refuses it",
-        config_path);
+  if (l.pipeline.has_graph_rewriter() && l.pipeline.graph_rewriter().has_quantization()) {
+    const auto& q = l.pipeline.graph_rewriter().quantization();
+    spdlog::info(
+        "{}: graph_rewriter: quantization-aware training, weights {} bits, activations {} bits{}, from step {} on "
+        "(evaluation quantizes always)",
+        config_path, q.weight_bits(), q.activation_bits(), q.symmetric() ? ", symmetric" : "", q.delay());
+  }
   read_label_map(&l);
   return l;
 }
