@@ -4,9 +4,10 @@ Orchard or TensorFlow. The export tests call it.
 
     armnn_tflite.py MODEL INPUT OUT_DIR
 
-INPUT: the raw little-endian bytes of the (only) input tensor, in its own type. OUT_DIR receives
-each output as raw float32 bytes, named by its index (0.bin, 1.bin, ...), and outputs.json: the
-outputs' names and shapes in the graph's order.
+INPUT: the raw little-endian bytes of the (only) input tensor, in its own type, or of N such
+tensors one after the other (N runs). OUT_DIR receives each output as raw float32 bytes, named by
+its index (0.bin, 1.bin, ...), the N runs' values stacked, and outputs.json: the outputs' names
+and shapes ([N] + the tensor's) in the graph's order.
 """
 import json
 import os
@@ -30,16 +31,21 @@ def main():
     network_id, _ = runtime.LoadNetwork(optimized)
     dtype = {ann.DataType_Float32: np.float32, ann.DataType_QAsymmU8: np.uint8}[input_info[1].GetDataType()]
     data = np.fromfile(input_path, dtype=dtype)
-    inputs = ann.make_input_tensors([input_info], [data])
+    size = input_info[1].GetNumElements()
+    if data.size == 0 or data.size % size:
+        raise SystemExit(f"{input_path}: {data.size} values, not a multiple of the input's {size}")
     output_names = parser.GetSubgraphOutputTensorNames(0)
     output_infos = [parser.GetNetworkOutputBindingInfo(0, n) for n in output_names]
-    outputs = ann.make_output_tensors(output_infos)
-    runtime.EnqueueWorkload(network_id, inputs, outputs)
-    results = ann.workload_tensors_to_ndarray(outputs)
+    runs = []
+    for k in range(data.size // size):
+        inputs = ann.make_input_tensors([input_info], [data[k * size:(k + 1) * size]])
+        outputs = ann.make_output_tensors(output_infos)
+        runtime.EnqueueWorkload(network_id, inputs, outputs)
+        runs.append(ann.workload_tensors_to_ndarray(outputs))
     listing = []
-    for i, (name, info, value) in enumerate(zip(output_names, output_infos, results)):
+    for i, (name, info) in enumerate(zip(output_names, output_infos)):
         tensor_info = info[1]
-        value = np.asarray(value)
+        value = np.stack([np.asarray(run[i]) for run in runs])
         if tensor_info.IsQuantized():  # uint8 outputs: dequantized with their own scale and offset
             value = (value.astype(np.float32) - tensor_info.GetQuantizationOffset()) * tensor_info.GetQuantizationScale()
         value.astype(np.float32).tofile(os.path.join(out_dir, f"{i}.bin"))

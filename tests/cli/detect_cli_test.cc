@@ -15,10 +15,13 @@
 #include <vector>
 
 #include "cli/cli_util.h"
+#include "cli/export_models.h"
 #include "core/test_util.h"
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
 #include "orchard/data/detection.h"
+#include "orchard/data/image.h"
+#include "orchard/detect/metrics/coco_eval.h"
 #include "orchard/detect/metrics/coco_mask.h"
 #include "orchard/models/mobilenet_v2.h"
 #include "orchard/models/tf_weights.h"
@@ -289,6 +292,85 @@ TEST_F(DetectTrain, PredictWritesBoxesAndAnnotatedImages) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(files_with(both, ".png").size(), 6u);
   EXPECT_TRUE(contains(r.out, ": [xmin,ymin,xmax,ymax px]")) << r.out;
+}
+
+// graph_rewriter { quantization } as the OD API's quantized configs use it: a fine-tune of the
+// float model with quantization-aware training, exported as a uint8 TFLite file (the converter's
+// QUANTIZED_UINT8, the TFLite_Detection_PostProcess op) that Arm NN runs on the 200 validation
+// images: its AP50 (Orchard's COCO evaluation of Arm NN's detections) stays near the float
+// model's.
+TEST_F(DetectTrain, QuantizationAwareFineTuneRunsAsUint8Tflite) {
+  ASSERT_EQ(result_.rc, 0) << result_.err;
+  const std::string cfg = root_->file("qat.config"), dir = root_->file("qat"), stats = root_->file("qat.json");
+  atomic_write_file(cfg, replace(read_file(config_), "train_config {\n",
+                                 "graph_rewriter {\n  quantization {\n    delay: 0\n  }\n}\ntrain_config {\n"
+                                 "  fine_tune_checkpoint: \"" +
+                                     model_ + "\"\n  fine_tune_checkpoint_type: \"full\"\n"));
+  auto r = run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", dir, "--num_train_steps", "100",
+                "--log_steps", "50", "--seed", "1", "--stats_file", stats, "--num_preprocess_threads", "1"},
+               *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "graph_rewriter: quantization-aware training, weights 8 bits, activations 8 bits"))
+      << r.err;
+  const double float_ap50 = json::parse(test::read_bytes(root_->file("stats.json")))
+                                .at("eval_DetectionBoxes_Precision/mAP@.50IOU")
+                                .get<double>();
+  const double qat_ap50 =
+      json::parse(test::read_bytes(stats)).at("eval_DetectionBoxes_Precision/mAP@.50IOU").get<double>();
+  // The checkpoint carries the ranges under contrib.quantize's names.
+  r = run({"checkpoint", "inspect", dir + "/export/100/model.ckpt"}, *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "FeatureExtractor/MobilenetV2/Conv/act_quant/max/biased")) << r.out;
+  EXPECT_TRUE(contains(r.out, "BoxPredictor_0/ClassPredictor/weights_quant/min")) << r.out;
+
+  const std::string tflite = root_->file("qat.tflite");
+  r = run({"detect", "export", "--model_dir", dir, "--format", "tflite", "--out", tflite, "--use_regular_nms", "true",
+           "--max_detections", "100"},
+          *root_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "uint8 TFLite")) << r.err;
+  // The validation images as the uint8 input takes them (pixels as they are: mean 128, std 128).
+  TFRecordReader reader((stdfs::path(data_) / "validation-00000-of-00001").string());
+  std::vector<data::DetectionExample> examples;
+  std::string pixels;
+  for (std::string rec; reader.next(&rec);) {
+    examples.push_back(data::parse_detection_example(rec, "validation", 3));
+    const auto image = data::decode_image(examples.back().encoded, "validation");
+    ASSERT_EQ(image.height, 96);
+    ASSERT_EQ(image.width, 96);
+    pixels.append(image.pixels.begin(), image.pixels.end());
+  }
+  const auto n = static_cast<int64_t>(examples.size());
+  const auto input = torch::from_blob(pixels.data(), {n, 96, 96, 3}, torch::kUInt8);
+  const auto out = test::run_tflite_in_armnn(tflite, input, root_->path().string(), n);
+  ASSERT_EQ(out.size(), 4u);  // boxes [n, 100, 4], classes, scores, num_detections
+  detect::CocoEvaluator coco;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& ex = examples[static_cast<size_t>(i)];
+    coco.add_image(i);
+    for (size_t k = 0; k < ex.boxes.size(); ++k) {
+      const auto& b = ex.boxes[k];
+      coco.add_ground_truth(
+          {i, ex.classes[k], b.xmin * 96.0, b.ymin * 96.0, (b.xmax - b.xmin) * 96.0, (b.ymax - b.ymin) * 96.0});
+    }
+    const auto count = static_cast<int64_t>(out[3][i].item<float>());
+    for (int64_t d = 0; d < count; ++d) {
+      const auto box = out[0][i][d].clamp(0, 1) * 96.0;  // ymin, xmin, ymax, xmax, clipped as the OD API's
+      detect::CocoDetection det;
+      det.image_id = i;
+      det.category_id = static_cast<int64_t>(out[1][i][d].item<float>()) + 1;  // 0: the first class
+      det.x = box[1].item<double>(), det.y = box[0].item<double>();
+      det.w = (box[3] - box[1]).item<double>(), det.h = (box[2] - box[0]).item<double>();
+      det.score = out[2][i][d].item<double>();
+      coco.add_detection(det);
+    }
+  }
+  const double uint8_ap50 = coco.evaluate().stats[1];
+  std::cout << "AP50: float " << float_ap50 << ", quantization-aware (fake quantization) " << qat_ap50
+            << ", uint8 TFLite in Arm NN " << uint8_ap50 << "\n";
+  EXPECT_GE(qat_ap50, float_ap50 - 0.1);
+  EXPECT_GE(uint8_ap50, float_ap50 - 0.1);
+  EXPECT_NEAR(uint8_ap50, qat_ap50, 0.05);
 }
 
 TEST_F(DetectTrain, ResumesAndFineTunesByType) {

@@ -3,6 +3,7 @@
 
 #include <torch/nn/module.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,8 +29,9 @@ namespace orchard::test {
 
 // Runs a .tflite file in Arm NN (tests/cli/armnn_tflite.py: its TfLite parser and reference CPU
 // backend, Debian's python3-pyarmnn) on `input` (its one input tensor's values, float or uint8,
-// the graph's shape), in the folder `work`; returns the outputs in the graph's order, as float.
-std::vector<at::Tensor> run_tflite_in_armnn(const std::string& tflite, const at::Tensor& input,
-                                            const std::string& work);
+// the graph's shape; `runs` > 1: that many inputs stacked), in the folder `work`; returns the
+// outputs in the graph's order, as float ([runs, ...] where runs > 1).
+std::vector<at::Tensor> run_tflite_in_armnn(const std::string& tflite, const at::Tensor& input, const std::string& work,
+                                            int64_t runs = 1);
 
 }  // namespace orchard::test

@@ -23,8 +23,8 @@
 namespace orchard {
 namespace test {
 
-std::vector<at::Tensor> run_tflite_in_armnn(const std::string& tflite, const at::Tensor& input,
-                                            const std::string& work) {
+std::vector<at::Tensor> run_tflite_in_armnn(const std::string& tflite, const at::Tensor& input, const std::string& work,
+                                            int64_t runs) {
   const auto x = input.contiguous();
   atomic_write_file(work + "/input.bin",
                     std::string(static_cast<const char*>(x.data_ptr()), static_cast<size_t>(x.nbytes())));
@@ -39,7 +39,8 @@ std::vector<at::Tensor> run_tflite_in_armnn(const std::string& tflite, const at:
   for (size_t i = 0; i < listing.size(); ++i) {
     const std::string bytes = read_file(work + "/" + std::to_string(i) + ".bin");
     const auto shape = listing[i]["shape"].get<std::vector<int64_t>>();
-    outputs.push_back(torch::from_blob(const_cast<char*>(bytes.data()), shape, torch::kFloat).clone());
+    auto value = torch::from_blob(const_cast<char*>(bytes.data()), shape, torch::kFloat).clone();
+    outputs.push_back(runs == 1 ? value.squeeze(0) : value);
   }
   return outputs;
 }

@@ -49,6 +49,9 @@ class GraphWriter {
   // [N, in] -> [N, out]: x weight^T + bias, weight [out, in] (torch::nn::Linear's).
   virtual std::string dense(const std::string& name, const std::string& x, const at::Tensor& weight,
                             const at::Tensor& bias) = 0;
+  // The range quantization-aware training gave tensor x (its fake-quantization's nudged min and
+  // max): a quantized format's (uint8 TFLite) scale and zero point. Float formats ignore it.
+  virtual void quantization_range(const std::string& /*x*/, float /*min*/, float /*max*/) {}
 };
 
 }  // namespace orchard::exporting

@@ -77,7 +77,14 @@ std::string conv_bn_relu6(GraphWriter& g, const ModuleIndex& modules, const std:
   const auto& o = cna.conv->options;
   const Pads pads = cna.options.tf_same_padding() ? same_pads(h, w, o) : symmetric_pads(name, o);
   std::tie(h, w) = conv_output_size(h, w, o, pads);
-  return g.relu6(conv_bn(g, name, *cna.conv, *cna.bn, x, pads));
+  const std::string out = g.relu6(conv_bn(g, name, *cna.conv, *cna.bn, x, pads));
+  if (cna.act_quant) quantization_range(g, out, *cna.act_quant);
+  return out;
+}
+
+void quantization_range(GraphWriter& g, const std::string& x, const layers::FakeQuantImpl& quantizer) {
+  const auto r = quantizer.range();
+  g.quantization_range(x, r.min, r.max);
 }
 
 std::vector<std::string> mobilenet_v1_features(GraphWriter& g, const ModuleIndex& modules, const std::string& prefix,
@@ -129,9 +136,15 @@ std::vector<std::string> mobilenet_v2_features(GraphWriter& g, const ModuleIndex
     auto& project = modules.get<torch::nn::Conv2dImpl>(p + std::to_string(c));
     h = conv_bn(g, p + std::to_string(c), project, modules.get<torch::nn::BatchNorm2dImpl>(p + std::to_string(c + 1)),
                 h, Pads{});
+    if (modules.has(block + ".act_quant"))
+      quantization_range(g, h, modules.get<layers::FakeQuantImpl>(block + ".act_quant"));
     const int64_t in = expansion ? modules.get<layers::ConvNormActivationImpl>(p + "0").options.in_channels()
                                  : depthwise.options.in_channels();
-    if (depthwise.options.stride() == 1 && in == project.options.out_channels()) h = g.add(p + "add", h, x);
+    if (depthwise.options.stride() == 1 && in == project.options.out_channels()) {
+      h = g.add(p + "add", h, x);
+      if (modules.has(block + ".add_quant"))
+        quantization_range(g, h, modules.get<layers::FakeQuantImpl>(block + ".add_quant"));
+    }
     x = outputs[{i, false}] = h;
   }
   std::vector<std::string> result;

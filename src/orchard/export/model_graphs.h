@@ -16,6 +16,7 @@
 
 #include "orchard/core/error.h"
 #include "orchard/export/graph_writer.h"
+#include "orchard/layers/fake_quant.h"
 #include "orchard/models/image_model.h"
 #include "orchard/models/mobilenet_v2.h"
 
@@ -60,6 +61,9 @@ std::pair<int64_t, int64_t> conv_output_size(int64_t h, int64_t w, const torch::
 // W * g / sqrt(v + eps), beta - m * g / sqrt(v + eps).
 std::string conv_bn(GraphWriter& g, const std::string& name, torch::nn::Conv2dImpl& conv,
                     torch::nn::BatchNorm2dImpl& bn, const std::string& x, const Pads& pads);
+
+// Tells g the range `quantizer` (quantization-aware training) gives tensor x.
+void quantization_range(GraphWriter& g, const std::string& x, const layers::FakeQuantImpl& quantizer);
 
 // The layers::ConvNormActivation `name` (conv, BN, ReLU6) on x, an h x w map (TF 'SAME'
 // padding depends on it); h and w become the output's size.

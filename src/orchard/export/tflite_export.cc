@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -26,7 +27,9 @@ using Shape = std::vector<int32_t>;
 // op's fused activation, as the converter fuses them.
 class TfliteWriter : public GraphWriter {
  public:
-  TfliteWriter() {
+  // quantized: uint8 tensors (the ranges quantization-aware training gave, quantization_range),
+  // uint8 weights on their own ranges, int32 biases; float32 otherwise.
+  explicit TfliteWriter(bool quantized = false) : quantized_(quantized) {
     model_.version = 3;
     model_.description = "Orchard";
     model_.buffers.push_back(std::make_unique<tflite::BufferT>());  // 0: the empty buffer
@@ -184,7 +187,10 @@ class TfliteWriter : public GraphWriter {
 
   const Shape& shape(const std::string& x) const { return graph_->tensors[index(x)]->shape; }
 
+  void quantization_range(const std::string& x, float min, float max) override { ranges_[x] = {min, max}; }
+
   std::string bytes() {
+    if (quantized_) quantize();
     flatbuffers::FlatBufferBuilder fbb;
     fbb.Finish(tflite::Model::Pack(fbb, &model_), tflite::ModelIdentifier());
     return std::string(reinterpret_cast<const char*>(fbb.GetBufferPointer()), fbb.GetSize());
@@ -303,6 +309,97 @@ class TfliteWriter : public GraphWriter {
     return op(builtin, {input}, name, {1, static_cast<int32_t>(h), static_cast<int32_t>(w), in[3]}, std::move(o));
   }
 
+  // uint8 throughout: each tensor's scale and zero point from its range (TF's nudging, as the
+  // converter does with the FakeQuant ops' min and max); where training gave none, as TFLite's
+  // kernels want them: the input's for reshapes, pads and pools, the union of the inputs' for a
+  // concatenation, [0, 1) in 256 steps for sigmoid and softmax. Weights on their own range (narrow,
+  // as contrib.quantize's weights_quant), biases int32 at input scale x weight scale.
+  void quantize() {
+    std::map<int32_t, layers::QuantRange> params;
+    auto from_range = [&](const std::string& name) {
+      auto it = ranges_.find(name);
+      if (it == ranges_.end()) return std::optional<layers::QuantRange>();
+      return std::optional<layers::QuantRange>(layers::nudge_range(it->second.first, it->second.second, 8, false));
+    };
+    for (int32_t i : graph_->inputs) {
+      const auto r = from_range(graph_->tensors[i]->name);
+      if (!r) throw Error("TFLite export: no quantization range for the input " + graph_->tensors[i]->name);
+      params[i] = *r;
+    }
+    for (auto& op : graph_->operators) {
+      const auto builtin = model_.operator_codes[op->opcode_index]->builtin_code;
+      if (builtin == tflite::BuiltinOperator_CUSTOM) continue;  // float outputs (the detection op)
+      const int32_t out = op->outputs.at(0);
+      const std::string& name = graph_->tensors[out]->name;
+      auto r = from_range(name);
+      auto input = [&](size_t k) { return params.at(op->inputs.at(k)); };
+      if (!r) {
+        switch (builtin) {
+          case tflite::BuiltinOperator_RESHAPE:
+          case tflite::BuiltinOperator_PAD:
+          case tflite::BuiltinOperator_MAX_POOL_2D:
+          case tflite::BuiltinOperator_AVERAGE_POOL_2D:
+          case tflite::BuiltinOperator_MEAN: r = input(0); break;
+          case tflite::BuiltinOperator_LOGISTIC:
+          case tflite::BuiltinOperator_SOFTMAX: r = layers::nudge_range(0.0f, 255.0f / 256.0f, 8, false); break;
+          case tflite::BuiltinOperator_CONCATENATION: {
+            float lo = 0, hi = 0;
+            for (size_t k = 0; k < op->inputs.size(); ++k)
+              lo = std::min(lo, input(k).min), hi = std::max(hi, input(k).max);
+            r = layers::nudge_range(lo, hi, 8, false);
+            break;
+          }
+          default:
+            throw Error("TFLite export: no quantization range for " + name +
+                        " (quantization-aware training gave none: is the model trained with graph_rewriter?)");
+        }
+      }
+      params[out] = *r;
+      if (builtin == tflite::BuiltinOperator_CONV_2D || builtin == tflite::BuiltinOperator_DEPTHWISE_CONV_2D ||
+          builtin == tflite::BuiltinOperator_FULLY_CONNECTED) {
+        const int32_t w = op->inputs.at(1), b = op->inputs.at(2);
+        params[w] = quantize_weights(w);
+        quantize_bias(b, input(0).scale * params[w].scale);
+      }
+    }
+    for (const auto& [i, r] : params) {
+      auto& t = *graph_->tensors[i];
+      t.type = tflite::TensorType_UINT8;
+      t.quantization = std::make_unique<tflite::QuantizationParametersT>();
+      t.quantization->scale = {r.scale};
+      t.quantization->zero_point = {r.zero_point};
+      t.quantization->min = {r.min};
+      t.quantization->max = {r.max};
+    }
+  }
+
+  // A float constant as uint8 on the nudged grid of its own range (narrow: 1..255).
+  layers::QuantRange quantize_weights(int32_t i) {
+    auto& data = model_.buffers[graph_->tensors[i]->buffer]->data;
+    const auto w = torch::from_blob(data.data(), {static_cast<int64_t>(data.size() / sizeof(float))}, torch::kFloat);
+    const auto r = layers::nudge_range(std::min(0.0f, w.min().item<float>()), std::max(0.0f, w.max().item<float>()), 8,
+                                       /*narrow_range=*/true);
+    const auto q = (torch::floor((w.clamp(r.min, r.max) - r.min) / r.scale + 0.5) + r.quant_min).to(torch::kUInt8);
+    data.assign(q.data_ptr<uint8_t>(), q.data_ptr<uint8_t>() + q.numel());
+    return r;
+  }
+
+  // A float bias as int32 at `scale`, zero point 0.
+  void quantize_bias(int32_t i, float scale) {
+    auto& t = *graph_->tensors[i];
+    auto& data = model_.buffers[t.buffer]->data;
+    const auto b = torch::from_blob(data.data(), {static_cast<int64_t>(data.size() / sizeof(float))}, torch::kFloat);
+    const auto q = torch::round(b.to(torch::kDouble) / scale).to(torch::kInt).contiguous();
+    const auto* bytes = reinterpret_cast<const uint8_t*>(q.data_ptr<int32_t>());
+    data.assign(bytes, bytes + q.numel() * static_cast<int64_t>(sizeof(int32_t)));
+    t.type = tflite::TensorType_INT32;
+    t.quantization = std::make_unique<tflite::QuantizationParametersT>();
+    t.quantization->scale = {scale};
+    t.quantization->zero_point = {0};
+  }
+
+  bool quantized_;
+  std::map<std::string, std::pair<float, float>> ranges_;
   tflite::ModelT model_;
   tflite::SubGraphT* graph_ = nullptr;
   std::map<std::string, int32_t> tensors_;
@@ -345,9 +442,15 @@ void export_tflite_ssd(detect::SsdModelImpl& model, const at::Tensor& anchors, c
     throw Error("TFLite export: max_detections, max_classes_per_detection and detections_per_class must be positive");
   model.eval();
   const auto& mo = model.options();
-  TfliteWriter g;
+  if (options.quantized && !model.quantization())
+    throw Error(
+        "TFLite export: a uint8 model needs the ranges of quantization-aware training (graph_rewriter "
+        "{ quantization { ... } } in the pipeline.config the model was trained with)");
+  TfliteWriter g(options.quantized);
   const auto h = static_cast<int32_t>(options.height), w = static_cast<int32_t>(options.width);
   const std::string input = g.input("normalized_input_image_tensor", {1, h, w, 3});
+  // The converter's --mean_values 128 --std_dev_values 128: uint8 q is (q - 128) / 128.
+  g.quantization_range(input, -1.0f, 127.0f / 128.0f);
   const auto maps = ssd_feature_maps(g, model, input, options.height, options.width);
   const ModuleIndex modules(model);
   const auto sizes = model.feature_map_sizes(options.height, options.width);
@@ -369,11 +472,14 @@ void export_tflite_ssd(detect::SsdModelImpl& model, const at::Tensor& anchors, c
         auto& cna = modules.get<layers::ConvNormActivationImpl>(depthwise);
         in = g.relu6(
             conv_bn(g, scope + predictor + "_depthwise", *cna.conv, *cna.bn, in, same_pads(mh, mw, cna.conv->options)));
+        if (cna.act_quant) quantization_range(g, in, *cna.act_quant);
       }
       auto& conv = modules.get<torch::nn::Conv2dImpl>(std::string(head) + "_heads." + std::to_string(i));
       const auto code = static_cast<int32_t>(conv.options.out_channels() / mo.anchors_per_location[i]);
       const std::string out = g.conv(scope + predictor, conv_spec(conv.options), conv.weight, conv.bias, in,
                                      same_pads(mh, mw, conv.options));
+      const std::string quantizer = std::string(head) + "_heads_quant." + std::to_string(i) + ".act_quant";
+      if (modules.has(quantizer)) quantization_range(g, out, modules.get<layers::FakeQuantImpl>(quantizer));
       outputs->push_back(g.reshape(scope + predictor + "/Reshape", out, {1, a, code}));
     }
   }

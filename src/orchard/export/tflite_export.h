@@ -42,6 +42,9 @@ struct TfliteDetectionOptions {
   int64_t max_detections = 10, max_classes_per_detection = 1, detections_per_class = 100;
   bool use_regular_nms = false;
   float nms_score_threshold = 1e-8f, nms_iou_threshold = 0.6f;
+  // uint8 (the converter's inference_type QUANTIZED_UINT8, input mean 128, std 128): the tensors
+  // on the ranges quantization-aware training kept; the detection op's outputs stay float.
+  bool quantized = false;
 };
 void export_tflite_ssd(detect::SsdModelImpl& model, const at::Tensor& anchors, const TfliteDetectionOptions& options,
                        const std::string& path);

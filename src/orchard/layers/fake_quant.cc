@@ -104,6 +104,13 @@ torch::Tensor conv_with(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, con
 
 }  // namespace
 
+bool is_quantization_state(const std::string& name) {
+  if (name == "quantization_step") return true;
+  for (const char* kind : {"weights_quant.", "act_quant.", "add_quant."})
+    if (name.find(kind) != std::string::npos) return true;
+  return false;
+}
+
 int64_t enable_quantization(torch::nn::Module& model, const std::shared_ptr<QuantizationControl>& control) {
   std::vector<Quantizable*> layers;
   for (const auto& m : model.modules(/*include_self=*/true))

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace orchard::layers {
 
@@ -60,6 +61,11 @@ class FakeQuantImpl : public torch::nn::Module {
   bool weights_;
 };
 TORCH_MODULE(FakeQuant);
+
+// Whether a model variable is a quantizer's state ("...weights_quant.min", "...act_quant.max_biased",
+// "quantization_step"): fine-tuning starts it afresh, as the OD API's quantized configs start
+// from float checkpoints that have none.
+bool is_quantization_state(const std::string& name);
 
 // A layer that knows where its quantizers go (ConvNormActivation, MobileNetV2's inverted
 // residual, ...): enable_quantization registers them.

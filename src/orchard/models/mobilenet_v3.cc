@@ -80,7 +80,7 @@ layers::SqueezeExcite squeeze_excite(int64_t channels, int64_t squeeze) {
 
 // conv_blocks.expanded_conv: expand (when wider than the input) -> depthwise -> SE -> project,
 // plus the input when the stride is 1 and the depth unchanged.
-class BlockImpl : public torch::nn::Module {
+class BlockImpl : public torch::nn::Module, public layers::Quantizable {
  public:
   BlockImpl(int64_t in, int64_t hidden, int64_t out, const LayerDef& d, const MobileNetV3Options& o)
       : residual_(d.residual && d.stride == 1 && in == out) {
@@ -100,11 +100,19 @@ class BlockImpl : public torch::nn::Module {
     auto h = depthwise_ ? depthwise_->forward(expanded) : expanded;
     if (se_) h = se_->forward(h);
     h = project_->forward(h);
-    return residual_ ? h + x : h;
+    if (!residual_) return h;
+    return add_quant_ ? add_quant_->forward(h + x) : h + x;
+  }
+  // The layers' own quantizers come from their ConvNormActivations; the residual sum's here
+  // ("add_quant"). Squeeze-excite (MobileNetV3 proper) is not written for quantization.
+  void enable_quantization(const std::shared_ptr<layers::QuantizationControl>& control) override {
+    if (se_) throw std::invalid_argument("quantization-aware training of squeeze-excite is not implemented");
+    if (residual_) add_quant_ = register_module("add_quant", layers::FakeQuant(control, false));
   }
 
  private:
   bool residual_;
+  layers::FakeQuant add_quant_{nullptr};
   layers::ConvNormActivation expand_{nullptr}, depthwise_{nullptr}, project_{nullptr};
   layers::SqueezeExcite se_{nullptr};
 };

@@ -46,6 +46,9 @@ struct GraphExportOptions {
   bool add_postprocessing_op = true;
   int64_t max_detections = 10, max_classes_per_detection = 1, detections_per_class = 100;
   bool use_regular_nms = false;
+  // tflite: tflite_convert's --inference_type, FLOAT or QUANTIZED_UINT8; empty: QUANTIZED_UINT8
+  // for a model trained with quantization (graph_rewriter), FLOAT otherwise.
+  std::string inference_type;
 };
 
 class MetaArchitecture {

@@ -277,9 +277,17 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name, con
               (layer.rfind("box", 0) == 0 ? "/BoxEncodingPredictor" : "/ClassPredictor");
     } else {
       std::optional<models::TfName> conv;
-      if (kind == "add_quant") {  // the inverted residual block's own scope
-        conv = tf_name(layer + ".conv.1.0.weight", backbone_scope);
-        scope = conv->name.substr(0, conv->name.rfind('/'));  // <block>/depthwise
+      if (kind == "add_quant") {  // the inverted residual block's own scope: <block>/<layer>/<variable>
+        for (const std::string child : {".conv.1.0.weight", ".project.0.weight"}) {
+          try {
+            conv = tf_name(layer + child, backbone_scope);
+          } catch (const std::exception&) {
+            continue;
+          }
+          if (conv) break;
+        }
+        if (!conv) throw bad();
+        scope = conv->name.substr(0, conv->name.rfind('/'));  // <block>/<layer>
       } else {
         for (const std::string child : {".0.weight", ".conv.2.weight", ".conv.1.weight"}) {
           try {
@@ -420,17 +428,21 @@ torch::Tensor head(torch::nn::ModuleList& heads, torch::nn::ModuleList& quantize
 
 }  // namespace
 
-void SsdModelImpl::enable_quantization(const layers::QuantizationOptions& options) {
+std::string SsdModelImpl::quantization_unsupported() const {
   const std::string base = layout_.scope;
-  std::string missing;
-  if (base != "MobilenetV1" && base != "MobilenetV2") missing = "the " + base + " base";
-  else if (fpn_ || mnasfpn_ || bottom_up_) missing = "FPN / MnasFPN feature maps";
-  else if (predictor_) missing = "the weight-shared box predictor";
-  else if (options_.use_depthwise) missing = "depthwise extra layers";
+  if (base != "MobilenetV1" && base != "MobilenetV2" && base != "MobilenetEdgeTPU") return "the " + base + " base";
+  if (fpn_ || mnasfpn_ || bottom_up_) return "FPN / MnasFPN feature maps";
+  if (predictor_) return "the weight-shared box predictor";
+  return "";
+}
+
+void SsdModelImpl::enable_quantization(const layers::QuantizationOptions& options) {
+  const std::string missing = quantization_unsupported();
   if (!missing.empty())
-    throw std::invalid_argument("graph_rewriter quantization: quantization-aware training of " + missing +
-                                " is not implemented yet (ssd_mobilenet_v1 / v2 with the convolutional box predictor "
-                                "are; docs/deploy.md)");
+    throw std::invalid_argument(
+        "graph_rewriter quantization: quantization-aware training of " + missing +
+        " is not implemented yet (ssd_mobilenet_v1 / v2 / edgetpu with the convolutional box predictor "
+        "are; docs/deploy.md)");
   if (options.weight_bits < 2 || options.weight_bits > 8 || options.activation_bits < 2 || options.activation_bits > 8)
     throw std::invalid_argument("graph_rewriter quantization: weight_bits and activation_bits must be 2..8");
   quantization_ = std::make_shared<layers::QuantizationControl>();

@@ -210,9 +210,13 @@ class SsdModelImpl : public torch::nn::Module {
 
   // Quantization-aware training (graph_rewriter.quantization; layers/fake_quant.h): every
   // convolution's weights and output and every residual sum quantized, the heads' too
-  // ("box_heads_quant.<i>", "class_heads_quant.<i>"). An Error for the models it is not written
-  // for yet (FPN, PPN, MnasFPN, the weight-shared predictor, bases other than MobileNet V1 / V2).
+  // ("box_heads_quant.<i>", "class_heads_quant.<i>"). std::invalid_argument for the models
+  // quantization_unsupported names.
   void enable_quantization(const layers::QuantizationOptions& options);
+  // What of this model quantization-aware training is not written for yet (FPN, PPN, MnasFPN,
+  // the weight-shared predictor, bases other than MobileNet V1 / V2 / EdgeTPU);
+  // empty where it is.
+  std::string quantization_unsupported() const;
   // The quantizers' state: null without quantization. The task sets `active` each step.
   const std::shared_ptr<layers::QuantizationControl>& quantization() const { return quantization_; }
 

@@ -747,6 +747,9 @@ TaskCommands detect_commands() {
          c->add_option("--detections_per_class", e->graph.detections_per_class,
                        "--format tflite: detections per class (regular NMS)")
              ->capture_default_str();
+         c->add_option("--inference_type", e->graph.inference_type,
+                       "--format tflite: FLOAT or QUANTIZED_UINT8 (tflite_convert's; default: QUANTIZED_UINT8 for a "
+                       "model trained with graph_rewriter quantization, FLOAT otherwise)");
          c->add_option("--use_regular_nms", e->graph.use_regular_nms,
                        "--format tflite: per-class NMS (slower) instead of the fast class-agnostic one")
              ->capture_default_str();

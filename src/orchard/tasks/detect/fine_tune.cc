@@ -6,6 +6,7 @@
 #include "orchard/core/files.h"
 #include "orchard/core/tf_checkpoint.h"
 #include "orchard/detect/config/config.h"
+#include "orchard/layers/fake_quant.h"
 #include "orchard/proto/object_detection/pipeline.pb.h"
 #include "orchard/tasks/detect/detection.h"
 
@@ -38,6 +39,15 @@ FineTuneSelection fine_tune_selection(const DetectionTask& task, const std::stri
   } else {
     throw Error("fine_tune_checkpoint_type must be classification, detection or full, not '" + type + "'");
   }
+  // Quantization-aware training's ranges start afresh (layers::is_quantization_state).
+  bool quantized = false;
+  for (const auto& b : const_cast<DetectionTask&>(task).module()->named_buffers())
+    quantized = quantized || layers::is_quantization_state(b.key());
+  if (!quantized) return s;
+  if (s.skip)
+    s.skip = [skip = s.skip](const std::string& name) { return layers::is_quantization_state(name) || skip(name); };
+  else s.skip = [](const std::string& name) { return layers::is_quantization_state(name); };
+  s.why = (s.why.empty() ? "" : s.why + "; ") + "quantization-aware training's ranges, which start afresh";
   return s;
 }
 
