@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,7 +21,6 @@
 #include "orchard/core/files.h"
 #include "orchard/core/tfrecord.h"
 #include "orchard/data/detection.h"
-#include "orchard/data/image.h"
 #include "orchard/detect/metrics/coco_eval.h"
 #include "orchard/detect/metrics/coco_mask.h"
 #include "orchard/models/mobilenet_v2.h"
@@ -329,21 +329,27 @@ TEST_F(DetectTrain, QuantizationAwareFineTuneRunsAsUint8Tflite) {
           *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "uint8 TFLite")) << r.err;
-  // The validation images as the uint8 input takes them (pixels as they are: mean 128, std 128).
+  // The validation images resized and scaled to [-1, 1] by Orchard's evaluation input path, as
+  // uint8 with the converter's mean 128 and std 128: q = 128 x + 128.
   TFRecordReader reader((stdfs::path(data_) / "validation-00000-of-00001").string());
   std::vector<data::DetectionExample> examples;
-  std::string pixels;
+  std::vector<torch::Tensor> images;
+  data::DetectionInputOptions input_options;
+  input_options.height = input_options.width = 96;
+  input_options.channels_last = true;
+  std::mt19937_64 rng(1);
   for (std::string rec; reader.next(&rec);) {
     examples.push_back(data::parse_detection_example(rec, "validation", 3));
-    const auto image = data::decode_image(examples.back().encoded, "validation");
-    ASSERT_EQ(image.height, 96);
-    ASSERT_EQ(image.width, 96);
-    pixels.append(image.pixels.begin(), image.pixels.end());
+    auto image = torch::empty({96, 96, 3});
+    data::preprocess_detection(examples.back(), input_options, /*training=*/false, rng, image.data_ptr<float>(),
+                               nullptr, "validation");
+    images.push_back((image * 128 + 128).round().clamp(0, 255).to(torch::kUInt8));
   }
   const auto n = static_cast<int64_t>(examples.size());
-  const auto input = torch::from_blob(pixels.data(), {n, 96, 96, 3}, torch::kUInt8);
-  const auto out = test::run_tflite_in_armnn(tflite, input, root_->path().string(), n);
-  ASSERT_EQ(out.size(), 4u);  // boxes [n, 100, 4], classes, scores, num_detections
+  const auto input = torch::stack(images);
+  auto out = test::run_tflite_in_armnn(tflite, input, root_->path().string(), n);
+  ASSERT_EQ(out.size(), 4u);  // boxes [n, 1, 100, 4], classes, scores, num_detections: batch 1 each
+  for (auto& t : out) t = t.squeeze(1);
   detect::CocoEvaluator coco;
   for (int64_t i = 0; i < n; ++i) {
     const auto& ex = examples[static_cast<size_t>(i)];

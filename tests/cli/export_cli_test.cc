@@ -85,6 +85,12 @@ std::shared_ptr<torch::nn::Module> write_model_dir(const std::string& dir, const
 
 double input_scale(const std::string& arch) { return models::takes_unit_range_inputs(arch) ? 1.0 : 50.0; }
 
+torch::Tensor scale_rgb(const std::string& arch, const torch::Tensor& rgb) {
+  if (models::takes_unit_range_inputs(arch)) return rgb * data::kInceptionScale - 1.0f;
+  return rgb -
+         torch::tensor({data::kChannelMeans[0], data::kChannelMeans[1], data::kChannelMeans[2]}).view({1, 3, 1, 1});
+}
+
 }  // namespace test
 namespace {
 
@@ -143,11 +149,7 @@ TEST_P(ExportOnnx, OpenCvReproducesLogitsAndFeatures) {
   // --include_preprocessing: RGB values in [0, 255] in; the graph scales them as Orchard's
   // preprocessing does (RGB minus the ImageNet means; Inception: * 2/255 - 1).
   const auto rgb = torch::randint(0, 256, {2, 3, size, size}).to(torch::kFloat);
-  const auto scaled =
-      models::takes_unit_range_inputs(arch)
-          ? rgb * data::kInceptionScale - 1.0f
-          : rgb - torch::tensor({data::kChannelMeans[0], data::kChannelMeans[1], data::kChannelMeans[2]})
-                      .view({1, 3, 1, 1});
+  const auto scaled = test::scale_rgb(arch, rgb);
   const auto expected = model.forward(scaled);
   const double dp = max_diff(opencv_forward(root.file("p.onnx"), rgb), expected);
   std::cout << arch << " with preprocessing: max |OpenCV - Orchard| " << dp << "\n";
@@ -447,11 +449,7 @@ TEST_P(ExportTf, OpenCvRunsTheFrozenGraphAndTheSavedModelHoldsIt) {
   EXPECT_LE(dpr, tol(logits));  // softmax and sigmoid move less than their inputs
 
   const auto rgb = torch::randint(0, 256, {2, 3, size, size}).to(torch::kFloat);
-  const auto scaled =
-      models::takes_unit_range_inputs(arch)
-          ? rgb * data::kInceptionScale - 1.0f
-          : rgb - torch::tensor({data::kChannelMeans[0], data::kChannelMeans[1], data::kChannelMeans[2]})
-                      .view({1, 3, 1, 1});
+  const auto scaled = test::scale_rgb(arch, rgb);
   const auto expected = model.forward(scaled);
   const double dp = max_diff(opencv_tf_forward(root.file("p.pb"), rgb, "logits/MatMul"), expected);
   std::cout << arch << " with preprocessing: " << dp << "\n";

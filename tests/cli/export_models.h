@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+namespace at {
+class Tensor;
+}
+
 namespace orchard::test {
 
 // A `task` (classify | multilabel) model_dir holding `arch` with random weights and batch-norm
@@ -19,11 +23,11 @@ std::shared_ptr<torch::nn::Module> write_model_dir(const std::string& dir, const
 // The spread of the preprocessed input: RGB minus the means for the ResNets, [-1, 1] for Inception.
 double input_scale(const std::string& arch);
 
-}  // namespace orchard::test
+// RGB values in [0, 255] ([N, 3, H, W]) preprocessed as Orchard feeds `arch` (minus the ImageNet
+// means; Inception: * 2/255 - 1): what an export with --include_preprocessing does itself.
+at::Tensor scale_rgb(const std::string& arch, const at::Tensor& rgb);
 
-namespace at {
-class Tensor;
-}
+}  // namespace orchard::test
 
 namespace orchard::test {
 

@@ -16,9 +16,7 @@
 #include "cli/export_models.h"
 #include "core/test_util.h"
 #include "orchard/core/files.h"
-#include "orchard/data/preprocess.h"
 #include "orchard/models/image_model.h"
-#include "orchard/models/registry.h"
 
 namespace orchard {
 namespace test {
@@ -95,11 +93,7 @@ TEST_P(ExportTflite, ArmNnReproducesLogitsProbsAndFeatures) {
   const double dl = max_diff(m[0], logits), dp = max_diff(m[1], probs), df = max_diff(f[0], features);
 
   const auto rgb = torch::randint(0, 256, {1, 3, size, size}).to(torch::kFloat);
-  const auto scaled =
-      models::takes_unit_range_inputs(arch)
-          ? rgb * data::kInceptionScale - 1.0f
-          : rgb - torch::tensor({data::kChannelMeans[0], data::kChannelMeans[1], data::kChannelMeans[2]})
-                      .view({1, 3, 1, 1});
+  const auto scaled = test::scale_rgb(arch, rgb);
   const auto expected = model.forward(scaled);
   const auto p = test::run_tflite_in_armnn(root.file("p.tflite"), nhwc(rgb), root.path());
   ASSERT_EQ(p.size(), 2u);
