@@ -294,8 +294,8 @@ TEST_F(DetectTrain, PredictWritesBoxesAndAnnotatedImages) {
   EXPECT_TRUE(contains(r.out, ": [xmin,ymin,xmax,ymax px]")) << r.out;
 }
 
-// graph_rewriter { quantization } as the OD API's quantized configs use it: a fine-tune of the
-// float model with quantization-aware training, exported as a uint8 TFLite file (the converter's
+// graph_rewriter { quantization } as the OD API's quantized configs use it: a 200-step fine-tune
+// of the float model with quantization-aware training, exported as a uint8 TFLite file (the converter's
 // QUANTIZED_UINT8, the TFLite_Detection_PostProcess op) that Arm NN runs on the 200 validation
 // images: its AP50 (Orchard's COCO evaluation of Arm NN's detections) stays near the float
 // model's.
@@ -306,7 +306,7 @@ TEST_F(DetectTrain, QuantizationAwareFineTuneRunsAsUint8Tflite) {
                                  "graph_rewriter {\n  quantization {\n    delay: 0\n  }\n}\ntrain_config {\n"
                                  "  fine_tune_checkpoint: \"" +
                                      model_ + "\"\n  fine_tune_checkpoint_type: \"full\"\n"));
-  auto r = run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", dir, "--num_train_steps", "100",
+  auto r = run({"detect", "train", "--pipeline_config_path", cfg, "--model_dir", dir, "--num_train_steps", "200",
                 "--log_steps", "50", "--seed", "1", "--stats_file", stats, "--num_preprocess_threads", "1"},
                *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -318,7 +318,7 @@ TEST_F(DetectTrain, QuantizationAwareFineTuneRunsAsUint8Tflite) {
   const double qat_ap50 =
       json::parse(test::read_bytes(stats)).at("eval_DetectionBoxes_Precision/mAP@.50IOU").get<double>();
   // The checkpoint carries the ranges under contrib.quantize's names.
-  r = run({"checkpoint", "inspect", dir + "/export/100/model.ckpt"}, *root_);
+  r = run({"checkpoint", "inspect", dir + "/export/200/model.ckpt"}, *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "FeatureExtractor/MobilenetV2/Conv/act_quant/max/biased")) << r.out;
   EXPECT_TRUE(contains(r.out, "BoxPredictor_0/ClassPredictor/weights_quant/min")) << r.out;
@@ -374,9 +374,13 @@ TEST_F(DetectTrain, QuantizationAwareFineTuneRunsAsUint8Tflite) {
   const double uint8_ap50 = coco.evaluate().stats[1];
   std::cout << "AP50: float " << float_ap50 << ", quantization-aware (fake quantization) " << qat_ap50
             << ", uint8 TFLite in Arm NN " << uint8_ap50 << "\n";
-  EXPECT_GE(qat_ap50, float_ap50 - 0.1);
-  EXPECT_GE(uint8_ap50, float_ap50 - 0.1);
-  EXPECT_NEAR(uint8_ap50, qat_ap50, 0.05);
+  // Measured 2026-12-07: float 0.799; the fine-tune's schedule restarts (warm-up to the peak rate),
+  // which costs as much in float as with quantization at 100 steps (0.675 vs 0.673), and is
+  // past at 200 (quantization-aware 0.848). uint8 in Arm NN against the fake quantization's own
+  // evaluation: 0.006 apart at 100 steps.
+  EXPECT_GE(qat_ap50, float_ap50 - 0.05);
+  EXPECT_GE(uint8_ap50, float_ap50 - 0.05);
+  EXPECT_NEAR(uint8_ap50, qat_ap50, 0.03);
 }
 
 TEST_F(DetectTrain, ResumesAndFineTunesByType) {
