@@ -233,6 +233,8 @@ const std::map<std::string, TfOp>& tf_ops() {
       {"Pad", {2, {{"T", 't'}, {"Tpaddings", 't'}}, {"T"}}},
       {"Cast", {1, {{"SrcT", 't'}, {"DstT", 't'}, {"Truncate", 'b'}}, {"SrcT", "DstT"}}},
       {"ResizeBilinear", {2, {{"T", 't'}, {"align_corners", 'b'}, {"half_pixel_centers", 'b'}}, {"T"}}},
+      {"ResizeNearestNeighbor", {2, {{"T", 't'}, {"align_corners", 'b'}, {"half_pixel_centers", 'b'}}, {"T"}}},
+      {"Slice", {3, {{"T", 't'}, {"Index", 't'}}, {"T", "Index"}}},
       {"Mul", {2, {{"T", 't'}}, {"T"}}},
       {"Sub", {2, {{"T", 't'}}, {"T"}}},
       {"Exp", {1, {{"T", 't'}}, {"T"}}},
@@ -530,12 +532,34 @@ struct DetectExportCase {
   int height, width;     // fixed_shape_resizer
   bool ssdlite = false;  // convolutional_box_predictor.use_depthwise: depthwise 3x3 + BN + ReLU6, then 1x1 heads
   std::string feature_extractor = "ssd_mobilenet_v2";
+  // RetinaNet's layout (the *_fpn_shared_box_predictor configs): FPN levels 3..6, the
+  // weight-shared predictor (2 tower layers), multiscale anchors; `lite`: FPN-Lite (separable
+  // FPN convs, a shared separable tower).
+  bool fpn = false, lite = false;
 };
+
+// The pipeline.config edits that turn the shapes SSD into the FPN layout of `c`.
+std::vector<std::pair<std::string, std::string>> fpn_edits(const DetectExportCase& c) {
+  return {{"\"" + c.feature_extractor + "\"",
+           "\"" + c.feature_extractor + "_fpn\"\n      fpn {\n        min_level: 3\n        max_level: 6\n" +
+               "        additional_layer_depth: 32\n      }" + (c.lite ? "\n      use_depthwise: true" : "")},
+          {"convolutional_box_predictor {\n        min_depth: 0\n        max_depth: 0\n"
+           "        num_layers_before_predictor: 0\n",
+           std::string("weight_shared_convolutional_box_predictor {\n        depth: 32\n"
+                       "        num_layers_before_predictor: 2\n") +
+               (c.lite ? "        share_prediction_tower: true\n        use_depthwise: true\n" : "")},
+          {"        use_dropout: false\n        dropout_keep_probability: 0.8\n", ""},
+          {"        apply_sigmoid_to_scores: false\n", ""},
+          {"ssd_anchor_generator {\n        num_layers: 6\n        min_scale: 0.15\n        max_scale: 0.95\n",
+           "multiscale_anchor_generator {\n        min_level: 3\n        max_level: 6\n"
+           "        anchor_scale: 3.0\n        scales_per_octave: 2\n"},
+          {"        reduce_boxes_in_lowest_layer: false\n", ""}};
+}
 
 class ExportOnnxDetect : public ::testing::TestWithParam<DetectExportCase> {};
 
 TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
-  const auto& [converter, height, width, ssdlite, feature_extractor] = GetParam();
+  const auto& [converter, height, width, ssdlite, feature_extractor, fpn, lite] = GetParam();
   test::TempDir root;
   const std::string data = root.file("shapes"), dir = root.file("model");
   auto r = cli::run(
@@ -548,6 +572,13 @@ TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
   if (ssdlite)
     text = std::regex_replace(text, std::regex("kernel_size: 3"), "kernel_size: 3\n        use_depthwise: true");
   text = std::regex_replace(text, std::regex("\"ssd_mobilenet_v2\""), "\"" + feature_extractor + "\"");
+  if (fpn) {
+    for (const auto& [from, to] : fpn_edits(GetParam())) {
+      const auto at = text.find(from);
+      ASSERT_NE(at, std::string::npos) << from;
+      text.replace(at, from.size(), to);
+    }
+  }
   // More room than the classes fill (3 x 20 < 70): the exported NMS pads its outputs.
   text = std::regex_replace(text, std::regex("max_total_detections: 20"), "max_total_detections: 70");
   std::filesystem::create_directories(dir);
@@ -562,10 +593,18 @@ TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
   auto& model = *ssd.model();
   ASSERT_EQ(model.options().depthwise_heads, ssdlite);
   ASSERT_EQ(model.options().feature_extractor, feature_extractor);
+  ASSERT_EQ(model.options().fpn.enabled, fpn);
+  ASSERT_EQ(model.options().weight_shared.has_value(), fpn);
+  ASSERT_EQ(model.options().use_depthwise, lite);
   torch::manual_seed(3);
   {
-    // Random affine batch norms with one batch's statistics, random head biases.
+    // Random head weights and biases, random affine batch norms (the heads' too) with one
+    // batch's statistics.
     torch::NoGradGuard no_grad;
+    // (FPN-Lite's heads are a depthwise then a 1x1 conv: larger weights spread their scores as
+    // much, away from ties the NMS would order either way.)
+    for (const auto& p : model.named_parameters())
+      if (detect::is_prediction_head_parameter(p.key())) p.value().normal_(0, lite ? 0.3 : 0.05);
     for (auto& m : model.modules(false)) {
       if (auto* bn = m->as<torch::nn::BatchNorm2d>()) {
         bn->weight.uniform_(0.5, 1.5);
@@ -573,8 +612,6 @@ TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
         bn->options.momentum(1.0);
       }
     }
-    for (const auto& p : model.named_parameters())
-      if (detect::is_prediction_head_parameter(p.key())) p.value().normal_(0, 0.05);
     model.train();
     model.forward(torch::rand({4, 3, height, width}) * 2 - 1);
   }
@@ -754,11 +791,17 @@ TEST_P(ExportOnnxDetect, OpenCvReproducesBoxesAndScores) {
 INSTANTIATE_TEST_SUITE_P(Ssd, ExportOnnxDetect,
                          ::testing::Values(DetectExportCase{"SIGMOID", 96, 96}, DetectExportCase{"SOFTMAX", 128, 80},
                                            DetectExportCase{"SIGMOID", 96, 96, true},
-                                           DetectExportCase{"SIGMOID", 112, 80, false, "ssd_mobilenet_v1"}),
+                                           DetectExportCase{"SIGMOID", 112, 80, false, "ssd_mobilenet_v1"},
+                                           // 128 / 8 .. 128 / 64: the FPN's 2x upsampling exact.
+                                           DetectExportCase{"SIGMOID", 128, 128, false, "ssd_mobilenet_v1", true},
+                                           DetectExportCase{"SIGMOID", 128, 128, false, "ssd_mobilenet_v2", true, true},
+                                           // 80 / 32 = 3 upsampled to 80 / 16 = 5: the crop.
+                                           DetectExportCase{"SOFTMAX", 96, 80, false, "ssd_mobilenet_v2", true, true}),
                          [](const auto& info) {
                            return info.param.score_converter + "_" + std::to_string(info.param.height) + "x" +
                                   std::to_string(info.param.width) + (info.param.ssdlite ? "_ssdlite" : "") + "_" +
-                                  info.param.feature_extractor;
+                                  info.param.feature_extractor + (info.param.fpn ? "_fpn" : "") +
+                                  (info.param.lite ? "lite" : "");
                          });
 
 TEST(ExportOnnxErrors, FormatAndArchitecture) {

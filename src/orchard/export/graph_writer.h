@@ -49,6 +49,15 @@ class GraphWriter {
   // [N, in] -> [N, out]: x weight^T + bias, weight [out, in] (torch::nn::Linear's).
   virtual std::string dense(const std::string& name, const std::string& x, const at::Tensor& weight,
                             const at::Tensor& bias) = 0;
+  // An SSD head's output x [N, anchors_per_cell * code, h, w] as [N, anchors, code] (anchors =
+  // h * w * anchors_per_cell, in the anchor generator's order: row, column, then the cell's).
+  virtual std::string flatten_anchors(const std::string& name, const std::string& x, int64_t anchors, int64_t code) = 0;
+  // [N, A_i, code] tensors concatenated along the anchors (one input: the same tensor, renamed).
+  virtual std::string concat_anchors(const std::string& name, const std::vector<std::string>& inputs) = 0;
+  // The 2x nearest-neighbour upsampling of x, an h x w map (each value repeated 2 x 2; the OD
+  // API's ops.nearest_neighbor_upsampling), cropped at the bottom / right to out_h x out_w.
+  virtual std::string upsample2x(const std::string& name, const std::string& x, int64_t h, int64_t w, int64_t out_h,
+                                 int64_t out_w) = 0;
   // The range quantization-aware training gave tensor x (its fake-quantization's nudged min and
   // max): a quantized format's (uint8 TFLite) scale and zero point. Float formats ignore it.
   virtual void quantization_range(const std::string& /*x*/, float /*min*/, float /*max*/) {}

@@ -6,6 +6,7 @@
 #include <map>
 #include <variant>
 
+#include "orchard/detect/feature_extractors/fpn.h"
 #include "orchard/detect/meta_arch/ssd_model.h"
 #include "orchard/layers/conv_norm_activation.h"
 #include "orchard/models/inception_v3.h"
@@ -74,6 +75,7 @@ std::string conv_bn(GraphWriter& g, const std::string& name, torch::nn::Conv2dIm
 std::string conv_bn_relu6(GraphWriter& g, const ModuleIndex& modules, const std::string& name, const std::string& x,
                           int64_t& h, int64_t& w) {
   auto& cna = modules.get<layers::ConvNormActivationImpl>(name);
+  if (cna.options.activation() != layers::Activation::kRelu6) throw Error("export: " + name + " is not a ReLU6 layer");
   const auto& o = cna.conv->options;
   const Pads pads = cna.options.tf_same_padding() ? same_pads(h, w, o) : symmetric_pads(name, o);
   std::tie(h, w) = conv_output_size(h, w, o, pads);
@@ -311,17 +313,34 @@ void check_ssd_exportable(detect::SsdModelImpl& model, int64_t height, int64_t w
   if (mo.pad_to_multiple > 1 && (height % mo.pad_to_multiple || width % mo.pad_to_multiple))
     throw Error(format + " export: the input " + std::to_string(height) + "x" + std::to_string(width) +
                 " is not a multiple of feature_extractor.pad_to_multiple " + std::to_string(mo.pad_to_multiple));
-  if (mo.fpn.enabled || mo.weight_shared || mo.ppn || mo.mnasfpn ||
+  if (mo.ppn || mo.mnasfpn ||
       (mo.feature_extractor != "ssd_mobilenet_v1" && mo.feature_extractor != "ssd_mobilenet_v2"))
     throw Error(format + " export of " + mo.feature_extractor +
                 (mo.fpn.enabled ? "_fpn"
                  : mo.ppn       ? "_ppn"
                  : mo.mnasfpn   ? "_mnasfpn"
                                 : "") +
-                (mo.weight_shared ? " with the weight-shared box predictor" : "") +
-                " is not implemented yet (ssd_mobilenet_v1 and ssd_mobilenet_v2 with convolutional_box_predictor are); "
+                " is not implemented yet (ssd_mobilenet_v1 and ssd_mobilenet_v2, with or without FPN, are); "
                 "`detect export --format tf` writes the model as a TensorFlow checkpoint");
 }
+
+namespace {
+
+// A conv-BN-ReLU6 layer of the FPN or its bottom-up layers: a layers::ConvNormActivation, or
+// with `separable` a detect::SeparableConv (depthwise conv, then a 1x1 ConvNormActivation).
+std::string fpn_layer(GraphWriter& g, const ModuleIndex& modules, const std::string& name, bool separable,
+                      const std::string& x, int64_t& h, int64_t& w) {
+  if (!separable) return conv_bn_relu6(g, modules, name, x, h, w);
+  const auto& layer = modules.get<detect::SeparableConvImpl>(name);
+  auto& depthwise = *layer.depthwise;
+  const auto& o = depthwise.options;
+  const Pads pads = layer.tf_same ? same_pads(h, w, o) : symmetric_pads(name, o);
+  std::tie(h, w) = conv_output_size(h, w, o, pads);
+  const std::string d = g.conv(name + ".0", conv_spec(o), depthwise.weight, torch::zeros({o.out_channels()}), x, pads);
+  return conv_bn_relu6(g, modules, name + ".1", d, h, w);
+}
+
+}  // namespace
 
 std::vector<std::string> ssd_feature_maps(GraphWriter& g, detect::SsdModelImpl& model, const std::string& input,
                                           int64_t height, int64_t width) {
@@ -340,6 +359,30 @@ std::vector<std::string> ssd_feature_maps(GraphWriter& g, detect::SsdModelImpl& 
   std::vector<std::string> maps =
       base == "MobilenetV1" ? mobilenet_v1_features(g, modules, "backbone.", input, height, width, v1_layers)
                             : mobilenet_v2_features(g, modules, "backbone.", input, height, width, v2_endpoints);
+  if (mo.fpn.enabled) {
+    // The top-down pathway (detect/fpn.h): the coarsest base map's 1x1 projection; each finer
+    // level the 2x upsampling of the one above plus its own projection, then smoothed.
+    const size_t levels = maps.size();
+    auto projection = [&](size_t k) {
+      auto& c = modules.get<torch::nn::Conv2dImpl>("fpn.projection." + std::to_string(k));
+      return g.conv("fpn.projection." + std::to_string(k), conv_spec(c.options), c.weight, c.bias, maps[k], Pads{});
+    };
+    std::vector<std::string> out(levels);
+    std::string top_down = out[levels - 1] = projection(levels - 1);
+    for (size_t k = levels - 1; k-- > 0;) {
+      const std::string up = g.upsample2x("fpn.upsample." + std::to_string(k), top_down, sizes[k + 1].first,
+                                          sizes[k + 1].second, sizes[k].first, sizes[k].second);
+      top_down = g.add("fpn.add." + std::to_string(k), up, projection(k));
+      auto [h, w] = sizes[k];
+      out[k] = fpn_layer(g, modules, "fpn.smoothing." + std::to_string(k), mo.use_depthwise, top_down, h, w);
+    }
+    maps = out;
+    for (size_t j = 0; maps.size() < n; ++j) {
+      auto [h, w] = sizes[maps.size() - 1];
+      maps.push_back(fpn_layer(g, modules, "bottom_up." + std::to_string(j), mo.use_depthwise, maps.back(), h, w));
+    }
+    return maps;
+  }
   // The extra layers: TF 'SAME' stride-2 convs, padded for the size each one sees.
   for (size_t k = 0; maps.size() < n; ++k) {
     const std::string layer = "extras." + std::to_string(k);
@@ -350,6 +393,107 @@ std::vector<std::string> ssd_feature_maps(GraphWriter& g, detect::SsdModelImpl& 
     maps.push_back(x);
   }
   return maps;
+}
+
+namespace {
+
+// convolutional_box_predictor: per map a box head and a class head (SSDLite: a depthwise conv +
+// BN + ReLU6 first), each quantized where quantization-aware training put its ranges.
+void convolutional_box_predictor(GraphWriter& g, detect::SsdModelImpl& model, const std::vector<std::string>& maps,
+                                 const std::vector<std::pair<int64_t, int64_t>>& sizes, std::vector<std::string>& boxes,
+                                 std::vector<std::string>& classes, int64_t& num_anchors) {
+  const ModuleIndex modules(model);
+  const auto& mo = model.options();
+  for (size_t i = 0; i < maps.size(); ++i) {
+    const auto [h, w] = sizes[i];
+    const int64_t a = h * w * mo.anchors_per_location[i];
+    num_anchors += a;
+    const std::string scope = "BoxPredictor_" + std::to_string(i) + "/";
+    for (auto [head, predictor, outputs] :
+         {std::tuple{"box", "BoxEncodingPredictor", &boxes}, std::tuple{"class", "ClassPredictor", &classes}}) {
+      std::string in = maps[i];
+      const std::string depthwise = std::string(head) + "_depthwise." + std::to_string(i);
+      if (modules.has(depthwise)) {
+        auto& cna = modules.get<layers::ConvNormActivationImpl>(depthwise);
+        in = g.relu6(
+            conv_bn(g, scope + predictor + "_depthwise", *cna.conv, *cna.bn, in, same_pads(h, w, cna.conv->options)));
+        if (cna.act_quant) quantization_range(g, in, *cna.act_quant);
+      }
+      auto& conv = modules.get<torch::nn::Conv2dImpl>(std::string(head) + "_heads." + std::to_string(i));
+      const int64_t code = conv.options.out_channels() / mo.anchors_per_location[i];
+      const std::string out =
+          g.conv(scope + predictor, conv_spec(conv.options), conv.weight, conv.bias, in, same_pads(h, w, conv.options));
+      const std::string quantizer = std::string(head) + "_heads_quant." + std::to_string(i) + ".act_quant";
+      if (modules.has(quantizer)) quantization_range(g, out, modules.get<layers::FakeQuantImpl>(quantizer));
+      outputs->push_back(g.flatten_anchors(scope + (outputs == &boxes ? "Reshape" : "Reshape_1"), out, a, code));
+    }
+  }
+}
+
+// weight_shared_convolutional_box_predictor (detect/heads/weight_shared_predictor.h): the same
+// towers and heads on every map, a batch norm per map.
+void weight_shared_box_predictor(GraphWriter& g, detect::SsdModelImpl& model, const std::vector<std::string>& maps,
+                                 const std::vector<std::pair<int64_t, int64_t>>& sizes, std::vector<std::string>& boxes,
+                                 std::vector<std::string>& classes, int64_t& num_anchors) {
+  const ModuleIndex modules(model);
+  // The predictor's own options: the model fills in its levels, anchors and classes.
+  const auto& po = modules.get<detect::WeightSharedPredictorImpl>("predictor").options();
+  // A tower conv or head `path` (separable: ".0" depthwise, ".1" the 1x1 conv) named `name`, its
+  // last conv folded with `bn` when there is one.
+  auto layer = [&](const std::string& path, const std::string& name, const std::string& x, int64_t h, int64_t w,
+                   torch::nn::BatchNorm2dImpl* bn) {
+    std::string in = x;
+    std::string last = path;
+    if (po.use_depthwise) {
+      auto& d = modules.get<torch::nn::Conv2dImpl>(path + ".0");
+      in = g.conv(name + "/separable", conv_spec(d.options), d.weight, torch::zeros({d.options.out_channels()}), in,
+                  same_pads(h, w, d.options));
+      last = path + ".1";
+    }
+    auto& c = modules.get<torch::nn::Conv2dImpl>(last);
+    const Pads pads = same_pads(h, w, c.options);
+    return bn ? conv_bn(g, name, c, *bn, in, pads) : g.conv(name, conv_spec(c.options), c.weight, c.bias, in, pads);
+  };
+  for (size_t l = 0; l < maps.size(); ++l) {
+    const auto [h, w] = sizes[l];
+    const int64_t a = h * w * po.anchors_per_location;
+    num_anchors += a;
+    const std::string scope =
+        "WeightSharedConvolutionalBoxPredictor" + (l == 0 ? std::string() : "_" + std::to_string(l)) + "/";
+    auto tower = [&](const std::string& path, const std::string& tf_scope) {
+      std::string x = maps[l];
+      for (int64_t i = 0; i < po.num_layers_before_predictor; ++i) {
+        const std::string conv = "predictor." + path + "." + std::to_string(i);
+        auto* bn = po.apply_batch_norm ? &modules.get<torch::nn::BatchNorm2dImpl>(
+                                             "predictor." + path + "_bn." + std::to_string(i) + "." + std::to_string(l))
+                                       : nullptr;
+        x = g.relu6(layer(conv, scope + tf_scope + "/conv2d_" + std::to_string(i), x, h, w, bn));
+      }
+      return x;
+    };
+    const std::string box_features = tower("box_tower", "BoxPredictionTower");
+    const std::string class_features =
+        po.share_prediction_tower ? box_features : tower("class_tower", "ClassPredictionTower");
+    const std::string box = layer("predictor.box_head", scope + "BoxPredictor", box_features, h, w, nullptr);
+    const std::string cls = layer("predictor.class_head", scope + "ClassPredictor", class_features, h, w, nullptr);
+    boxes.push_back(g.flatten_anchors(scope + "Reshape", box, a, po.box_code_size));
+    classes.push_back(g.flatten_anchors(scope + "Reshape_1", cls, a, po.num_class_slots));
+  }
+}
+
+}  // namespace
+
+SsdPredictions ssd_box_predictor(GraphWriter& g, detect::SsdModelImpl& model, const std::vector<std::string>& maps,
+                                 int64_t height, int64_t width, const std::string& box_encodings,
+                                 const std::string& class_logits) {
+  const auto sizes = model.feature_map_sizes(height, width);
+  SsdPredictions p;
+  std::vector<std::string> boxes, classes;
+  if (model.options().weight_shared) weight_shared_box_predictor(g, model, maps, sizes, boxes, classes, p.num_anchors);
+  else convolutional_box_predictor(g, model, maps, sizes, boxes, classes, p.num_anchors);
+  p.box_encodings = g.concat_anchors(box_encodings, boxes);
+  p.class_logits = g.concat_anchors(class_logits, classes);
+  return p;
 }
 
 }  // namespace orchard::exporting

@@ -88,14 +88,32 @@ std::vector<std::string> mobilenet_v2_features(GraphWriter& g, const ModuleIndex
 int64_t image_model_graph(GraphWriter& g, models::ImageModelImpl& model, const std::string& input, int64_t image_size,
                           bool feature_vector);
 
-// The SSDs with a graph here (ssd_mobilenet_v1/v2, convolutional_box_predictor): an Error naming
-// what is not, `format` ("ONNX", "TensorFlow") in the message.
+// The SSDs with a graph here (ssd_mobilenet_v1/v2, their FPN variants, the convolutional and the
+// weight-shared box predictors): an Error naming what is not, `format` ("ONNX", "TensorFlow") in
+// the message.
 void check_ssd_exportable(detect::SsdModelImpl& model, int64_t height, int64_t width,
                           const std::string& score_converter, const std::string& format);
 
 // The SSD's feature maps on a height x width input, in the anchor generator's order: the
-// backbone's endpoints, then the extra layers.
+// backbone's endpoints, then the extra layers; with FPN the top-down maps, then the bottom-up
+// layers.
 std::vector<std::string> ssd_feature_maps(GraphWriter& g, detect::SsdModelImpl& model, const std::string& input,
                                           int64_t height, int64_t width);
+
+// The box predictor's outputs: box encodings [N, A, 4] and class logits [N, A, classes + 1].
+struct SsdPredictions {
+  std::string box_encodings, class_logits;
+  int64_t num_anchors = 0;
+};
+
+// The SSD's box predictor on its feature maps, by the OD API's names: the convolutional one
+// (BoxPredictor_<i>/BoxEncodingPredictor and /ClassPredictor; SSDLite's depthwise conv + BN +
+// ReLU6 first) or the weight-shared one (WeightSharedConvolutionalBoxPredictor[_<i>]/
+// {BoxPredictionTower,ClassPredictionTower}/conv2d_<j>, /BoxPredictor, /ClassPredictor), each
+// head flattened to [N, h * w * anchors, code] and concatenated over the maps into
+// `box_encodings` and `class_logits`.
+SsdPredictions ssd_box_predictor(GraphWriter& g, detect::SsdModelImpl& model, const std::vector<std::string>& maps,
+                                 int64_t height, int64_t width, const std::string& box_encodings,
+                                 const std::string& class_logits);
 
 }  // namespace orchard::exporting

@@ -98,6 +98,32 @@ class OnnxWriter : public GraphWriter {
     integer(node("Concat", inputs, name), "axis", 1);
     return name;
   }
+  std::string flatten_anchors(const std::string& name, const std::string& x, int64_t anchors, int64_t code) override {
+    ints(node("Transpose", {x}, name + ".nhwc"), "perm", {0, 2, 3, 1});
+    return node("Reshape", {name + ".nhwc", int64s(name + ".shape", {-1, anchors, code})}, name)->output(0);
+  }
+  std::string concat_anchors(const std::string& name, const std::vector<std::string>& inputs) override {
+    if (inputs.size() == 1) return node("Identity", inputs, name)->output(0);
+    integer(node("Concat", inputs, name), "axis", 1);
+    return name;
+  }
+  // Resize (opset 10: X, scales) by 2, nearest; a Slice where the map is cropped.
+  std::string upsample2x(const std::string& name, const std::string& x, int64_t h, int64_t w, int64_t out_h,
+                         int64_t out_w) override {
+    const bool crop = out_h != 2 * h || out_w != 2 * w;
+    auto* n = node("Resize", {x, constant(name + ".scales", torch::tensor({1.0f, 1.0f, 2.0f, 2.0f}))},
+                   crop ? name + ".full" : name);
+    auto* mode = n->add_attribute();
+    mode->set_name("mode");
+    mode->set_type(onnx::AttributeProto::STRING);
+    mode->set_s("nearest");
+    if (!crop) return name;
+    return node("Slice",
+                {name + ".full", int64s(name + ".starts", {0, 0}), int64s(name + ".ends", {out_h, out_w}),
+                 int64s(name + ".axes", {2, 3})},
+                name)
+        ->output(0);
+  }
   std::string max_pool(const std::string& name, const std::string& x, int64_t kernel, int64_t stride, const Pads& pads,
                        bool /*nonnegative*/) override {
     return pool("MaxPool", name, x, kernel, stride, pads);
@@ -197,45 +223,12 @@ void export_detection_onnx(detect::SsdModelImpl& model, const at::Tensor& anchor
   OnnxWriter g(graph);
   const std::string input = begin_model(proto, g, options.height, options.width, options.include_preprocessing,
                                         options.scale, options.offset);
-  const ModuleIndex modules(model);
-  const auto sizes = model.feature_map_sizes(options.height, options.width);
-  const size_t n = mo.anchors_per_location.size();
   const std::vector<std::string> maps = ssd_feature_maps(g, model, input, options.height, options.width);
-
-  // Heads: [B, a * code, h, w] -> [B, h, w, a * code] -> [B, h * w * a, code], concatenated
-  // over the feature maps in the anchor generator's order.
-  int64_t num_anchors = 0;
-  std::vector<std::string> boxes, classes;
-  for (size_t i = 0; i < n; ++i) {
-    const auto [h, w] = sizes[i];
-    const int64_t a = h * w * mo.anchors_per_location[i];
-    num_anchors += a;
-    for (auto [head, outputs] : {std::pair{"box_heads.", &boxes}, std::pair{"class_heads.", &classes}}) {
-      const std::string name = head + std::to_string(i);
-      std::string in = maps[i];
-      // SSDLite: the depthwise conv + BN + ReLU6 before the 1x1 head.
-      const std::string depthwise =
-          std::string(head == std::string("box_heads.") ? "box_depthwise." : "class_depthwise.") + std::to_string(i);
-      if (modules.has(depthwise)) {
-        auto& cna = modules.get<layers::ConvNormActivationImpl>(depthwise);
-        in = g.relu6(conv_bn(g, depthwise, *cna.conv, *cna.bn, in, same_pads(h, w, cna.conv->options)));
-      }
-      auto& conv = modules.get<torch::nn::Conv2dImpl>(name);
-      const int64_t code = conv.options.out_channels() / mo.anchors_per_location[i];
-      g.conv(name, conv_spec(conv.options), conv.weight, conv.bias, in, same_pads(h, w, conv.options));
-      OnnxWriter::ints(g.node("Transpose", {name}, name + ".nhwc"), "perm", {0, 2, 3, 1});
-      g.node("Reshape", {name + ".nhwc", g.int64s(name + ".shape", {-1, a, code})}, name + ".flat");
-      outputs->push_back(name + ".flat");
-    }
-  }
+  // The heads, [B, A_i, code] each, concatenated over the maps in the anchor generator's order.
   const bool identity = options.score_converter == "IDENTITY_WITH_LOGITS";
-  auto concat = [&](const std::vector<std::string>& parts, const std::string& name, int64_t axis) {
-    if (parts.size() == 1) return parts.front() == name ? name : g.node("Identity", parts, name)->output(0);
-    OnnxWriter::integer(g.node("Concat", parts, name), "axis", axis);
-    return name;
-  };
-  concat(boxes, "box_encodings", 1);
-  concat(classes, identity ? "raw_detection_scores" : "class_predictions", 1);
+  const SsdPredictions predictions = ssd_box_predictor(g, model, maps, options.height, options.width, "box_encodings",
+                                                       identity ? "raw_detection_scores" : "class_predictions");
+  const int64_t num_anchors = predictions.num_anchors;
   if (options.score_converter == "SIGMOID") g.node("Sigmoid", {"class_predictions"}, "raw_detection_scores");
   if (options.score_converter == "SOFTMAX")
     OnnxWriter::integer(g.node("Softmax", {"class_predictions"}, "raw_detection_scores"), "axis", 2);

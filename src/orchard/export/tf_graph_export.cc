@@ -143,6 +143,53 @@ class TfGraphWriter : public GraphWriter {
     return name;
   }
 
+  // Reshape to [-1, anchors, code]: NHWC is already the anchor generator's order.
+  std::string flatten_anchors(const std::string& name, const std::string& x, int64_t anchors, int64_t code) override {
+    auto* r = node("Reshape", name,
+                   {x, int32s(name + "/shape", {-1, static_cast<int32_t>(anchors), static_cast<int32_t>(code)}, {})});
+    type(r, "T");
+    (*r->mutable_attr())["Tshape"].set_type(tensorflow::DT_INT32);
+    return name;
+  }
+
+  // ConcatV2 on axis 1 (one input: an Identity; ConcatV2 takes two or more).
+  std::string concat_anchors(const std::string& name, const std::vector<std::string>& inputs) override {
+    if (inputs.size() == 1) {
+      type(node("Identity", name, inputs), "T");
+      return name;
+    }
+    std::vector<std::string> in = inputs;
+    in.push_back(int32s(name + "/axis", {1}, {}));
+    auto* c = node("ConcatV2", name, in);
+    type(c, "T");
+    (*c->mutable_attr())["N"].set_i(static_cast<int64_t>(inputs.size()));
+    (*c->mutable_attr())["Tidx"].set_type(tensorflow::DT_INT32);
+    return name;
+  }
+
+  // ResizeNearestNeighbor to 2h x 2w (no half-pixel centres: pixel i reads i / 2), then a Slice
+  // where the map is cropped.
+  std::string upsample2x(const std::string& name, const std::string& x, int64_t h, int64_t w, int64_t out_h,
+                         int64_t out_w) override {
+    const int64_t c = shape(x).c;
+    const bool crop = out_h != 2 * h || out_w != 2 * w;
+    const std::string full = crop ? name + "/full" : name;
+    auto* r = node("ResizeNearestNeighbor", full,
+                   {x, int32s(full + "/size", {static_cast<int32_t>(2 * h), static_cast<int32_t>(2 * w)}, {})});
+    type(r, "T");
+    (*r->mutable_attr())["align_corners"].set_b(false);
+    (*r->mutable_attr())["half_pixel_centers"].set_b(false);
+    if (crop) {
+      auto* sl = node("Slice", name,
+                      {full, int32s(name + "/begin", {0, 0, 0, 0}, {}),
+                       int32s(name + "/size", {-1, static_cast<int32_t>(out_h), static_cast<int32_t>(out_w), -1}, {})});
+      type(sl, "T");
+      (*sl->mutable_attr())["Index"].set_type(tensorflow::DT_INT32);
+    }
+    shapes_[name] = {out_h, out_w, c};
+    return name;
+  }
+
   std::string unary(const std::string& op, const std::string& name, const std::string& x) {
     type(node(op, name, {x}), "T");
     shapes_[name] = shape(x);
@@ -520,41 +567,10 @@ void export_detection_frozen_graph(detect::SsdModelImpl& model, const at::Tensor
   g.set_shape("Preprocessor/sub", options.height, options.width, 3);
 
   const auto maps = ssd_feature_maps(g, model, "Preprocessor/sub", options.height, options.width);
-  const ModuleIndex modules(model);
-  const auto sizes = model.feature_map_sizes(options.height, options.width);
-
-  // The convolutional box predictor, by the OD API's names: BoxPredictor_i/BoxEncodingPredictor
-  // and BoxPredictor_i/ClassPredictor (SSDLite: a depthwise conv + BN + ReLU6 first), each
-  // reshaped to [batch, h * w * anchors, code] and concatenated over the maps ("concat", "concat_1").
-  int64_t num_anchors = 0;
-  std::vector<std::string> boxes, classes;
-  for (size_t i = 0; i < maps.size(); ++i) {
-    const auto [h, w] = sizes[i];
-    const int64_t a = h * w * mo.anchors_per_location[i];
-    num_anchors += a;
-    const std::string scope = "BoxPredictor_" + std::to_string(i) + "/";
-    for (auto [head, predictor, outputs] : {std::tuple{"box_heads.", "BoxEncodingPredictor", &boxes},
-                                            std::tuple{"class_heads.", "ClassPredictor", &classes}}) {
-      std::string in = maps[i];
-      const std::string depthwise =
-          std::string(head == std::string("box_heads.") ? "box_depthwise." : "class_depthwise.") + std::to_string(i);
-      if (modules.has(depthwise)) {
-        auto& cna = modules.get<layers::ConvNormActivationImpl>(depthwise);
-        in = g.relu6(
-            conv_bn(g, scope + predictor + "_depthwise", *cna.conv, *cna.bn, in, same_pads(h, w, cna.conv->options)));
-      }
-      auto& conv = modules.get<torch::nn::Conv2dImpl>(head + std::to_string(i));
-      const int64_t code = conv.options.out_channels() / mo.anchors_per_location[i];
-      const std::string out =
-          g.conv(scope + predictor, conv_spec(conv.options), conv.weight, conv.bias, in, same_pads(h, w, conv.options));
-      const std::string reshape = scope + (outputs == &boxes ? "Reshape" : "Reshape_1");
-      auto* r = typed(
-          g.node("Reshape", reshape,
-                 {out, g.int32s(reshape + "/shape", {-1, static_cast<int32_t>(a), static_cast<int32_t>(code)}, {})}));
-      (*r->mutable_attr())["Tshape"].set_type(tensorflow::DT_INT32);
-      outputs->push_back(reshape);
-    }
-  }
+  // The box predictor by the OD API's names (BoxPredictor_i/..., WeightSharedConvolutionalBoxPredictor_i/...),
+  // its outputs concatenated over the maps as "concat" (box encodings) and "concat_1" (class logits).
+  const int64_t num_anchors =
+      ssd_box_predictor(g, model, maps, options.height, options.width, "concat", "concat_1").num_anchors;
   auto concat = [&](const std::string& name, std::vector<std::string> inputs, int32_t axis) {
     const size_t n = inputs.size();
     inputs.push_back(g.int32s(name + "/axis", {axis}, {}));
@@ -567,8 +583,6 @@ void export_detection_frozen_graph(detect::SsdModelImpl& model, const at::Tensor
     typed(g.node("Identity", name, {x}));
     return name;
   };
-  concat("concat", boxes, 1);
-  concat("concat_1", classes, 1);
 
   // Score conversion, then the FasterRcnnBoxCoder decoding against the anchors
   // (ymin, xmin, ymax, xmax), with [A, 2] constants:

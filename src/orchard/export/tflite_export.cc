@@ -151,6 +151,27 @@ class TfliteWriter : public GraphWriter {
     return op(tflite::BuiltinOperator_RESHAPE, {x, int32s(name + "/shape", to)}, name, to, std::move(o));
   }
 
+  std::string flatten_anchors(const std::string& name, const std::string& x, int64_t anchors, int64_t code) override {
+    return reshape(name, x, {1, static_cast<int32_t>(anchors), static_cast<int32_t>(code)});
+  }
+  std::string concat_anchors(const std::string& name, const std::vector<std::string>& inputs) override {
+    return inputs.size() == 1 ? reshape(name, inputs.front(), shape(inputs.front())) : concat(name, inputs, 1);
+  }
+  // RESIZE_NEAREST_NEIGHBOR to 2h x 2w (pixel i reads i / 2), then a SLICE where the map is cropped.
+  std::string upsample2x(const std::string& name, const std::string& x, int64_t h, int64_t w, int64_t out_h,
+                         int64_t out_w) override {
+    const Shape in = shape(x);
+    const bool crop = out_h != 2 * h || out_w != 2 * w;
+    const auto i32 = [](int64_t v) { return static_cast<int32_t>(v); };
+    const std::string full = crop ? name + "/full" : name;
+    op(tflite::BuiltinOperator_RESIZE_NEAREST_NEIGHBOR, {x, int32s(full + "/size", {i32(2 * h), i32(2 * w)})}, full,
+       {1, i32(2 * h), i32(2 * w), in[3]}, tflite::ResizeNearestNeighborOptionsT{});
+    if (!crop) return name;
+    return op(tflite::BuiltinOperator_SLICE,
+              {full, int32s(name + "/begin", {0, 0, 0, 0}), int32s(name + "/size", {1, i32(out_h), i32(out_w), in[3]})},
+              name, {1, i32(out_h), i32(out_w), in[3]}, tflite::SliceOptionsT{});
+  }
+
   // A custom op with flexbuffer options and outputs of the given shapes; returns their names.
   std::vector<std::string> custom(const std::string& code, const std::vector<std::string>& inputs,
                                   const std::vector<std::pair<std::string, Shape>>& outputs,
@@ -336,6 +357,8 @@ class TfliteWriter : public GraphWriter {
       if (!r) {
         switch (builtin) {
           case tflite::BuiltinOperator_RESHAPE:
+          case tflite::BuiltinOperator_RESIZE_NEAREST_NEIGHBOR:
+          case tflite::BuiltinOperator_SLICE:
           case tflite::BuiltinOperator_PAD:
           case tflite::BuiltinOperator_MAX_POOL_2D:
           case tflite::BuiltinOperator_AVERAGE_POOL_2D:
@@ -452,39 +475,12 @@ void export_tflite_ssd(detect::SsdModelImpl& model, const at::Tensor& anchors, c
   // The converter's --mean_values 128 --std_dev_values 128: uint8 q is (q - 128) / 128.
   g.quantization_range(input, -1.0f, 127.0f / 128.0f);
   const auto maps = ssd_feature_maps(g, model, input, options.height, options.width);
-  const ModuleIndex modules(model);
-  const auto sizes = model.feature_map_sizes(options.height, options.width);
-
-  // The box predictor as in the TensorFlow graph (BoxPredictor_i/...), each output reshaped to
-  // [1, h * w * anchors, code] and concatenated over the maps.
-  int32_t num_anchors = 0;
-  std::vector<std::string> boxes, classes;
-  for (size_t i = 0; i < maps.size(); ++i) {
-    const auto [mh, mw] = sizes[i];
-    const auto a = static_cast<int32_t>(mh * mw * mo.anchors_per_location[i]);
-    num_anchors += a;
-    const std::string scope = "BoxPredictor_" + std::to_string(i) + "/";
-    for (auto [head, predictor, outputs] :
-         {std::tuple{"box", "BoxEncodingPredictor", &boxes}, std::tuple{"class", "ClassPredictor", &classes}}) {
-      std::string in = maps[i];
-      const std::string depthwise = std::string(head) + "_depthwise." + std::to_string(i);
-      if (modules.has(depthwise)) {
-        auto& cna = modules.get<layers::ConvNormActivationImpl>(depthwise);
-        in = g.relu6(
-            conv_bn(g, scope + predictor + "_depthwise", *cna.conv, *cna.bn, in, same_pads(mh, mw, cna.conv->options)));
-        if (cna.act_quant) quantization_range(g, in, *cna.act_quant);
-      }
-      auto& conv = modules.get<torch::nn::Conv2dImpl>(std::string(head) + "_heads." + std::to_string(i));
-      const auto code = static_cast<int32_t>(conv.options.out_channels() / mo.anchors_per_location[i]);
-      const std::string out = g.conv(scope + predictor, conv_spec(conv.options), conv.weight, conv.bias, in,
-                                     same_pads(mh, mw, conv.options));
-      const std::string quantizer = std::string(head) + "_heads_quant." + std::to_string(i) + ".act_quant";
-      if (modules.has(quantizer)) quantization_range(g, out, modules.get<layers::FakeQuantImpl>(quantizer));
-      outputs->push_back(g.reshape(scope + predictor + "/Reshape", out, {1, a, code}));
-    }
-  }
-  const std::string box_encodings = g.concat("raw_outputs/box_encodings", boxes, 1);
-  std::string scores = g.concat("concat_1", classes, 1);
+  // The box predictor as in the TensorFlow graph, [1, A, code] per map, concatenated.
+  const SsdPredictions predictions =
+      ssd_box_predictor(g, model, maps, options.height, options.width, "raw_outputs/box_encodings", "concat_1");
+  const std::string box_encodings = predictions.box_encodings;
+  std::string scores = predictions.class_logits;
+  const int64_t num_anchors = predictions.num_anchors;
   if (options.score_converter == "SIGMOID") scores = g.sigmoid("raw_outputs/class_predictions", scores);
   else if (options.score_converter == "SOFTMAX") scores = g.softmax("raw_outputs/class_predictions", scores);
   else scores = g.reshape("raw_outputs/class_predictions", scores, g.shape(scores));
