@@ -329,49 +329,8 @@ TEST_F(DetectTrain, QuantizationAwareFineTuneRunsAsUint8Tflite) {
           *root_);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "uint8 TFLite")) << r.err;
-  // The validation images resized and scaled to [-1, 1] by Orchard's evaluation input path, as
-  // uint8 with the converter's mean 128 and std 128: q = 128 x + 128.
-  TFRecordReader reader((stdfs::path(data_) / "validation-00000-of-00001").string());
-  std::vector<data::DetectionExample> examples;
-  std::vector<torch::Tensor> images;
-  data::DetectionInputOptions input_options;
-  input_options.height = input_options.width = 96;
-  input_options.channels_last = true;
-  std::mt19937_64 rng(1);
-  for (std::string rec; reader.next(&rec);) {
-    examples.push_back(data::parse_detection_example(rec, "validation", 3));
-    auto image = torch::empty({96, 96, 3});
-    data::preprocess_detection(examples.back(), input_options, /*training=*/false, rng, image.data_ptr<float>(),
-                               nullptr, "validation");
-    images.push_back((image * 128 + 128).round().clamp(0, 255).to(torch::kUInt8));
-  }
-  const auto n = static_cast<int64_t>(examples.size());
-  const auto input = torch::stack(images);
-  auto out = test::run_tflite_in_armnn(tflite, input, root_->path().string(), n);
-  ASSERT_EQ(out.size(), 4u);  // boxes [n, 1, 100, 4], classes, scores, num_detections: batch 1 each
-  for (auto& t : out) t = t.squeeze(1);
-  detect::CocoEvaluator coco;
-  for (int64_t i = 0; i < n; ++i) {
-    const auto& ex = examples[static_cast<size_t>(i)];
-    coco.add_image(i);
-    for (size_t k = 0; k < ex.boxes.size(); ++k) {
-      const auto& b = ex.boxes[k];
-      coco.add_ground_truth(
-          {i, ex.classes[k], b.xmin * 96.0, b.ymin * 96.0, (b.xmax - b.xmin) * 96.0, (b.ymax - b.ymin) * 96.0});
-    }
-    const auto count = static_cast<int64_t>(out[3][i].item<float>());
-    for (int64_t d = 0; d < count; ++d) {
-      const auto box = out[0][i][d].clamp(0, 1) * 96.0;  // ymin, xmin, ymax, xmax, clipped as the OD API's
-      detect::CocoDetection det;
-      det.image_id = i;
-      det.category_id = static_cast<int64_t>(out[1][i][d].item<float>()) + 1;  // 0: the first class
-      det.x = box[1].item<double>(), det.y = box[0].item<double>();
-      det.w = (box[3] - box[1]).item<double>(), det.h = (box[2] - box[0]).item<double>();
-      det.score = out[2][i][d].item<double>();
-      coco.add_detection(det);
-    }
-  }
-  const double uint8_ap50 = coco.evaluate().stats[1];
+  const double uint8_ap50 = test::tflite_detection_ap50(
+      tflite, (stdfs::path(data_) / "validation-00000-of-00001").string(), 96, 3, root_->path().string());
   std::cout << "AP50: float " << float_ap50 << ", quantization-aware (fake quantization) " << qat_ap50
             << ", uint8 TFLite in Arm NN " << uint8_ap50 << "\n";
   // Measured 2026-12-07: float 0.799; the fine-tune's schedule restarts (warm-up to the peak rate),

@@ -804,6 +804,73 @@ INSTANTIATE_TEST_SUITE_P(Ssd, ExportOnnxDetect,
                                   (info.param.lite ? "lite" : "");
                          });
 
+// Quantization-aware training of the FPN-Lite layout (ssd_mobilenet_v2_fpnlite_quantized_*'s:
+// separable FPN and bottom-up layers, the shared separable tower with a batch norm per map, focal
+// loss) on the shapes set, quantized from step 150 of 300, and its uint8 TFLite run by Arm NN on
+// the validation images: the AP50 of the integer kernels is the fake-quantized evaluation's.
+TEST(ExportTfliteDetect, QuantizationAwareFpnLiteKeepsItsApAsUint8) {
+  test::TempDir root;
+  const std::string data = root.file("shapes"), dir = root.file("model"), stats = root.file("stats.json");
+  auto r = cli::run(
+      {"data", "shapes", "--task", "detection", "--out_dir", data, "--num_train", "200", "--num_validation", "100"},
+      root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string text = read_file(data + "/pipeline.config");
+  auto edits = fpn_edits(DetectExportCase{"SIGMOID", 96, 96, false, "ssd_mobilenet_v2", true, true});
+  edits.push_back({"        share_prediction_tower: true\n",
+                   "        share_prediction_tower: true\n        class_prediction_bias_init: -4.6\n"});
+  edits.push_back({"weighted_sigmoid {\n        }",
+                   "weighted_sigmoid_focal {\n          alpha: 0.25\n          gamma: 2.0\n        }"});
+  edits.push_back(
+      {"      hard_example_miner {\n        num_hard_examples: 3000\n        iou_threshold: 0.99\n"
+       "        loss_type: CLASSIFICATION\n        max_negatives_per_positive: 3\n"
+       "        min_negatives_per_image: 3\n      }\n",
+       ""});
+  edits.push_back({"train_config {\n", "graph_rewriter {\n  quantization {\n    delay: 150\n  }\n}\ntrain_config {\n"});
+  for (const auto& [from, to] : edits) {
+    const auto at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+  }
+  atomic_write_file(root.file("fpnlite.config"), text);
+  r = cli::run({"detect", "train", "--pipeline_config_path", root.file("fpnlite.config"), "--model_dir", dir,
+                "--num_train_steps", "300", "--log_steps", "100", "--seed", "1", "--stats_file", stats,
+                "--num_preprocess_threads", "1"},
+               root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("graph_rewriter: quantization-aware training"), std::string::npos) << r.err;
+  const double qat_ap50 =
+      nlohmann::json::parse(read_file(stats)).at("eval_DetectionBoxes_Precision/mAP@.50IOU").get<double>();
+
+  // The ranges are in the TensorFlow checkpoint under contrib.quantize's names: the FPN's
+  // projections and sums, each map's run of the shared tower and heads (its depthwise conv too).
+  r = cli::run({"checkpoint", "inspect", dir + "/export/300/model.ckpt"}, root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  for (const char* name :
+       {"FeatureExtractor/MobilenetV2/fpn/projection_1/weights_quant/min",
+        "FeatureExtractor/MobilenetV2/fpn/top_down_1/add_quant/max/biased",
+        "FeatureExtractor/MobilenetV2/fpn/smoothing_1/depthwise/act_quant/max",
+        "FeatureExtractor/MobilenetV2/fpn/smoothing_1/act_quant/min/local_step",
+        "FeatureExtractor/MobilenetV2/fpn/bottom_up_Conv2d_20/weights_quant/max",
+        "WeightSharedConvolutionalBoxPredictor/PredictionTower/conv2d_1/act_quant/max",
+        "WeightSharedConvolutionalBoxPredictor_3/PredictionTower/conv2d_0/depthwise/weights_quant/min",
+        "WeightSharedConvolutionalBoxPredictor_2/ClassPredictor/act_quant/min"})
+    EXPECT_NE(r.out.find(std::string(name) + " "), std::string::npos) << name;
+
+  const std::string tflite = root.file("q.tflite");
+  r = cli::run({"detect", "export", "--model_dir", dir, "--format", "tflite", "--out", tflite, "--use_regular_nms",
+                "true", "--max_detections", "100"},
+               root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("uint8 TFLite"), std::string::npos) << r.err;
+  const double uint8_ap50 =
+      test::tflite_detection_ap50(tflite, data + "/validation-00000-of-00001", 96, 3, root.path().string());
+  std::cout << "FPN-Lite AP50: quantization-aware (fake quantization) " << qat_ap50 << ", uint8 TFLite in Arm NN "
+            << uint8_ap50 << "\n";
+  EXPECT_GE(qat_ap50, 0.2);  // it learned
+  EXPECT_NEAR(uint8_ap50, qat_ap50, 0.03);
+}
+
 TEST(ExportOnnxErrors, FormatAndArchitecture) {
   test::TempDir root;
   const std::string dir = root.file("model");

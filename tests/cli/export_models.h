@@ -38,4 +38,10 @@ namespace orchard::test {
 std::vector<at::Tensor> run_tflite_in_armnn(const std::string& tflite, const at::Tensor& input, const std::string& work,
                                             int64_t runs = 1);
 
+// COCO AP50 of a detection .tflite (uint8 input, TFLite_Detection_PostProcess's outputs) run by
+// Arm NN on the detection TFRecords `records`, each image resized to size x size as Orchard's
+// evaluation does and fed as the converter's uint8 (mean 128, std 128); `work` its folder.
+double tflite_detection_ap50(const std::string& tflite, const std::string& records, int64_t size, int64_t num_classes,
+                             const std::string& work);
+
 }  // namespace orchard::test

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,9 @@
 #include "cli/export_models.h"
 #include "core/test_util.h"
 #include "orchard/core/files.h"
+#include "orchard/core/tfrecord.h"
+#include "orchard/data/detection.h"
+#include "orchard/detect/metrics/coco_eval.h"
 #include "orchard/models/image_model.h"
 
 namespace orchard {
@@ -41,6 +45,56 @@ std::vector<at::Tensor> run_tflite_in_armnn(const std::string& tflite, const at:
     outputs.push_back(runs == 1 ? value.squeeze(0) : value);
   }
   return outputs;
+}
+
+double tflite_detection_ap50(const std::string& tflite, const std::string& records, int64_t size, int64_t num_classes,
+                             const std::string& work) {
+  // The images resized and scaled to [-1, 1] by Orchard's evaluation input path, as uint8 with
+  // the converter's mean 128 and std 128: q = 128 x + 128.
+  TFRecordReader reader(records);
+  std::vector<data::DetectionExample> examples;
+  std::vector<torch::Tensor> images;
+  data::DetectionInputOptions input_options;
+  input_options.height = input_options.width = size;
+  input_options.channels_last = true;
+  std::mt19937_64 rng(1);
+  for (std::string rec; reader.next(&rec);) {
+    examples.push_back(data::parse_detection_example(rec, "validation", num_classes));
+    auto image = torch::empty({size, size, 3});
+    data::preprocess_detection(examples.back(), input_options, /*training=*/false, rng, image.data_ptr<float>(),
+                               nullptr, "validation");
+    images.push_back((image * 128 + 128).round().clamp(0, 255).to(torch::kUInt8));
+  }
+  const auto n = static_cast<int64_t>(examples.size());
+  auto out = run_tflite_in_armnn(tflite, torch::stack(images), work, n);
+  if (out.size() != 4u) {  // boxes [n, 1, k, 4], classes, scores, num_detections: batch 1 each
+    ADD_FAILURE() << tflite << ": " << out.size() << " outputs, the detection op's 4 expected";
+    return -1;
+  }
+  for (auto& t : out) t = t.squeeze(1);
+  detect::CocoEvaluator coco;
+  const auto side = static_cast<double>(size);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& ex = examples[static_cast<size_t>(i)];
+    coco.add_image(i);
+    for (size_t k = 0; k < ex.boxes.size(); ++k) {
+      const auto& b = ex.boxes[k];
+      coco.add_ground_truth(
+          {i, ex.classes[k], b.xmin * side, b.ymin * side, (b.xmax - b.xmin) * side, (b.ymax - b.ymin) * side});
+    }
+    const auto count = static_cast<int64_t>(out[3][i].item<float>());
+    for (int64_t d = 0; d < count; ++d) {
+      const auto box = out[0][i][d].clamp(0, 1) * side;  // ymin, xmin, ymax, xmax, clipped as the OD API's
+      detect::CocoDetection det;
+      det.image_id = i;
+      det.category_id = static_cast<int64_t>(out[1][i][d].item<float>()) + 1;  // 0: the first class
+      det.x = box[1].item<double>(), det.y = box[0].item<double>();
+      det.w = (box[3] - box[1]).item<double>(), det.h = (box[2] - box[0]).item<double>();
+      det.score = out[2][i][d].item<double>();
+      coco.add_detection(det);
+    }
+  }
+  return coco.evaluate().stats[1];
 }
 
 }  // namespace test

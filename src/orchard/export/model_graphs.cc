@@ -89,6 +89,16 @@ void quantization_range(GraphWriter& g, const std::string& x, const layers::Fake
   g.quantization_range(x, r.min, r.max);
 }
 
+namespace {
+
+// x's range from the quantizer at `path` where quantization-aware training put one.
+std::string quantized(GraphWriter& g, const ModuleIndex& modules, const std::string& path, const std::string& x) {
+  if (modules.has(path)) quantization_range(g, x, modules.get<layers::FakeQuantImpl>(path));
+  return x;
+}
+
+}  // namespace
+
 std::vector<std::string> mobilenet_v1_features(GraphWriter& g, const ModuleIndex& modules, const std::string& prefix,
                                                const std::string& input, int64_t height, int64_t width,
                                                const std::vector<int64_t>& layers) {
@@ -336,7 +346,9 @@ std::string fpn_layer(GraphWriter& g, const ModuleIndex& modules, const std::str
   const auto& o = depthwise.options;
   const Pads pads = layer.tf_same ? same_pads(h, w, o) : symmetric_pads(name, o);
   std::tie(h, w) = conv_output_size(h, w, o, pads);
-  const std::string d = g.conv(name + ".0", conv_spec(o), depthwise.weight, torch::zeros({o.out_channels()}), x, pads);
+  const std::string d =
+      quantized(g, modules, name + ".act_quant",
+                g.conv(name + ".0", conv_spec(o), depthwise.weight, torch::zeros({o.out_channels()}), x, pads));
   return conv_bn_relu6(g, modules, name + ".1", d, h, w);
 }
 
@@ -364,15 +376,18 @@ std::vector<std::string> ssd_feature_maps(GraphWriter& g, detect::SsdModelImpl& 
     // level the 2x upsampling of the one above plus its own projection, then smoothed.
     const size_t levels = maps.size();
     auto projection = [&](size_t k) {
-      auto& c = modules.get<torch::nn::Conv2dImpl>("fpn.projection." + std::to_string(k));
-      return g.conv("fpn.projection." + std::to_string(k), conv_spec(c.options), c.weight, c.bias, maps[k], Pads{});
+      const std::string name = "fpn.projection." + std::to_string(k);
+      auto& c = modules.get<torch::nn::Conv2dImpl>(name);
+      return quantized(g, modules, "fpn.projection_quant." + std::to_string(k) + ".act_quant",
+                       g.conv(name, conv_spec(c.options), c.weight, c.bias, maps[k], Pads{}));
     };
     std::vector<std::string> out(levels);
     std::string top_down = out[levels - 1] = projection(levels - 1);
     for (size_t k = levels - 1; k-- > 0;) {
       const std::string up = g.upsample2x("fpn.upsample." + std::to_string(k), top_down, sizes[k + 1].first,
                                           sizes[k + 1].second, sizes[k].first, sizes[k].second);
-      top_down = g.add("fpn.add." + std::to_string(k), up, projection(k));
+      top_down = quantized(g, modules, "fpn.top_down_quant." + std::to_string(k) + ".add_quant",
+                           g.add("fpn.add." + std::to_string(k), up, projection(k)));
       auto [h, w] = sizes[k];
       out[k] = fpn_layer(g, modules, "fpn.smoothing." + std::to_string(k), mo.use_depthwise, top_down, h, w);
     }
@@ -440,14 +455,16 @@ void weight_shared_box_predictor(GraphWriter& g, detect::SsdModelImpl& model, co
   const auto& po = modules.get<detect::WeightSharedPredictorImpl>("predictor").options();
   // A tower conv or head `path` (separable: ".0" depthwise, ".1" the 1x1 conv) named `name`, its
   // last conv folded with `bn` when there is one.
+  // `quantizers`: the path of the layer's quantizers on this map (quantization-aware training).
   auto layer = [&](const std::string& path, const std::string& name, const std::string& x, int64_t h, int64_t w,
-                   torch::nn::BatchNorm2dImpl* bn) {
+                   torch::nn::BatchNorm2dImpl* bn, const std::string& quantizers) {
     std::string in = x;
     std::string last = path;
     if (po.use_depthwise) {
       auto& d = modules.get<torch::nn::Conv2dImpl>(path + ".0");
-      in = g.conv(name + "/separable", conv_spec(d.options), d.weight, torch::zeros({d.options.out_channels()}), in,
-                  same_pads(h, w, d.options));
+      in = quantized(g, modules, quantizers + ".depthwise.act_quant",
+                     g.conv(name + "/separable", conv_spec(d.options), d.weight,
+                            torch::zeros({d.options.out_channels()}), in, same_pads(h, w, d.options)));
       last = path + ".1";
     }
     auto& c = modules.get<torch::nn::Conv2dImpl>(last);
@@ -467,15 +484,23 @@ void weight_shared_box_predictor(GraphWriter& g, detect::SsdModelImpl& model, co
         auto* bn = po.apply_batch_norm ? &modules.get<torch::nn::BatchNorm2dImpl>(
                                              "predictor." + path + "_bn." + std::to_string(i) + "." + std::to_string(l))
                                        : nullptr;
-        x = g.relu6(layer(conv, scope + tf_scope + "/conv2d_" + std::to_string(i), x, h, w, bn));
+        const std::string q = "predictor." + path + "_quant." + std::to_string(i) + "." + std::to_string(l);
+        x = quantized(g, modules, q + ".act_quant",
+                      g.relu6(layer(conv, scope + tf_scope + "/conv2d_" + std::to_string(i), x, h, w, bn, q)));
       }
       return x;
     };
-    const std::string box_features = tower("box_tower", "BoxPredictionTower");
+    const std::string box_features =
+        tower("box_tower", po.share_prediction_tower ? "PredictionTower" : "BoxPredictionTower");
     const std::string class_features =
         po.share_prediction_tower ? box_features : tower("class_tower", "ClassPredictionTower");
-    const std::string box = layer("predictor.box_head", scope + "BoxPredictor", box_features, h, w, nullptr);
-    const std::string cls = layer("predictor.class_head", scope + "ClassPredictor", class_features, h, w, nullptr);
+    auto head = [&](const std::string& kind, const std::string& tf_name, const std::string& features) {
+      const std::string q = "predictor." + kind + "_head_quant." + std::to_string(l);
+      return quantized(g, modules, q + ".act_quant",
+                       layer("predictor." + kind + "_head", scope + tf_name, features, h, w, nullptr, q));
+    };
+    const std::string box = head("box", "BoxPredictor", box_features);
+    const std::string cls = head("class", "ClassPredictor", class_features);
     boxes.push_back(g.flatten_anchors(scope + "Reshape", box, a, po.box_code_size));
     classes.push_back(g.flatten_anchors(scope + "Reshape_1", cls, a, po.num_class_slots));
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "orchard/layers/batch_norm.h"
 #include "orchard/layers/tf_same.h"
@@ -109,6 +110,38 @@ bool is_quantization_state(const std::string& name) {
   for (const char* kind : {"weights_quant.", "act_quant.", "add_quant."})
     if (name.find(kind) != std::string::npos) return true;
   return false;
+}
+
+std::optional<QuantizerVariable> parse_quantizer_variable(const std::string& name) {
+  static const std::map<std::string, std::string> fields = {{"min", "min"},
+                                                            {"max", "max"},
+                                                            {"min_biased", "min/biased"},
+                                                            {"max_biased", "max/biased"},
+                                                            {"min_local_step", "min/local_step"},
+                                                            {"max_local_step", "max/local_step"}};
+  for (const std::string kind : {"weights_quant", "act_quant", "add_quant"}) {
+    const std::string infix = "." + kind + ".";
+    const size_t at = name.find(infix);
+    if (at == std::string::npos) continue;
+    auto field = fields.find(name.substr(at + infix.size()));
+    if (field == fields.end()) return std::nullopt;
+    return QuantizerVariable{name.substr(0, at), kind, field->second};
+  }
+  return std::nullopt;
+}
+
+std::shared_ptr<torch::nn::Module> conv_quantizers(const std::shared_ptr<QuantizationControl>& control) {
+  auto q = std::make_shared<torch::nn::Module>();
+  q->register_module("weights_quant", FakeQuant(control, /*weights=*/true));
+  q->register_module("act_quant", FakeQuant(control, /*weights=*/false));
+  return q;
+}
+
+FakeQuantImpl& quantizer(torch::nn::Module& owner, const std::string& name) {
+  auto children = owner.named_children();
+  auto* q = children.contains(name) ? children[name]->as<FakeQuantImpl>() : nullptr;
+  TORCH_CHECK(q, "no quantizer ", name);
+  return *q;
 }
 
 int64_t enable_quantization(torch::nn::Module& model, const std::shared_ptr<QuantizationControl>& control) {

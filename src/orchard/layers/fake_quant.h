@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace orchard::layers {
@@ -66,6 +67,19 @@ TORCH_MODULE(FakeQuant);
 // "quantization_step"): fine-tuning starts it afresh, as the OD API's quantized configs start
 // from float checkpoints that have none.
 bool is_quantization_state(const std::string& name);
+
+// A quantizer variable's parts: "<layer>.<kind>.<field>", kind weights_quant, act_quant or
+// add_quant, field min, max, min_biased, ...; tf_field TensorFlow's ("min", "min/biased",
+// "min/local_step", ...). Unset for any other name.
+struct QuantizerVariable {
+  std::string layer, kind, tf_field;
+};
+std::optional<QuantizerVariable> parse_quantizer_variable(const std::string& name);
+
+// One convolution's quantizers: a module with the children "weights_quant" and "act_quant".
+std::shared_ptr<torch::nn::Module> conv_quantizers(const std::shared_ptr<QuantizationControl>& control);
+// A child quantizer ("weights_quant", "act_quant", ...) of `owner`.
+FakeQuantImpl& quantizer(torch::nn::Module& owner, const std::string& name);
 
 // A layer that knows where its quantizers go (ConvNormActivation, MobileNetV2's inverted
 // residual, ...): enable_quantization registers them.

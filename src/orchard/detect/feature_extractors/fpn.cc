@@ -25,11 +25,23 @@ SeparableConvImpl::SeparableConvImpl(int64_t in, int64_t out, int64_t kernel, in
 }
 
 torch::Tensor SeparableConvImpl::forward(const torch::Tensor& x) {
-  const auto d = tf_same ? layers::conv2d_tf_same(*depthwise, x) : depthwise->forward(x);
+  const auto d = weights_quant ? act_quant->forward(layers::quantized_conv(*depthwise, *weights_quant, x, tf_same))
+                 : tf_same     ? layers::conv2d_tf_same(*depthwise, x)
+                               : depthwise->forward(x);
   return pointwise->as<layers::ConvNormActivationImpl>()->forward(d);
 }
 
+void SeparableConvImpl::enable_quantization(const std::shared_ptr<layers::QuantizationControl>& control) {
+  weights_quant = register_module("weights_quant", layers::FakeQuant(control, /*weights=*/true));
+  act_quant = register_module("act_quant", layers::FakeQuant(control, /*weights=*/false));
+}
+
 std::optional<models::TfName> conv_layer_tf_name(const std::string& scope, const std::string& rest, bool separable) {
+  if (const auto q = layers::parse_quantizer_variable(rest)) {
+    if (q->layer.empty())
+      return models::TfName{scope + (separable ? "/depthwise/" : "/") + q->kind + "/" + q->tf_field};
+    if (separable && q->layer == ".1") return models::TfName{scope + "/" + q->kind + "/" + q->tf_field};
+  }
   if (separable) {
     if (rest == ".0.weight") return models::TfName{scope + "/depthwise_weights", models::TfLayout::kDepthwise};
     if (rest == ".1.0.weight") return models::TfName{scope + "/pointwise_weights", models::TfLayout::kConv};
@@ -56,21 +68,43 @@ FpnTopDownImpl::FpnTopDownImpl(const FpnOptions& o) : options_(o) {
   }
 }
 
+void FpnTopDownImpl::enable_quantization(const std::shared_ptr<layers::QuantizationControl>& control) {
+  projection_quant_ = register_module("projection_quant", torch::nn::ModuleList());
+  add_quant_ = register_module("top_down_quant", torch::nn::ModuleList());
+  for (size_t k = 0; k < projection_->size(); ++k) {
+    projection_quant_->push_back(layers::conv_quantizers(control));
+    if (k + 1 < projection_->size()) {
+      auto q = std::make_shared<torch::nn::Module>();
+      q->register_module("add_quant", layers::FakeQuant(control, /*weights=*/false));
+      add_quant_->push_back(q);
+    }
+  }
+}
+
+torch::Tensor FpnTopDownImpl::project(size_t k, const torch::Tensor& x) {
+  auto& conv = *projection_[k]->as<torch::nn::Conv2d>();
+  if (!projection_quant_) return conv.forward(x);
+  auto& q = *projection_quant_[k];
+  return layers::quantizer(q, "act_quant")
+      .forward(layers::quantized_conv(conv, layers::quantizer(q, "weights_quant"), x, /*tf_same_padding=*/false));
+}
+
 std::vector<torch::Tensor> FpnTopDownImpl::forward(const std::vector<torch::Tensor>& base) {
   const size_t n = options_.in_channels.size();
   TORCH_CHECK(base.size() == n, "FPN: ", base.size(), " base feature maps for ", n);
   std::vector<torch::Tensor> out(n);
-  auto top_down = projection_[n - 1]->as<torch::nn::Conv2d>()->forward(base[n - 1]);
+  auto top_down = project(n - 1, base[n - 1]);
   out[n - 1] = top_down;
   for (size_t k = n - 1; k-- > 0;) {
     // ops.nearest_neighbor_upsampling(scale=2): each value repeated 2x2.
     auto up = top_down.repeat_interleave(2, 2).repeat_interleave(2, 3);
-    const auto residual = projection_[k]->as<torch::nn::Conv2d>()->forward(base[k]);
+    const auto residual = project(k, base[k]);
     TORCH_CHECK(up.size(2) >= residual.size(2) && up.size(3) >= residual.size(3), "FPN: level ", k, " is ",
                 residual.size(2), "x", residual.size(3), ", more than twice the level above (", top_down.size(2), "x",
                 top_down.size(3), ")");
     up = up.narrow(2, 0, residual.size(2)).narrow(3, 0, residual.size(3));
     top_down = up + residual;
+    if (add_quant_) top_down = layers::quantizer(*add_quant_[k], "add_quant").forward(top_down);
     out[k] = options_.use_depthwise ? smoothing_[k]->as<SeparableConvImpl>()->forward(top_down)
                                     : smoothing_[k]->as<layers::ConvNormActivationImpl>()->forward(top_down);
   }
@@ -79,11 +113,17 @@ std::vector<torch::Tensor> FpnTopDownImpl::forward(const std::vector<torch::Tens
 
 std::optional<models::TfName> FpnTopDownImpl::tf_name(const std::string& name, const std::string& fpn_scope) const {
   const auto bad = [&] { return std::invalid_argument("not an FPN variable: '" + name + "'"); };
-  char kind[16] = {0};
+  char kind[32] = {0};
   int k = -1, consumed = 0;
-  if (std::sscanf(name.c_str(), "%15[a-z].%d%n", kind, &k, &consumed) != 2 || k < 0) throw bad();
+  if (std::sscanf(name.c_str(), "%31[a-z_].%d%n", kind, &k, &consumed) != 2 || k < 0) throw bad();
   const std::string rest = name.substr(static_cast<size_t>(consumed));
   const std::string which = kind;
+  if (which == "projection_quant" || which == "top_down_quant") {
+    const auto q = layers::parse_quantizer_variable(name);
+    if (!q) throw bad();
+    return models::TfName{fpn_scope + (which == "top_down_quant" ? "/top_down_" : "/projection_") +
+                          std::to_string(k + 1) + "/" + q->kind + "/" + q->tf_field};
+  }
   if (which == "projection") {
     const std::string scope = fpn_scope + "/projection_" + std::to_string(k + 1);
     if (rest == ".weight") return models::TfName{scope + "/weights", models::TfLayout::kConv};

@@ -36,6 +36,25 @@ torch::Tensor run_layer(torch::nn::Module& m, const torch::Tensor& x) {
   return seq[1]->as<torch::nn::Conv2d>()->forward(layers::conv2d_tf_same(*seq[0]->as<torch::nn::Conv2d>(), x));
 }
 
+// A layer under quantization: the depthwise conv quantized first (separable), then the last
+// conv with quantized weights, folded with `bn` when there is one. Not activated.
+torch::Tensor run_quantized_layer(torch::nn::Module& m, torch::nn::Module& q, torch::nn::BatchNorm2dImpl* bn,
+                                  const torch::Tensor& x) {
+  torch::Tensor h = x;
+  torch::nn::Conv2dImpl* conv = m.as<torch::nn::Conv2d>();
+  if (!conv) {
+    auto& seq = *m.as<torch::nn::Sequential>();
+    auto& d = *q.named_children()["depthwise"];
+    h = layers::quantizer(d, "act_quant")
+            .forward(layers::quantized_conv(*seq[0]->as<torch::nn::Conv2d>(), layers::quantizer(d, "weights_quant"), h,
+                                            /*tf_same_padding=*/true));
+    conv = seq[1]->as<torch::nn::Conv2d>();
+  }
+  auto& weights = layers::quantizer(q, "weights_quant");
+  return bn ? layers::quantized_conv_bn(*conv, *bn, weights, h, /*tf_same_padding=*/true)
+            : layers::quantized_conv(*conv, weights, h, /*tf_same_padding=*/true);
+}
+
 // The layer's last convolution (the one with the bias).
 torch::nn::Conv2dImpl& last_conv(torch::nn::Module& m) {
   if (auto* c = m.as<torch::nn::Conv2d>()) return *c;
@@ -91,17 +110,53 @@ WeightSharedPredictorImpl::WeightSharedPredictorImpl(const WeightSharedPredictor
   last_conv(*class_head_).bias.fill_(o.class_prediction_bias_init);
 }
 
+void WeightSharedPredictorImpl::enable_quantization(const std::shared_ptr<layers::QuantizationControl>& control) {
+  auto pair = [&] {
+    auto q = layers::conv_quantizers(control);
+    if (options_.use_depthwise) q->register_module("depthwise", layers::conv_quantizers(control));
+    return q;
+  };
+  auto per_level = [&] {
+    torch::nn::ModuleList levels;
+    for (int64_t l = 0; l < options_.num_levels; ++l) levels->push_back(pair());
+    return levels;
+  };
+  auto tower = [&](const std::string& name, torch::nn::ModuleList& convs, torch::nn::ModuleList& quantizers) {
+    if (!convs) return;
+    quantizers = register_module(name, torch::nn::ModuleList());
+    for (size_t i = 0; i < convs->size(); ++i) quantizers->push_back(per_level());
+  };
+  tower("box_tower_quant", box_tower_, box_tower_quant_);
+  tower("class_tower_quant", class_tower_, class_tower_quant_);
+  box_head_quant_ = register_module("box_head_quant", per_level());
+  class_head_quant_ = register_module("class_head_quant", per_level());
+}
+
 torch::Tensor WeightSharedPredictorImpl::tower(torch::nn::ModuleList& convs, torch::nn::ModuleList& norms,
-                                               const torch::Tensor& x, size_t level) {
+                                               torch::nn::ModuleList& quantizers, const torch::Tensor& x,
+                                               size_t level) {
   torch::Tensor h = x;
   for (size_t i = 0; i < convs->size(); ++i) {
+    auto* bn = options_.apply_batch_norm
+                   ? norms[i]->as<torch::nn::ModuleListImpl>()->ptr(level)->as<torch::nn::BatchNorm2dImpl>()
+                   : nullptr;
+    if (quantizers) {
+      auto& q = *quantizers[i]->as<torch::nn::ModuleListImpl>()->ptr(level);
+      h = layers::quantizer(q, "act_quant").forward(torch::clamp(run_quantized_layer(*convs[i], q, bn, h), 0.0, 6.0));
+      continue;
+    }
     h = run_layer(*convs[i], h);
-    if (options_.apply_batch_norm)
-      h = layers::batch_norm(*norms[i]->as<torch::nn::ModuleListImpl>()->ptr(level)->as<torch::nn::BatchNorm2dImpl>(),
-                             h);
+    if (bn) h = layers::batch_norm(*bn, h);
     h = torch::clamp(h, 0.0, 6.0);  // ReLU6 (see ConvNormActivation on clamp)
   }
   return h;
+}
+
+torch::Tensor WeightSharedPredictorImpl::head(torch::nn::Module& layer, torch::nn::ModuleList& quantizers,
+                                              const torch::Tensor& x, size_t level) {
+  if (!quantizers) return run_layer(layer, x);
+  auto& q = *quantizers->ptr(level);
+  return layers::quantizer(q, "act_quant").forward(run_quantized_layer(layer, q, nullptr, x));
 }
 
 torch::Tensor WeightSharedPredictorImpl::forward(const std::vector<torch::Tensor>& maps) {
@@ -114,14 +169,15 @@ torch::Tensor WeightSharedPredictorImpl::forward(const std::vector<torch::Tensor
                 " (every level must have the same depth)");
     const int64_t batch = maps[l].size(0);
     const int64_t anchors = maps[l].size(2) * maps[l].size(3) * options_.anchors_per_location;
-    const auto box_features = tower(box_tower_, box_tower_bn_, maps[l], l);
-    auto class_features =
-        options_.share_prediction_tower ? box_features : tower(class_tower_, class_tower_bn_, maps[l], l);
+    const auto box_features = tower(box_tower_, box_tower_bn_, box_tower_quant_, maps[l], l);
+    auto class_features = options_.share_prediction_tower
+                              ? box_features
+                              : tower(class_tower_, class_tower_bn_, class_tower_quant_, maps[l], l);
     if (options_.use_dropout)
       class_features = F::dropout(
           class_features, F::DropoutFuncOptions().p(1 - options_.dropout_keep_probability).training(is_training()));
-    const auto box = run_layer(*box_head_, box_features);
-    const auto cls = run_layer(*class_head_, class_features);
+    const auto box = head(*box_head_, box_head_quant_, box_features, l);
+    const auto cls = head(*class_head_, class_head_quant_, class_features, l);
     boxes.push_back(box.permute({0, 2, 3, 1}).reshape({batch, anchors, options_.box_code_size}));
     classes.push_back(cls.permute({0, 2, 3, 1}).reshape({batch, anchors, options_.num_class_slots}));
   }
@@ -131,6 +187,26 @@ torch::Tensor WeightSharedPredictorImpl::forward(const std::vector<torch::Tensor
 std::optional<models::TfName> WeightSharedPredictorImpl::tf_name(const std::string& name) const {
   const auto bad = [&] { return std::invalid_argument("not a weight-shared predictor variable: '" + name + "'"); };
   const std::string scope = "WeightSharedConvolutionalBoxPredictor/";
+  if (const auto q = layers::parse_quantizer_variable(name)) {
+    // <kind>_quant.[<i>.]<level>[.depthwise]: the layer's run on feature map <level>.
+    char kind[32] = {0};
+    int a = -1, b = -1, used = 0;
+    const int n = std::sscanf(q->layer.c_str(), "%31[a-z_].%d%n.%d%n", kind, &a, &used, &b, &used);
+    const std::string k = kind, rest = q->layer.substr(static_cast<size_t>(used));
+    const bool head = k == "box_head_quant" || k == "class_head_quant";
+    const bool tower = k == "box_tower_quant" || k == "class_tower_quant";
+    if (!(head && n == 2) && !(tower && n == 3)) throw bad();
+    if (!rest.empty() && rest != ".depthwise") throw bad();
+    const int level = head ? a : b;
+    const std::string run = "WeightSharedConvolutionalBoxPredictor" + (level ? "_" + std::to_string(level) : "") + "/";
+    const bool box = k.rfind("box", 0) == 0;
+    const std::string layer = head ? (box ? "BoxPredictor" : "ClassPredictor")
+                                   : (options_.share_prediction_tower ? "PredictionTower"
+                                      : box                           ? "BoxPredictionTower"
+                                                                      : "ClassPredictionTower") +
+                                         std::string("/conv2d_") + std::to_string(a);
+    return models::TfName{run + layer + (rest.empty() ? "" : "/depthwise") + "/" + q->kind + "/" + q->tf_field};
+  }
   const size_t dot = name.rfind('.');
   if (dot == std::string::npos) throw bad();
   const std::string module = name.substr(0, dot), field = name.substr(dot + 1);

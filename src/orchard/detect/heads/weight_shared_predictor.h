@@ -14,6 +14,11 @@
 // use_depthwise (FPN-lite): every tower conv and head is separable, a kernel_size depthwise conv
 // then a 1x1 conv: box_tower.<i>.0.weight (TF conv2d_<i>/depthwise_weights), box_tower.<i>.1.*
 // (pointwise_weights, biases without batch norm), box_head.0.weight, box_head.1.{weight,bias}.
+// Quantization-aware training: each layer's quantizers per feature map (TF runs the shared
+// layer once per map, WeightSharedConvolutionalBoxPredictor[_<level>]/...), the batch norm
+// folded into the weights: box_tower_quant.<i>.<level>.{weights_quant,act_quant} (act_quant
+// after the ReLU6), box_head_quant.<level>.*, class_... alike; with use_depthwise a
+// ".depthwise" pair for the depthwise conv first.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -25,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "orchard/layers/fake_quant.h"
 #include "orchard/models/tf_names.h"
 
 namespace orchard::detect {
@@ -49,9 +55,10 @@ struct WeightSharedPredictorOptions {
   bool truncated_init = false;                 // truncated_normal_initializer instead
 };
 
-class WeightSharedPredictorImpl : public torch::nn::Module {
+class WeightSharedPredictorImpl : public torch::nn::Module, public layers::Quantizable {
  public:
   explicit WeightSharedPredictorImpl(const WeightSharedPredictorOptions& options);
+  void enable_quantization(const std::shared_ptr<layers::QuantizationControl>& control) override;
   // maps: [B, in_channels, H_l, W_l] per level -> [B, sum H_l W_l A, box_code_size + num_class_slots]
   // (box codes, then class logits), anchors in the anchor generators' order.
   torch::Tensor forward(const std::vector<torch::Tensor>& maps);
@@ -61,12 +68,17 @@ class WeightSharedPredictorImpl : public torch::nn::Module {
   std::optional<models::TfName> tf_name(const std::string& name) const;
 
  private:
-  torch::Tensor tower(torch::nn::ModuleList& convs, torch::nn::ModuleList& norms, const torch::Tensor& x, size_t level);
+  torch::Tensor tower(torch::nn::ModuleList& convs, torch::nn::ModuleList& norms, torch::nn::ModuleList& quantizers,
+                      const torch::Tensor& x, size_t level);
+  torch::Tensor head(torch::nn::Module& layer, torch::nn::ModuleList& quantizers, const torch::Tensor& x, size_t level);
 
   WeightSharedPredictorOptions options_;
   torch::nn::ModuleList box_tower_{nullptr}, box_tower_bn_{nullptr};
   torch::nn::ModuleList class_tower_{nullptr}, class_tower_bn_{nullptr};
   std::shared_ptr<torch::nn::Module> box_head_, class_head_;
+  // Under quantization (see the top of this file).
+  torch::nn::ModuleList box_tower_quant_{nullptr}, class_tower_quant_{nullptr};
+  torch::nn::ModuleList box_head_quant_{nullptr}, class_head_quant_{nullptr};
 };
 TORCH_MODULE(WeightSharedPredictor);
 

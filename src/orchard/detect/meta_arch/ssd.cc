@@ -236,9 +236,8 @@ SsdMetaArchitecture::SsdMetaArchitecture(const SsdConfig& config, int64_t num_cl
     else
       spdlog::warn(
           "graph_rewriter quantization: quantization-aware training of {} is not implemented yet "
-          "(ssd_mobilenet_v1 / v2 / edgetpu with the convolutional box predictor are): this model trains and evaluates "
-          "in "
-          "float",
+          "(ssd_mobilenet_v1 / v2 / edgetpu, their FPNs and both box predictors are): this model trains and "
+          "evaluates in float",
           missing);
   }
   anchors_ = generate_anchors(h, w);

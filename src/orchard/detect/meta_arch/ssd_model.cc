@@ -257,17 +257,13 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name, con
   // The quantizers' ranges, as contrib.quantize names them: "<layer scope>/weights_quant/min",
   // ".../act_quant/max", the moving averages' ".../act_quant/min/biased" and ".../min/local_step".
   if (name == "quantization_step") return std::nullopt;  // TF's global_step
-  for (const std::string kind : {"weights_quant", "act_quant", "add_quant"}) {
-    const size_t at = name.find("." + kind + ".");
-    if (at == std::string::npos) continue;
-    const std::string layer = name.substr(0, at), field = name.substr(at + kind.size() + 2);
-    static const std::map<std::string, std::string> fields = {{"min", "min"},
-                                                              {"max", "max"},
-                                                              {"min_biased", "min/biased"},
-                                                              {"max_biased", "max/biased"},
-                                                              {"min_local_step", "min/local_step"},
-                                                              {"max_local_step", "max/local_step"}};
-    if (!fields.count(field)) throw bad();
+  const auto quantizer = layers::parse_quantizer_variable(name);
+  if (name.find("_quant.") != std::string::npos && !quantizer) throw bad();
+  // (The FPN's, its bottom-up layers' and the weight-shared predictor's are named by their modules, below.)
+  const bool own_names =
+      name.rfind("fpn.", 0) == 0 || name.rfind("bottom_up.", 0) == 0 || name.rfind("predictor.", 0) == 0;
+  if (quantizer && !own_names) {
+    const std::string &layer = quantizer->layer, &kind = quantizer->kind;
     // The layer's scope: its convolution's variable name less the variable.
     std::string scope;
     int i = -1;
@@ -303,7 +299,7 @@ std::optional<models::TfName> SsdModelImpl::tf_name(const std::string& name, con
       }
       scope = scope.substr(0, scope.rfind('/'));
     }
-    return models::TfName{scope + "/" + kind + "/" + fields.at(field)};
+    return models::TfName{scope + "/" + kind + "/" + quantizer->tf_field};
   }
   const std::string feature_extractor_scope = "FeatureExtractor/" + this->backbone_scope();
   if (name.rfind("backbone.", 0) == 0) {
@@ -421,9 +417,8 @@ torch::Tensor head(torch::nn::ModuleList& heads, torch::nn::ModuleList& quantize
   auto& conv = *heads[i]->as<torch::nn::Conv2d>();
   if (!quantizers) return conv2d_tf_same(conv, x);
   auto& q = *quantizers[i];
-  auto& weights = *q.named_children()["weights_quant"]->as<layers::FakeQuant>();
-  return q.named_children()["act_quant"]->as<layers::FakeQuant>()->forward(
-      layers::quantized_conv(conv, weights, x, /*tf_same_padding=*/true));
+  return layers::quantizer(q, "act_quant")
+      .forward(layers::quantized_conv(conv, layers::quantizer(q, "weights_quant"), x, /*tf_same_padding=*/true));
 }
 
 }  // namespace
@@ -431,8 +426,7 @@ torch::Tensor head(torch::nn::ModuleList& heads, torch::nn::ModuleList& quantize
 std::string SsdModelImpl::quantization_unsupported() const {
   const std::string base = layout_.scope;
   if (base != "MobilenetV1" && base != "MobilenetV2" && base != "MobilenetEdgeTPU") return "the " + base + " base";
-  if (fpn_ || mnasfpn_ || bottom_up_) return "FPN / MnasFPN feature maps";
-  if (predictor_) return "the weight-shared box predictor";
+  if (mnasfpn_) return "MnasFPN feature maps";
   return "";
 }
 
@@ -441,7 +435,7 @@ void SsdModelImpl::enable_quantization(const layers::QuantizationOptions& option
   if (!missing.empty())
     throw std::invalid_argument(
         "graph_rewriter quantization: quantization-aware training of " + missing +
-        " is not implemented yet (ssd_mobilenet_v1 / v2 / edgetpu with the convolutional box predictor "
+        " is not implemented yet (ssd_mobilenet_v1 / v2 / edgetpu, their FPNs and both box predictors "
         "are; docs/deploy.md)");
   if (options.weight_bits < 2 || options.weight_bits > 8 || options.activation_bits < 2 || options.activation_bits > 8)
     throw std::invalid_argument("graph_rewriter quantization: weight_bits and activation_bits must be 2..8");
@@ -449,6 +443,7 @@ void SsdModelImpl::enable_quantization(const layers::QuantizationOptions& option
   quantization_->options = options;
   layers::enable_quantization(*this, quantization_);
   quantization_step_ = register_buffer("quantization_step", torch::zeros({}, torch::kLong));
+  if (predictor_) return;  // quantized by layers::enable_quantization
   box_heads_quant_ = register_module("box_heads_quant", torch::nn::ModuleList());
   class_heads_quant_ = register_module("class_heads_quant", torch::nn::ModuleList());
   for (auto* list : {&box_heads_quant_, &class_heads_quant_})

@@ -213,9 +213,9 @@ class SsdModelImpl : public torch::nn::Module {
   // ("box_heads_quant.<i>", "class_heads_quant.<i>"). std::invalid_argument for the models
   // quantization_unsupported names.
   void enable_quantization(const layers::QuantizationOptions& options);
-  // What of this model quantization-aware training is not written for yet (FPN, PPN, MnasFPN,
-  // the weight-shared predictor, bases other than MobileNet V1 / V2 / EdgeTPU);
-  // empty where it is.
+  // What of this model quantization-aware training is not written for yet (MnasFPN, bases other
+  // than MobileNet V1 / V2 / EdgeTPU); empty where it is. The FPN (fpn.h) and the weight-shared
+  // predictor (weight_shared_predictor.h) place their own quantizers.
   std::string quantization_unsupported() const;
   // The quantizers' state: null without quantization. The task sets `active` each step.
   const std::shared_ptr<layers::QuantizationControl>& quantization() const { return quantization_; }
