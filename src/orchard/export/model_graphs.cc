@@ -62,14 +62,14 @@ std::pair<int64_t, int64_t> conv_output_size(int64_t h, int64_t w, const torch::
 }
 
 std::string conv_bn(GraphWriter& g, const std::string& name, torch::nn::Conv2dImpl& c, torch::nn::BatchNorm2dImpl& bn,
-                    const std::string& x, const Pads& pads) {
+                    const std::string& x, const Pads& pads, const ConvSpec* spec) {
   if (c.options.bias()) throw Error("export: " + name + " is not a bias-free convolution");
   // In double, so that the folded weights are the nearest floats to the exact products.
   const auto inv_std = torch::rsqrt(bn.running_var.to(torch::kDouble) + bn.options.eps());
   const auto scale = bn.weight.to(torch::kDouble) * inv_std;
   const auto w = c.weight.to(torch::kDouble) * scale.view({-1, 1, 1, 1});
   const auto b = bn.bias.to(torch::kDouble) - bn.running_mean.to(torch::kDouble) * scale;
-  return g.conv(name, conv_spec(c.options), w, b, x, pads);
+  return g.conv(name, spec ? *spec : conv_spec(c.options), w, b, x, pads);
 }
 
 std::string conv_bn_relu6(GraphWriter& g, const ModuleIndex& modules, const std::string& name, const std::string& x,
@@ -177,16 +177,29 @@ namespace {
 // symmetric padding; the Model Garden's Keras ResNet-50 with TF 'SAME' strided 3x3 convs and
 // stem max-pool; TF-Slim's stride in each stage's last unit, whose shortcut subsamples
 // (x[::2, ::2], a 1x1 max pool of stride 2), and the stem max-pool 'SAME'.
-std::string resnet_body(GraphWriter& g, models::ResNetImpl& model, const std::string& input, int64_t h, int64_t w) {
+// `stage_outputs` (TF-Slim's layout): also each stage's output as models::ResNetImpl::
+// slim_stage_outputs gives it (store_non_strided_activations: the last unit at stride 1, its
+// output subsampled for the next stage), with its size.
+struct StageOutput {
+  std::string tensor;
+  int64_t h = 0, w = 0;
+};
+std::string resnet_body(GraphWriter& g, models::ResNetImpl& model, const std::string& input, int64_t h, int64_t w,
+                        std::vector<StageOutput>* stage_outputs = nullptr) {
   const auto layout = model.options().layout;
+  if (stage_outputs && (layout != models::ResNetLayout::kSlim || model.options().block != "bottleneck"))
+    throw Error("export: stage outputs of TF-Slim bottleneck ResNets only");
   const ModuleIndex modules(model);
-  // conv `conv` and BN `bn` on x, an h x w map (then the output's size), TF 'SAME' or its own padding.
+  // conv `conv` and BN `bn` on x, an h x w map (then the output's size), TF 'SAME' or its own
+  // padding; `unstrided`: at stride 1.
   auto cbn = [&](const std::string& conv, const std::string& bn, const std::string& x, int64_t& fh, int64_t& fw,
-                 bool same) {
+                 bool same, bool unstrided = false) {
     auto& c = modules.get<torch::nn::Conv2dImpl>(conv);
-    const Pads pads = same ? same_pads(fh, fw, c.options) : symmetric_pads(conv, c.options);
-    std::tie(fh, fw) = conv_output_size(fh, fw, c.options, pads);
-    return conv_bn(g, conv, c, modules.get<torch::nn::BatchNorm2dImpl>(bn), x, pads);
+    ConvSpec spec = conv_spec(c.options);
+    if (unstrided) spec.stride = {1, 1};
+    const Pads pads = same ? same_pads(fh, fw, spec) : symmetric_pads(conv, c.options);
+    std::tie(fh, fw) = conv_output_size(fh, fw, spec, pads);
+    return conv_bn(g, conv, c, modules.get<torch::nn::BatchNorm2dImpl>(bn), x, pads, unstrided ? &spec : nullptr);
   };
   std::string x = g.relu(cbn("conv1", "bn1", input, h, w, false));
   if (layout != models::ResNetLayout::kTorchvision || !model.options().small_input) {
@@ -198,22 +211,33 @@ std::string resnet_body(GraphWriter& g, models::ResNetImpl& model, const std::st
     std::tie(h, w) = conv_output_size(h, w, pool, pads);
   }
   for (int l = 1; l <= 4; ++l) {
-    for (int i = 0; modules.has("layer" + std::to_string(l) + "." + std::to_string(i)); ++i) {
-      const std::string p = "layer" + std::to_string(l) + "." + std::to_string(i) + ".";
+    const std::string layer = "layer" + std::to_string(l) + ".";
+    for (int i = 0; modules.has(layer + std::to_string(i)); ++i) {
+      const std::string p = layer + std::to_string(i) + ".";
       const bool bottleneck = modules.has(p + "conv3");
       const int64_t stride =
           (*modules.get<torch::nn::Conv2dImpl>(p + (bottleneck ? "conv2" : "conv1")).options.stride())[0];
+      const bool last = !modules.has(layer + std::to_string(i + 1));
+      const bool unstrided = stage_outputs && last && stride > 1;
       int64_t oh = h, ow = w;
       std::string out = g.relu(cbn(p + "conv1", p + "bn1", x, oh, ow, false));
-      out = cbn(p + "conv2", p + "bn2", out, oh, ow, layout == models::ResNetLayout::kKeras && stride > 1);
+      out = cbn(p + "conv2", p + "bn2", out, oh, ow, layout == models::ResNetLayout::kKeras && stride > 1, unstrided);
       if (bottleneck) out = cbn(p + "conv3", p + "bn3", g.relu(out), oh, ow, false);
       int64_t sh = h, sw = w;
       const std::string identity = modules.has(p + "downsample")
-                                       ? cbn(p + "downsample.0", p + "downsample.1", x, sh, sw, false)
-                                   : stride > 1 ? g.max_pool(p + "subsample", x, 1, stride, Pads{}, false)
-                                                : x;
+                                       ? cbn(p + "downsample.0", p + "downsample.1", x, sh, sw, false, unstrided)
+                                   : stride > 1 && !unstrided ? g.max_pool(p + "subsample", x, 1, stride, Pads{}, false)
+                                                              : x;
       x = g.relu(g.add(p + "add", out, identity));
       h = oh, w = ow;
+      if (!stage_outputs || !last) continue;
+      stage_outputs->push_back({x, h, w});
+      if (unstrided) {  // the next stage's input: x[::stride, ::stride]
+        ConvSpec subsample;
+        subsample.stride = {stride, stride};
+        x = g.max_pool(layer + "subsample", x, 1, stride, Pads{}, true);
+        std::tie(h, w) = conv_output_size(h, w, subsample, Pads{});
+      }
     }
   }
   return x;
@@ -323,14 +347,16 @@ void check_ssd_exportable(detect::SsdModelImpl& model, int64_t height, int64_t w
   if (mo.pad_to_multiple > 1 && (height % mo.pad_to_multiple || width % mo.pad_to_multiple))
     throw Error(format + " export: the input " + std::to_string(height) + "x" + std::to_string(width) +
                 " is not a multiple of feature_extractor.pad_to_multiple " + std::to_string(mo.pad_to_multiple));
+  const bool resnet = mo.feature_extractor == "ssd_resnet50_v1" || mo.feature_extractor == "ssd_resnet101_v1";
   if (mo.ppn || mo.mnasfpn ||
-      (mo.feature_extractor != "ssd_mobilenet_v1" && mo.feature_extractor != "ssd_mobilenet_v2"))
+      (mo.feature_extractor != "ssd_mobilenet_v1" && mo.feature_extractor != "ssd_mobilenet_v2" && !resnet))
     throw Error(format + " export of " + mo.feature_extractor +
                 (mo.fpn.enabled ? "_fpn"
                  : mo.ppn       ? "_ppn"
                  : mo.mnasfpn   ? "_mnasfpn"
                                 : "") +
-                " is not implemented yet (ssd_mobilenet_v1 and ssd_mobilenet_v2, with or without FPN, are); "
+                " is not implemented yet (ssd_mobilenet_v1 and ssd_mobilenet_v2, with or without FPN, and the ResNet "
+                "FPNs are); "
                 "`detect export --format tf` writes the model as a TensorFlow checkpoint");
 }
 
@@ -364,13 +390,31 @@ std::vector<std::string> ssd_feature_maps(GraphWriter& g, detect::SsdModelImpl& 
   const std::string& base = model.layout().scope;
   std::vector<int64_t> v1_layers;
   std::vector<models::MobileNetV2Endpoint> v2_endpoints;
-  for (const auto& e : model.feature_extractor().endpoints()) {
-    if (base == "MobilenetV1") v1_layers.push_back(models::parse_mobilenet_v1_endpoint(e.name));
-    else v2_endpoints.push_back(models::parse_mobilenet_v2_endpoint(e.name));
+  std::vector<std::string> maps;
+  if (auto* resnet = dynamic_cast<models::ResNetImpl*>(model.feature_extractor().module().get())) {
+    // The ResNets take RGB minus the channel means (the extractor's preprocess; the input here
+    // is in [-1, 1]): x * 127.5 + 127.5 - mean, a 1x1 depthwise convolution; then TF-Slim's
+    // stage outputs "block1" .. "block4".
+    ConvSpec per_channel;
+    per_channel.groups = 3;
+    const auto& mean = detect::feature_extractors::kResNetV1ChannelMeans;
+    const std::string rgb = g.conv("backbone.preprocess", per_channel, torch::full({3, 1, 1, 1}, 127.5),
+                                   127.5 - torch::tensor({mean[0], mean[1], mean[2]}), input, Pads{});
+    std::vector<StageOutput> stages;
+    resnet_body(g, *resnet, rgb, height, width, &stages);
+    for (const auto& e : model.feature_extractor().endpoints()) {
+      const int stage = e.name.size() == 6 && e.name.rfind("block", 0) == 0 ? e.name[5] - '0' : 0;
+      if (stage < 1 || stage > static_cast<int>(stages.size())) throw Error("export: no ResNet endpoint " + e.name);
+      maps.push_back(stages[static_cast<size_t>(stage - 1)].tensor);
+    }
+  } else {
+    for (const auto& e : model.feature_extractor().endpoints()) {
+      if (base == "MobilenetV1") v1_layers.push_back(models::parse_mobilenet_v1_endpoint(e.name));
+      else v2_endpoints.push_back(models::parse_mobilenet_v2_endpoint(e.name));
+    }
+    maps = base == "MobilenetV1" ? mobilenet_v1_features(g, modules, "backbone.", input, height, width, v1_layers)
+                                 : mobilenet_v2_features(g, modules, "backbone.", input, height, width, v2_endpoints);
   }
-  std::vector<std::string> maps =
-      base == "MobilenetV1" ? mobilenet_v1_features(g, modules, "backbone.", input, height, width, v1_layers)
-                            : mobilenet_v2_features(g, modules, "backbone.", input, height, width, v2_endpoints);
   if (mo.fpn.enabled) {
     // The top-down pathway (detect/fpn.h): the coarsest base map's 1x1 projection; each finer
     // level the 2x upsampling of the one above plus its own projection, then smoothed.

@@ -58,9 +58,11 @@ std::pair<int64_t, int64_t> conv_output_size(int64_t h, int64_t w, const torch::
                                              const Pads& pads);
 
 // A bias-free convolution and the batch norm after it, folded (computed in double):
-// W * g / sqrt(v + eps), beta - m * g / sqrt(v + eps).
+// W * g / sqrt(v + eps), beta - m * g / sqrt(v + eps). `spec`: instead of the conv's own (its
+// stride changed).
 std::string conv_bn(GraphWriter& g, const std::string& name, torch::nn::Conv2dImpl& conv,
-                    torch::nn::BatchNorm2dImpl& bn, const std::string& x, const Pads& pads);
+                    torch::nn::BatchNorm2dImpl& bn, const std::string& x, const Pads& pads,
+                    const ConvSpec* spec = nullptr);
 
 // Tells g the range `quantizer` (quantization-aware training) gives tensor x.
 void quantization_range(GraphWriter& g, const std::string& x, const layers::FakeQuantImpl& quantizer);

@@ -25,6 +25,9 @@
 
 namespace orchard::detect::feature_extractors {
 
+// The channel means SSDResnetV1FpnFeatureExtractor's preprocess subtracts from RGB in [0, 255].
+inline constexpr float kResNetV1ChannelMeans[3] = {123.68f, 116.779f, 103.939f};
+
 // A named map of the base network and its output stride (input side / map side, for inputs
 // that are multiples of it; TF 'SAME' strided layers give ceil(side / stride)).
 struct Endpoint {

@@ -34,7 +34,8 @@ class ResNetV1Extractor : public SsdFeatureExtractor {
   std::vector<FeatureMap> extract(const torch::Tensor& images) override {
     // The ResNets take RGB minus the channel means in [0, 255] (SSDResnetV1FpnFeatureExtractor's
     // preprocess), the input here is scaled to [-1, 1]: (x + 1) * 127.5 - mean.
-    const auto mean = torch::tensor({123.68f, 116.779f, 103.939f}, images.options()).view({1, 3, 1, 1});
+    const auto& m = kResNetV1ChannelMeans;
+    const auto mean = torch::tensor({m[0], m[1], m[2]}, images.options()).view({1, 3, 1, 1});
     auto stages = net_->slim_stage_outputs((images + 1) * 127.5 - mean, stages_.back());
     std::vector<FeatureMap> maps;
     for (size_t i = 0; i < stages_.size(); ++i)
