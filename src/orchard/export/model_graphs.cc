@@ -179,13 +179,9 @@ namespace {
 // (x[::2, ::2], a 1x1 max pool of stride 2), and the stem max-pool 'SAME'.
 // `stage_outputs` (TF-Slim's layout): also each stage's output as models::ResNetImpl::
 // slim_stage_outputs gives it (store_non_strided_activations: the last unit at stride 1, its
-// output subsampled for the next stage), with its size.
-struct StageOutput {
-  std::string tensor;
-  int64_t h = 0, w = 0;
-};
+// output subsampled for the next stage).
 std::string resnet_body(GraphWriter& g, models::ResNetImpl& model, const std::string& input, int64_t h, int64_t w,
-                        std::vector<StageOutput>* stage_outputs = nullptr) {
+                        std::vector<std::string>* stage_outputs = nullptr) {
   const auto layout = model.options().layout;
   if (stage_outputs && (layout != models::ResNetLayout::kSlim || model.options().block != "bottleneck"))
     throw Error("export: stage outputs of TF-Slim bottleneck ResNets only");
@@ -231,7 +227,7 @@ std::string resnet_body(GraphWriter& g, models::ResNetImpl& model, const std::st
       x = g.relu(g.add(p + "add", out, identity));
       h = oh, w = ow;
       if (!stage_outputs || !last) continue;
-      stage_outputs->push_back({x, h, w});
+      stage_outputs->push_back(x);
       if (unstrided) {  // the next stage's input: x[::stride, ::stride]
         ConvSpec subsample;
         subsample.stride = {stride, stride};
@@ -400,12 +396,12 @@ std::vector<std::string> ssd_feature_maps(GraphWriter& g, detect::SsdModelImpl& 
     const auto& mean = detect::feature_extractors::kResNetV1ChannelMeans;
     const std::string rgb = g.conv("backbone.preprocess", per_channel, torch::full({3, 1, 1, 1}, 127.5),
                                    127.5 - torch::tensor({mean[0], mean[1], mean[2]}), input, Pads{});
-    std::vector<StageOutput> stages;
+    std::vector<std::string> stages;
     resnet_body(g, *resnet, rgb, height, width, &stages);
     for (const auto& e : model.feature_extractor().endpoints()) {
       const int stage = e.name.size() == 6 && e.name.rfind("block", 0) == 0 ? e.name[5] - '0' : 0;
       if (stage < 1 || stage > static_cast<int>(stages.size())) throw Error("export: no ResNet endpoint " + e.name);
-      maps.push_back(stages[static_cast<size_t>(stage - 1)].tensor);
+      maps.push_back(stages[static_cast<size_t>(stage - 1)]);
     }
   } else {
     for (const auto& e : model.feature_extractor().endpoints()) {
